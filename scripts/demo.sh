@@ -1,0 +1,13 @@
+#!/usr/bin/env bash
+# Sets everything up, trains a small model, saves a checkpoint and runs inference from it
+# on the best available device.
+set -euo pipefail
+root=$(cd "$(dirname "$0")/.." && pwd)
+build="$root/build"
+"$root/scripts/setup.sh" "$build"
+out=$(mktemp -d)
+"$build/tools/meganeura" train --model mlp --device auto --steps 600 --out "$out/mlp.safetensors"
+"$build/tools/meganeura" infer --model mlp --device auto --checkpoint "$out/mlp.safetensors"
+"$build/tools/meganeura" train --model chargpt --device auto --steps 300 --out "$out/chargpt.safetensors"
+"$build/tools/meganeura" infer --model chargpt --device auto --checkpoint "$out/chargpt.safetensors"
+echo "checkpoints in $out"
