@@ -6,8 +6,8 @@ root=$(cd "$(dirname "$0")/.." && pwd)
 build="$root/build"
 "$root/scripts/setup.sh" "$build"
 out=$(mktemp -d)
-"$build/tools/meganeura" train --model mlp --device auto --steps 600 --out "$out/mlp.safetensors"
-"$build/tools/meganeura" infer --model mlp --device auto --checkpoint "$out/mlp.safetensors"
-"$build/tools/meganeura" train --model chargpt --device auto --steps 300 --out "$out/chargpt.safetensors"
-"$build/tools/meganeura" infer --model chargpt --device auto --checkpoint "$out/chargpt.safetensors"
+"$build/bin/meganeura" train --model mlp --device auto --steps 600 --out "$out/mlp.safetensors"
+"$build/bin/meganeura" infer --model mlp --device auto --checkpoint "$out/mlp.safetensors"
+"$build/bin/meganeura" train --model chargpt --device auto --steps 300 --out "$out/chargpt.safetensors"
+"$build/bin/meganeura" infer --model chargpt --device auto --checkpoint "$out/chargpt.safetensors"
 echo "checkpoints in $out"
