@@ -1,0 +1,58 @@
+// Element types of tensors, shared by the graph, the backends and the checkpoint format.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <optional>
+#include <string_view>
+
+namespace meganeura {
+
+enum class DType : uint8_t { f32, f16, bf16, i32, u32, f64 };
+
+constexpr size_t dtype_size(DType t) {
+  switch (t) {
+    case DType::f32: case DType::i32: case DType::u32: return 4;
+    case DType::f16: case DType::bf16: return 2;
+    case DType::f64: return 8;
+  }
+  return 0;
+}
+
+// Our spelling ("f32") and the safetensors spelling ("F32").
+constexpr std::string_view dtype_name(DType t) {
+  switch (t) {
+    case DType::f32: return "f32";
+    case DType::f16: return "f16";
+    case DType::bf16: return "bf16";
+    case DType::i32: return "i32";
+    case DType::u32: return "u32";
+    case DType::f64: return "f64";
+  }
+  return "?";
+}
+
+constexpr std::string_view dtype_safetensors_name(DType t) {
+  switch (t) {
+    case DType::f32: return "F32";
+    case DType::f16: return "F16";
+    case DType::bf16: return "BF16";
+    case DType::i32: return "I32";
+    case DType::u32: return "U32";
+    case DType::f64: return "F64";
+  }
+  return "?";
+}
+
+constexpr std::optional<DType> dtype_from_safetensors_name(std::string_view s) {
+  for (DType t : {DType::f32, DType::f16, DType::bf16, DType::i32, DType::u32, DType::f64}) {
+    if (dtype_safetensors_name(t) == s) return t;
+  }
+  return std::nullopt;
+}
+
+constexpr bool dtype_is_float(DType t) {
+  return t == DType::f32 || t == DType::f16 || t == DType::bf16 || t == DType::f64;
+}
+
+}  // namespace meganeura
