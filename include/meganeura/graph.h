@@ -1,0 +1,268 @@
+// The typed static graph: an append-only arena of nodes, each producing one tensor of a known
+// dtype and shape. Builders (free functions below) check shapes and dtypes when a node is built
+// and throw std::invalid_argument naming the op and the shapes, so a malformed model never
+// reaches planning. Gradients, optimizer updates and checkpoints are all expressed in this graph.
+#pragma once
+
+#include <cstdint>
+#include <initializer_list>
+#include <optional>
+#include <span>
+#include <string>
+#include <variant>
+#include <vector>
+
+#include "meganeura/dtype.h"
+
+namespace meganeura {
+
+using Shape = std::vector<int64_t>;
+using NodeId = uint32_t;
+
+int64_t numel(const Shape& s);
+std::string shape_str(const Shape& s);  // "(2,3)"
+
+struct TensorType {
+  DType dtype = DType::f32;
+  Shape shape;
+  int64_t numel() const { return meganeura::numel(shape); }
+  int64_t bytes() const { return numel() * int64_t(dtype_size(dtype)); }
+  bool operator==(const TensorType&) const = default;
+};
+
+// ---- The op set: a small closed set of primitives (see op_table.h for each op's row). -----
+enum class Op : uint8_t {
+  // leaves
+  input, parameter, state, constant,
+  // unary elementwise
+  copy, detach, neg, exp, log, sqrt, rsqrt, abs, tanh, sigmoid, relu, gelu_tanh, gelu_erf,
+  silu, affine, cast, sign, positive_mask, gelu_tanh_grad, gelu_erf_grad, clip_coef,
+  // binary elementwise with broadcasting
+  add, sub, mul, div, equal,
+  // reductions and normalisers
+  sum, mean, max, softmax, log_softmax,
+  // linear algebra and convolution
+  matmul, conv2d, conv2d_backward_input, conv2d_backward_weight,
+  // pooling and resampling
+  max_pool2d, max_pool2d_backward, avg_pool2d, avg_pool2d_backward, upsample_nearest2x,
+  // movement
+  reshape, permute, slice, pad, concat, broadcast_to,
+  // indexing
+  embedding, embedding_backward, one_hot,
+  // sequence models
+  rope, causal_mask,
+  // optimisation
+  lr_schedule,
+  count_  // number of ops; keep last
+};
+constexpr size_t kOpCount = size_t(Op::count_);
+
+// ---- Typed attributes, one struct per op family. -----
+struct NoAttrs { bool operator==(const NoAttrs&) const = default; };
+struct AffineAttrs { double scale = 1, shift = 0; bool operator==(const AffineAttrs&) const = default; };
+struct CastAttrs { DType to = DType::f32; bool operator==(const CastAttrs&) const = default; };
+struct ClipAttrs { double max_norm = 1; bool operator==(const ClipAttrs&) const = default; };
+struct ReduceAttrs { std::vector<int64_t> axes; bool keepdims = false; bool operator==(const ReduceAttrs&) const = default; };
+struct AxisAttrs { int64_t axis = -1; bool operator==(const AxisAttrs&) const = default; };
+struct MatmulAttrs { bool trans_a = false, trans_b = false; bool operator==(const MatmulAttrs&) const = default; };
+struct ConvAttrs {
+  int64_t stride[2] = {1, 1}, pad[2] = {0, 0}, dilation[2] = {1, 1};
+  int64_t groups = 1;
+  Shape grad_shape;  // backward ops: the shape of the input (or weight) the gradient is for
+  bool operator==(const ConvAttrs&) const = default;
+};
+struct PoolAttrs {
+  int64_t kernel[2] = {2, 2}, stride[2] = {2, 2}, pad[2] = {0, 0};
+  Shape grad_shape;  // backward ops: the input shape
+  bool operator==(const PoolAttrs&) const = default;
+};
+struct ShapeAttrs { Shape shape; bool operator==(const ShapeAttrs&) const = default; };
+struct PermuteAttrs { std::vector<int64_t> perm; bool operator==(const PermuteAttrs&) const = default; };
+struct SliceAttrs { std::vector<int64_t> starts, ends; bool operator==(const SliceAttrs&) const = default; };
+struct PadAttrs { std::vector<int64_t> before, after; bool operator==(const PadAttrs&) const = default; };
+struct EmbeddingAttrs { int64_t num_rows = 0; bool operator==(const EmbeddingAttrs&) const = default; };
+struct OneHotAttrs { int64_t classes = 0; int64_t ignore_index = -100; bool operator==(const OneHotAttrs&) const = default; };
+struct RopeAttrs { double theta = 10000; bool inverse = false; bool operator==(const RopeAttrs&) const = default; };
+struct MaskAttrs { double fill = -1e30; bool operator==(const MaskAttrs&) const = default; };  // large finite: no inf*0
+struct ScheduleAttrs {
+  double base_lr = 1e-3;
+  int64_t warmup = 0;      // linear warm-up steps
+  int64_t total = 0;       // 0: constant after warm-up; else cosine decay to min_lr at `total`
+  double min_lr = 0;
+  bool operator==(const ScheduleAttrs&) const = default;
+};
+
+using Attrs = std::variant<NoAttrs, AffineAttrs, CastAttrs, ClipAttrs, ReduceAttrs, AxisAttrs,
+                           MatmulAttrs, ConvAttrs, PoolAttrs, ShapeAttrs, PermuteAttrs, SliceAttrs,
+                           PadAttrs, EmbeddingAttrs, OneHotAttrs, RopeAttrs, MaskAttrs,
+                           ScheduleAttrs>;
+
+// How a parameter or state is initialised before training.
+struct Init {
+  enum Kind : uint8_t { zeros, ones, normal, uniform, constant } kind = zeros;
+  double a = 0;  // normal: std; uniform: bound (samples in [-a, a]); constant: the value
+};
+
+struct Node {
+  Op op;
+  Attrs attrs;
+  std::vector<NodeId> inputs;
+  TensorType type;
+  std::string name;                // leaves: the binding name; others: optional label
+  Init init;                       // parameters and states
+  std::vector<double> const_data;  // constants (converted to the node's dtype when bound)
+};
+
+class Graph;
+
+// A handle to one node's output: what builders take and return.
+struct Tensor {
+  Graph* graph = nullptr;
+  NodeId id = 0;
+  // By value: builders append nodes, which may move the node storage under a reference.
+  TensorType type() const;
+  Shape shape() const { return type().shape; }
+  DType dtype() const { return type().dtype; }
+  int64_t rank() const { return int64_t(shape().size()); }
+  int64_t dim(int64_t i) const;  // negative counts from the end
+};
+
+class Graph {
+ public:
+  Tensor input(const std::string& name, Shape shape, DType dtype = DType::f32);
+  Tensor parameter(const std::string& name, Shape shape, Init init, DType dtype = DType::f32);
+  // Persistent non-trainable tensor carried across steps (optimizer moments, step counter).
+  Tensor state(const std::string& name, Shape shape, Init init = {}, DType dtype = DType::f32);
+  Tensor constant(std::vector<double> values, Shape shape, DType dtype = DType::f32);
+  Tensor scalar(double v) { return constant({v}, {}); }
+
+  // Marks a tensor as a named result of the program.
+  void output(const std::string& name, Tensor t);
+  // At the end of each step, `state` takes the value `value` (same type).
+  void assign(Tensor state, Tensor value);
+
+  // Appends a node after checking its type; used by the builders.
+  Tensor add_node(Op op, Attrs attrs, std::vector<NodeId> inputs, TensorType type,
+                  std::string name = {});
+
+  const Node& node(NodeId id) const { return nodes_.at(id); }
+  Node& node(NodeId id) { return nodes_.at(id); }
+  size_t size() const { return nodes_.size(); }
+  Tensor tensor(NodeId id) { return Tensor{this, id}; }
+
+  const std::vector<std::pair<std::string, NodeId>>& outputs() const { return outputs_; }
+  const std::vector<std::pair<NodeId, NodeId>>& assignments() const { return assignments_; }
+  std::vector<NodeId> parameters() const;  // in creation order
+  std::optional<NodeId> find(const std::string& leaf_name) const;
+
+  // Human-readable dump, one node per line: "%7 = matmul(%3, %5) {trans_b} : f32(4,8)".
+  std::string dump() const;
+  std::string to_json() const;
+  uint64_t hash() const;  // of the canonical JSON
+
+ private:
+  Tensor leaf(Op op, const std::string& name, Shape shape, DType dtype, Init init);
+  std::vector<Node> nodes_;
+  std::vector<std::pair<std::string, NodeId>> outputs_;
+  std::vector<std::pair<NodeId, NodeId>> assignments_;
+};
+
+// ---- Builders. All check their inputs and throw std::invalid_argument("[op] ...") -----
+Tensor copy(Tensor x);
+Tensor detach(Tensor x);  // stop-gradient
+Tensor neg(Tensor x);
+Tensor exp(Tensor x);
+Tensor log(Tensor x);
+Tensor sqrt(Tensor x);
+Tensor rsqrt(Tensor x);
+Tensor abs(Tensor x);
+Tensor tanh(Tensor x);
+Tensor sigmoid(Tensor x);
+Tensor relu(Tensor x);
+Tensor gelu(Tensor x, bool tanh_approximation = false);
+Tensor silu(Tensor x);
+Tensor affine(Tensor x, double scale, double shift = 0);  // scale * x + shift
+Tensor cast(Tensor x, DType to);
+Tensor sign(Tensor x);
+Tensor positive_mask(Tensor x);                            // 1 where x > 0, else 0
+Tensor gelu_grad(Tensor x, bool tanh_approximation);       // d gelu / dx
+Tensor clip_coef(Tensor norm, double max_norm);            // min(1, max_norm / (norm + 1e-6))
+
+Tensor add(Tensor a, Tensor b);
+Tensor sub(Tensor a, Tensor b);
+Tensor mul(Tensor a, Tensor b);
+Tensor div(Tensor a, Tensor b);
+Tensor equal(Tensor a, Tensor b);  // 1 where equal, else 0
+inline Tensor operator+(Tensor a, Tensor b) { return add(a, b); }
+inline Tensor operator-(Tensor a, Tensor b) { return sub(a, b); }
+inline Tensor operator*(Tensor a, Tensor b) { return mul(a, b); }
+inline Tensor operator/(Tensor a, Tensor b) { return div(a, b); }
+inline Tensor operator-(Tensor a) { return neg(a); }
+Tensor operator*(Tensor a, double s);
+Tensor operator+(Tensor a, double s);
+
+Tensor sum(Tensor x, std::vector<int64_t> axes = {}, bool keepdims = false);  // {} = all axes
+Tensor mean(Tensor x, std::vector<int64_t> axes = {}, bool keepdims = false);
+Tensor max(Tensor x, std::vector<int64_t> axes = {}, bool keepdims = false);
+Tensor softmax(Tensor x, int64_t axis = -1);
+Tensor log_softmax(Tensor x, int64_t axis = -1);
+
+// a: [..., M, K] (or [..., K, M] with trans_a); b: [..., K, N] (or [..., N, K] with trans_b).
+// Batch dimensions must match, or one side has none (shared weights).
+Tensor matmul(Tensor a, Tensor b, bool trans_a = false, bool trans_b = false);
+
+struct Conv2dOptions {
+  int64_t stride_h = 1, stride_w = 1, pad_h = 0, pad_w = 0, dilation_h = 1, dilation_w = 1;
+  int64_t groups = 1;
+};
+// x: [N, C, H, W], w: [O, C/groups, KH, KW] -> [N, O, OH, OW]
+Tensor conv2d(Tensor x, Tensor w, const Conv2dOptions& o = {});
+Tensor conv2d_backward_input(Tensor dy, Tensor w, const ConvAttrs& a);
+Tensor conv2d_backward_weight(Tensor x, Tensor dy, const ConvAttrs& a);
+// x: [N, C, L], w: [O, C/groups, K]; lowered to conv2d over a unit height.
+Tensor conv1d(Tensor x, Tensor w, int64_t stride = 1, int64_t pad = 0, int64_t dilation = 1,
+              int64_t groups = 1);
+
+Tensor max_pool2d(Tensor x, int64_t kernel, int64_t stride, int64_t pad = 0);
+Tensor max_pool2d_backward(Tensor x, Tensor dy, const PoolAttrs& a);
+Tensor avg_pool2d(Tensor x, int64_t kernel, int64_t stride, int64_t pad = 0);  // pads count
+Tensor avg_pool2d_backward(Tensor dy, const PoolAttrs& a);
+Tensor global_avg_pool2d(Tensor x);  // [N, C, H, W] -> [N, C]
+Tensor upsample_nearest2x(Tensor x);  // [N, C, H, W] -> [N, C, 2H, 2W]
+
+Tensor reshape(Tensor x, Shape shape);  // one dimension may be -1
+Tensor permute(Tensor x, std::vector<int64_t> perm);
+Tensor transpose(Tensor x, int64_t a = -2, int64_t b = -1);
+Tensor slice(Tensor x, std::vector<int64_t> starts, std::vector<int64_t> ends);
+Tensor slice_axis(Tensor x, int64_t axis, int64_t start, int64_t end);
+Tensor pad(Tensor x, std::vector<int64_t> before, std::vector<int64_t> after);  // zeros
+Tensor concat(std::vector<Tensor> xs, int64_t axis);
+Tensor broadcast_to(Tensor x, Shape shape);
+Tensor sum_to(Tensor x, const Shape& shape);  // reverses broadcasting
+
+Tensor embedding(Tensor table, Tensor ids);  // table [V, D], ids i32 [...] -> [..., D]
+Tensor embedding_backward(Tensor dy, Tensor ids, int64_t num_rows);  // scatter-add
+Tensor one_hot(Tensor ids, int64_t classes, int64_t ignore_index = -100);
+
+// Rotary position embedding over the last dimension (halves rotated), positions along axis -2.
+Tensor rope(Tensor x, double theta = 10000, bool inverse = false);
+// Sets entries above the diagonal of the last two axes (aligned to the bottom right) to fill.
+Tensor causal_mask(Tensor x, double fill = -1e30);
+Tensor lr_schedule(Tensor step, const ScheduleAttrs& a);
+
+// ---- Compositions (user-level ops built from primitives) -----
+Tensor layer_norm(Tensor x, std::optional<Tensor> gamma, std::optional<Tensor> beta,
+                  double eps = 1e-5);
+Tensor rms_norm(Tensor x, std::optional<Tensor> gamma, double eps = 1e-5);
+// x: [N, C, ...]; gamma, beta: [C]
+Tensor group_norm(Tensor x, int64_t groups, std::optional<Tensor> gamma,
+                  std::optional<Tensor> beta, double eps = 1e-5);
+Tensor swiglu(Tensor gate, Tensor up);  // silu(gate) * up
+// q: [B, Hq, Sq, D], k: [B, Hkv, Sk, D], v: [B, Hkv, Sk, Dv]; Hq a multiple of Hkv (grouped
+// heads); causal aligns the mask to the bottom right so Sq < Sk attends to a prefix.
+Tensor attention(Tensor q, Tensor k, Tensor v, bool causal, std::optional<double> scale = {});
+// logits [N, C], targets i32 [N]; mean over targets != ignore_index.
+Tensor cross_entropy(Tensor logits, Tensor targets, int64_t ignore_index = -100);
+Tensor mse(Tensor pred, Tensor target);
+
+}  // namespace meganeura

@@ -1,0 +1,67 @@
+// A Session runs one or more Programs on a device. Programs share external buffers by name, so a
+// training program, an optimizer-apply program and an evaluation program can all see the same
+// parameters. Values cross the API as f32/f64/i32 and are converted to each buffer's stored type.
+#pragma once
+
+#include <cstdint>
+#include <filesystem>
+#include <map>
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "meganeura/backend.h"
+#include "meganeura/program.h"
+
+namespace meganeura {
+
+enum class Device : uint8_t { cpu, vulkan, automatic };
+Device parse_device(const std::string& s);  // "cpu" | "vulkan" | "auto"
+
+struct SessionOptions {
+  Device device = Device::cpu;
+  bool f64_oracle = false;  // plan every float tensor in double (reference backend only)
+  uint64_t seed = 0;        // parameter initialisation
+  int threads = 0;
+};
+
+class Session {
+ public:
+  explicit Session(SessionOptions options = {});
+  ~Session();
+  Session(Session&&) noexcept;
+  Session& operator=(Session&&) noexcept;
+
+  // Plans `g` with this session's options and adds it; returns the program index.
+  size_t add(const Graph& g);
+  size_t add(Program p);
+  const Program& program(size_t i = 0) const { return programs_.at(i); }
+  size_t program_count() const { return programs_.size(); }
+  std::string device_name() const;
+
+  void set(const std::string& name, std::span<const float> values);
+  void set(const std::string& name, std::span<const double> values);
+  void set(const std::string& name, std::span<const int32_t> values);
+  std::vector<float> get(const std::string& name) const;
+  std::vector<double> get_f64(const std::string& name) const;
+  float scalar(const std::string& name) const;
+
+  void run(size_t program = 0);
+
+  // Every external buffer known to the session (from all programs), by name.
+  const std::map<std::string, ExternalBuffer>& buffers() const { return buffers_; }
+  // Raw bytes as stored (checkpointing).
+  std::vector<std::byte> read_raw(const std::string& name) const;
+  void write_raw(const std::string& name, std::span<const std::byte> bytes);
+
+ private:
+  void initialise(const ExternalBuffer& e);
+  const ExternalBuffer& buffer(const std::string& name) const;
+  SessionOptions options_;
+  std::unique_ptr<Backend> backend_;
+  std::vector<Program> programs_;
+  std::map<std::string, ExternalBuffer> buffers_;
+};
+
+}  // namespace meganeura

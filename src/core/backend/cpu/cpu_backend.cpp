@@ -1,0 +1,156 @@
+#include <omp.h>
+
+#include <cstdlib>
+#include <cstring>
+#include <map>
+#include <memory>
+
+#include "backend/cpu/kernels.h"
+#include "meganeura/backend.h"
+
+namespace meganeura {
+namespace {
+
+// 64-byte aligned, zero-initialised host memory.
+struct HostBuffer {
+  struct Free { void operator()(void* p) const { std::free(p); } };
+  std::unique_ptr<void, Free> data;
+  size_t bytes = 0;
+  explicit HostBuffer(size_t n) : bytes(n) {
+    size_t padded = (std::max<size_t>(n, 1) + 63) / 64 * 64;
+    data.reset(std::aligned_alloc(64, padded));
+    if (!data) throw std::runtime_error("[cpu] out of memory allocating " + std::to_string(n) + " bytes");
+    std::memset(data.get(), 0, padded);
+  }
+};
+
+struct Prepared {
+  Program program;
+  std::unique_ptr<HostBuffer> arena;
+  std::vector<std::vector<cpu::Arg>> ins;  // per dispatch
+  std::vector<cpu::Arg> outs;
+};
+
+class CpuBackend final : public Backend {
+ public:
+  explicit CpuBackend(const CpuOptions& o) {
+    if (o.threads > 0) omp_set_num_threads(o.threads);
+  }
+
+  std::string device_name() const override { return "cpu (" + std::to_string(omp_get_max_threads()) + " threads)"; }
+
+  size_t add_program(const Program& p) override {
+    auto prep = std::make_unique<Prepared>();
+    prep->program = p;
+    const Program& q = prep->program;
+    for (const ExternalBuffer& e : q.externals) {
+      size_t bytes = size_t(e.type.numel()) * dtype_size(e.stored);
+      auto it = buffers_.find(e.name);
+      if (it == buffers_.end()) {
+        buffers_.emplace(e.name, std::make_unique<HostBuffer>(bytes));
+        continue;
+      }
+      if (it->second->bytes != bytes) {
+        throw std::invalid_argument("[cpu] buffer '" + e.name + "' is " + std::to_string(it->second->bytes) +
+                                    " bytes in one program and " + std::to_string(bytes) + " in another");
+      }
+    }
+    prep->arena = std::make_unique<HostBuffer>(q.arena_bytes);
+    auto arg = [&](uint32_t t) {
+      const ProgramTensor& pt = q.tensors.at(t);
+      std::byte* base = pt.external() ? static_cast<std::byte*>(buffers_.at(pt.binding)->data.get())
+                                      : static_cast<std::byte*>(prep->arena->data.get()) + pt.offset;
+      return cpu::Arg{base, &pt};
+    };
+    for (const Dispatch& d : q.dispatches) {
+      validate(q, d);
+      std::vector<cpu::Arg> in;
+      for (uint32_t r : d.reads) in.push_back(arg(r));
+      prep->ins.push_back(std::move(in));
+      prep->outs.push_back(arg(d.write));
+    }
+    programs_.push_back(std::move(prep));
+    return programs_.size() - 1;
+  }
+
+  void write(const std::string& name, const void* data, size_t bytes) override {
+    HostBuffer& b = buffer(name);
+    if (bytes != b.bytes) throw std::invalid_argument("[cpu] writing " + std::to_string(bytes) + " bytes into '" + name + "' of " + std::to_string(b.bytes));
+    std::memcpy(b.data.get(), data, bytes);
+  }
+
+  void read(const std::string& name, void* data, size_t bytes) const override {
+    auto it = buffers_.find(name);
+    if (it == buffers_.end()) throw std::invalid_argument("[cpu] no buffer named '" + name + "'");
+    if (bytes != it->second->bytes) throw std::invalid_argument("[cpu] reading " + std::to_string(bytes) + " bytes from '" + name + "' of " + std::to_string(it->second->bytes));
+    std::memcpy(data, it->second->data.get(), bytes);
+  }
+
+  void run(size_t index) override {
+    Prepared& p = *programs_.at(index);
+    const bool f64 = p.program.float_dtype == DType::f64;
+    for (size_t i = 0; i < p.program.dispatches.size(); ++i) {
+      const Dispatch& d = p.program.dispatches[i];
+      if (f64) execute<double>(d, p.ins[i], p.outs[i]);
+      else execute<float>(d, p.ins[i], p.outs[i]);
+    }
+  }
+
+ private:
+  HostBuffer& buffer(const std::string& name) {
+    auto it = buffers_.find(name);
+    if (it == buffers_.end()) throw std::invalid_argument("[cpu] no buffer named '" + name + "'");
+    return *it->second;
+  }
+
+  // Every float tensor a kernel touches must be in the program's compute dtype; only cast
+  // converts between storage types.
+  static void validate(const Program& p, const Dispatch& d) {
+    if (d.op == Op::cast) return;
+    auto ok = [&](uint32_t t) {
+      DType s = p.tensors[t].stored;
+      return !dtype_is_float(s) || s == p.float_dtype;
+    };
+    bool good = ok(d.write);
+    for (uint32_t r : d.reads) good &= ok(r);
+    if (!good) {
+      throw std::invalid_argument("[cpu] " + std::string(op_name(d.op)) + " on " +
+                                  std::string(dtype_name(p.tensors[d.write].stored)) +
+                                  " is not supported by the reference backend; cast to f32 first");
+    }
+  }
+
+  template <class T>
+  static void execute(const Dispatch& d, const std::vector<cpu::Arg>& in, const cpu::Arg& out) {
+    switch (op_info(d.op).family) {
+      case OpFamily::unary:
+        if (d.op == Op::cast) cpu::cast(d, in, out);
+        else cpu::unary<T>(d, in, out);
+        break;
+      case OpFamily::binary: cpu::binary<T>(d, in, out); break;
+      case OpFamily::reduce: cpu::reduce<T>(d, in, out); break;
+      case OpFamily::linalg: cpu::linalg<T>(d, in, out); break;
+      case OpFamily::conv: cpu::conv<T>(d, in, out); break;
+      case OpFamily::pool: cpu::pool<T>(d, in, out); break;
+      case OpFamily::movement: cpu::movement<T>(d, in, out); break;
+      case OpFamily::index: cpu::index<T>(d, in, out); break;
+      case OpFamily::seq: cpu::sequence<T>(d, in, out); break;
+      case OpFamily::optim:
+        if (d.op == Op::clip_coef) cpu::unary<T>(d, in, out);
+        else cpu::sequence<T>(d, in, out);
+        break;
+      case OpFamily::leaf: cpu::kernel_error(d.op, "leaves are not dispatched");
+    }
+  }
+
+  std::map<std::string, std::unique_ptr<HostBuffer>> buffers_;
+  std::vector<std::unique_ptr<Prepared>> programs_;
+};
+
+}  // namespace
+
+std::unique_ptr<Backend> make_cpu_backend(const CpuOptions& options) {
+  return std::make_unique<CpuBackend>(options);
+}
+
+}  // namespace meganeura

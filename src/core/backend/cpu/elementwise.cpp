@@ -1,0 +1,298 @@
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+
+#include "backend/cpu/kernels.h"
+
+namespace meganeura::cpu {
+
+std::vector<int64_t> broadcast_strides(const Shape& in, const Shape& out) {
+  std::vector<int64_t> s(out.size(), 0);
+  int64_t stride = 1;
+  for (size_t i = in.size(); i-- > 0;) {
+    size_t o = i + out.size() - in.size();
+    s[o] = in[i] == 1 && out[o] != 1 ? 0 : stride;
+    stride *= in[i];
+  }
+  return s;
+}
+
+namespace {
+
+constexpr double kSqrt2OverPi = 0.7978845608028654;
+constexpr double kInvSqrt2 = 0.7071067811865476;
+constexpr double kInvSqrt2Pi = 0.3989422804014327;
+
+template <class T>
+T apply_unary(Op op, const Attrs& attrs, T x) {
+  switch (op) {
+    case Op::copy: case Op::detach: return x;
+    case Op::neg: return -x;
+    case Op::exp: return std::exp(x);
+    case Op::log: return std::log(x);
+    case Op::sqrt: return std::sqrt(x);
+    case Op::rsqrt: return T(1) / std::sqrt(x);
+    case Op::abs: return std::abs(x);
+    case Op::tanh: return std::tanh(x);
+    case Op::sigmoid: return T(1) / (T(1) + std::exp(-x));
+    case Op::relu: return x > T(0) ? x : T(0);
+    case Op::gelu_tanh: {
+      T t = std::tanh(T(kSqrt2OverPi) * (x + T(0.044715) * x * x * x));
+      return T(0.5) * x * (T(1) + t);
+    }
+    case Op::gelu_erf: return T(0.5) * x * (T(1) + std::erf(x * T(kInvSqrt2)));
+    case Op::gelu_tanh_grad: {
+      T t = std::tanh(T(kSqrt2OverPi) * (x + T(0.044715) * x * x * x));
+      return T(0.5) * (T(1) + t) +
+             T(0.5) * x * (T(1) - t * t) * T(kSqrt2OverPi) * (T(1) + T(3 * 0.044715) * x * x);
+    }
+    case Op::gelu_erf_grad:
+      return T(0.5) * (T(1) + std::erf(x * T(kInvSqrt2))) + x * T(kInvSqrt2Pi) * std::exp(T(-0.5) * x * x);
+    case Op::silu: return x / (T(1) + std::exp(-x));
+    case Op::affine: {
+      const auto& a = std::get<AffineAttrs>(attrs);
+      return T(a.scale) * x + T(a.shift);
+    }
+    case Op::sign: return x > T(0) ? T(1) : x < T(0) ? T(-1) : T(0);
+    case Op::positive_mask: return x > T(0) ? T(1) : T(0);
+    case Op::clip_coef: return std::min(T(1), T(std::get<ClipAttrs>(attrs).max_norm) / (x + T(1e-6)));
+    default: kernel_error(op, "not a unary op");
+  }
+}
+
+template <class T>
+T apply_binary(Op op, T a, T b) {
+  switch (op) {
+    case Op::add: return a + b;
+    case Op::sub: return a - b;
+    case Op::mul: return a * b;
+    case Op::div: return a / b;
+    case Op::equal: return a == b ? T(1) : T(0);
+    default: kernel_error(op, "not a binary op");
+  }
+}
+
+}  // namespace
+
+template <class T>
+void unary(const Dispatch& d, const std::vector<Arg>& in, const Arg& out) {
+  const T* x = in[0].as<T>();
+  T* y = out.as<T>();
+  const int64_t n = out.n();
+  if (d.op == Op::copy || d.op == Op::detach) {
+    if (x != y) std::memmove(y, x, size_t(n) * sizeof(T));
+    return;
+  }
+  const Op op = d.op;
+  const Attrs& attrs = d.attrs;
+#pragma omp parallel for schedule(static) if (n > kParallelMin)
+  for (int64_t i = 0; i < n; ++i) y[i] = apply_unary<T>(op, attrs, x[i]);
+}
+
+template <class T>
+void binary(const Dispatch& d, const std::vector<Arg>& in, const Arg& out) {
+  const T* a = in[0].as<T>();
+  const T* b = in[1].as<T>();
+  T* y = out.as<T>();
+  const Op op = d.op;
+  const Shape& os = out.shape();
+  const int64_t n = out.n();
+  if (in[0].shape() == os && in[1].shape() == os) {
+#pragma omp parallel for schedule(static) if (n > kParallelMin)
+    for (int64_t i = 0; i < n; ++i) y[i] = apply_binary<T>(op, a[i], b[i]);
+    return;
+  }
+  if (in[1].n() == 1 && in[0].shape() == os) {
+    const T bv = b[0];
+#pragma omp parallel for schedule(static) if (n > kParallelMin)
+    for (int64_t i = 0; i < n; ++i) y[i] = apply_binary<T>(op, a[i], bv);
+    return;
+  }
+  // General broadcasting: walk rows of the innermost dimension.
+  const auto sa = broadcast_strides(in[0].shape(), os), sb = broadcast_strides(in[1].shape(), os);
+  const int64_t rank = int64_t(os.size());
+  const int64_t inner = rank ? os.back() : 1, rows = inner ? n / inner : 0;
+  const int64_t ia = rank ? sa.back() : 0, ib = rank ? sb.back() : 0;
+#pragma omp parallel for schedule(static) if (n > kParallelMin)
+  for (int64_t r = 0; r < rows; ++r) {
+    int64_t oa = 0, ob = 0, rem = r;
+    for (int64_t k = rank - 2; k >= 0; --k) {
+      int64_t idx = rem % os[size_t(k)];
+      rem /= os[size_t(k)];
+      oa += idx * sa[size_t(k)];
+      ob += idx * sb[size_t(k)];
+    }
+    T* yr = y + r * inner;
+    for (int64_t j = 0; j < inner; ++j) yr[j] = apply_binary<T>(op, a[oa + j * ia], b[ob + j * ib]);
+  }
+}
+
+template <class T>
+void reduce(const Dispatch& d, const std::vector<Arg>& in, const Arg& out) {
+  const T* x = in[0].as<T>();
+  T* y = out.as<T>();
+  const Shape& xs = in[0].shape();
+  if (d.op == Op::softmax || d.op == Op::log_softmax) {
+    int64_t axis = std::get<AxisAttrs>(d.attrs).axis;
+    int64_t len = xs[size_t(axis)], inner = 1, outer = 1;
+    for (size_t i = 0; i < xs.size(); ++i) {
+      if (int64_t(i) < axis) outer *= xs[i];
+      else if (int64_t(i) > axis) inner *= xs[i];
+    }
+    const bool log_form = d.op == Op::log_softmax;
+#pragma omp parallel for schedule(static) if (outer * inner * len > kParallelMin)
+    for (int64_t r = 0; r < outer * inner; ++r) {
+      const int64_t base = (r / inner) * len * inner + r % inner;
+      double m = -INFINITY, s = 0;
+      for (int64_t j = 0; j < len; ++j) m = std::max(m, double(x[base + j * inner]));
+      for (int64_t j = 0; j < len; ++j) s += std::exp(double(x[base + j * inner]) - m);
+      const double lse = m + std::log(s);
+      for (int64_t j = 0; j < len; ++j) {
+        double v = double(x[base + j * inner]) - lse;
+        y[base + j * inner] = T(log_form ? v : std::exp(v));
+      }
+    }
+    return;
+  }
+  const auto& a = std::get<ReduceAttrs>(d.attrs);
+  // Collapse to [outer, reduced, inner] when the reduced axes are contiguous (the common case).
+  bool contiguous = true;
+  for (size_t k = 1; k < a.axes.size(); ++k) contiguous &= a.axes[k] == a.axes[k - 1] + 1;
+  const bool is_max = d.op == Op::max;
+  const double count = double(in[0].n()) / double(std::max<int64_t>(out.n(), 1));
+  auto finish = [&](double acc) { return T(d.op == Op::mean ? acc / count : acc); };
+  if (contiguous && !a.axes.empty()) {
+    int64_t outer = 1, len = 1, inner = 1;
+    for (int64_t i = 0; i < int64_t(xs.size()); ++i) {
+      if (i < a.axes.front()) outer *= xs[size_t(i)];
+      else if (i <= a.axes.back()) len *= xs[size_t(i)];
+      else inner *= xs[size_t(i)];
+    }
+#pragma omp parallel for schedule(static) if (outer * inner * len > kParallelMin)
+    for (int64_t r = 0; r < outer * inner; ++r) {
+      const T* p = x + (r / inner) * len * inner + r % inner;
+      double acc = is_max ? -INFINITY : 0.0;
+      for (int64_t j = 0; j < len; ++j) {
+        double v = double(p[j * inner]);
+        acc = is_max ? std::max(acc, v) : acc + v;
+      }
+      y[r] = finish(acc);
+    }
+    return;
+  }
+  // General: map each input element to its output slot.
+  std::vector<int64_t> ostride(xs.size(), 0);
+  int64_t s = 1;
+  for (size_t i = xs.size(); i-- > 0;) {
+    if (!std::binary_search(a.axes.begin(), a.axes.end(), int64_t(i))) {
+      ostride[i] = s;
+      s *= xs[i];
+    }
+  }
+  std::vector<double> acc(size_t(out.n()), is_max ? -INFINITY : 0.0);
+  const int64_t n = in[0].n();
+  for (int64_t i = 0; i < n; ++i) {
+    int64_t rem = i, o = 0;
+    for (size_t k = xs.size(); k-- > 0;) {
+      o += (rem % xs[k]) * ostride[k];
+      rem /= xs[k];
+    }
+    acc[size_t(o)] = is_max ? std::max(acc[size_t(o)], double(x[i])) : acc[size_t(o)] + double(x[i]);
+  }
+  for (int64_t o = 0; o < out.n(); ++o) y[o] = finish(acc[size_t(o)]);
+}
+
+// ---- casts between stored dtypes -----
+namespace {
+float half_to_float(uint16_t h) {
+  uint32_t sign = uint32_t(h & 0x8000) << 16, exp = (h >> 10) & 0x1f, man = h & 0x3ff;
+  uint32_t bits;
+  if (exp == 0) {
+    if (man == 0) {
+      bits = sign;
+    } else {  // subnormal: renormalise
+      exp = 127 - 15 + 1;
+      while (!(man & 0x400)) { man <<= 1; --exp; }
+      bits = sign | (exp << 23) | ((man & 0x3ff) << 13);
+    }
+  } else if (exp == 31) {
+    bits = sign | 0x7f800000u | (man << 13);
+  } else {
+    bits = sign | ((exp - 15 + 127) << 23) | (man << 13);
+  }
+  float f;
+  std::memcpy(&f, &bits, 4);
+  return f;
+}
+uint16_t float_to_half(float f) {
+  uint32_t x;
+  std::memcpy(&x, &f, 4);
+  uint16_t sign = uint16_t((x >> 16) & 0x8000);
+  int32_t exp = int32_t((x >> 23) & 0xff) - 127 + 15;
+  uint32_t man = x & 0x7fffff;
+  if (((x >> 23) & 0xff) == 0xff) return uint16_t(sign | 0x7c00 | (man ? 0x200 : 0));
+  if (exp >= 31) return uint16_t(sign | 0x7c00);
+  if (exp <= 0) {
+    if (exp < -10) return sign;
+    man |= 0x800000;
+    uint32_t shift = uint32_t(14 - exp);
+    uint32_t h = man >> shift, rem = man & ((1u << shift) - 1), half = 1u << (shift - 1);
+    if (rem > half || (rem == half && (h & 1))) ++h;
+    return uint16_t(sign | h);
+  }
+  uint32_t h = (uint32_t(exp) << 10) | (man >> 13), rem = man & 0x1fff;
+  if (rem > 0x1000 || (rem == 0x1000 && (h & 1))) ++h;  // round to nearest even
+  return uint16_t(sign | h);
+}
+float bf16_to_float(uint16_t b) {
+  uint32_t bits = uint32_t(b) << 16;
+  float f;
+  std::memcpy(&f, &bits, 4);
+  return f;
+}
+uint16_t float_to_bf16(float f) {
+  uint32_t x;
+  std::memcpy(&x, &f, 4);
+  if ((x & 0x7fffffff) > 0x7f800000) return uint16_t((x >> 16) | 0x40);  // quiet NaN
+  x += 0x7fff + ((x >> 16) & 1);
+  return uint16_t(x >> 16);
+}
+double load(DType t, const void* p, int64_t i) {
+  switch (t) {
+    case DType::f32: return double(static_cast<const float*>(p)[i]);
+    case DType::f64: return static_cast<const double*>(p)[i];
+    case DType::f16: return double(half_to_float(static_cast<const uint16_t*>(p)[i]));
+    case DType::bf16: return double(bf16_to_float(static_cast<const uint16_t*>(p)[i]));
+    case DType::i32: return double(static_cast<const int32_t*>(p)[i]);
+    case DType::u32: return double(static_cast<const uint32_t*>(p)[i]);
+  }
+  return 0;
+}
+void store(DType t, void* p, int64_t i, double v) {
+  switch (t) {
+    case DType::f32: static_cast<float*>(p)[i] = float(v); break;
+    case DType::f64: static_cast<double*>(p)[i] = v; break;
+    case DType::f16: static_cast<uint16_t*>(p)[i] = float_to_half(float(v)); break;
+    case DType::bf16: static_cast<uint16_t*>(p)[i] = float_to_bf16(float(v)); break;
+    case DType::i32: static_cast<int32_t*>(p)[i] = int32_t(std::trunc(v)); break;
+    case DType::u32: static_cast<uint32_t*>(p)[i] = uint32_t(std::trunc(v)); break;
+  }
+}
+}  // namespace
+
+void convert(DType from, const void* src, DType to, void* dst, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) store(to, dst, i, load(from, src, i));
+}
+
+void cast(const Dispatch&, const std::vector<Arg>& in, const Arg& out) {
+  convert(in[0].t->stored, in[0].data, out.t->stored, out.data, out.n());
+}
+
+template void unary<float>(const Dispatch&, const std::vector<Arg>&, const Arg&);
+template void unary<double>(const Dispatch&, const std::vector<Arg>&, const Arg&);
+template void binary<float>(const Dispatch&, const std::vector<Arg>&, const Arg&);
+template void binary<double>(const Dispatch&, const std::vector<Arg>&, const Arg&);
+template void reduce<float>(const Dispatch&, const std::vector<Arg>&, const Arg&);
+template void reduce<double>(const Dispatch&, const std::vector<Arg>&, const Arg&);
+
+}  // namespace meganeura::cpu

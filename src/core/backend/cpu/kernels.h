@@ -1,0 +1,50 @@
+// CPU reference kernels, templated on the float type (float for strict f32, double for the
+// oracle). Each family entry point handles every op of its family; the backend routes by
+// op_info(op).family and the op table guarantees nothing is left unrouted.
+#pragma once
+
+#include <cstdint>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "graph/op_table.h"
+#include "meganeura/program.h"
+
+namespace meganeura::cpu {
+
+struct Arg {
+  void* data = nullptr;
+  const ProgramTensor* t = nullptr;
+  template <class T> T* as() const { return static_cast<T*>(data); }
+  const Shape& shape() const { return t->type.shape; }
+  int64_t n() const { return t->type.numel(); }
+};
+
+template <class T> void unary(const Dispatch& d, const std::vector<Arg>& in, const Arg& out);
+template <class T> void binary(const Dispatch& d, const std::vector<Arg>& in, const Arg& out);
+template <class T> void reduce(const Dispatch& d, const std::vector<Arg>& in, const Arg& out);
+template <class T> void linalg(const Dispatch& d, const std::vector<Arg>& in, const Arg& out);
+template <class T> void conv(const Dispatch& d, const std::vector<Arg>& in, const Arg& out);
+template <class T> void pool(const Dispatch& d, const std::vector<Arg>& in, const Arg& out);
+template <class T> void movement(const Dispatch& d, const std::vector<Arg>& in, const Arg& out);
+template <class T> void index(const Dispatch& d, const std::vector<Arg>& in, const Arg& out);
+template <class T> void sequence(const Dispatch& d, const std::vector<Arg>& in, const Arg& out);
+void cast(const Dispatch& d, const std::vector<Arg>& in, const Arg& out);
+
+// Element strides of a row-major shape; broadcast dimensions of `in` against `out` get 0.
+std::vector<int64_t> broadcast_strides(const Shape& in, const Shape& out);
+
+[[noreturn]] inline void kernel_error(Op op, const std::string& msg) {
+  throw std::runtime_error("[cpu:" + std::string(op_name(op)) + "] " + msg);
+}
+
+// Elementwise loops parallelise above this many elements.
+constexpr int64_t kParallelMin = 1 << 15;
+
+}  // namespace meganeura::cpu
+
+namespace meganeura::cpu {
+// Converts n values between storage dtypes (f16/bf16 round to nearest even).
+void convert(DType from, const void* src, DType to, void* dst, int64_t n);
+}  // namespace meganeura::cpu

@@ -1,0 +1,237 @@
+// Matmul, convolution and pooling. GEMMs go to the system BLAS (OpenBLAS); convolution is
+// im2col + GEMM, with 1x1 stride-1 convolutions reading the input directly.
+#include <cblas.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+
+#include "backend/cpu/kernels.h"
+
+namespace meganeura::cpu {
+namespace {
+
+// Row-major C[m,n] = alpha * op(A)[m,k] op(B)[k,n] + beta * C.
+void gemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, float alpha, const float* a, int64_t lda,
+          const float* b, int64_t ldb, float beta, float* c, int64_t ldc) {
+  cblas_sgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans, int(m),
+              int(n), int(k), alpha, a, int(lda), b, int(ldb), beta, c, int(ldc));
+}
+void gemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, double alpha, const double* a,
+          int64_t lda, const double* b, int64_t ldb, double beta, double* c, int64_t ldc) {
+  cblas_dgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans, int(m),
+              int(n), int(k), alpha, a, int(lda), b, int(ldb), beta, c, int(ldc));
+}
+
+struct ConvGeom {
+  int64_t n, c, h, w, o, kh, kw, oh, ow, groups, cg, og;
+  const ConvAttrs* a;
+};
+
+ConvGeom geometry(const Shape& x, const Shape& w, const Shape& y, const ConvAttrs& a) {
+  return ConvGeom{x[0], x[1], x[2], x[3], w[0], w[2], w[3], y[2], y[3], a.groups,
+                  x[1] / a.groups, w[0] / a.groups, &a};
+}
+
+bool is_pointwise(const ConvGeom& g) {
+  const ConvAttrs& a = *g.a;
+  return g.kh == 1 && g.kw == 1 && a.stride[0] == 1 && a.stride[1] == 1 && a.pad[0] == 0 && a.pad[1] == 0;
+}
+
+// col[(ci*kh + i)*kw + j][oy*ow + ox] = x[ci][oy*s - p + i*d][ox*s - p + j*d] (0 outside).
+template <class T>
+void im2col(const ConvGeom& g, const T* x, T* col) {
+  const ConvAttrs& a = *g.a;
+  const int64_t rows = g.cg * g.kh * g.kw;
+#pragma omp parallel for schedule(static) if (rows * g.oh * g.ow > kParallelMin)
+  for (int64_t r = 0; r < rows; ++r) {
+    const int64_t ci = r / (g.kh * g.kw), i = (r / g.kw) % g.kh, j = r % g.kw;
+    T* dst = col + r * g.oh * g.ow;
+    const T* src = x + ci * g.h * g.w;
+    for (int64_t oy = 0; oy < g.oh; ++oy) {
+      const int64_t iy = oy * a.stride[0] - a.pad[0] + i * a.dilation[0];
+      for (int64_t ox = 0; ox < g.ow; ++ox) {
+        const int64_t ix = ox * a.stride[1] - a.pad[1] + j * a.dilation[1];
+        dst[oy * g.ow + ox] = (iy >= 0 && iy < g.h && ix >= 0 && ix < g.w) ? src[iy * g.w + ix] : T(0);
+      }
+    }
+  }
+}
+
+// The adjoint of im2col: accumulates columns back into x (which the caller zeroed).
+template <class T>
+void col2im(const ConvGeom& g, const T* col, T* x) {
+  const ConvAttrs& a = *g.a;
+#pragma omp parallel for schedule(static) if (g.cg * g.h * g.w > kParallelMin)
+  for (int64_t ci = 0; ci < g.cg; ++ci) {  // channels are disjoint: safe to split
+    T* dst = x + ci * g.h * g.w;
+    for (int64_t i = 0; i < g.kh; ++i) {
+      for (int64_t j = 0; j < g.kw; ++j) {
+        const T* src = col + ((ci * g.kh + i) * g.kw + j) * g.oh * g.ow;
+        for (int64_t oy = 0; oy < g.oh; ++oy) {
+          const int64_t iy = oy * a.stride[0] - a.pad[0] + i * a.dilation[0];
+          if (iy < 0 || iy >= g.h) continue;
+          for (int64_t ox = 0; ox < g.ow; ++ox) {
+            const int64_t ix = ox * a.stride[1] - a.pad[1] + j * a.dilation[1];
+            if (ix >= 0 && ix < g.w) dst[iy * g.w + ix] += src[oy * g.ow + ox];
+          }
+        }
+      }
+    }
+  }
+}
+
+template <class T>
+void conv_forward(const ConvGeom& g, const T* x, const T* w, T* y) {
+  const int64_t k = g.cg * g.kh * g.kw, p = g.oh * g.ow;
+  std::vector<T> col(is_pointwise(g) ? 0 : size_t(k * p));
+  for (int64_t n = 0; n < g.n; ++n) {
+    for (int64_t gr = 0; gr < g.groups; ++gr) {
+      const T* xg = x + (n * g.c + gr * g.cg) * g.h * g.w;
+      const T* cols = xg;
+      if (!col.empty()) {
+        im2col(g, xg, col.data());
+        cols = col.data();
+      }
+      gemm(false, false, g.og, p, k, T(1), w + gr * g.og * k, k, cols, p, T(0),
+           y + (n * g.o + gr * g.og) * p, p);
+    }
+  }
+}
+
+template <class T>
+void conv_backward_input(const ConvGeom& g, const T* dy, const T* w, T* dx) {
+  const int64_t k = g.cg * g.kh * g.kw, p = g.oh * g.ow;
+  std::fill(dx, dx + g.n * g.c * g.h * g.w, T(0));
+  std::vector<T> col(size_t(k * p));
+  for (int64_t n = 0; n < g.n; ++n) {
+    for (int64_t gr = 0; gr < g.groups; ++gr) {
+      T* dxg = dx + (n * g.c + gr * g.cg) * g.h * g.w;
+      T* target = is_pointwise(g) ? dxg : col.data();
+      gemm(true, false, k, p, g.og, T(1), w + gr * g.og * k, k, dy + (n * g.o + gr * g.og) * p, p,
+           T(0), target, p);
+      if (!is_pointwise(g)) col2im(g, col.data(), dxg);
+    }
+  }
+}
+
+template <class T>
+void conv_backward_weight(const ConvGeom& g, const T* x, const T* dy, T* dw) {
+  const int64_t k = g.cg * g.kh * g.kw, p = g.oh * g.ow;
+  std::fill(dw, dw + g.o * k, T(0));
+  std::vector<T> col(is_pointwise(g) ? 0 : size_t(k * p));
+  for (int64_t n = 0; n < g.n; ++n) {
+    for (int64_t gr = 0; gr < g.groups; ++gr) {
+      const T* xg = x + (n * g.c + gr * g.cg) * g.h * g.w;
+      const T* cols = xg;
+      if (!col.empty()) {
+        im2col(g, xg, col.data());
+        cols = col.data();
+      }
+      gemm(false, true, g.og, k, p, T(1), dy + (n * g.o + gr * g.og) * p, p, cols, p, T(1),
+           dw + gr * g.og * k, k);
+    }
+  }
+}
+
+}  // namespace
+
+template <class T>
+void linalg(const Dispatch& d, const std::vector<Arg>& in, const Arg& out) {
+  const auto& a = std::get<MatmulAttrs>(d.attrs);
+  const Shape &as = in[0].shape(), &bs = in[1].shape(), &cs = out.shape();
+  const int64_t m = cs[cs.size() - 2], n = cs.back();
+  const int64_t k = a.trans_a ? as[as.size() - 2] : as.back();
+  const int64_t batch = out.n() / std::max<int64_t>(m * n, 1);
+  const bool a_batched = as.size() > 2, b_batched = bs.size() > 2;
+  const T* A = in[0].as<T>();
+  const T* B = in[1].as<T>();
+  T* C = out.as<T>();
+  const int64_t lda = as.back(), ldb = bs.back();
+  if (a_batched && !b_batched && !a.trans_a) {  // shared weights: one tall GEMM
+    gemm(false, a.trans_b, batch * m, n, k, T(1), A, lda, B, ldb, T(0), C, n);
+    return;
+  }
+  for (int64_t i = 0; i < batch; ++i) {
+    gemm(a.trans_a, a.trans_b, m, n, k, T(1), A + (a_batched ? i * m * k : 0), lda,
+         B + (b_batched ? i * k * n : 0), ldb, T(0), C + i * m * n, n);
+  }
+}
+
+template <class T>
+void conv(const Dispatch& d, const std::vector<Arg>& in, const Arg& out) {
+  const auto& a = std::get<ConvAttrs>(d.attrs);
+  switch (d.op) {
+    case Op::conv2d:
+      conv_forward(geometry(in[0].shape(), in[1].shape(), out.shape(), a), in[0].as<T>(), in[1].as<T>(), out.as<T>());
+      break;
+    case Op::conv2d_backward_input:
+      conv_backward_input(geometry(out.shape(), in[1].shape(), in[0].shape(), a), in[0].as<T>(), in[1].as<T>(), out.as<T>());
+      break;
+    case Op::conv2d_backward_weight:
+      conv_backward_weight(geometry(in[0].shape(), out.shape(), in[1].shape(), a), in[0].as<T>(), in[1].as<T>(), out.as<T>());
+      break;
+    default: kernel_error(d.op, "not a convolution");
+  }
+}
+
+template <class T>
+void pool(const Dispatch& d, const std::vector<Arg>& in, const Arg& out) {
+  if (d.op == Op::upsample_nearest2x) {
+    const Shape& s = in[0].shape();
+    const int64_t planes = s[0] * s[1], h = s[2], w = s[3];
+    const T* x = in[0].as<T>();
+    T* y = out.as<T>();
+#pragma omp parallel for schedule(static) if (out.n() > kParallelMin)
+    for (int64_t p = 0; p < planes; ++p) {
+      for (int64_t i = 0; i < 2 * h; ++i) {
+        for (int64_t j = 0; j < 2 * w; ++j) y[(p * 2 * h + i) * 2 * w + j] = x[(p * h + i / 2) * w + j / 2];
+      }
+    }
+    return;
+  }
+  const auto& a = std::get<PoolAttrs>(d.attrs);
+  const bool backward = d.op == Op::max_pool2d_backward || d.op == Op::avg_pool2d_backward;
+  const Shape& xs = backward ? out.shape() : in[0].shape();
+  const Shape& ys = d.op == Op::max_pool2d_backward ? in[1].shape() : backward ? in[0].shape() : out.shape();
+  const int64_t planes = xs[0] * xs[1], h = xs[2], w = xs[3], oh = ys[2], ow = ys[3];
+  const int64_t kk = a.kernel[0] * a.kernel[1];
+  if (backward) std::fill(out.as<T>(), out.as<T>() + out.n(), T(0));
+#pragma omp parallel for schedule(static) if (planes * h * w > kParallelMin)
+  for (int64_t p = 0; p < planes; ++p) {
+    for (int64_t oy = 0; oy < oh; ++oy) {
+      for (int64_t ox = 0; ox < ow; ++ox) {
+        const int64_t y0 = oy * a.stride[0] - a.pad[0], x0 = ox * a.stride[1] - a.pad[1];
+        const int64_t o = (p * oh + oy) * ow + ox;
+        double best = -INFINITY, acc = 0;
+        int64_t arg = -1;
+        for (int64_t i = std::max<int64_t>(y0, 0); i < std::min(y0 + a.kernel[0], h); ++i) {
+          for (int64_t j = std::max<int64_t>(x0, 0); j < std::min(x0 + a.kernel[1], w); ++j) {
+            const int64_t idx = (p * h + i) * w + j;
+            switch (d.op) {
+              case Op::max_pool2d: case Op::max_pool2d_backward: {
+                double v = double(in[0].as<T>()[idx]);
+                if (v > best) { best = v; arg = idx; }
+                break;
+              }
+              case Op::avg_pool2d: acc += double(in[0].as<T>()[idx]); break;
+              default: out.as<T>()[idx] += in[0].as<T>()[o] / T(kk); break;  // avg backward
+            }
+          }
+        }
+        if (d.op == Op::max_pool2d) out.as<T>()[o] = T(best);
+        else if (d.op == Op::avg_pool2d) out.as<T>()[o] = T(acc / double(kk));
+        else if (d.op == Op::max_pool2d_backward && arg >= 0) out.as<T>()[arg] += in[1].as<T>()[o];
+      }
+    }
+  }
+}
+
+template void linalg<float>(const Dispatch&, const std::vector<Arg>&, const Arg&);
+template void linalg<double>(const Dispatch&, const std::vector<Arg>&, const Arg&);
+template void conv<float>(const Dispatch&, const std::vector<Arg>&, const Arg&);
+template void conv<double>(const Dispatch&, const std::vector<Arg>&, const Arg&);
+template void pool<float>(const Dispatch&, const std::vector<Arg>&, const Arg&);
+template void pool<double>(const Dispatch&, const std::vector<Arg>&, const Arg&);
+
+}  // namespace meganeura::cpu

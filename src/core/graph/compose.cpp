@@ -1,0 +1,96 @@
+// User-level ops written as compositions of primitives: their gradients come for free and a
+// backend only has to implement the primitives (fusion passes may later match these patterns).
+#include <cmath>
+#include <stdexcept>
+
+#include "meganeura/graph.h"
+
+namespace meganeura {
+
+Tensor layer_norm(Tensor x, std::optional<Tensor> gamma, std::optional<Tensor> beta, double eps) {
+  for (auto& p : {gamma, beta}) {
+    if (p && p->shape() != Shape{x.dim(-1)}) {
+      throw std::invalid_argument("[layer_norm] scale/shift must be (" + std::to_string(x.dim(-1)) +
+                                  "), got " + shape_str(p->shape()) + " for input " + shape_str(x.shape()));
+    }
+  }
+  Tensor xc = x - mean(x, {-1}, true);
+  Tensor y = xc * rsqrt(mean(xc * xc, {-1}, true) + eps);
+  if (gamma) y = y * *gamma;
+  if (beta) y = y + *beta;
+  return y;
+}
+
+Tensor rms_norm(Tensor x, std::optional<Tensor> gamma, double eps) {
+  if (gamma && gamma->shape() != Shape{x.dim(-1)}) {
+    throw std::invalid_argument("[rms_norm] scale must be (" + std::to_string(x.dim(-1)) + "), got " +
+                                shape_str(gamma->shape()) + " for input " + shape_str(x.shape()));
+  }
+  Tensor y = x * rsqrt(mean(x * x, {-1}, true) + eps);
+  return gamma ? y * *gamma : y;
+}
+
+Tensor group_norm(Tensor x, int64_t groups, std::optional<Tensor> gamma, std::optional<Tensor> beta,
+                  double eps) {
+  if (x.rank() < 2 || groups < 1 || x.dim(1) % groups) {
+    throw std::invalid_argument("[group_norm] channels of " + shape_str(x.shape()) +
+                                " not divisible into " + std::to_string(groups) + " groups");
+  }
+  int64_t c = x.dim(1);
+  Shape affine_shape(size_t(x.rank()), 1);
+  affine_shape[1] = c;
+  for (auto& p : {gamma, beta}) {
+    if (p && p->shape() != Shape{c}) {
+      throw std::invalid_argument("[group_norm] scale/shift must be (" + std::to_string(c) + "), got " + shape_str(p->shape()));
+    }
+  }
+  Tensor y = layer_norm(reshape(x, {x.dim(0), groups, -1}), std::nullopt, std::nullopt, eps);
+  y = reshape(y, x.shape());
+  if (gamma) y = y * reshape(*gamma, affine_shape);
+  if (beta) y = y + reshape(*beta, affine_shape);
+  return y;
+}
+
+Tensor swiglu(Tensor gate, Tensor up) { return silu(gate) * up; }
+
+Tensor attention(Tensor q, Tensor k, Tensor v, bool causal, std::optional<double> scale) {
+  if (q.rank() != 4 || k.rank() != 4 || v.rank() != 4) {
+    throw std::invalid_argument("[attention] expects q, k, v of rank 4 [B,H,S,D], got " + shape_str(q.shape()) +
+                                ", " + shape_str(k.shape()) + ", " + shape_str(v.shape()));
+  }
+  int64_t b = q.dim(0), hq = q.dim(1), hkv = k.dim(1), sk = k.dim(2);
+  if (k.dim(0) != b || v.dim(0) != b || v.dim(1) != hkv || v.dim(2) != sk || k.dim(3) != q.dim(3) ||
+      hkv < 1 || hq % hkv) {
+    throw std::invalid_argument("[attention] incompatible shapes q " + shape_str(q.shape()) + ", k " +
+                                shape_str(k.shape()) + ", v " + shape_str(v.shape()) +
+                                " (query heads must be a multiple of key/value heads)");
+  }
+  auto expand = [&](Tensor t) {  // grouped-query: share each key/value head across hq/hkv queries
+    if (hq == hkv) return t;
+    Tensor e = broadcast_to(reshape(t, {b, hkv, 1, sk, t.dim(3)}), {b, hkv, hq / hkv, sk, t.dim(3)});
+    return reshape(e, {b, hq, sk, t.dim(3)});
+  };
+  double s = scale.value_or(1.0 / std::sqrt(double(q.dim(3))));
+  Tensor scores = matmul(q, expand(k), false, true) * s;
+  if (causal) scores = causal_mask(scores);
+  return matmul(softmax(scores, -1), expand(v));
+}
+
+Tensor cross_entropy(Tensor logits, Tensor targets, int64_t ignore_index) {
+  if (logits.rank() != 2 || targets.rank() != 1 || targets.dim(0) != logits.dim(0)) {
+    throw std::invalid_argument("[cross_entropy] expects logits [N,C] and targets [N], got " +
+                                shape_str(logits.shape()) + " and " + shape_str(targets.shape()));
+  }
+  Tensor oh = one_hot(targets, logits.dim(1), ignore_index);
+  return neg(sum(oh * log_softmax(logits, -1))) / sum(oh);
+}
+
+Tensor mse(Tensor pred, Tensor target) {
+  if (pred.shape() != target.shape()) {
+    throw std::invalid_argument("[mse] shapes differ: " + shape_str(pred.shape()) + " and " + shape_str(target.shape()));
+  }
+  Tensor d = pred - target;
+  return mean(d * d);
+}
+
+}  // namespace meganeura

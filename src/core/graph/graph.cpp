@@ -1,0 +1,215 @@
+#include <nlohmann/json.hpp>
+
+#include <sstream>
+#include <stdexcept>
+
+#include "graph/op_table.h"
+#include "meganeura/graph.h"
+
+namespace meganeura {
+
+int64_t numel(const Shape& s) {
+  int64_t n = 1;
+  for (int64_t d : s) n *= d;
+  return n;
+}
+
+std::string shape_str(const Shape& s) {
+  std::string r = "(";
+  for (size_t i = 0; i < s.size(); ++i) r += (i ? "," : "") + std::to_string(s[i]);
+  return r + ")";
+}
+
+TensorType Tensor::type() const { return graph->node(id).type; }
+
+int64_t Tensor::dim(int64_t i) const {
+  const Shape s = shape();
+  int64_t r = int64_t(s.size());
+  if (i < 0) i += r;
+  if (i < 0 || i >= r) {
+    throw std::invalid_argument("[graph] axis " + std::to_string(i) + " out of range for shape " +
+                                shape_str(s));
+  }
+  return s[size_t(i)];
+}
+
+namespace {
+void check_name(const std::string& what, const std::string& name) {
+  if (name.empty()) throw std::invalid_argument("[graph] " + what + " needs a name");
+}
+void check_shape(const std::string& what, const Shape& s) {
+  for (int64_t d : s) {
+    if (d < 0) throw std::invalid_argument("[graph] " + what + " has a negative dimension " + shape_str(s));
+  }
+}
+}  // namespace
+
+Tensor Graph::leaf(Op op, const std::string& name, Shape shape, DType dtype, Init init) {
+  check_name(std::string(op_name(op)), name);
+  check_shape(std::string(op_name(op)) + " '" + name + "'", shape);
+  if (find(name)) throw std::invalid_argument("[graph] duplicate name '" + name + "'");
+  Node n{op, NoAttrs{}, {}, TensorType{dtype, std::move(shape)}, name, init, {}};
+  nodes_.push_back(std::move(n));
+  return Tensor{this, NodeId(nodes_.size() - 1)};
+}
+
+Tensor Graph::input(const std::string& name, Shape shape, DType dtype) {
+  return leaf(Op::input, name, std::move(shape), dtype, {});
+}
+Tensor Graph::parameter(const std::string& name, Shape shape, Init init, DType dtype) {
+  if (!dtype_is_float(dtype)) throw std::invalid_argument("[graph] parameter '" + name + "' must be floating point");
+  return leaf(Op::parameter, name, std::move(shape), dtype, init);
+}
+Tensor Graph::state(const std::string& name, Shape shape, Init init, DType dtype) {
+  return leaf(Op::state, name, std::move(shape), dtype, init);
+}
+
+Tensor Graph::constant(std::vector<double> values, Shape shape, DType dtype) {
+  check_shape("constant", shape);
+  if (int64_t(values.size()) != numel(shape)) {
+    throw std::invalid_argument("[constant] " + std::to_string(values.size()) +
+                                " values do not fill shape " + shape_str(shape));
+  }
+  Node n{Op::constant, NoAttrs{}, {}, TensorType{dtype, std::move(shape)}, {}, {}, std::move(values)};
+  nodes_.push_back(std::move(n));
+  return Tensor{this, NodeId(nodes_.size() - 1)};
+}
+
+void Graph::output(const std::string& name, Tensor t) {
+  check_name("output", name);
+  if (t.graph != this) throw std::invalid_argument("[graph] output '" + name + "' is from another graph");
+  for (auto& [n, id] : outputs_) {
+    if (n == name) throw std::invalid_argument("[graph] duplicate output '" + name + "'");
+  }
+  outputs_.emplace_back(name, t.id);
+}
+
+void Graph::assign(Tensor state, Tensor value) {
+  const Node& s = node(state.id);
+  if (s.op != Op::state && s.op != Op::parameter) {
+    throw std::invalid_argument("[assign] target must be a state or parameter, got " +
+                                std::string(op_name(s.op)));
+  }
+  if (s.type != value.type()) {
+    throw std::invalid_argument("[assign] '" + s.name + "' has type " + shape_str(s.type.shape) +
+                                " but the value has " + shape_str(value.shape()));
+  }
+  for (auto& [dst, src] : assignments_) {
+    if (dst == state.id) throw std::invalid_argument("[assign] '" + s.name + "' assigned twice");
+  }
+  assignments_.emplace_back(state.id, value.id);
+}
+
+Tensor Graph::add_node(Op op, Attrs attrs, std::vector<NodeId> inputs, TensorType type,
+                       std::string name) {
+  const OpInfo& info = op_info(op);
+  if (info.arity >= 0 && int(inputs.size()) != info.arity) {
+    throw std::invalid_argument("[" + std::string(info.name) + "] expects " +
+                                std::to_string(info.arity) + " inputs, got " +
+                                std::to_string(inputs.size()));
+  }
+  for (NodeId i : inputs) {
+    if (i >= nodes_.size()) throw std::invalid_argument("[" + std::string(info.name) + "] input %" + std::to_string(i) + " does not exist");
+  }
+  check_shape(std::string(info.name), type.shape);
+  nodes_.push_back(Node{op, std::move(attrs), std::move(inputs), std::move(type), std::move(name), {}, {}});
+  return Tensor{this, NodeId(nodes_.size() - 1)};
+}
+
+std::vector<NodeId> Graph::parameters() const {
+  std::vector<NodeId> r;
+  for (NodeId i = 0; i < nodes_.size(); ++i) {
+    if (nodes_[i].op == Op::parameter) r.push_back(i);
+  }
+  return r;
+}
+
+std::optional<NodeId> Graph::find(const std::string& leaf_name) const {
+  for (NodeId i = 0; i < nodes_.size(); ++i) {
+    if (op_info(nodes_[i].op).family == OpFamily::leaf && nodes_[i].name == leaf_name) return i;
+  }
+  return std::nullopt;
+}
+
+// ---- serialisation -----
+namespace {
+using nlohmann::json;
+
+json shape_json(const Shape& s) { return json(s); }
+
+struct AttrJson {
+  json operator()(const NoAttrs&) const { return json::object(); }
+  json operator()(const AffineAttrs& a) const { return {{"scale", a.scale}, {"shift", a.shift}}; }
+  json operator()(const CastAttrs& a) const { return {{"to", dtype_name(a.to)}}; }
+  json operator()(const ClipAttrs& a) const { return {{"max_norm", a.max_norm}}; }
+  json operator()(const ReduceAttrs& a) const { return {{"axes", a.axes}, {"keepdims", a.keepdims}}; }
+  json operator()(const AxisAttrs& a) const { return {{"axis", a.axis}}; }
+  json operator()(const MatmulAttrs& a) const { return {{"trans_a", a.trans_a}, {"trans_b", a.trans_b}}; }
+  json operator()(const ConvAttrs& a) const {
+    return {{"stride", {a.stride[0], a.stride[1]}}, {"pad", {a.pad[0], a.pad[1]}},
+            {"dilation", {a.dilation[0], a.dilation[1]}}, {"groups", a.groups},
+            {"grad_shape", a.grad_shape}};
+  }
+  json operator()(const PoolAttrs& a) const {
+    return {{"kernel", {a.kernel[0], a.kernel[1]}}, {"stride", {a.stride[0], a.stride[1]}},
+            {"pad", {a.pad[0], a.pad[1]}}, {"grad_shape", a.grad_shape}};
+  }
+  json operator()(const ShapeAttrs& a) const { return {{"shape", a.shape}}; }
+  json operator()(const PermuteAttrs& a) const { return {{"perm", a.perm}}; }
+  json operator()(const SliceAttrs& a) const { return {{"starts", a.starts}, {"ends", a.ends}}; }
+  json operator()(const PadAttrs& a) const { return {{"before", a.before}, {"after", a.after}}; }
+  json operator()(const EmbeddingAttrs& a) const { return {{"num_rows", a.num_rows}}; }
+  json operator()(const OneHotAttrs& a) const { return {{"classes", a.classes}, {"ignore_index", a.ignore_index}}; }
+  json operator()(const RopeAttrs& a) const { return {{"theta", a.theta}, {"inverse", a.inverse}}; }
+  json operator()(const MaskAttrs& a) const { return {{"fill", a.fill}}; }
+  json operator()(const ScheduleAttrs& a) const {
+    return {{"base_lr", a.base_lr}, {"warmup", a.warmup}, {"total", a.total}, {"min_lr", a.min_lr}};
+  }
+};
+}  // namespace
+
+std::string attrs_json(const Attrs& a) { return std::visit(AttrJson{}, a).dump(); }
+
+std::string Graph::to_json() const {
+  json nodes = json::array();
+  for (const Node& n : nodes_) {
+    json j = {{"op", op_name(n.op)}, {"inputs", n.inputs}, {"dtype", dtype_name(n.type.dtype)},
+              {"shape", shape_json(n.type.shape)}, {"attrs", std::visit(AttrJson{}, n.attrs)}};
+    if (!n.name.empty()) j["name"] = n.name;
+    if (n.op == Op::parameter || n.op == Op::state) j["init"] = {int(n.init.kind), n.init.a};
+    if (n.op == Op::constant) j["values"] = n.const_data;
+    nodes.push_back(std::move(j));
+  }
+  json outs = json::array();
+  for (auto& [name, id] : outputs_) outs.push_back({name, id});
+  json assigns = json::array();
+  for (auto& [dst, src] : assignments_) assigns.push_back({dst, src});
+  return json{{"nodes", nodes}, {"outputs", outs}, {"assign", assigns}}.dump();
+}
+
+uint64_t fnv1a(std::string_view s) {
+  uint64_t h = 1469598103934665603ull;
+  for (unsigned char c : s) h = (h ^ c) * 1099511628211ull;
+  return h;
+}
+
+uint64_t Graph::hash() const { return fnv1a(to_json()); }
+
+std::string Graph::dump() const {
+  std::ostringstream os;
+  for (NodeId i = 0; i < nodes_.size(); ++i) {
+    const Node& n = nodes_[i];
+    os << '%' << i << " = " << op_name(n.op) << '(';
+    for (size_t k = 0; k < n.inputs.size(); ++k) os << (k ? ", %" : "%") << n.inputs[k];
+    os << ')';
+    std::string a = std::visit(AttrJson{}, n.attrs).dump();
+    if (a != "{}") os << ' ' << a;
+    if (!n.name.empty()) os << " \"" << n.name << '"';
+    os << " : " << dtype_name(n.type.dtype) << shape_str(n.type.shape) << '\n';
+  }
+  for (auto& [name, id] : outputs_) os << "output " << name << " = %" << id << '\n';
+  for (auto& [dst, src] : assignments_) os << "assign %" << dst << " <- %" << src << '\n';
+  return os.str();
+}
+
+}  // namespace meganeura

@@ -1,0 +1,362 @@
+#include <nlohmann/json.hpp>
+
+#include <algorithm>
+#include <map>
+#include <numeric>
+#include <sstream>
+#include <stdexcept>
+
+#include "graph/op_table.h"
+#include "meganeura/program.h"
+
+namespace meganeura {
+
+std::string_view role_name(Role r) {
+  switch (r) {
+    case Role::input: return "input";
+    case Role::parameter: return "parameter";
+    case Role::state: return "state";
+    case Role::constant: return "constant";
+    case Role::output: return "output";
+    case Role::temp: return "temp";
+  }
+  return "?";
+}
+
+namespace {
+
+uint64_t align_up(uint64_t v, uint64_t a) { return (v + a - 1) / a * a; }
+
+// Union-find over tensors that share one piece of memory (views and in-place outputs).
+struct Groups {
+  std::vector<uint32_t> parent;
+  uint32_t find(uint32_t i) {
+    while (parent[i] != i) i = parent[i] = parent[parent[i]];
+    return i;
+  }
+};
+
+struct Interval {
+  uint32_t group;
+  uint64_t size;
+  int64_t first, last;  // dispatch indices, inclusive
+  uint64_t offset = 0;
+};
+
+// Best-fit: each block (largest first) takes the smallest gap, among blocks already placed whose
+// lifetimes overlap its own, that holds it.
+uint64_t place(std::vector<Interval>& blocks) {
+  std::vector<size_t> order(blocks.size());
+  std::iota(order.begin(), order.end(), 0);
+  std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) {
+    if (blocks[a].size != blocks[b].size) return blocks[a].size > blocks[b].size;
+    return blocks[a].first < blocks[b].first;
+  });
+  std::vector<size_t> placed;
+  uint64_t arena = 0;
+  for (size_t bi : order) {
+    Interval& b = blocks[bi];
+    std::vector<std::pair<uint64_t, uint64_t>> busy;
+    for (size_t pi : placed) {
+      const Interval& p = blocks[pi];
+      if (p.first <= b.last && b.first <= p.last) busy.emplace_back(p.offset, p.offset + p.size);
+    }
+    std::sort(busy.begin(), busy.end());
+    uint64_t best = UINT64_MAX, best_gap = UINT64_MAX, cursor = 0;
+    for (auto [lo, hi] : busy) {
+      if (lo > cursor && lo - cursor >= b.size && lo - cursor < best_gap) {
+        best = cursor;
+        best_gap = lo - cursor;
+      }
+      cursor = std::max(cursor, hi);
+    }
+    b.offset = best != UINT64_MAX ? best : cursor;
+    arena = std::max(arena, b.offset + b.size);
+    placed.push_back(bi);
+  }
+  return arena;
+}
+
+}  // namespace
+
+Program plan(const Graph& g, const PlanOptions& opt) {
+  if (opt.float_dtype != DType::f32 && opt.float_dtype != DType::f64) {
+    throw std::invalid_argument("[plan] float_dtype must be f32 or f64");
+  }
+  if (g.outputs().empty() && g.assignments().empty()) {
+    throw std::invalid_argument("[plan] graph has no outputs and no assignments: nothing to run");
+  }
+  const size_t n_nodes = g.size();
+  Program p;
+  p.float_dtype = opt.float_dtype;
+  p.graph_hash = g.hash();
+
+  // Liveness: what the outputs and assignments need.
+  std::vector<char> live(n_nodes, 0);
+  for (auto& [name, id] : g.outputs()) live[id] = 1;
+  for (auto& [dst, src] : g.assignments()) live[dst] = live[src] = 1;
+  for (size_t i = n_nodes; i-- > 0;) {
+    if (live[i]) {
+      for (NodeId k : g.node(NodeId(i)).inputs) live[k] = 1;
+    }
+  }
+
+  auto stored_of = [&](DType t) { return dtype_is_float(t) ? opt.float_dtype : t; };
+  std::map<NodeId, std::string> output_name;
+  for (auto& [name, id] : g.outputs()) {
+    if (output_name.count(id) || op_info(g.node(id).op).family == OpFamily::leaf) {
+      // A node named twice, or a leaf named as output, is copied into its own buffer.
+      continue;
+    }
+    output_name[id] = name;
+  }
+
+  std::vector<int64_t> tensor_of(n_nodes, -1);
+  auto new_tensor = [&](NodeId id, Role role, std::string binding) {
+    const Node& n = g.node(id);
+    ProgramTensor t;
+    t.type = n.type;
+    t.stored = stored_of(n.type.dtype);
+    t.role = role;
+    t.binding = std::move(binding);
+    t.bytes = uint64_t(n.type.numel()) * dtype_size(t.stored);
+    t.node = id;
+    p.tensors.push_back(t);
+    return uint32_t(p.tensors.size() - 1);
+  };
+  auto add_external = [&](const std::string& name, Role role, const Node& n) {
+    if (p.external(name)) throw std::invalid_argument("[plan] two buffers named '" + name + "'");
+    p.externals.push_back(ExternalBuffer{name, role, n.type, stored_of(n.type.dtype), n.init, n.const_data});
+  };
+
+  std::vector<uint32_t> view_base;  // per tensor: the tensor whose memory it uses
+  int constants = 0;
+  for (NodeId id = 0; id < n_nodes; ++id) {
+    if (!live[id]) continue;
+    const Node& n = g.node(id);
+    const OpInfo& info = op_info(n.op);
+    if (info.family == OpFamily::leaf) {
+      Role role = n.op == Op::input ? Role::input : n.op == Op::parameter ? Role::parameter
+                : n.op == Op::state ? Role::state : Role::constant;
+      std::string name = role == Role::constant ? "const." + std::to_string(constants++) : n.name;
+      add_external(name, role, n);
+      tensor_of[id] = new_tensor(id, role, name);
+      view_base.push_back(uint32_t(tensor_of[id]));
+      continue;
+    }
+    auto out = output_name.find(id);
+    bool is_output = out != output_name.end();
+    if (n.op == Op::reshape && !is_output) {  // a view: same bytes, new shape
+      uint32_t src = uint32_t(tensor_of[n.inputs[0]]);
+      uint32_t t = new_tensor(id, p.tensors[src].role, p.tensors[src].binding);
+      view_base.push_back(view_base[src]);
+      tensor_of[id] = t;
+      p.memory.views++;
+      continue;
+    }
+    uint32_t t = is_output ? new_tensor(id, Role::output, out->second) : new_tensor(id, Role::temp, "");
+    if (is_output) add_external(out->second, Role::output, n);
+    view_base.push_back(t);
+    tensor_of[id] = t;
+    Dispatch d{n.op, n.attrs, {}, t, 0, 0};
+    for (NodeId k : n.inputs) d.reads.push_back(uint32_t(tensor_of[k]));
+    OpCost c = op_cost(g, n);
+    d.flops = c.flops;
+    d.bytes = c.bytes;
+    p.dispatches.push_back(std::move(d));
+  }
+
+  // Outputs that are leaves or named twice get a copy into their own buffer.
+  for (auto& [name, id] : g.outputs()) {
+    if (output_name.count(id) && output_name[id] == name) continue;
+    const Node& n = g.node(id);
+    uint32_t t = new_tensor(id, Role::output, name);
+    add_external(name, Role::output, n);
+    view_base.push_back(t);
+    p.dispatches.push_back(Dispatch{Op::copy, NoAttrs{}, {uint32_t(tensor_of[id])}, t, 0, 2.0 * double(p.tensors[t].bytes)});
+  }
+
+  // Last dispatch reading each memory base (views count as their base).
+  const size_t nt = p.tensors.size();
+  std::vector<int64_t> first_def(nt, -1), last_read(nt, -1);
+  for (size_t di = 0; di < p.dispatches.size(); ++di) {
+    const Dispatch& d = p.dispatches[di];
+    for (uint32_t r : d.reads) last_read[view_base[r]] = int64_t(di);
+    if (first_def[view_base[d.write]] < 0) first_def[view_base[d.write]] = int64_t(di);
+  }
+
+  // State updates: write the new value straight into the state when nothing reads the old
+  // value afterwards; otherwise copy at the end of the step.
+  for (auto& [dst, src] : g.assignments()) {
+    uint32_t st = uint32_t(tensor_of[dst]), val = uint32_t(tensor_of[src]);
+    uint32_t vb = view_base[val];
+    bool direct = p.tensors[vb].role == Role::temp && vb == val && first_def[vb] >= 0;
+    if (direct) {
+      int64_t t = first_def[vb];
+      const Dispatch& d = p.dispatches[size_t(t)];
+      int inplace = op_info(d.op).inplace_input;
+      for (size_t di = size_t(t); di < p.dispatches.size() && direct; ++di) {
+        const Dispatch& e = p.dispatches[di];
+        for (size_t k = 0; k < e.reads.size(); ++k) {
+          if (view_base[e.reads[k]] != view_base[st]) continue;
+          bool same_slot = di == size_t(t) && int(k) == inplace &&
+                           p.tensors[e.reads[k]].type.shape == p.tensors[val].type.shape;
+          if (!same_slot) direct = false;
+        }
+      }
+      // The value must not be read after another dispatch may have changed the state.
+      for (auto& [dst2, src2] : g.assignments()) {
+        if (dst2 != dst && src2 == src) direct = false;
+      }
+    }
+    if (direct) {
+      ProgramTensor& v = p.tensors[val];
+      v.role = Role::state;
+      v.binding = p.tensors[st].binding;
+      continue;
+    }
+    uint32_t t = new_tensor(dst, p.tensors[st].role, p.tensors[st].binding);
+    view_base.push_back(t);
+    first_def.push_back(-1);
+    last_read.push_back(-1);
+    p.dispatches.push_back(Dispatch{Op::copy, NoAttrs{}, {val}, t, 0, 2.0 * double(p.tensors[t].bytes)});
+    last_read[view_base[val]] = int64_t(p.dispatches.size() - 1);
+  }
+  // Views of buffers that became external follow their base.
+  for (size_t i = 0; i < p.tensors.size(); ++i) {
+    ProgramTensor& base = p.tensors[view_base[i]];
+    if (view_base[i] != i) {
+      p.tensors[i].role = base.role;
+      p.tensors[i].binding = base.binding;
+    }
+  }
+
+  // In-place: an elementwise output takes over its input's memory when that input dies here.
+  Groups groups{std::vector<uint32_t>(p.tensors.size())};
+  std::iota(groups.parent.begin(), groups.parent.end(), 0);
+  std::vector<int64_t> group_last(p.tensors.size(), -1);
+  for (size_t i = 0; i < p.tensors.size(); ++i) group_last[i] = last_read[view_base[i]];
+  for (size_t di = 0; di < p.dispatches.size() && opt.inplace; ++di) {
+    const Dispatch& d = p.dispatches[di];
+    int k = op_info(d.op).inplace_input;
+    if (k < 0 || size_t(k) >= d.reads.size() || p.tensors[d.write].role != Role::temp) continue;
+    uint32_t in = d.reads[size_t(k)], in_base = view_base[in];
+    if (p.tensors[in_base].role != Role::temp || p.tensors[in].bytes != p.tensors[d.write].bytes ||
+        p.tensors[in].type.shape != p.tensors[d.write].type.shape) {
+      continue;
+    }
+    uint32_t gi = groups.find(in_base);
+    if (group_last[gi] != int64_t(di)) continue;
+    // Another read of the same memory is safe only at the same index (same shape, no broadcast).
+    bool safe = true;
+    for (uint32_t r : d.reads) {
+      if (groups.find(view_base[r]) == gi && p.tensors[r].type.shape != p.tensors[d.write].type.shape) safe = false;
+    }
+    if (!safe) continue;
+    uint32_t go = groups.find(d.write);
+    groups.parent[go] = gi;
+    group_last[gi] = std::max(group_last[gi], group_last[go]);
+    p.memory.inplace_reuses++;
+  }
+
+  // Intervals per group of temporaries.
+  std::map<uint32_t, Interval> by_group;
+  for (size_t i = 0; i < p.tensors.size(); ++i) {
+    if (view_base[i] != i || p.tensors[i].role != Role::temp) continue;
+    uint32_t gid = groups.find(uint32_t(i));
+    uint64_t size = align_up(p.tensors[i].bytes, opt.alignment);
+    p.memory.logical_bytes += size;
+    auto [it, fresh] = by_group.try_emplace(gid, Interval{gid, size, first_def[i], last_read[i]});
+    Interval& iv = it->second;
+    if (!fresh) {
+      iv.size = std::max(iv.size, size);
+      iv.first = std::min(iv.first, first_def[i]);
+      iv.last = std::max(iv.last, last_read[i]);
+    }
+    iv.last = std::max(iv.last, iv.first);  // written but never read: still needs its bytes
+  }
+  std::vector<Interval> blocks;
+  for (auto& [gid, iv] : by_group) blocks.push_back(iv);
+  p.arena_bytes = place(blocks);
+  p.memory.planned_bytes = p.arena_bytes;
+  std::vector<uint64_t> live_bytes(p.dispatches.size() + 1, 0);
+  std::map<uint32_t, uint64_t> offset_of;
+  for (const Interval& b : blocks) {
+    offset_of[b.group] = b.offset;
+    for (int64_t t = std::max<int64_t>(b.first, 0); t <= b.last; ++t) live_bytes[size_t(t)] += b.size;
+  }
+  p.memory.lower_bound_bytes = *std::max_element(live_bytes.begin(), live_bytes.end());
+  for (size_t i = 0; i < p.tensors.size(); ++i) {
+    ProgramTensor& t = p.tensors[i];
+    if (t.role == Role::temp) t.offset = offset_of.at(groups.find(view_base[i]));
+  }
+  for (const ExternalBuffer& e : p.externals) p.memory.external_bytes += uint64_t(e.type.numel()) * dtype_size(e.stored);
+  return p;
+}
+
+// ---- Program utilities -----
+double Program::total_flops() const {
+  double f = 0;
+  for (const Dispatch& d : dispatches) f += d.flops;
+  return f;
+}
+double Program::total_bytes() const {
+  double b = 0;
+  for (const Dispatch& d : dispatches) b += d.bytes;
+  return b;
+}
+const ExternalBuffer* Program::external(const std::string& name) const {
+  for (const ExternalBuffer& e : externals) {
+    if (e.name == name) return &e;
+  }
+  return nullptr;
+}
+
+std::string Program::to_json() const {
+  using nlohmann::json;
+  json ts = json::array();
+  for (const ProgramTensor& t : tensors) {
+    ts.push_back({{"dtype", dtype_name(t.type.dtype)}, {"stored", dtype_name(t.stored)},
+                  {"shape", t.type.shape}, {"role", role_name(t.role)}, {"binding", t.binding},
+                  {"offset", t.offset}, {"bytes", t.bytes}});
+  }
+  json ds = json::array();
+  for (const Dispatch& d : dispatches) {
+    ds.push_back({{"op", op_name(d.op)}, {"attrs", json::parse(attrs_json(d.attrs))},
+                  {"reads", d.reads}, {"write", d.write}, {"flops", d.flops}, {"bytes", d.bytes}});
+  }
+  json es = json::array();
+  for (const ExternalBuffer& e : externals) {
+    es.push_back({{"name", e.name}, {"role", role_name(e.role)}, {"dtype", dtype_name(e.type.dtype)},
+                  {"shape", e.type.shape}, {"init", {int(e.init.kind), e.init.a}}, {"values", e.const_data}});
+  }
+  return json{{"float_dtype", dtype_name(float_dtype)}, {"arena_bytes", arena_bytes},
+              {"graph_hash", graph_hash}, {"tensors", ts}, {"dispatches", ds}, {"externals", es},
+              {"memory", {{"logical", memory.logical_bytes}, {"planned", memory.planned_bytes},
+                          {"lower_bound", memory.lower_bound_bytes}, {"external", memory.external_bytes}}}}
+      .dump();
+}
+
+uint64_t Program::hash() const { return fnv1a(to_json()); }
+
+std::string Program::dump() const {
+  std::ostringstream os;
+  os << "arena " << arena_bytes << " bytes (lower bound " << memory.lower_bound_bytes << ", logical "
+     << memory.logical_bytes << ")\n";
+  auto name = [&](uint32_t t) {
+    const ProgramTensor& x = tensors[t];
+    return x.role == Role::temp ? "t" + std::to_string(t) + "@" + std::to_string(x.offset) : x.binding;
+  };
+  for (size_t i = 0; i < dispatches.size(); ++i) {
+    const Dispatch& d = dispatches[i];
+    os << '#' << i << ' ' << name(d.write) << " = " << op_name(d.op) << '(';
+    for (size_t k = 0; k < d.reads.size(); ++k) os << (k ? ", " : "") << name(d.reads[k]);
+    os << ')';
+    std::string a = attrs_json(d.attrs);
+    if (a != "{}") os << ' ' << a;
+    os << " : " << dtype_name(tensors[d.write].type.dtype) << shape_str(tensors[d.write].type.shape) << '\n';
+  }
+  return os.str();
+}
+
+}  // namespace meganeura

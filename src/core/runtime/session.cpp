@@ -1,0 +1,180 @@
+#include "meganeura/session.h"
+
+#include <cmath>
+#include <stdexcept>
+
+#include "backend/cpu/kernels.h"
+#include "graph/op_table.h"
+
+namespace meganeura {
+
+Device parse_device(const std::string& s) {
+  if (s == "cpu") return Device::cpu;
+  if (s == "vulkan") return Device::vulkan;
+  if (s == "auto") return Device::automatic;
+  throw std::invalid_argument("[session] unknown device '" + s + "' (expected cpu, vulkan or auto)");
+}
+
+namespace {
+
+// Deterministic per-buffer random stream: splitmix64 seeded by (seed, name).
+struct Rng {
+  uint64_t s;
+  uint64_t next() {
+    uint64_t z = (s += 0x9e3779b97f4a7c15ull);
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    return z ^ (z >> 31);
+  }
+  double uniform() { return double(next() >> 11) * 0x1.0p-53; }  // [0, 1)
+  double normal() {
+    double u1 = uniform(), u2 = uniform();
+    return std::sqrt(-2.0 * std::log(1.0 - u1)) * std::cos(2.0 * M_PI * u2);
+  }
+};
+
+std::unique_ptr<Backend> make_backend(const SessionOptions& o) {
+  switch (o.device) {
+    case Device::cpu:
+    case Device::automatic:  // the best available device: the reference backend is always there
+      return make_cpu_backend(CpuOptions{o.threads});
+    case Device::vulkan:
+      throw std::runtime_error("[session] the Vulkan backend is not part of this build; use --device cpu or auto");
+  }
+  throw std::invalid_argument("[session] invalid device");
+}
+
+}  // namespace
+
+Session::Session(SessionOptions options) : options_(options), backend_(make_backend(options)) {
+  if (options.f64_oracle && options.device == Device::vulkan) {
+    throw std::invalid_argument("[session] the f64 oracle runs on the reference CPU backend only");
+  }
+}
+Session::~Session() = default;
+Session::Session(Session&&) noexcept = default;
+Session& Session::operator=(Session&&) noexcept = default;
+
+std::string Session::device_name() const { return backend_->device_name(); }
+
+size_t Session::add(const Graph& g) {
+  PlanOptions po;
+  po.float_dtype = options_.f64_oracle ? DType::f64 : DType::f32;
+  return add(plan(g, po));
+}
+
+size_t Session::add(Program p) {
+  size_t index = backend_->add_program(p);
+  for (const ExternalBuffer& e : p.externals) {
+    auto it = buffers_.find(e.name);
+    if (it != buffers_.end()) {
+      if (it->second.type != e.type) {
+        throw std::invalid_argument("[session] buffer '" + e.name + "' has shape " + shape_str(it->second.type.shape) +
+                                    " in one program and " + shape_str(e.type.shape) + " in another");
+      }
+      continue;
+    }
+    buffers_.emplace(e.name, e);
+    initialise(e);
+  }
+  programs_.push_back(std::move(p));
+  return index;
+}
+
+void Session::initialise(const ExternalBuffer& e) {
+  const int64_t n = e.type.numel();
+  std::vector<double> v(size_t(n), 0.0);
+  if (e.role == Role::constant) {
+    v = e.const_data;
+  } else if (e.role == Role::parameter || e.role == Role::state) {
+    Rng rng{options_.seed ^ fnv1a(e.name)};
+    for (auto& x : v) {
+      switch (e.init.kind) {
+        case Init::zeros: x = 0; break;
+        case Init::ones: x = 1; break;
+        case Init::constant: x = e.init.a; break;
+        case Init::normal: x = e.init.a * rng.normal(); break;
+        case Init::uniform: x = e.init.a * (2 * rng.uniform() - 1); break;
+      }
+    }
+  } else {
+    return;  // inputs and outputs start as zeros
+  }
+  set(e.name, std::span<const double>(v));
+}
+
+const ExternalBuffer& Session::buffer(const std::string& name) const {
+  auto it = buffers_.find(name);
+  if (it == buffers_.end()) {
+    std::string known;
+    for (auto& [k, b] : buffers_) {
+      if (b.role == Role::input || b.role == Role::output) known += (known.empty() ? "" : ", ") + k;
+    }
+    throw std::invalid_argument("[session] no tensor named '" + name + "' (inputs and outputs: " + known + ")");
+  }
+  return it->second;
+}
+
+namespace {
+template <class T>
+constexpr DType dtype_of() {
+  if constexpr (std::is_same_v<T, float>) return DType::f32;
+  else if constexpr (std::is_same_v<T, double>) return DType::f64;
+  else return DType::i32;
+}
+
+template <class T>
+void set_values(Backend& b, const ExternalBuffer& e, std::span<const T> values) {
+  if (int64_t(values.size()) != e.type.numel()) {
+    throw std::invalid_argument("[session] '" + e.name + "' has shape " + shape_str(e.type.shape) + " (" +
+                                std::to_string(e.type.numel()) + " values), got " + std::to_string(values.size()));
+  }
+  std::vector<std::byte> bytes(values.size() * dtype_size(e.stored));
+  cpu::convert(dtype_of<T>(), values.data(), e.stored, bytes.data(), int64_t(values.size()));
+  b.write(e.name, bytes.data(), bytes.size());
+}
+}  // namespace
+
+void Session::set(const std::string& name, std::span<const float> v) { set_values(*backend_, buffer(name), v); }
+void Session::set(const std::string& name, std::span<const double> v) { set_values(*backend_, buffer(name), v); }
+void Session::set(const std::string& name, std::span<const int32_t> v) { set_values(*backend_, buffer(name), v); }
+
+std::vector<std::byte> Session::read_raw(const std::string& name) const {
+  const ExternalBuffer& e = buffer(name);
+  std::vector<std::byte> bytes(size_t(e.type.numel()) * dtype_size(e.stored));
+  backend_->read(name, bytes.data(), bytes.size());
+  return bytes;
+}
+
+void Session::write_raw(const std::string& name, std::span<const std::byte> bytes) {
+  backend_->write(buffer(name).name, bytes.data(), bytes.size());
+}
+
+std::vector<double> Session::get_f64(const std::string& name) const {
+  const ExternalBuffer& e = buffer(name);
+  auto bytes = read_raw(name);
+  std::vector<double> out(size_t(e.type.numel()));
+  cpu::convert(e.stored, bytes.data(), DType::f64, out.data(), e.type.numel());
+  return out;
+}
+
+std::vector<float> Session::get(const std::string& name) const {
+  const ExternalBuffer& e = buffer(name);
+  auto bytes = read_raw(name);
+  std::vector<float> out(size_t(e.type.numel()));
+  cpu::convert(e.stored, bytes.data(), DType::f32, out.data(), e.type.numel());
+  return out;
+}
+
+float Session::scalar(const std::string& name) const {
+  auto v = get(name);
+  if (v.size() != 1) throw std::invalid_argument("[session] '" + name + "' is not a scalar");
+  return v[0];
+}
+
+void Session::run(size_t program) {
+  if (program >= programs_.size()) throw std::out_of_range("[session] no program " + std::to_string(program));
+  backend_->run(program);
+}
+
+}  // namespace meganeura
