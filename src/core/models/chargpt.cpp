@@ -1,0 +1,91 @@
+#include <algorithm>
+#include <cmath>
+#include <stdexcept>
+
+#include "meganeura/models.h"
+
+namespace meganeura::models {
+
+Tensor chargpt(Graph& g, Tensor ids, const CharGptConfig& c) {
+  if (c.vocab < 2 || c.dim % c.heads || c.heads % c.kv_heads) {
+    throw std::invalid_argument("[chargpt] needs vocab >= 2, dim divisible by heads, heads by kv_heads");
+  }
+  const int64_t b = ids.dim(0), s = ids.dim(1), hd = c.dim / c.heads;
+  const double std_in = 1.0 / std::sqrt(double(c.dim));
+  const double std_out = std_in / std::sqrt(2.0 * double(c.layers));  // residual branches
+  Tensor emb = g.parameter("tok_embedding", {c.vocab, c.dim}, Init{Init::normal, 0.5});
+  Tensor x = embedding(emb, ids);  // [B, S, D]
+  auto heads = [&](Tensor t, int64_t n) {  // [B, S, n*hd] -> [B, n, S, hd]
+    return permute(reshape(t, {b, s, n, hd}), {0, 2, 1, 3});
+  };
+  for (int64_t l = 0; l < c.layers; ++l) {
+    const std::string p = "layers." + std::to_string(l) + ".";
+    auto weight = [&](const std::string& name, Shape shape, double std) {
+      return g.parameter(p + name, std::move(shape), Init{Init::normal, std});
+    };
+    Tensor h = rms_norm(x, g.parameter(p + "attn_norm", {c.dim}, Init{Init::ones}));
+    Tensor q = rope(heads(matmul(h, weight("wq", {c.dim, c.dim}, std_in)), c.heads), c.rope_theta);
+    Tensor k = rope(heads(matmul(h, weight("wk", {c.dim, c.kv_heads * hd}, std_in)), c.kv_heads), c.rope_theta);
+    Tensor v = heads(matmul(h, weight("wv", {c.dim, c.kv_heads * hd}, std_in)), c.kv_heads);
+    Tensor a = reshape(permute(attention(q, k, v, true), {0, 2, 1, 3}), {b, s, c.dim});
+    x = x + matmul(a, weight("wo", {c.dim, c.dim}, std_out));
+    h = rms_norm(x, g.parameter(p + "ffn_norm", {c.dim}, Init{Init::ones}));
+    Tensor f = swiglu(matmul(h, weight("w_gate", {c.dim, c.ffn}, std_in)), matmul(h, weight("w_up", {c.dim, c.ffn}, std_in)));
+    x = x + matmul(f, weight("w_down", {c.ffn, c.dim}, std_out / std::sqrt(double(c.ffn) / double(c.dim))));
+  }
+  x = rms_norm(x, g.parameter("final_norm", {c.dim}, Init{Init::ones}));
+  return matmul(x, emb, false, true);  // tied output projection
+}
+
+const std::string& builtin_text() {
+  static const std::string text =
+      "The river wakes before the town does. At first light the water is the colour of slate, "
+      "and the mist sits on it like a sheet left out overnight. The ferryman counts the ropes, "
+      "checks the lamps, and waits for the bell. When the bell rings, the first cart rolls down "
+      "to the landing, and the day begins.\n"
+      "In the morning the bakers open their doors and the smell of bread runs along the street. "
+      "Children carry baskets to the market, and the market fills with voices: apples, onions, "
+      "salt fish, warm milk, cheap cloth, good cloth, thread and needles. The sellers call the "
+      "prices and the buyers call them back, lower, and both of them smile.\n"
+      "At noon the sun stands over the bridge. The stones are warm, the dogs sleep in the shade, "
+      "and the old men play at cards under the plane trees. Nobody hurries at noon. The clock "
+      "on the tower strikes twelve, and then, a little late, the clock on the church strikes "
+      "twelve as well, and everyone agrees that the church clock is wrong.\n"
+      "In the afternoon the wind turns and comes up from the sea. It brings the smell of rain "
+      "and the cry of gulls. The ferry crosses and crosses again. The water grows dark and the "
+      "waves grow short and quick. The ferryman watches the clouds and says nothing, because "
+      "he has seen many storms and most of them pass.\n"
+      "In the evening the lamps are lit along the quay. The boats come home one by one, low in "
+      "the water, and the nets are laid out on the stones to dry. The families eat together, "
+      "the windows glow, and somebody plays a fiddle in the square. The tune is old and simple, "
+      "and the children who dance to it will teach it to their own children.\n"
+      "At night the river keeps moving. It carries the leaves and the light of the lamps and the "
+      "sound of the bell out past the last houses, past the fields and the mill, down to the "
+      "sea. The town sleeps. The ferryman sleeps. The river does not sleep, and in the morning "
+      "it wakes before the town does.\n";
+  return text;
+}
+
+int32_t Vocabulary::id(char ch) const {
+  auto pos = chars.find(ch);
+  if (pos == std::string::npos) throw std::invalid_argument(std::string("[chargpt] character '") + ch + "' not in the vocabulary");
+  return int32_t(pos);
+}
+std::vector<int32_t> Vocabulary::encode(const std::string& s) const {
+  std::vector<int32_t> out;
+  for (char ch : s) out.push_back(id(ch));
+  return out;
+}
+std::string Vocabulary::decode(const std::vector<int32_t>& ids) const {
+  std::string s;
+  for (int32_t i : ids) s += chars.at(size_t(i));
+  return s;
+}
+Vocabulary vocabulary_of(const std::string& text) {
+  std::string chars = text;
+  std::sort(chars.begin(), chars.end());
+  chars.erase(std::unique(chars.begin(), chars.end()), chars.end());
+  return Vocabulary{chars};
+}
+
+}  // namespace meganeura::models
