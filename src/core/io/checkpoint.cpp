@@ -1,0 +1,90 @@
+// Checkpoint conventions on top of safetensors: metadata keys and strict loading.
+#include <charconv>
+#include <nlohmann/json.hpp>
+
+#include "meganeura/safetensors.h"
+
+namespace meganeura::io {
+
+namespace fs = std::filesystem;
+
+namespace {
+
+const std::string kPrefix = "[checkpoint] ";
+
+std::string describe(DType dtype, std::span<const int64_t> shape) {
+  return std::string(dtype_name(dtype)) + " " + format_shape(shape);
+}
+
+}  // namespace
+
+void check_checkpoint_metadata(const std::map<std::string, std::string>& metadata,
+                               const fs::path& source) {
+  auto fail = [&](const std::string& what) {
+    throw Error(kPrefix + "'" + source.string() + "': " + what);
+  };
+  if (auto it = metadata.find("format"); it != metadata.end() && it->second != kCheckpointFormat) {
+    fail("metadata format is '" + it->second + "', expected '" + kCheckpointFormat + "'");
+  }
+  if (auto it = metadata.find("format_version");
+      it != metadata.end() && it->second != kCheckpointFormatVersion) {
+    fail("unsupported format_version '" + it->second + "' (this build reads version " +
+         kCheckpointFormatVersion + ")");
+  }
+  if (auto it = metadata.find("step"); it != metadata.end()) {
+    const std::string& s = it->second;
+    uint64_t step = 0;
+    auto [end, ec] = std::from_chars(s.data(), s.data() + s.size(), step);
+    if (s.empty() || ec != std::errc() || end != s.data() + s.size()) {
+      fail("metadata step '" + s + "' is not a non-negative integer");
+    }
+  }
+  if (auto it = metadata.find("layout");
+      it != metadata.end() && !nlohmann::json::accept(it->second)) {
+    fail("metadata layout is not valid JSON");
+  }
+}
+
+void check_checkpoint_matches(const SafetensorsFile& file,
+                              const std::vector<ExpectedTensor>& expected) {
+  std::vector<std::string> problems;
+  std::map<std::string, const ExpectedTensor*> wanted;
+  for (const ExpectedTensor& e : expected) wanted.emplace(e.name, &e);
+  for (const auto& [name, e] : wanted) {
+    auto it = file.tensors.find(name);
+    if (it == file.tensors.end()) {
+      problems.push_back("missing tensor '" + name + "' (expected " + describe(e->dtype, e->shape) + ")");
+    } else if (it->second.dtype != e->dtype || it->second.shape != e->shape) {
+      problems.push_back("tensor '" + name + "' is " + describe(it->second.dtype, it->second.shape) +
+                         ", expected " + describe(e->dtype, e->shape));
+    }
+  }
+  for (const auto& [name, record] : file.tensors) {
+    if (!wanted.count(name)) {
+      problems.push_back("unexpected tensor '" + name + "' (" + describe(record.dtype, record.shape) + ")");
+    }
+  }
+  if (problems.empty()) return;
+  std::string message = kPrefix + "'" + file.source.string() + "': " + problems.front();
+  if (problems.size() > 1) message += " (and " + std::to_string(problems.size() - 1) + " more problems)";
+  throw Error(message);
+}
+
+void write_checkpoint(const fs::path& path, const Checkpoint& checkpoint) {
+  auto metadata = checkpoint.metadata;
+  metadata["format"] = kCheckpointFormat;
+  metadata["format_version"] = kCheckpointFormatVersion;
+  check_checkpoint_metadata(metadata, path);
+  NamedTensorViews views;
+  views.reserve(checkpoint.tensors.size());
+  for (const auto& [name, record] : checkpoint.tensors) views.emplace_back(name, record.view());
+  write_safetensors(path, views, metadata);
+}
+
+Checkpoint read_checkpoint(const fs::path& path) {
+  Checkpoint checkpoint = read_safetensors(path);
+  check_checkpoint_metadata(checkpoint.metadata, path);
+  return checkpoint;
+}
+
+}  // namespace meganeura::io
