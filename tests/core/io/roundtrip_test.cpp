@@ -2,6 +2,7 @@
 #include <nlohmann/json.hpp>
 #include <random>
 
+#include "allocation_counter.h"
 #include "io_test_util.h"
 
 namespace meganeura::io::testing {
@@ -103,6 +104,39 @@ TEST_F(RoundTrip, OverwritesAnExistingFile) {
   write_safetensors(path, {{"w", {DType::f32, s2, std::as_bytes(std::span(two))}}});
   EXPECT_EQ(read_safetensors(path).tensors.at("w").shape, s2);
   EXPECT_EQ(std::distance(fs::directory_iterator(dir_), fs::directory_iterator()), 1);
+}
+
+
+// The reader reads straight into the records: no buffer as large as the file, and the
+// largest allocation is the largest tensor.
+TEST_F(RoundTrip, LargeFileReadsIntoTheRecordsDirectly) {
+  std::mt19937 rng(99);
+  std::map<std::string, TensorRecord> original;
+  for (int i = 0; i < 6; ++i) {
+    original.emplace("block" + std::to_string(i), random_record(DType::f32, {1024, 1024 + 16 * i}, rng));
+  }
+  NamedTensorViews views;
+  for (const auto& [name, record] : original) views.emplace_back(name, record.view());
+  const fs::path path = dir_ / "large.safetensors";
+  write_safetensors(path, views);
+  ASSERT_GT(fs::file_size(path), 24u << 20);
+  reset_largest_allocation();
+  SafetensorsFile loaded = read_safetensors(path);
+  EXPECT_EQ(largest_allocation(), original.at("block5").data.size());
+  for (const auto& [name, record] : original) EXPECT_TRUE(loaded.tensors.at(name).data == record.data) << name;
+}
+
+TEST_F(RoundTrip, RelativePathInTheWorkingDirectory) {
+  const fs::path previous = fs::current_path();
+  fs::current_path(dir_);
+  std::vector<double> v = {0.25};
+  std::vector<int64_t> shape = {1};
+  std::string error = error_of([&] {
+    write_safetensors("rel.safetensors", {{"x", {DType::f64, shape, std::as_bytes(std::span(v))}}});
+  });
+  fs::current_path(previous);
+  EXPECT_EQ(error, "");
+  EXPECT_EQ(read_safetensors(dir_ / "rel.safetensors").tensors.at("x").dtype, DType::f64);
 }
 
 TEST_F(RoundTrip, WriterRejectsInconsistentInput) {
