@@ -14,6 +14,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <filesystem>
+#include <functional>
 #include <map>
 #include <span>
 #include <stdexcept>
@@ -84,6 +85,11 @@ void write_safetensors(const std::filesystem::path& path, const NamedTensorViews
 // Reads and validates the whole file; the data is read straight into the records.
 SafetensorsFile read_safetensors(const std::filesystem::path& path);
 
+// Validates the whole file but reads only the tensors `wanted` accepts (an inference
+// program skips the optimizer state this way, never allocating it).
+SafetensorsFile read_safetensors(const std::filesystem::path& path,
+                                 const std::function<bool(const std::string& name)>& wanted);
+
 // Reads and validates only the header (names, dtypes, shapes, offsets, metadata).
 SafetensorsHeader read_safetensors_header(const std::filesystem::path& path);
 
@@ -120,9 +126,12 @@ void check_checkpoint_metadata(const std::map<std::string, std::string>& metadat
 
 // Strict loading: the file must hold exactly the expected tensors with the expected dtypes
 // and shapes. Throws io::Error whose message names the first offending tensor (with both
-// shapes when they differ) and how many other problems there are.
+// shapes when they differ) and how many other problems there are. Extra tensors named
+// "<state>.<expected name>" with <state> in `ignored_state` (e.g. "adam_m") are allowed,
+// so an inference program can accept a training checkpoint.
 void check_checkpoint_matches(const SafetensorsFile& file,
-                              const std::vector<ExpectedTensor>& expected);
+                              const std::vector<ExpectedTensor>& expected,
+                              const std::vector<std::string>& ignored_state = {});
 
 // "[2, 3]"; used in messages.
 std::string format_shape(std::span<const int64_t> shape);

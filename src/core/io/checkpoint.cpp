@@ -1,4 +1,5 @@
 // Checkpoint conventions on top of safetensors: metadata keys and strict loading.
+#include <algorithm>
 #include <charconv>
 #include <nlohmann/json.hpp>
 
@@ -46,7 +47,8 @@ void check_checkpoint_metadata(const std::map<std::string, std::string>& metadat
 }
 
 void check_checkpoint_matches(const SafetensorsFile& file,
-                              const std::vector<ExpectedTensor>& expected) {
+                              const std::vector<ExpectedTensor>& expected,
+                              const std::vector<std::string>& ignored_state) {
   std::vector<std::string> problems;
   std::map<std::string, const ExpectedTensor*> wanted;
   for (const ExpectedTensor& e : expected) wanted.emplace(e.name, &e);
@@ -59,8 +61,13 @@ void check_checkpoint_matches(const SafetensorsFile& file,
                          ", expected " + describe(e->dtype, e->shape));
     }
   }
+  auto is_ignored_state = [&](const std::string& name) {
+    auto dot = name.find('.');
+    return dot != std::string::npos && wanted.count(name.substr(dot + 1)) &&
+           std::find(ignored_state.begin(), ignored_state.end(), name.substr(0, dot)) != ignored_state.end();
+  };
   for (const auto& [name, record] : file.tensors) {
-    if (!wanted.count(name)) {
+    if (!wanted.count(name) && !is_ignored_state(name)) {
       problems.push_back("unexpected tensor '" + name + "' (" + describe(record.dtype, record.shape) + ")");
     }
   }

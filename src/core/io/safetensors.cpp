@@ -228,6 +228,11 @@ SafetensorsHeader read_safetensors_header(const fs::path& path) {
 }
 
 SafetensorsFile read_safetensors(const fs::path& path) {
+  return read_safetensors(path, [](const std::string&) { return true; });
+}
+
+SafetensorsFile read_safetensors(const fs::path& path,
+                                 const std::function<bool(const std::string& name)>& wanted) {
   auto fd = detail::open_for_reading(path, kPrefix);
   SafetensorsHeader header = read_header(fd.get(), file_size_of(fd.get(), path), path);
   // Every size below was checked against the file, so allocating it is safe. pread rather
@@ -236,6 +241,7 @@ SafetensorsFile read_safetensors(const fs::path& path) {
   file.source = path;
   file.metadata = std::move(header.metadata);
   for (auto& [name, info] : header.tensors) {
+    if (!wanted(name)) continue;
     TensorRecord record{info.dtype, std::move(info.shape), std::vector<std::byte>(info.end - info.begin)};
     size_t n = record.data.size();
     if (detail::read_at(fd.get(), record.data.data(), n, header.data_start + info.begin, path, kPrefix) != n) {

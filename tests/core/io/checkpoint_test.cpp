@@ -71,6 +71,28 @@ TEST_F(CheckpointTest, StrictLoadingNamesTheTensor) {
             "(and 3 more problems)");
 }
 
+// An inference program accepts a training checkpoint and never loads the optimizer state.
+TEST_F(CheckpointTest, InferenceSkipsOptimizerState) {
+  const fs::path path = dir_ / "train.safetensors";
+  write_checkpoint(path, sample());
+  std::vector<ExpectedTensor> params = {{"w", DType::f32, {2, 3}}, {"b", DType::f32, {3}}};
+  Checkpoint full = read_checkpoint(path);
+  EXPECT_NE(mismatch(full, params).find("unexpected tensor 'adam_m.w'"), std::string::npos);
+  EXPECT_EQ(error_of([&] { check_checkpoint_matches(full, params, {"adam_m", "adam_v"}); }), "");
+  // State of a parameter that is not expected is still an error.
+  std::vector<ExpectedTensor> only_b = {{"b", DType::f32, {3}}};
+  EXPECT_NE(error_of([&] { check_checkpoint_matches(full, only_b, {"adam_m", "adam_v"}); })
+                .find("unexpected tensor 'adam_m.w'"), std::string::npos);
+
+  SafetensorsFile weights = read_safetensors(path, [](const std::string& name) {
+    return name.find('.') == std::string::npos;
+  });
+  EXPECT_EQ(weights.tensors.size(), 2u);
+  EXPECT_EQ(mismatch(weights, params), "");
+  EXPECT_TRUE(weights.tensors.at("w").data == sample().tensors.at("w").data);
+  EXPECT_EQ(weights.metadata.at("step"), "120");
+}
+
 TEST_F(CheckpointTest, MetadataIsValidated) {
   auto error = [](std::map<std::string, std::string> m) {
     return error_of([&] { check_checkpoint_metadata(m, "c.safetensors"); });
