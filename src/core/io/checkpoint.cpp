@@ -4,6 +4,7 @@
 #include <nlohmann/json.hpp>
 
 #include "meganeura/safetensors.h"
+#include "quote.h"
 
 namespace meganeura::io {
 
@@ -22,22 +23,23 @@ std::string describe(DType dtype, std::span<const int64_t> shape) {
 void check_checkpoint_metadata(const std::map<std::string, std::string>& metadata,
                                const fs::path& source) {
   auto fail = [&](const std::string& what) {
-    throw Error(kPrefix + "'" + source.string() + "': " + what);
+    throw Error(kPrefix + detail::quote_name(source.string()) + ": " + what);
   };
   if (auto it = metadata.find("format"); it != metadata.end() && it->second != kCheckpointFormat) {
-    fail("metadata format is '" + it->second + "', expected '" + kCheckpointFormat + "'");
+    fail("metadata format is " + detail::quote_name(it->second) + ", expected " +
+         detail::quote_name(kCheckpointFormat));
   }
   if (auto it = metadata.find("format_version");
       it != metadata.end() && it->second != kCheckpointFormatVersion) {
-    fail("unsupported format_version '" + it->second + "' (this build reads version " +
-         kCheckpointFormatVersion + ")");
+    fail("unsupported format_version " + detail::quote_name(it->second) +
+         " (this build reads version " + kCheckpointFormatVersion + ")");
   }
   if (auto it = metadata.find("step"); it != metadata.end()) {
     const std::string& s = it->second;
     uint64_t step = 0;
     auto [end, ec] = std::from_chars(s.data(), s.data() + s.size(), step);
     if (s.empty() || ec != std::errc() || end != s.data() + s.size()) {
-      fail("metadata step '" + s + "' is not a non-negative integer");
+      fail("metadata step " + detail::quote_name(s) + " is not a non-negative integer");
     }
   }
   if (auto it = metadata.find("layout");
@@ -55,25 +57,31 @@ void check_checkpoint_matches(const SafetensorsFile& file,
   for (const auto& [name, e] : wanted) {
     auto it = file.tensors.find(name);
     if (it == file.tensors.end()) {
-      problems.push_back("missing tensor '" + name + "' (expected " + describe(e->dtype, e->shape) + ")");
+      problems.push_back("missing tensor " + detail::quote_name(name) + " (expected " +
+                         describe(e->dtype, e->shape) + ")");
     } else if (it->second.dtype != e->dtype || it->second.shape != e->shape) {
-      problems.push_back("tensor '" + name + "' is " + describe(it->second.dtype, it->second.shape) +
-                         ", expected " + describe(e->dtype, e->shape));
+      problems.push_back("tensor " + detail::quote_name(name) + " is " +
+                         describe(it->second.dtype, it->second.shape) + ", expected " +
+                         describe(e->dtype, e->shape));
     }
   }
   auto is_ignored_state = [&](const std::string& name) {
     auto dot = name.find('.');
     return dot != std::string::npos && wanted.count(name.substr(dot + 1)) &&
-           std::find(ignored_state.begin(), ignored_state.end(), name.substr(0, dot)) != ignored_state.end();
+           std::find(ignored_state.begin(), ignored_state.end(), name.substr(0, dot)) !=
+               ignored_state.end();
   };
   for (const auto& [name, record] : file.tensors) {
     if (!wanted.count(name) && !is_ignored_state(name)) {
-      problems.push_back("unexpected tensor '" + name + "' (" + describe(record.dtype, record.shape) + ")");
+      problems.push_back("unexpected tensor " + detail::quote_name(name) + " (" +
+                         describe(record.dtype, record.shape) + ")");
     }
   }
   if (problems.empty()) return;
-  std::string message = kPrefix + "'" + file.source.string() + "': " + problems.front();
-  if (problems.size() > 1) message += " (and " + std::to_string(problems.size() - 1) + " more problems)";
+  std::string message =
+      kPrefix + detail::quote_name(file.source.string()) + ": " + problems.front();
+  if (problems.size() > 1)
+    message += " (and " + std::to_string(problems.size() - 1) + " more problems)";
   throw Error(message);
 }
 

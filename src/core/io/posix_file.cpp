@@ -11,12 +11,15 @@
 #include <cstring>
 
 #include "meganeura/safetensors.h"
+#include "quote.h"
 
 namespace meganeura::io::detail {
 
 namespace fs = std::filesystem;
 
-FileDescriptor::~FileDescriptor() { close(); }
+FileDescriptor::~FileDescriptor() {
+  close();
+}
 
 int FileDescriptor::close() {
   if (fd_ < 0) return 0;
@@ -27,7 +30,7 @@ int FileDescriptor::close() {
 }
 
 std::string os_error_text(const fs::path& path, const char* op, int err) {
-  return "'" + path.string() + "': " + op + ": " + std::strerror(err);
+  return quote_name(path.string()) + ": " + op + ": " + std::strerror(err);
 }
 
 FileDescriptor open_for_reading(const fs::path& path, const std::string& prefix) {
@@ -45,8 +48,8 @@ size_t read_at(int fd, void* buffer, size_t n, uint64_t offset, const fs::path& 
   auto* out = static_cast<char*>(buffer);
   size_t done = 0;
   while (done < n) {
-    ssize_t got = ::pread(fd, out + done, std::min(n - done, kMaxChunk),
-                          static_cast<off_t>(offset + done));
+    ssize_t got =
+        ::pread(fd, out + done, std::min(n - done, kMaxChunk), static_cast<off_t>(offset + done));
     if (got < 0) {
       if (errno == EINTR) continue;
       throw Error(prefix + "cannot read " + os_error_text(path, "read", errno));
@@ -87,8 +90,8 @@ std::atomic<unsigned> temp_counter{0};
 
 // A name no other writer (thread or process) will pick, hidden from directory listings.
 fs::path temp_path_for(const fs::path& path) {
-  std::string name = "." + path.filename().string() + ".tmp-" + std::to_string(::getpid()) +
-                     "-" + std::to_string(temp_counter.fetch_add(1));
+  std::string name = "." + path.filename().string() + ".tmp-" + std::to_string(::getpid()) + "-" +
+                     std::to_string(temp_counter.fetch_add(1));
   return path.parent_path() / name;
 }
 
@@ -107,7 +110,7 @@ void replace_atomically(const fs::path& path, const std::string& prefix,
   const fs::path temp = temp_path_for(path);
   auto fail = [&](const fs::path& where, const char* op, int err, bool remove_temp) {
     if (remove_temp) ::unlink(temp.c_str());
-    throw Error(prefix + "cannot write '" + path.string() + "': " +
+    throw Error(prefix + "cannot write " + quote_name(path.string()) + ": " +
                 os_error_text(where, op, err));
   };
   int fd = ::open(temp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
@@ -119,7 +122,8 @@ void replace_atomically(const fs::path& path, const std::string& prefix,
   if ((err = file.close()) != 0) fail(temp, "close", err, true);
   if (::rename(temp.c_str(), path.c_str()) != 0) fail(path, "rename", errno, true);
   // The rename is only durable once the directory entry is on disk.
-  if ((err = fsync_directory(path.parent_path())) != 0) fail(path.parent_path(), "fsync", err, false);
+  if ((err = fsync_directory(path.parent_path())) != 0)
+    fail(path.parent_path(), "fsync", err, false);
 }
 
 }  // namespace meganeura::io::detail

@@ -6,10 +6,11 @@
 #include <algorithm>
 #include <bit>
 #include <limits>
-#include <set>
 #include <nlohmann/json.hpp>
+#include <set>
 
 #include "posix_file.h"
+#include "quote.h"
 
 namespace meganeura::io {
 
@@ -25,7 +26,7 @@ const std::string kPrefix = "[safetensors] ";
 constexpr uint64_t kMaxInt64 = static_cast<uint64_t>(std::numeric_limits<int64_t>::max());
 
 [[noreturn]] void corrupt(const fs::path& path, const std::string& what) {
-  throw Error(kPrefix + "'" + path.string() + "': " + what);
+  throw Error(kPrefix + detail::quote_name(path.string()) + ": " + what);
 }
 
 // numel * dtype_size, or nullopt when it exceeds int64 (no real file holds that much).
@@ -53,28 +54,29 @@ std::string supported_dtypes() {
 }
 
 uint64_t json_offset(const json& v, const fs::path& path, const std::string& where) {
-  if (!v.is_number_unsigned()) corrupt(path, where + ": data_offsets must be non-negative integers");
+  if (!v.is_number_unsigned())
+    corrupt(path, where + ": data_offsets must be non-negative integers");
   return v.get<uint64_t>();
 }
 
 TensorInfo parse_entry(const std::string& name, const json& entry, const fs::path& path) {
-  const std::string where = "tensor '" + name + "'";
+  const std::string where = "tensor " + detail::quote_name(name);
   if (!entry.is_object()) corrupt(path, where + ": entry is not a JSON object");
   for (const auto& [key, value] : entry.items()) {
     if (key != "dtype" && key != "shape" && key != "data_offsets") {
-      corrupt(path, where + ": unexpected field '" + key + "'");
+      corrupt(path, where + ": unexpected field " + detail::quote_name(key));
     }
   }
   for (const char* key : {"dtype", "shape", "data_offsets"}) {
-    if (!entry.contains(key)) corrupt(path, where + ": missing field '" + key + "'");
+    if (!entry.contains(key)) corrupt(path, where + ": missing field " + detail::quote_name(key));
   }
   TensorInfo info;
   const json& dtype = entry["dtype"];
   if (!dtype.is_string()) corrupt(path, where + ": dtype is not a string");
   auto parsed = dtype_from_safetensors_name(dtype.get_ref<const std::string&>());
   if (!parsed) {
-    corrupt(path, where + ": unsupported dtype '" + dtype.get<std::string>() +
-                      "' (supported: " + supported_dtypes() + ")");
+    corrupt(path, where + ": unsupported dtype " + detail::quote_name(dtype.get<std::string>()) +
+                      " (supported: " + supported_dtypes() + ")");
   }
   info.dtype = *parsed;
   const json& shape = entry["shape"];
@@ -115,22 +117,24 @@ void check_layout(const SafetensorsHeader& header, uint64_t data_size, const fs:
   const std::string* previous = nullptr;
   for (const auto& [name, info] : order) {
     if (info->end > data_size) {
-      corrupt(path, "tensor '" + *name + "' ends at data byte " + std::to_string(info->end) +
-                        " but the data section has " + std::to_string(data_size) +
-                        " bytes (truncated file?)");
+      corrupt(path, "tensor " + detail::quote_name(*name) + " ends at data byte " +
+                        std::to_string(info->end) + " but the data section has " +
+                        std::to_string(data_size) + " bytes (truncated file?)");
     }
     if (info->begin < cursor) {
-      corrupt(path, "tensors '" + *previous + "' and '" + *name + "' overlap");
+      corrupt(path, "tensors " + detail::quote_name(*previous) + " and " +
+                        detail::quote_name(*name) + " overlap");
     }
     if (info->begin > cursor) {
-      corrupt(path, "hole of " + std::to_string(info->begin - cursor) +
-                        " bytes before tensor '" + *name + "'");
+      corrupt(path, "hole of " + std::to_string(info->begin - cursor) + " bytes before tensor " +
+                        detail::quote_name(*name));
     }
     cursor = info->end;
     previous = name;
   }
   if (cursor != data_size) {
-    corrupt(path, std::to_string(data_size - cursor) + " bytes of trailing data after the last tensor");
+    corrupt(path,
+            std::to_string(data_size - cursor) + " bytes of trailing data after the last tensor");
   }
 }
 
@@ -155,7 +159,8 @@ json parse_json(const std::string& text, const fs::path& path) {
     if (auto cut = why.find("] "); cut != std::string::npos) why.erase(0, cut + 2);
     corrupt(path, "header is not valid JSON: " + why);
   }
-  if (!duplicate.empty()) corrupt(path, "duplicate key '" + duplicate + "' in header");
+  if (!duplicate.empty())
+    corrupt(path, "duplicate key " + detail::quote_name(duplicate) + " in header");
   return header;
 }
 
@@ -165,7 +170,8 @@ SafetensorsHeader read_header(int fd, uint64_t file_size, const fs::path& path) 
                       " bytes, too short for the 8-byte header length");
   }
   unsigned char length_bytes[8];
-  if (detail::read_at(fd, length_bytes, 8, 0, path, kPrefix) != 8) corrupt(path, "file shrank while reading");
+  if (detail::read_at(fd, length_bytes, 8, 0, path, kPrefix) != 8)
+    corrupt(path, "file shrank while reading");
   uint64_t length = 0;
   for (int i = 7; i >= 0; --i) length = (length << 8) | length_bytes[i];
   if (length > kMaxHeaderBytes) {
@@ -190,7 +196,8 @@ SafetensorsHeader read_header(int fd, uint64_t file_size, const fs::path& path) 
     if (name == "__metadata__") {
       if (!entry.is_object()) corrupt(path, "__metadata__ is not a JSON object");
       for (const auto& [key, value] : entry.items()) {
-        if (!value.is_string()) corrupt(path, "__metadata__ value of '" + key + "' is not a string");
+        if (!value.is_string())
+          corrupt(path, "__metadata__ value of " + detail::quote_name(key) + " is not a string");
         header.metadata.emplace(key, value.get<std::string>());
       }
       continue;
@@ -203,7 +210,8 @@ SafetensorsHeader read_header(int fd, uint64_t file_size, const fs::path& path) 
 
 uint64_t file_size_of(int fd, const fs::path& path) {
   struct stat st {};
-  if (::fstat(fd, &st) != 0) throw Error(kPrefix + "cannot read " + detail::os_error_text(path, "stat", errno));
+  if (::fstat(fd, &st) != 0)
+    throw Error(kPrefix + "cannot read " + detail::os_error_text(path, "stat", errno));
   if (!S_ISREG(st.st_mode)) corrupt(path, "not a regular file");
   return static_cast<uint64_t>(st.st_size);
 }
@@ -242,10 +250,12 @@ SafetensorsFile read_safetensors(const fs::path& path,
   file.metadata = std::move(header.metadata);
   for (auto& [name, info] : header.tensors) {
     if (!wanted(name)) continue;
-    TensorRecord record{info.dtype, std::move(info.shape), std::vector<std::byte>(info.end - info.begin)};
+    TensorRecord record{info.dtype, std::move(info.shape),
+                        std::vector<std::byte>(info.end - info.begin)};
     size_t n = record.data.size();
-    if (detail::read_at(fd.get(), record.data.data(), n, header.data_start + info.begin, path, kPrefix) != n) {
-      corrupt(path, "file shrank while reading tensor '" + name + "'");
+    if (detail::read_at(fd.get(), record.data.data(), n, header.data_start + info.begin, path,
+                        kPrefix) != n) {
+      corrupt(path, "file shrank while reading tensor " + detail::quote_name(name));
     }
     file.tensors.emplace(name, std::move(record));
   }
@@ -255,7 +265,7 @@ SafetensorsFile read_safetensors(const fs::path& path,
 void write_safetensors(const fs::path& path, const NamedTensorViews& tensors,
                        const std::map<std::string, std::string>& metadata) {
   auto invalid = [&](const std::string& what) {
-    throw Error(kPrefix + "cannot write '" + path.string() + "': " + what);
+    throw Error(kPrefix + "cannot write " + detail::quote_name(path.string()) + ": " + what);
   };
   std::vector<const std::pair<std::string, TensorView>*> order;
   for (const auto& t : tensors) order.push_back(&t);
@@ -267,14 +277,17 @@ void write_safetensors(const fs::path& path, const NamedTensorViews& tensors,
   uint64_t offset = 0;
   for (size_t i = 0; i < order.size(); ++i) {
     const auto& [name, view] = *order[i];
-    if (name.empty() || name == "__metadata__") invalid("invalid tensor name '" + name + "'");
-    if (i > 0 && order[i - 1]->first == name) invalid("duplicate tensor name '" + name + "'");
+    if (name.empty() || name == "__metadata__")
+      invalid("invalid tensor name " + detail::quote_name(name));
+    if (i > 0 && order[i - 1]->first == name)
+      invalid("duplicate tensor name " + detail::quote_name(name));
     auto bytes = byte_size(view.shape, view.dtype);
-    if (!bytes) invalid("tensor '" + name + "': invalid shape " + format_shape(view.shape));
+    if (!bytes)
+      invalid("tensor " + detail::quote_name(name) + ": invalid shape " + format_shape(view.shape));
     if (*bytes != view.data.size()) {
-      invalid("tensor '" + name + "': " + std::to_string(view.data.size()) + " bytes given, " +
-              std::string(dtype_safetensors_name(view.dtype)) + " " + format_shape(view.shape) +
-              " needs " + std::to_string(*bytes));
+      invalid("tensor " + detail::quote_name(name) + ": " + std::to_string(view.data.size()) +
+              " bytes given, " + std::string(dtype_safetensors_name(view.dtype)) + " " +
+              format_shape(view.shape) + " needs " + std::to_string(*bytes));
     }
     header[name] = {{"dtype", dtype_safetensors_name(view.dtype)},
                     {"shape", std::vector<int64_t>(view.shape.begin(), view.shape.end())},
@@ -295,7 +308,8 @@ void write_safetensors(const fs::path& path, const NamedTensorViews& tensors,
   for (int i = 0; i < 8; ++i) length_bytes[i] = static_cast<unsigned char>(text.size() >> (8 * i));
   pieces[0] = {length_bytes, 8};
   pieces[1] = {text.data(), text.size()};
-  detail::replace_atomically(path, kPrefix, [&](int fd) { return detail::write_pieces(fd, pieces); });
+  detail::replace_atomically(path, kPrefix,
+                             [&](int fd) { return detail::write_pieces(fd, pieces); });
 }
 
 }  // namespace meganeura::io

@@ -9,8 +9,12 @@ std::atomic<size_t> largest{0};
 }
 
 namespace meganeura::io::testing {
-void reset_largest_allocation() { largest = 0; }
-size_t largest_allocation() { return largest; }
+void reset_largest_allocation() {
+  largest = 0;
+}
+size_t largest_allocation() {
+  return largest;
+}
 }  // namespace meganeura::io::testing
 
 // The array and nothrow forms call these by default, so replacing them sees everything
@@ -22,5 +26,9 @@ void* operator new(std::size_t n) {
   if (void* p = std::malloc(n ? n : 1)) return p;
   throw std::bad_alloc();
 }
-void operator delete(void* p) noexcept { std::free(p); }
-void operator delete(void* p, std::size_t) noexcept { std::free(p); }
+void operator delete(void* p) noexcept {
+  std::free(p);
+}
+void operator delete(void* p, std::size_t) noexcept {
+  std::free(p);
+}

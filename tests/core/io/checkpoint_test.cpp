@@ -8,7 +8,8 @@ class CheckpointTest : public ScratchDir {
  protected:
   Checkpoint sample() {
     Checkpoint c;
-    c.metadata = {{"graph_hash", "9f2c"}, {"step", "120"},
+    c.metadata = {{"graph_hash", "9f2c"},
+                  {"step", "120"},
                   {"layout", R"({"parameters":["w","b"],"optimizer":"adam"})"}};
     c.tensors.emplace("w", make_record<float>(DType::f32, {2, 3}, {1, 2, 3, 4, 5, 6}));
     c.tensors.emplace("b", make_record<float>(DType::f32, {3}, {0.5f, -0.5f, 0}));
@@ -17,7 +18,9 @@ class CheckpointTest : public ScratchDir {
     return c;
   }
   std::vector<ExpectedTensor> expected() {
-    return {{"w", DType::f32, {2, 3}}, {"b", DType::f32, {3}}, {"adam_m.w", DType::f32, {2, 3}},
+    return {{"w", DType::f32, {2, 3}},
+            {"b", DType::f32, {3}},
+            {"adam_m.w", DType::f32, {2, 3}},
             {"adam_v.w", DType::f32, {2, 3}}};
   }
   std::string mismatch(const Checkpoint& c, const std::vector<ExpectedTensor>& want) {
@@ -81,12 +84,13 @@ TEST_F(CheckpointTest, InferenceSkipsOptimizerState) {
   EXPECT_EQ(error_of([&] { check_checkpoint_matches(full, params, {"adam_m", "adam_v"}); }), "");
   // State of a parameter that is not expected is still an error.
   std::vector<ExpectedTensor> only_b = {{"b", DType::f32, {3}}};
-  EXPECT_NE(error_of([&] { check_checkpoint_matches(full, only_b, {"adam_m", "adam_v"}); })
-                .find("unexpected tensor 'adam_m.w'"), std::string::npos);
+  EXPECT_NE(error_of([&] {
+              check_checkpoint_matches(full, only_b, {"adam_m", "adam_v"});
+            }).find("unexpected tensor 'adam_m.w'"),
+            std::string::npos);
 
-  SafetensorsFile weights = read_safetensors(path, [](const std::string& name) {
-    return name.find('.') == std::string::npos;
-  });
+  SafetensorsFile weights = read_safetensors(
+      path, [](const std::string& name) { return name.find('.') == std::string::npos; });
   EXPECT_EQ(weights.tensors.size(), 2u);
   EXPECT_EQ(mismatch(weights, params), "");
   EXPECT_TRUE(weights.tensors.at("w").data == sample().tensors.at("w").data);
@@ -98,14 +102,18 @@ TEST_F(CheckpointTest, MetadataIsValidated) {
     return error_of([&] { check_checkpoint_metadata(m, "c.safetensors"); });
   };
   EXPECT_EQ(error({}), "") << "files from other writers carry no checkpoint keys";
-  EXPECT_EQ(error({{"format", "meganeura-checkpoint"}, {"format_version", "1"}, {"step", "0"}}), "");
-  EXPECT_EQ(error({{"format", "pt"}}),
-            "[checkpoint] 'c.safetensors': metadata format is 'pt', expected 'meganeura-checkpoint'");
-  EXPECT_EQ(error({{"format_version", "2"}}),
-            "[checkpoint] 'c.safetensors': unsupported format_version '2' (this build reads version 1)");
+  EXPECT_EQ(error({{"format", "meganeura-checkpoint"}, {"format_version", "1"}, {"step", "0"}}),
+            "");
+  EXPECT_EQ(
+      error({{"format", "pt"}}),
+      "[checkpoint] 'c.safetensors': metadata format is 'pt', expected 'meganeura-checkpoint'");
+  EXPECT_EQ(
+      error({{"format_version", "2"}}),
+      "[checkpoint] 'c.safetensors': unsupported format_version '2' (this build reads version 1)");
   for (const char* step : {"", "-1", "12a", "1.5", " 3"}) {
     EXPECT_NE(error({{"step", step}}).find("metadata step '" + std::string(step) + "' is not"),
-              std::string::npos) << step;
+              std::string::npos)
+        << step;
   }
   EXPECT_EQ(error({{"layout", "{\"parameters\": ["}}),
             "[checkpoint] 'c.safetensors': metadata layout is not valid JSON");
