@@ -4,12 +4,18 @@
 #include <cstdio>
 #include <exception>
 
+#include "commands.h"
+
 int main(int argc, char** argv) {
   CLI::App app{"meganeura: train and deploy neural networks on any GPU through Vulkan"};
   app.set_version_flag("--version", std::string("meganeura ") + MEGANEURA_VERSION);
   app.require_subcommand(1);
+  meganeura::cli::add_train_command(app);
+  meganeura::cli::add_infer_command(app);
   try {
     app.parse(argc, argv);
+  } catch (const CLI::RuntimeError& e) {  // a subcommand finished: its status
+    return e.get_exit_code();
   } catch (const CLI::ParseError& e) {
     return app.exit(e);
   } catch (const std::exception& e) {

@@ -1,0 +1,26 @@
+// Checkpoints of a Session: every parameter and state buffer (optimizer moments, the step
+// counter, gradient accumulators) in one safetensors file, written atomically, with metadata
+// (format, format_version, graph_hash, step, layout). Loading is strict: a missing, extra,
+// mis-typed or mis-shaped tensor is an error naming it. An inference session loads only the
+// parameters and accepts (skips) the optimizer state of a training checkpoint.
+#pragma once
+
+#include <filesystem>
+#include <map>
+#include <string>
+
+#include "meganeura/session.h"
+
+namespace meganeura {
+
+void save_checkpoint(const Session& session, const std::filesystem::path& path,
+                     const std::map<std::string, std::string>& metadata = {});
+
+struct LoadOptions {
+  bool parameters_only = false;  // inference: ignore optimizer state in the file
+};
+// Returns the file's metadata.
+std::map<std::string, std::string> load_checkpoint(Session& session, const std::filesystem::path& path,
+                                                   const LoadOptions& options = {});
+
+}  // namespace meganeura

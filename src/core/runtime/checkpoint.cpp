@@ -1,0 +1,65 @@
+#include "meganeura/checkpoint.h"
+
+#include <nlohmann/json.hpp>
+
+#include <cmath>
+
+#include "meganeura/optim.h"
+#include "meganeura/safetensors.h"
+
+namespace meganeura {
+namespace {
+// Prefixes of optimizer-state tensors ("adam_m.<param>"); an inference load skips them.
+const std::vector<std::string> kStateSlots = {"adam_m", "adam_v", "sgd_momentum", "grad_acc"};
+}  // namespace
+
+void save_checkpoint(const Session& s, const std::filesystem::path& path,
+                     const std::map<std::string, std::string>& extra) {
+  io::Checkpoint ck;
+  ck.metadata = extra;
+  nlohmann::json params = nlohmann::json::array(), states = nlohmann::json::array();
+  for (const auto& [name, b] : s.buffers()) {
+    if (b.role != Role::parameter && b.role != Role::state) continue;
+    auto bytes = s.read_raw(name);
+    ck.tensors[name] = io::TensorRecord{b.stored, b.type.shape, std::move(bytes)};
+    (b.role == Role::parameter ? params : states).push_back(name);
+  }
+  if (s.buffers().count(kStepName)) ck.metadata["step"] = std::to_string(int64_t(std::llround(s.scalar(kStepName))));
+  ck.metadata["layout"] = nlohmann::json{{"parameters", params}, {"optimizer_state", states}}.dump();
+  io::write_checkpoint(path, ck);
+}
+
+std::map<std::string, std::string> load_checkpoint(Session& s, const std::filesystem::path& path,
+                                                   const LoadOptions& options) {
+  std::vector<io::ExpectedTensor> expected;
+  for (const auto& [name, b] : s.buffers()) {
+    bool wanted = b.role == Role::parameter || (b.role == Role::state && !options.parameters_only);
+    if (wanted) expected.push_back(io::ExpectedTensor{name, b.stored, b.type.shape});
+  }
+  auto keep = [&](const std::string& name) {
+    for (const auto& e : expected) {
+      if (e.name == name) return true;
+    }
+    return false;
+  };
+  io::Checkpoint ck = options.parameters_only ? io::read_safetensors(path, keep) : io::read_checkpoint(path);
+  if (options.parameters_only) {
+    io::check_checkpoint_metadata(ck.metadata, path);
+    // The optimizer's step counter is state too; its header entry was validated by the read.
+    io::SafetensorsHeader header = io::read_safetensors_header(path);
+    header.tensors.erase(kStepName);
+    io::SafetensorsFile shape_only{path, ck.metadata, {}};
+    for (auto& [name, info] : header.tensors) {
+      shape_only.tensors[name] = io::TensorRecord{info.dtype, info.shape, {}};
+    }
+    io::check_checkpoint_matches(shape_only, expected, kStateSlots);
+  } else {
+    io::check_checkpoint_matches(ck, expected);
+  }
+  for (auto& [name, rec] : ck.tensors) {
+    if (keep(name)) s.write_raw(name, rec.data);
+  }
+  return ck.metadata;
+}
+
+}  // namespace meganeura

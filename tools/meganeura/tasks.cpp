@@ -1,0 +1,189 @@
+#include "tasks.h"
+
+#include <algorithm>
+#include <cmath>
+#include <numeric>
+#include <random>
+#include <stdexcept>
+
+#include "meganeura/models.h"
+
+namespace meganeura::cli {
+
+uint64_t Task::model_hash() const {
+  Graph g;
+  g.output("loss", build_loss(g));
+  return g.hash();
+}
+
+namespace {
+
+class MlpTask final : public Task {
+ public:
+  explicit MlpTask(uint64_t seed)
+      : seed_(seed), train_(models::synthetic_classification(cfg_, kTrain, 0)),
+        test_(models::synthetic_classification(cfg_, kTest, 1)) {}
+  std::string name() const override { return "mlp"; }
+  int64_t default_steps() const override { return 600; }
+  OptimizerConfig default_optimizer() const override {
+    OptimizerConfig o;
+    o.kind = OptimizerConfig::Kind::adamw;
+    o.lr = 3e-3;
+    o.weight_decay = 1e-4;
+    o.warmup_steps = 30;
+    o.total_steps = 600;
+    o.min_lr = 1e-4;
+    return o;
+  }
+  Tensor build_loss(Graph& g) const override {
+    Tensor x = g.input("x", {kBatch, cfg_.inputs});
+    Tensor y = g.input("labels", {kBatch}, DType::i32);
+    return cross_entropy(models::mlp(g, x, cfg_), y);
+  }
+  void feed(Session& s, int64_t step) const override {
+    // Epoch-wise shuffles seeded by (seed, epoch): batches depend only on the step number.
+    const int64_t per_epoch = kTrain / kBatch, epoch = step / per_epoch, k = step % per_epoch;
+    std::vector<int64_t> order(static_cast<size_t>(kTrain));
+    std::iota(order.begin(), order.end(), 0);
+    std::mt19937_64 rng(seed_ * 1000003 + uint64_t(epoch));
+    std::shuffle(order.begin(), order.end(), rng);
+    std::vector<float> x(size_t(kBatch * cfg_.inputs));
+    std::vector<int32_t> y(static_cast<size_t>(kBatch));
+    for (int64_t i = 0; i < kBatch; ++i) {
+      const int64_t r = order[size_t(k * kBatch + i)];
+      std::copy_n(train_.x.begin() + r * cfg_.inputs, cfg_.inputs, x.begin() + i * cfg_.inputs);
+      y[size_t(i)] = train_.y[size_t(r)];
+    }
+    s.set("x", std::span<const float>(x));
+    s.set("labels", std::span<const int32_t>(y));
+  }
+  void add_inference(Session& s) override {
+    Graph g;
+    Tensor x = g.input("test_x", {kTest, cfg_.inputs});
+    g.output("test_logits", models::mlp(g, x, cfg_));
+    program_ = s.add(g);
+  }
+  nlohmann::json evaluate(Session& s) const override {
+    s.set("test_x", std::span<const float>(test_.x));
+    s.run(program_);
+    auto logits = s.get("test_logits");
+    int64_t correct = 0;
+    double loss = 0;
+    for (int64_t i = 0; i < kTest; ++i) {
+      const float* row = logits.data() + i * cfg_.classes;
+      const int64_t pred = std::max_element(row, row + cfg_.classes) - row;
+      correct += pred == test_.y[size_t(i)];
+      double m = *std::max_element(row, row + cfg_.classes), z = 0;
+      for (int64_t c = 0; c < cfg_.classes; ++c) z += std::exp(double(row[c]) - m);
+      loss += m + std::log(z) - double(row[test_.y[size_t(i)]]);
+    }
+    return {{"test_accuracy", double(correct) / double(kTest)}, {"test_loss", loss / double(kTest)},
+            {"test_examples", kTest}};
+  }
+
+ private:
+  static constexpr int64_t kBatch = 64, kTrain = 4096, kTest = 2048;
+  models::MlpConfig cfg_{};
+  size_t program_ = 0;
+  uint64_t seed_;
+  models::Classification train_, test_;
+};
+
+class CharGptTask final : public Task {
+ public:
+  explicit CharGptTask(uint64_t seed) : seed_(seed), vocab_(models::vocabulary_of(models::builtin_text())) {
+    cfg_.vocab = int64_t(vocab_.chars.size());
+    tokens_ = vocab_.encode(models::builtin_text());
+  }
+  std::string name() const override { return "chargpt"; }
+  int64_t default_steps() const override { return 300; }
+  OptimizerConfig default_optimizer() const override {
+    OptimizerConfig o;
+    o.kind = OptimizerConfig::Kind::adamw;
+    o.lr = 3e-3;
+    o.weight_decay = 0.01;
+    o.clip_norm = 1.0;
+    o.warmup_steps = 20;
+    o.total_steps = 300;
+    o.min_lr = 3e-4;
+    return o;
+  }
+  Tensor build_loss(Graph& g) const override {
+    Tensor ids = g.input("ids", {kBatch, cfg_.seq}, DType::i32);
+    Tensor targets = g.input("targets", {kBatch * cfg_.seq}, DType::i32);
+    Tensor logits = models::chargpt(g, ids, cfg_);
+    return cross_entropy(reshape(logits, {kBatch * cfg_.seq, cfg_.vocab}), targets);
+  }
+  void feed(Session& s, int64_t step) const override { feed_windows(s, "ids", "targets", kBatch, seed_ * 7907 + uint64_t(step)); }
+  void add_inference(Session& s) override {
+    // Windows drawn from another stream of offsets for the loss, and a one-sequence program
+    // for sampling.
+    Graph eval;
+    Tensor ids = eval.input("eval_ids", {kBatch, cfg_.seq}, DType::i32);
+    Tensor targets = eval.input("eval_targets", {kBatch * cfg_.seq}, DType::i32);
+    eval.output("eval_loss", cross_entropy(reshape(models::chargpt(eval, ids, cfg_), {kBatch * cfg_.seq, cfg_.vocab}), targets));
+    eval_program_ = s.add(eval);
+    Graph gen;
+    Tensor ctx = gen.input("gen_ids", {1, cfg_.seq}, DType::i32);
+    gen.output("gen_logits", models::chargpt(gen, ctx, cfg_));
+    gen_program_ = s.add(gen);
+  }
+  nlohmann::json evaluate(Session& s) const override {
+    const size_t pe = eval_program_, pg = gen_program_;
+    double loss = 0;
+    for (uint64_t r = 0; r < 4; ++r) {
+      feed_windows(s, "eval_ids", "eval_targets", kBatch, 0xE7A1 + r);
+      s.run(pe);
+      loss += s.scalar("eval_loss") / 4;
+    }
+    std::vector<int32_t> text = vocab_.encode("The river");
+    std::mt19937_64 rng(seed_);
+    for (int i = 0; i < 160; ++i) {
+      const size_t start = text.size() > size_t(cfg_.seq) ? text.size() - size_t(cfg_.seq) : 0;
+      std::vector<int32_t> window(size_t(cfg_.seq), 0);
+      std::copy(text.begin() + int64_t(start), text.end(), window.begin());
+      s.set("gen_ids", std::span<const int32_t>(window));
+      s.run(pg);
+      auto logits = s.get("gen_logits");
+      const float* row = logits.data() + (text.size() - start - 1) * size_t(cfg_.vocab);
+      std::vector<double> p(size_t(cfg_.vocab));
+      const double m = *std::max_element(row, row + cfg_.vocab);
+      for (size_t c = 0; c < p.size(); ++c) p[c] = std::exp((double(row[c]) - m) / 0.7);  // temperature 0.7
+      text.push_back(int32_t(std::discrete_distribution<size_t>(p.begin(), p.end())(rng)));
+    }
+    return {{"eval_loss", loss}, {"sample", vocab_.decode(text)}};
+  }
+
+ private:
+  void feed_windows(Session& s, const std::string& ids_name, const std::string& targets_name, int64_t batch,
+                    uint64_t stream) const {
+    std::mt19937_64 rng(stream);
+    const int64_t span = int64_t(tokens_.size()) - cfg_.seq - 1;
+    std::vector<int32_t> ids(size_t(batch * cfg_.seq)), targets(size_t(batch * cfg_.seq));
+    for (int64_t b = 0; b < batch; ++b) {
+      const int64_t off = int64_t(rng() % uint64_t(span));
+      for (int64_t t = 0; t < cfg_.seq; ++t) {
+        ids[size_t(b * cfg_.seq + t)] = tokens_[size_t(off + t)];
+        targets[size_t(b * cfg_.seq + t)] = tokens_[size_t(off + t + 1)];
+      }
+    }
+    s.set(ids_name, std::span<const int32_t>(ids));
+    s.set(targets_name, std::span<const int32_t>(targets));
+  }
+  static constexpr int64_t kBatch = 16;
+  uint64_t seed_;
+  size_t eval_program_ = 0, gen_program_ = 0;
+  models::Vocabulary vocab_;
+  models::CharGptConfig cfg_{};
+  std::vector<int32_t> tokens_;
+};
+
+}  // namespace
+
+std::unique_ptr<Task> make_task(const std::string& model, uint64_t seed) {
+  if (model == "mlp") return std::make_unique<MlpTask>(seed);
+  if (model == "chargpt") return std::make_unique<CharGptTask>(seed);
+  throw std::invalid_argument("unknown model '" + model + "' (expected mlp or chargpt)");
+}
+
+}  // namespace meganeura::cli

@@ -1,0 +1,35 @@
+// The built-in training tasks behind `meganeura train|infer`: a model, its data, how a batch is
+// fed for a given step (a pure function of the seed and step, so a resumed run sees the same
+// batches), and how a trained model is evaluated.
+#pragma once
+
+#include <nlohmann/json.hpp>
+
+#include <memory>
+#include <string>
+
+#include "meganeura/optim.h"
+#include "meganeura/session.h"
+
+namespace meganeura::cli {
+
+class Task {
+ public:
+  virtual ~Task() = default;
+  virtual std::string name() const = 0;
+  virtual int64_t default_steps() const = 0;
+  virtual OptimizerConfig default_optimizer() const = 0;
+  // Training graph: inputs and the scalar loss.
+  virtual Tensor build_loss(Graph& g) const = 0;
+  virtual void feed(Session& s, int64_t step) const = 0;
+  // Adds the inference-only programs (forward graphs, no loss or optimizer) to `s`; they share
+  // its parameters by name. Then evaluate() runs them.
+  virtual void add_inference(Session& s) = 0;
+  virtual nlohmann::json evaluate(Session& s) const = 0;
+  // Hash of the model's forward graph, recorded in checkpoints.
+  uint64_t model_hash() const;
+};
+
+std::unique_ptr<Task> make_task(const std::string& model, uint64_t seed);
+
+}  // namespace meganeura::cli

@@ -1,0 +1,159 @@
+// meganeura train|infer: train a built-in model with a live progress line, checkpoint it, resume
+// from a checkpoint, and serve it from an inference-only program.
+#include <unistd.h>
+
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <iostream>
+
+#include "commands.h"
+#include "meganeura/checkpoint.h"
+#include "meganeura/train.h"
+#include "tasks.h"
+
+namespace meganeura::cli {
+namespace {
+
+struct TrainArgs {
+  std::string model = "mlp", device = "auto", out, resume, optimizer;
+  int64_t steps = 0;
+  uint64_t seed = 1;
+  double lr = 0;
+  int accumulation = 1;
+  bool json = false;
+};
+
+class Progress {
+ public:
+  Progress(int64_t first, int64_t total) : first_(first), total_(total), tty_(isatty(2)) {}
+  void update(int64_t step, float loss) {
+    const double elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0_).count();
+    const double rate = double(step - first_) / std::max(elapsed, 1e-9);
+    const double eta = rate > 0 ? double(total_ - step) / rate : 0;
+    const bool last = step == total_;
+    if (!tty_ && !last && step % std::max<int64_t>(1, total_ / 10)) return;
+    std::fprintf(stderr, "%sstep %lld/%lld  loss %.4f  %.1f steps/s  ETA %.0fs%s", tty_ ? "\r" : "",
+                 static_cast<long long>(step), static_cast<long long>(total_), double(loss), rate, eta,
+                 tty_ && !last ? "   " : "\n");
+    std::fflush(stderr);
+  }
+  double rate(int64_t step) const {
+    const double elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0_).count();
+    return double(step - first_) / std::max(elapsed, 1e-9);
+  }
+
+ private:
+  int64_t first_, total_;
+  bool tty_;
+  std::chrono::steady_clock::time_point t0_ = std::chrono::steady_clock::now();
+};
+
+void print(const nlohmann::json& out, bool json) {
+  if (json) {
+    std::cout << out.dump() << "\n";
+    return;
+  }
+  for (auto& [k, v] : out.items()) {
+    if (k != "losses") std::cout << k << ": " << (v.is_string() ? v.get<std::string>() : v.dump()) << "\n";
+  }
+}
+
+int run_train(const TrainArgs& a) {
+  auto task = make_task(a.model, a.seed);
+  OptimizerConfig opt = task->default_optimizer();
+  if (!a.optimizer.empty()) opt.kind = parse_optimizer(a.optimizer);
+  if (a.lr > 0) opt.lr = a.lr;
+  opt.accumulation = a.accumulation;
+  const int64_t steps = a.steps > 0 ? a.steps : task->default_steps();
+  opt.total_steps = std::max(opt.total_steps, steps);
+  SessionOptions so;
+  so.device = parse_device(a.device);
+  so.seed = a.seed;
+  Trainer trainer([&](Graph& g) { return task->build_loss(g); }, opt, so);
+  const std::string model_hash = std::to_string(task->model_hash());
+  int64_t start = 0;
+  if (!a.resume.empty()) {
+    auto meta = load_checkpoint(trainer.session(), a.resume);
+    if (meta.count("graph_hash") && meta["graph_hash"] != model_hash) {
+      throw std::runtime_error("checkpoint " + a.resume + " is of a different model (graph hash " + meta["graph_hash"] + ")");
+    }
+    start = trainer.updates() * opt.accumulation;
+    if (start > steps) throw std::runtime_error("checkpoint is at step " + std::to_string(start) + ", past --steps " + std::to_string(steps));
+  }
+  std::fprintf(stderr, "training %s on %s: steps %lld..%lld\n", task->name().c_str(), trainer.session().device_name().c_str(),
+               static_cast<long long>(start + 1), static_cast<long long>(steps));
+  Progress progress(start, steps);
+  nlohmann::json losses = nlohmann::json::array();
+  float loss = NAN;
+  for (int64_t step = start; step < steps; ++step) {
+    task->feed(trainer.session(), step);
+    loss = trainer.step();
+    if (!std::isfinite(loss)) throw std::runtime_error("loss is " + std::to_string(loss) + " at step " + std::to_string(step + 1));
+    losses.push_back(loss);
+    progress.update(step + 1, loss);
+  }
+  nlohmann::json out = {{"model", task->name()}, {"device", trainer.session().device_name()},
+                        {"first_step", start + 1}, {"steps", steps}, {"final_loss", loss}, {"losses", losses},
+                        {"steps_per_second", progress.rate(steps)}};
+  if (!a.out.empty()) {
+    save_checkpoint(trainer.session(), a.out, {{"graph_hash", model_hash}, {"model", task->name()}});
+    out["checkpoint"] = a.out;
+    std::fprintf(stderr, "checkpoint written to %s\n", a.out.c_str());
+  }
+  task->add_inference(trainer.session());
+  out.update(task->evaluate(trainer.session()));
+  print(out, a.json);
+  return 0;
+}
+
+int run_infer(const TrainArgs& a) {
+  auto task = make_task(a.model, a.seed);
+  SessionOptions so;
+  so.device = parse_device(a.device);
+  so.seed = a.seed;
+  Session session(so);
+  task->add_inference(session);
+  auto meta = load_checkpoint(session, a.resume, LoadOptions{true});
+  if (meta.count("graph_hash") && meta["graph_hash"] != std::to_string(task->model_hash())) {
+    throw std::runtime_error("checkpoint " + a.resume + " is of a different model than " + a.model);
+  }
+  nlohmann::json out = {{"model", task->name()}, {"device", session.device_name()}, {"checkpoint", a.resume}};
+  if (meta.count("step")) out["trained_steps"] = std::stoll(meta["step"]);
+  out.update(task->evaluate(session));
+  if (out.contains("test_loss")) out["final_loss"] = out["test_loss"];
+  if (out.contains("eval_loss")) out["final_loss"] = out["eval_loss"];
+  print(out, a.json);
+  return 0;
+}
+
+}  // namespace
+
+void add_train_command(CLI::App& app) {
+  auto a = std::make_shared<TrainArgs>();
+  CLI::App* c = app.add_subcommand("train", "train a built-in model and write a checkpoint");
+  c->add_option("--model", a->model, "mlp | chargpt")->check(CLI::IsMember({"mlp", "chargpt"}));
+  c->add_option("--steps", a->steps, "total training steps (default: the model's)")->check(CLI::PositiveNumber);
+  c->add_option("--out", a->out, "checkpoint to write (safetensors)");
+  c->add_option("--resume", a->resume, "checkpoint to resume from");
+  c->add_option("--device", a->device, "cpu | vulkan | auto")->check(CLI::IsMember({"cpu", "vulkan", "auto"}));
+  c->add_option("--seed", a->seed, "initialisation and data seed");
+  c->add_option("--lr", a->lr, "peak learning rate");
+  c->add_option("--optimizer", a->optimizer, "sgd | adam | adamw")->check(CLI::IsMember({"sgd", "adam", "adamw"}));
+  c->add_option("--accumulation", a->accumulation, "micro-steps per update")->check(CLI::PositiveNumber);
+  c->add_flag("--json", a->json, "print a JSON summary on stdout");
+  c->callback([a] { throw CLI::RuntimeError(run_train(*a)); });
+}
+
+void add_infer_command(CLI::App& app) {
+  auto a = std::make_shared<TrainArgs>();
+  CLI::App* c = app.add_subcommand("infer", "load a checkpoint into an inference program and evaluate it");
+  c->add_option("--model", a->model, "mlp | chargpt")->check(CLI::IsMember({"mlp", "chargpt"}));
+  c->add_option("--checkpoint", a->resume, "checkpoint to load")->required();
+  c->add_option("--device", a->device, "cpu | vulkan | auto")->check(CLI::IsMember({"cpu", "vulkan", "auto"}));
+  c->add_option("--seed", a->seed, "sampling seed");
+  c->add_flag("--json", a->json, "print a JSON summary on stdout");
+  c->callback([a] { throw CLI::RuntimeError(run_infer(*a)); });
+}
+
+}  // namespace meganeura::cli
