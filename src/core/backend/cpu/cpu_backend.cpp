@@ -1,11 +1,10 @@
-#include <omp.h>
-
 #include <cstdlib>
 #include <cstring>
 #include <map>
 #include <memory>
 
 #include "backend/cpu/kernels.h"
+#include "backend/cpu/parallel.h"
 #include "meganeura/backend.h"
 
 namespace meganeura {
@@ -34,10 +33,10 @@ struct Prepared {
 class CpuBackend final : public Backend {
  public:
   explicit CpuBackend(const CpuOptions& o) {
-    if (o.threads > 0) omp_set_num_threads(o.threads);
+    if (o.threads > 0) cpu::set_threads(o.threads);
   }
 
-  std::string device_name() const override { return "cpu (" + std::to_string(omp_get_max_threads()) + " threads)"; }
+  std::string device_name() const override { return "cpu (" + std::to_string(cpu::thread_count()) + " threads)"; }
 
   size_t add_program(const Program& p) override {
     auto prep = std::make_unique<Prepared>();

@@ -1,8 +1,10 @@
+#include <cstdint>
 #include <algorithm>
 #include <cmath>
 #include <cstring>
 
 #include "backend/cpu/kernels.h"
+#include "backend/cpu/parallel.h"
 
 namespace meganeura::cpu {
 
@@ -85,8 +87,9 @@ void unary(const Dispatch& d, const std::vector<Arg>& in, const Arg& out) {
   }
   const Op op = d.op;
   const Attrs& attrs = d.attrs;
-#pragma omp parallel for schedule(static) if (n > kParallelMin)
-  for (int64_t i = 0; i < n; ++i) y[i] = apply_unary<T>(op, attrs, x[i]);
+  parallel_for(n, (n > kParallelMin) ? 1 : INT64_MAX, [&](int64_t begin_, int64_t end_) {
+    for (int64_t i = begin_; i < end_; ++i) y[i] = apply_unary<T>(op, attrs, x[i]);
+  });
 }
 
 template <class T>
@@ -98,14 +101,16 @@ void binary(const Dispatch& d, const std::vector<Arg>& in, const Arg& out) {
   const Shape& os = out.shape();
   const int64_t n = out.n();
   if (in[0].shape() == os && in[1].shape() == os) {
-#pragma omp parallel for schedule(static) if (n > kParallelMin)
-    for (int64_t i = 0; i < n; ++i) y[i] = apply_binary<T>(op, a[i], b[i]);
+    parallel_for(n, (n > kParallelMin) ? 1 : INT64_MAX, [&](int64_t begin_, int64_t end_) {
+      for (int64_t i = begin_; i < end_; ++i) y[i] = apply_binary<T>(op, a[i], b[i]);
+    });
     return;
   }
   if (in[1].n() == 1 && in[0].shape() == os) {
     const T bv = b[0];
-#pragma omp parallel for schedule(static) if (n > kParallelMin)
-    for (int64_t i = 0; i < n; ++i) y[i] = apply_binary<T>(op, a[i], bv);
+    parallel_for(n, (n > kParallelMin) ? 1 : INT64_MAX, [&](int64_t begin_, int64_t end_) {
+      for (int64_t i = begin_; i < end_; ++i) y[i] = apply_binary<T>(op, a[i], bv);
+    });
     return;
   }
   // General broadcasting: walk rows of the innermost dimension.
@@ -113,18 +118,19 @@ void binary(const Dispatch& d, const std::vector<Arg>& in, const Arg& out) {
   const int64_t rank = int64_t(os.size());
   const int64_t inner = rank ? os.back() : 1, rows = inner ? n / inner : 0;
   const int64_t ia = rank ? sa.back() : 0, ib = rank ? sb.back() : 0;
-#pragma omp parallel for schedule(static) if (n > kParallelMin)
-  for (int64_t r = 0; r < rows; ++r) {
-    int64_t oa = 0, ob = 0, rem = r;
-    for (int64_t k = rank - 2; k >= 0; --k) {
-      int64_t idx = rem % os[size_t(k)];
-      rem /= os[size_t(k)];
-      oa += idx * sa[size_t(k)];
-      ob += idx * sb[size_t(k)];
+  parallel_for(rows, (n > kParallelMin) ? 1 : INT64_MAX, [&](int64_t begin_, int64_t end_) {
+    for (int64_t r = begin_; r < end_; ++r) {
+      int64_t oa = 0, ob = 0, rem = r;
+      for (int64_t k = rank - 2; k >= 0; --k) {
+        int64_t idx = rem % os[size_t(k)];
+        rem /= os[size_t(k)];
+        oa += idx * sa[size_t(k)];
+        ob += idx * sb[size_t(k)];
+      }
+      T* yr = y + r * inner;
+      for (int64_t j = 0; j < inner; ++j) yr[j] = apply_binary<T>(op, a[oa + j * ia], b[ob + j * ib]);
     }
-    T* yr = y + r * inner;
-    for (int64_t j = 0; j < inner; ++j) yr[j] = apply_binary<T>(op, a[oa + j * ia], b[ob + j * ib]);
-  }
+  });
 }
 
 template <class T>
@@ -140,18 +146,19 @@ void reduce(const Dispatch& d, const std::vector<Arg>& in, const Arg& out) {
       else if (int64_t(i) > axis) inner *= xs[i];
     }
     const bool log_form = d.op == Op::log_softmax;
-#pragma omp parallel for schedule(static) if (outer * inner * len > kParallelMin)
-    for (int64_t r = 0; r < outer * inner; ++r) {
-      const int64_t base = (r / inner) * len * inner + r % inner;
-      double m = -INFINITY, s = 0;
-      for (int64_t j = 0; j < len; ++j) m = std::max(m, double(x[base + j * inner]));
-      for (int64_t j = 0; j < len; ++j) s += std::exp(double(x[base + j * inner]) - m);
-      const double lse = m + std::log(s);
-      for (int64_t j = 0; j < len; ++j) {
-        double v = double(x[base + j * inner]) - lse;
-        y[base + j * inner] = T(log_form ? v : std::exp(v));
+    parallel_for(outer * inner, (outer * inner * len > kParallelMin) ? 1 : INT64_MAX, [&](int64_t begin_, int64_t end_) {
+      for (int64_t r = begin_; r < end_; ++r) {
+        const int64_t base = (r / inner) * len * inner + r % inner;
+        double m = -INFINITY, s = 0;
+        for (int64_t j = 0; j < len; ++j) m = std::max(m, double(x[base + j * inner]));
+        for (int64_t j = 0; j < len; ++j) s += std::exp(double(x[base + j * inner]) - m);
+        const double lse = m + std::log(s);
+        for (int64_t j = 0; j < len; ++j) {
+          double v = double(x[base + j * inner]) - lse;
+          y[base + j * inner] = T(log_form ? v : std::exp(v));
+        }
       }
-    }
+    });
     return;
   }
   const auto& a = std::get<ReduceAttrs>(d.attrs);
@@ -168,16 +175,17 @@ void reduce(const Dispatch& d, const std::vector<Arg>& in, const Arg& out) {
       else if (i <= a.axes.back()) len *= xs[size_t(i)];
       else inner *= xs[size_t(i)];
     }
-#pragma omp parallel for schedule(static) if (outer * inner * len > kParallelMin)
-    for (int64_t r = 0; r < outer * inner; ++r) {
-      const T* p = x + (r / inner) * len * inner + r % inner;
-      double acc = is_max ? -INFINITY : 0.0;
-      for (int64_t j = 0; j < len; ++j) {
-        double v = double(p[j * inner]);
-        acc = is_max ? std::max(acc, v) : acc + v;
+    parallel_for(outer * inner, (outer * inner * len > kParallelMin) ? 1 : INT64_MAX, [&](int64_t begin_, int64_t end_) {
+      for (int64_t r = begin_; r < end_; ++r) {
+        const T* p = x + (r / inner) * len * inner + r % inner;
+        double acc = is_max ? -INFINITY : 0.0;
+        for (int64_t j = 0; j < len; ++j) {
+          double v = double(p[j * inner]);
+          acc = is_max ? std::max(acc, v) : acc + v;
+        }
+        y[r] = finish(acc);
       }
-      y[r] = finish(acc);
-    }
+    });
     return;
   }
   // General: map each input element to its output slot.

@@ -1,3 +1,4 @@
+#include <cstdint>
 // Matmul, convolution and pooling. GEMMs go to the system BLAS (OpenBLAS); convolution is
 // im2col + GEMM, with 1x1 stride-1 convolutions reading the input directly.
 #include <cblas.h>
@@ -7,18 +8,32 @@
 #include <cstring>
 
 #include "backend/cpu/kernels.h"
+#include "backend/cpu/parallel.h"
 
 namespace meganeura::cpu {
 namespace {
 
+// BLAS threads only for GEMMs big enough to amortise waking them: on small ones its
+// spinning workers cost more than they give (2x on a 2-core training step).
+void set_blas_threads(int64_t m, int64_t n, int64_t k) {
+  static thread_local int current = -1;
+  const int want = m * n * k >= (int64_t(1) << 21) ? thread_count() : 1;
+  if (want != current) {
+    openblas_set_num_threads(want);
+    current = want;
+  }
+}
+
 // Row-major C[m,n] = alpha * op(A)[m,k] op(B)[k,n] + beta * C.
 void gemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, float alpha, const float* a, int64_t lda,
           const float* b, int64_t ldb, float beta, float* c, int64_t ldc) {
+  set_blas_threads(m, n, k);
   cblas_sgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans, int(m),
               int(n), int(k), alpha, a, int(lda), b, int(ldb), beta, c, int(ldc));
 }
 void gemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, double alpha, const double* a,
           int64_t lda, const double* b, int64_t ldb, double beta, double* c, int64_t ldc) {
+  set_blas_threads(m, n, k);
   cblas_dgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans, int(m),
               int(n), int(k), alpha, a, int(lda), b, int(ldb), beta, c, int(ldc));
 }
@@ -43,42 +58,44 @@ template <class T>
 void im2col(const ConvGeom& g, const T* x, T* col) {
   const ConvAttrs& a = *g.a;
   const int64_t rows = g.cg * g.kh * g.kw;
-#pragma omp parallel for schedule(static) if (rows * g.oh * g.ow > kParallelMin)
-  for (int64_t r = 0; r < rows; ++r) {
-    const int64_t ci = r / (g.kh * g.kw), i = (r / g.kw) % g.kh, j = r % g.kw;
-    T* dst = col + r * g.oh * g.ow;
-    const T* src = x + ci * g.h * g.w;
-    for (int64_t oy = 0; oy < g.oh; ++oy) {
-      const int64_t iy = oy * a.stride[0] - a.pad[0] + i * a.dilation[0];
-      for (int64_t ox = 0; ox < g.ow; ++ox) {
-        const int64_t ix = ox * a.stride[1] - a.pad[1] + j * a.dilation[1];
-        dst[oy * g.ow + ox] = (iy >= 0 && iy < g.h && ix >= 0 && ix < g.w) ? src[iy * g.w + ix] : T(0);
+  parallel_for(rows, (rows * g.oh * g.ow > kParallelMin) ? 1 : INT64_MAX, [&](int64_t begin_, int64_t end_) {
+    for (int64_t r = begin_; r < end_; ++r) {
+      const int64_t ci = r / (g.kh * g.kw), i = (r / g.kw) % g.kh, j = r % g.kw;
+      T* dst = col + r * g.oh * g.ow;
+      const T* src = x + ci * g.h * g.w;
+      for (int64_t oy = 0; oy < g.oh; ++oy) {
+        const int64_t iy = oy * a.stride[0] - a.pad[0] + i * a.dilation[0];
+        for (int64_t ox = 0; ox < g.ow; ++ox) {
+          const int64_t ix = ox * a.stride[1] - a.pad[1] + j * a.dilation[1];
+          dst[oy * g.ow + ox] = (iy >= 0 && iy < g.h && ix >= 0 && ix < g.w) ? src[iy * g.w + ix] : T(0);
+        }
       }
     }
-  }
+  });
 }
 
 // The adjoint of im2col: accumulates columns back into x (which the caller zeroed).
 template <class T>
 void col2im(const ConvGeom& g, const T* col, T* x) {
   const ConvAttrs& a = *g.a;
-#pragma omp parallel for schedule(static) if (g.cg * g.h * g.w > kParallelMin)
-  for (int64_t ci = 0; ci < g.cg; ++ci) {  // channels are disjoint: safe to split
-    T* dst = x + ci * g.h * g.w;
-    for (int64_t i = 0; i < g.kh; ++i) {
-      for (int64_t j = 0; j < g.kw; ++j) {
-        const T* src = col + ((ci * g.kh + i) * g.kw + j) * g.oh * g.ow;
-        for (int64_t oy = 0; oy < g.oh; ++oy) {
-          const int64_t iy = oy * a.stride[0] - a.pad[0] + i * a.dilation[0];
-          if (iy < 0 || iy >= g.h) continue;
-          for (int64_t ox = 0; ox < g.ow; ++ox) {
-            const int64_t ix = ox * a.stride[1] - a.pad[1] + j * a.dilation[1];
-            if (ix >= 0 && ix < g.w) dst[iy * g.w + ix] += src[oy * g.ow + ox];
+  parallel_for(g.cg, (g.cg * g.h * g.w > kParallelMin) ? 1 : INT64_MAX, [&](int64_t begin_, int64_t end_) {
+    for (int64_t ci = begin_; ci < end_; ++ci) {  // channels are disjoint: safe to split
+      T* dst = x + ci * g.h * g.w;
+      for (int64_t i = 0; i < g.kh; ++i) {
+        for (int64_t j = 0; j < g.kw; ++j) {
+          const T* src = col + ((ci * g.kh + i) * g.kw + j) * g.oh * g.ow;
+          for (int64_t oy = 0; oy < g.oh; ++oy) {
+            const int64_t iy = oy * a.stride[0] - a.pad[0] + i * a.dilation[0];
+            if (iy < 0 || iy >= g.h) continue;
+            for (int64_t ox = 0; ox < g.ow; ++ox) {
+              const int64_t ix = ox * a.stride[1] - a.pad[1] + j * a.dilation[1];
+              if (ix >= 0 && ix < g.w) dst[iy * g.w + ix] += src[oy * g.ow + ox];
+            }
           }
         }
       }
     }
-  }
+  });
 }
 
 template <class T>
@@ -182,12 +199,13 @@ void pool(const Dispatch& d, const std::vector<Arg>& in, const Arg& out) {
     const int64_t planes = s[0] * s[1], h = s[2], w = s[3];
     const T* x = in[0].as<T>();
     T* y = out.as<T>();
-#pragma omp parallel for schedule(static) if (out.n() > kParallelMin)
-    for (int64_t p = 0; p < planes; ++p) {
-      for (int64_t i = 0; i < 2 * h; ++i) {
-        for (int64_t j = 0; j < 2 * w; ++j) y[(p * 2 * h + i) * 2 * w + j] = x[(p * h + i / 2) * w + j / 2];
+    parallel_for(planes, (out.n() > kParallelMin) ? 1 : INT64_MAX, [&](int64_t begin_, int64_t end_) {
+      for (int64_t p = begin_; p < end_; ++p) {
+        for (int64_t i = 0; i < 2 * h; ++i) {
+          for (int64_t j = 0; j < 2 * w; ++j) y[(p * 2 * h + i) * 2 * w + j] = x[(p * h + i / 2) * w + j / 2];
+        }
       }
-    }
+    });
     return;
   }
   const auto& a = std::get<PoolAttrs>(d.attrs);
@@ -197,34 +215,35 @@ void pool(const Dispatch& d, const std::vector<Arg>& in, const Arg& out) {
   const int64_t planes = xs[0] * xs[1], h = xs[2], w = xs[3], oh = ys[2], ow = ys[3];
   const int64_t kk = a.kernel[0] * a.kernel[1];
   if (backward) std::fill(out.as<T>(), out.as<T>() + out.n(), T(0));
-#pragma omp parallel for schedule(static) if (planes * h * w > kParallelMin)
-  for (int64_t p = 0; p < planes; ++p) {
-    for (int64_t oy = 0; oy < oh; ++oy) {
-      for (int64_t ox = 0; ox < ow; ++ox) {
-        const int64_t y0 = oy * a.stride[0] - a.pad[0], x0 = ox * a.stride[1] - a.pad[1];
-        const int64_t o = (p * oh + oy) * ow + ox;
-        double best = -INFINITY, acc = 0;
-        int64_t arg = -1;
-        for (int64_t i = std::max<int64_t>(y0, 0); i < std::min(y0 + a.kernel[0], h); ++i) {
-          for (int64_t j = std::max<int64_t>(x0, 0); j < std::min(x0 + a.kernel[1], w); ++j) {
-            const int64_t idx = (p * h + i) * w + j;
-            switch (d.op) {
-              case Op::max_pool2d: case Op::max_pool2d_backward: {
-                double v = double(in[0].as<T>()[idx]);
-                if (v > best) { best = v; arg = idx; }
-                break;
+  parallel_for(planes, (planes * h * w > kParallelMin) ? 1 : INT64_MAX, [&](int64_t begin_, int64_t end_) {
+    for (int64_t p = begin_; p < end_; ++p) {
+      for (int64_t oy = 0; oy < oh; ++oy) {
+        for (int64_t ox = 0; ox < ow; ++ox) {
+          const int64_t y0 = oy * a.stride[0] - a.pad[0], x0 = ox * a.stride[1] - a.pad[1];
+          const int64_t o = (p * oh + oy) * ow + ox;
+          double best = -INFINITY, acc = 0;
+          int64_t arg = -1;
+          for (int64_t i = std::max<int64_t>(y0, 0); i < std::min(y0 + a.kernel[0], h); ++i) {
+            for (int64_t j = std::max<int64_t>(x0, 0); j < std::min(x0 + a.kernel[1], w); ++j) {
+              const int64_t idx = (p * h + i) * w + j;
+              switch (d.op) {
+                case Op::max_pool2d: case Op::max_pool2d_backward: {
+                  double v = double(in[0].as<T>()[idx]);
+                  if (v > best) { best = v; arg = idx; }
+                  break;
+                }
+                case Op::avg_pool2d: acc += double(in[0].as<T>()[idx]); break;
+                default: out.as<T>()[idx] += in[0].as<T>()[o] / T(kk); break;  // avg backward
               }
-              case Op::avg_pool2d: acc += double(in[0].as<T>()[idx]); break;
-              default: out.as<T>()[idx] += in[0].as<T>()[o] / T(kk); break;  // avg backward
             }
           }
+          if (d.op == Op::max_pool2d) out.as<T>()[o] = T(best);
+          else if (d.op == Op::avg_pool2d) out.as<T>()[o] = T(acc / double(kk));
+          else if (d.op == Op::max_pool2d_backward && arg >= 0) out.as<T>()[arg] += in[1].as<T>()[o];
         }
-        if (d.op == Op::max_pool2d) out.as<T>()[o] = T(best);
-        else if (d.op == Op::avg_pool2d) out.as<T>()[o] = T(acc / double(kk));
-        else if (d.op == Op::max_pool2d_backward && arg >= 0) out.as<T>()[arg] += in[1].as<T>()[o];
       }
     }
-  }
+  });
 }
 
 template void linalg<float>(const Dispatch&, const std::vector<Arg>&, const Arg&);

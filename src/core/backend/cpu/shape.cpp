@@ -1,9 +1,11 @@
+#include <cstdint>
 // Movement, indexing and sequence ops: strided copies and gathers.
 #include <cmath>
 #include <cstring>
 #include <numbers>
 
 #include "backend/cpu/kernels.h"
+#include "backend/cpu/parallel.h"
 
 namespace meganeura::cpu {
 namespace {
@@ -20,16 +22,17 @@ void strided_copy(const T* x, T* y, const Shape& os, const std::vector<int64_t>&
   const int64_t n = numel(os), rank = int64_t(os.size());
   const int64_t inner = rank ? os.back() : 1, rows = inner ? n / inner : 0;
   const int64_t is = rank ? in_strides.back() : 0;
-#pragma omp parallel for schedule(static) if (n > kParallelMin)
-  for (int64_t r = 0; r < rows; ++r) {
-    int64_t off = base, rem = r;
-    for (int64_t k = rank - 2; k >= 0; --k) {
-      off += (rem % os[size_t(k)]) * in_strides[size_t(k)];
-      rem /= os[size_t(k)];
+  parallel_for(rows, (n > kParallelMin) ? 1 : INT64_MAX, [&](int64_t begin_, int64_t end_) {
+    for (int64_t r = begin_; r < end_; ++r) {
+      int64_t off = base, rem = r;
+      for (int64_t k = rank - 2; k >= 0; --k) {
+        off += (rem % os[size_t(k)]) * in_strides[size_t(k)];
+        rem /= os[size_t(k)];
+      }
+      T* yr = y + r * inner;
+      for (int64_t j = 0; j < inner; ++j) yr[j] = x[off + j * is];
     }
-    T* yr = y + r * inner;
-    for (int64_t j = 0; j < inner; ++j) yr[j] = x[off + j * is];
-  }
+  });
 }
 
 }  // namespace
@@ -161,30 +164,32 @@ void sequence(const Dispatch& d, const std::vector<Arg>& in, const Arg& out) {
       const int64_t dim = s.back(), seq = s[s.size() - 2], half = dim / 2;
       const int64_t rows = out.n() / dim;
       const double sign = a.inverse ? -1.0 : 1.0;
-#pragma omp parallel for schedule(static) if (out.n() > kParallelMin)
-      for (int64_t r = 0; r < rows; ++r) {
-        const int64_t pos = r % seq;
-        const T* xr = x + r * dim;
-        T* yr = y + r * dim;
-        for (int64_t i = 0; i < half; ++i) {
-          const double angle = sign * double(pos) * std::pow(a.theta, -2.0 * double(i) / double(dim));
-          const double c = std::cos(angle), sn = std::sin(angle);
-          const double x1 = double(xr[i]), x2 = double(xr[i + half]);
-          yr[i] = T(x1 * c - x2 * sn);
-          yr[i + half] = T(x2 * c + x1 * sn);
+      parallel_for(rows, (out.n() > kParallelMin) ? 1 : INT64_MAX, [&](int64_t begin_, int64_t end_) {
+        for (int64_t r = begin_; r < end_; ++r) {
+          const int64_t pos = r % seq;
+          const T* xr = x + r * dim;
+          T* yr = y + r * dim;
+          for (int64_t i = 0; i < half; ++i) {
+            const double angle = sign * double(pos) * std::pow(a.theta, -2.0 * double(i) / double(dim));
+            const double c = std::cos(angle), sn = std::sin(angle);
+            const double x1 = double(xr[i]), x2 = double(xr[i + half]);
+            yr[i] = T(x1 * c - x2 * sn);
+            yr[i + half] = T(x2 * c + x1 * sn);
+          }
         }
-      }
+      });
       return;
     }
     case Op::causal_mask: {
       const T fill = T(std::get<MaskAttrs>(d.attrs).fill);
       const int64_t sk = s.back(), sq = s[s.size() - 2], offset = sk - sq;
       const int64_t rows = out.n() / sk;
-#pragma omp parallel for schedule(static) if (out.n() > kParallelMin)
-      for (int64_t r = 0; r < rows; ++r) {
-        const int64_t i = r % sq;
-        for (int64_t j = 0; j < sk; ++j) y[r * sk + j] = j > i + offset ? fill : x[r * sk + j];
-      }
+      parallel_for(rows, (out.n() > kParallelMin) ? 1 : INT64_MAX, [&](int64_t begin_, int64_t end_) {
+        for (int64_t r = begin_; r < end_; ++r) {
+          const int64_t i = r % sq;
+          for (int64_t j = 0; j < sk; ++j) y[r * sk + j] = j > i + offset ? fill : x[r * sk + j];
+        }
+      });
       return;
     }
     case Op::lr_schedule: {

@@ -1,0 +1,110 @@
+#include "backend/cpu/parallel.h"
+
+#include <condition_variable>
+#include <exception>
+#include <memory>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+namespace meganeura::cpu {
+namespace {
+
+class Pool {
+ public:
+  explicit Pool(int threads) {
+    for (int i = 1; i < threads; ++i) workers_.emplace_back([this, i] { work(i); });
+  }
+  ~Pool() {
+    {
+      std::lock_guard lock(mu_);
+      stop_ = true;
+    }
+    wake_.notify_all();
+    for (auto& t : workers_) t.join();
+  }
+  int size() const { return int(workers_.size()) + 1; }
+
+  void run(int64_t n, const std::function<void(int64_t, int64_t)>& body) {
+    std::unique_lock lock(mu_);
+    body_ = &body;
+    n_ = n;
+    pending_ = size() - 1;
+    error_ = nullptr;
+    ++generation_;
+    lock.unlock();
+    wake_.notify_all();
+    chunk(0, body);
+    lock.lock();
+    done_.wait(lock, [&] { return pending_ == 0; });
+    body_ = nullptr;
+    if (error_) std::rethrow_exception(error_);
+  }
+
+ private:
+  void chunk(int i, const std::function<void(int64_t, int64_t)>& body) {
+    const int64_t parts = size(), begin = n_ * i / parts, end = n_ * (i + 1) / parts;
+    if (begin < end) body(begin, end);
+  }
+  void work(int i) {
+    uint64_t seen = 0;
+    std::unique_lock lock(mu_);
+    for (;;) {
+      wake_.wait(lock, [&] { return stop_ || generation_ != seen; });
+      if (stop_) return;
+      seen = generation_;
+      const auto* body = body_;
+      lock.unlock();
+      std::exception_ptr err;
+      try {
+        chunk(i, *body);
+      } catch (...) {
+        err = std::current_exception();
+      }
+      lock.lock();
+      if (err && !error_) error_ = err;
+      if (--pending_ == 0) done_.notify_one();
+    }
+  }
+
+  std::vector<std::thread> workers_;
+  std::mutex mu_;
+  std::condition_variable wake_, done_;
+  const std::function<void(int64_t, int64_t)>* body_ = nullptr;
+  int64_t n_ = 0;
+  int pending_ = 0;
+  uint64_t generation_ = 0;
+  bool stop_ = false;
+  std::exception_ptr error_;
+};
+
+int default_threads() { return int(std::max(1u, std::thread::hardware_concurrency())); }
+std::unique_ptr<Pool>& pool() {
+  static std::unique_ptr<Pool> p = std::make_unique<Pool>(default_threads());
+  return p;
+}
+std::mutex& run_mutex() {
+  static std::mutex m;  // one parallel loop at a time: sessions on several threads queue here
+  return m;
+}
+
+}  // namespace
+
+void set_threads(int threads) {
+  std::lock_guard lock(run_mutex());
+  pool() = std::make_unique<Pool>(threads > 0 ? threads : default_threads());
+}
+
+int thread_count() { return pool()->size(); }
+
+void parallel_for(int64_t n, int64_t min_parallel, const std::function<void(int64_t, int64_t)>& body) {
+  if (n <= 0) return;
+  if (n < min_parallel || thread_count() == 1) {
+    body(0, n);
+    return;
+  }
+  std::lock_guard lock(run_mutex());
+  pool()->run(n, body);
+}
+
+}  // namespace meganeura::cpu
