@@ -1,6 +1,7 @@
 #include <nlohmann/json.hpp>
 
 #include <algorithm>
+#include <cstdio>
 #include <map>
 #include <numeric>
 #include <sstream>
@@ -131,6 +132,9 @@ Program plan(const Graph& g, const PlanOptions& opt) {
 
   std::vector<uint32_t> view_base;  // per tensor: the tensor whose memory it uses
   int constants = 0;
+  char hash_hex[17];
+  std::snprintf(hash_hex, sizeof(hash_hex), "%016llx", static_cast<unsigned long long>(p.graph_hash));
+  const std::string const_prefix = "const." + std::string(hash_hex) + ".";
   for (NodeId id = 0; id < n_nodes; ++id) {
     if (!live[id]) continue;
     const Node& n = g.node(id);
@@ -138,7 +142,8 @@ Program plan(const Graph& g, const PlanOptions& opt) {
     if (info.family == OpFamily::leaf) {
       Role role = n.op == Op::input ? Role::input : n.op == Op::parameter ? Role::parameter
                 : n.op == Op::state ? Role::state : Role::constant;
-      std::string name = role == Role::constant ? "const." + std::to_string(constants++) : n.name;
+      // Constants are named by their graph: programs of one session share buffers by name.
+      std::string name = role == Role::constant ? const_prefix + std::to_string(constants++) : n.name;
       add_external(name, role, n);
       tensor_of[id] = new_tensor(id, role, name);
       view_base.push_back(uint32_t(tensor_of[id]));
