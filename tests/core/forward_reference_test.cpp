@@ -1,0 +1,298 @@
+// Forward semantics of the ops against naive f64 loops written independently of the kernels
+// (the gradient checks prove backward consistent with forward; these prove forward right).
+// Tolerance: f32 results within 2e-5 * (1 + |ref|) of f64 (reductions here are <= 200 long).
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <functional>
+#include <random>
+
+#include "meganeura/session.h"
+
+namespace meganeura {
+namespace {
+
+using Vec = std::vector<double>;
+
+Vec randn(int64_t n, uint64_t seed) {
+  std::mt19937_64 r(seed);
+  std::normal_distribution<double> d(0, 1);
+  Vec v(static_cast<size_t>(n));
+  for (auto& x : v) x = d(r);
+  return v;
+}
+
+struct Harness {
+  Graph g;
+  std::map<std::string, Vec> values;
+  Tensor in(const std::string& name, Shape s) {
+    values[name] = randn(numel(s), values.size() * 31 + 5);
+    return g.input(name, s);
+  }
+  int outputs = 0;
+  // Runs the graph so far with `y` as a new output (earlier outputs run again too: harmless).
+  Vec eval(Tensor y, std::map<std::string, std::vector<int32_t>> ints = {}) {
+    const std::string out = "y" + std::to_string(outputs++);
+    g.output(out, y);
+    Session s;
+    s.add(g);
+    for (auto& [k, v] : values) {
+      if (s.buffers().count(k)) s.set(k, std::span<const double>(v));  // unused inputs are pruned
+    }
+    for (auto& [k, v] : ints) s.set(k, std::span<const int32_t>(v));
+    s.run();
+    auto f = s.get_f64(out);
+    return Vec(f.begin(), f.end());
+  }
+};
+
+void expect_close(const Vec& got, const Vec& want, const char* what) {
+  ASSERT_EQ(got.size(), want.size()) << what;
+  for (size_t i = 0; i < got.size(); ++i) {
+    ASSERT_NEAR(got[i], want[i], 2e-5 * (1 + std::abs(want[i]))) << what << " at " << i;
+  }
+}
+
+TEST(Forward, MatmulTransposesAndBatches) {
+  for (bool ta : {false, true}) {
+    for (bool tb : {false, true}) {
+      Harness r;
+      const int64_t B = 2, M = 3, K = 4, N = 5;
+      Tensor a = r.in("a", ta ? Shape{B, K, M} : Shape{B, M, K});
+      Tensor b = r.in("b", tb ? Shape{N, K} : Shape{K, N});
+      Vec y = r.eval(matmul(a, b, ta, tb));
+      const Vec &A = r.values["a"], &Bv = r.values["b"];
+      Vec want(size_t(B * M * N));
+      for (int64_t bb = 0; bb < B; ++bb)
+        for (int64_t i = 0; i < M; ++i)
+          for (int64_t j = 0; j < N; ++j) {
+            double s = 0;
+            for (int64_t k = 0; k < K; ++k) {
+              double av = ta ? A[size_t(bb * K * M + k * M + i)] : A[size_t(bb * M * K + i * K + k)];
+              double bv = tb ? Bv[size_t(j * K + k)] : Bv[size_t(k * N + j)];
+              s += av * bv;
+            }
+            want[size_t((bb * M + i) * N + j)] = s;
+          }
+      expect_close(y, want, "matmul");
+    }
+  }
+}
+
+TEST(Forward, Conv2dAllOptions) {
+  struct C { int64_t n, c, h, w, o, k, s, p, d, g; };
+  for (C c : {C{2, 3, 7, 6, 4, 3, 1, 1, 1, 1}, C{1, 4, 9, 8, 6, 3, 2, 1, 2, 2}, C{1, 3, 5, 5, 3, 3, 1, 0, 1, 3}, C{1, 2, 4, 4, 3, 1, 1, 0, 1, 1}}) {
+    Harness r;
+    Tensor x = r.in("x", {c.n, c.c, c.h, c.w});
+    Tensor w = r.in("w", {c.o, c.c / c.g, c.k, c.k});
+    Vec y = r.eval(conv2d(x, w, Conv2dOptions{c.s, c.s, c.p, c.p, c.d, c.d, c.g}));
+    const Vec &X = r.values["x"], &W = r.values["w"];
+    const int64_t oh = (c.h + 2 * c.p - c.d * (c.k - 1) - 1) / c.s + 1, ow = (c.w + 2 * c.p - c.d * (c.k - 1) - 1) / c.s + 1;
+    const int64_t cg = c.c / c.g, og = c.o / c.g;
+    Vec want;
+    for (int64_t n = 0; n < c.n; ++n)
+      for (int64_t o = 0; o < c.o; ++o)
+        for (int64_t i = 0; i < oh; ++i)
+          for (int64_t j = 0; j < ow; ++j) {
+            double s = 0;
+            const int64_t grp = o / og;
+            for (int64_t ci = 0; ci < cg; ++ci)
+              for (int64_t ki = 0; ki < c.k; ++ki)
+                for (int64_t kj = 0; kj < c.k; ++kj) {
+                  int64_t y0 = i * c.s - c.p + ki * c.d, x0 = j * c.s - c.p + kj * c.d;
+                  if (y0 < 0 || y0 >= c.h || x0 < 0 || x0 >= c.w) continue;
+                  s += X[size_t(((n * c.c + grp * cg + ci) * c.h + y0) * c.w + x0)] * W[size_t(((o * cg + ci) * c.k + ki) * c.k + kj)];
+                }
+            want.push_back(s);
+          }
+    expect_close(y, want, "conv2d");
+  }
+}
+
+TEST(Forward, PoolingAndUpsampling) {
+  Harness r;
+  Tensor x = r.in("x", {1, 2, 5, 5});
+  Vec mp = r.eval(max_pool2d(x, 3, 2, 1));
+  Vec ap = r.eval(avg_pool2d(x, 3, 2, 1));
+  Vec up = r.eval(upsample_nearest2x(x));
+  const Vec& X = r.values["x"];
+  Vec want_max, want_avg, want_up;
+  for (int64_t c = 0; c < 2; ++c)
+    for (int64_t i = 0; i < 3; ++i)
+      for (int64_t j = 0; j < 3; ++j) {
+        double m = -1e300, s = 0;
+        for (int64_t a = 2 * i - 1; a < 2 * i + 2; ++a)
+          for (int64_t b = 2 * j - 1; b < 2 * j + 2; ++b)
+            if (a >= 0 && a < 5 && b >= 0 && b < 5) {
+              m = std::max(m, X[size_t((c * 5 + a) * 5 + b)]);
+              s += X[size_t((c * 5 + a) * 5 + b)];
+            }
+        want_max.push_back(m);
+        want_avg.push_back(s / 9);  // padding counts, as in PyTorch's default
+      }
+  for (int64_t c = 0; c < 2; ++c)
+    for (int64_t i = 0; i < 10; ++i)
+      for (int64_t j = 0; j < 10; ++j) want_up.push_back(X[size_t((c * 5 + i / 2) * 5 + j / 2)]);
+  expect_close(mp, want_max, "max_pool2d");
+  expect_close(ap, want_avg, "avg_pool2d");
+  expect_close(up, want_up, "upsample");
+}
+
+TEST(Forward, NormsAndActivations) {
+  Harness r;
+  Tensor x = r.in("x", {2, 4, 3});
+  Tensor gm = r.in("g", {3}), bt = r.in("b", {3}), gc = r.in("gc", {4}), bc = r.in("bc", {4});
+  const Vec &X = r.values["x"], &Gm = r.values["g"], &Bt = r.values["b"], &Gc = r.values["gc"], &Bc = r.values["bc"];
+  Vec ln, rms, gn(24), ge, gt;
+  for (int64_t row = 0; row < 8; ++row) {
+    double mu = 0, var = 0, ms = 0;
+    for (int64_t k = 0; k < 3; ++k) mu += X[size_t(row * 3 + k)] / 3;
+    for (int64_t k = 0; k < 3; ++k) {
+      var += std::pow(X[size_t(row * 3 + k)] - mu, 2) / 3;
+      ms += std::pow(X[size_t(row * 3 + k)], 2) / 3;
+    }
+    for (int64_t k = 0; k < 3; ++k) {
+      ln.push_back((X[size_t(row * 3 + k)] - mu) / std::sqrt(var + 1e-5) * Gm[size_t(k)] + Bt[size_t(k)]);
+      rms.push_back(X[size_t(row * 3 + k)] / std::sqrt(ms + 1e-5) * Gm[size_t(k)]);
+    }
+  }
+  for (int64_t n = 0; n < 2; ++n)  // group norm, 2 groups of 2 channels over [N, C=4, L=3]
+    for (int64_t grp = 0; grp < 2; ++grp) {
+      double mu = 0, var = 0;
+      for (int64_t k = 0; k < 6; ++k) mu += X[size_t(n * 12 + grp * 6 + k)] / 6;
+      for (int64_t k = 0; k < 6; ++k) var += std::pow(X[size_t(n * 12 + grp * 6 + k)] - mu, 2) / 6;
+      for (int64_t k = 0; k < 6; ++k) {
+        int64_t ch = grp * 2 + k / 3;
+        gn[size_t(n * 12 + grp * 6 + k)] = (X[size_t(n * 12 + grp * 6 + k)] - mu) / std::sqrt(var + 1e-5) * Gc[size_t(ch)] + Bc[size_t(ch)];
+      }
+    }
+  for (double v : X) {
+    ge.push_back(0.5 * v * (1 + std::erf(v / std::sqrt(2.0))));
+    gt.push_back(0.5 * v * (1 + std::tanh(std::sqrt(2 / M_PI) * (v + 0.044715 * v * v * v))));
+  }
+  expect_close(r.eval(layer_norm(x, gm, bt)), ln, "layer_norm");
+  expect_close(r.eval(rms_norm(x, gm)), rms, "rms_norm");
+  expect_close(r.eval(group_norm(x, 2, gc, bc)), gn, "group_norm");
+  expect_close(r.eval(gelu(x)), ge, "gelu_erf");
+  expect_close(r.eval(gelu(x, true)), gt, "gelu_tanh");
+}
+
+// Naive attention: per query head, keys/values of head h / (Hq/Hkv); causal aligned bottom-right.
+Vec naive_attention(const Vec& q, const Vec& k, const Vec& v, int64_t B, int64_t Hq, int64_t Hk, int64_t Sq, int64_t Sk, int64_t D, bool causal) {
+  Vec out(size_t(B * Hq * Sq * D), 0);
+  for (int64_t b = 0; b < B; ++b)
+    for (int64_t h = 0; h < Hq; ++h)
+      for (int64_t i = 0; i < Sq; ++i) {
+        const int64_t kh = h / (Hq / Hk);
+        Vec s(static_cast<size_t>(Sk));
+        double m = -1e300;
+        for (int64_t j = 0; j < Sk; ++j) {
+          double d = 0;
+          for (int64_t t = 0; t < D; ++t) d += q[size_t(((b * Hq + h) * Sq + i) * D + t)] * k[size_t(((b * Hk + kh) * Sk + j) * D + t)];
+          s[size_t(j)] = (causal && j > i + (Sk - Sq)) ? -1e300 : d / std::sqrt(double(D));
+          m = std::max(m, s[size_t(j)]);
+        }
+        double z = 0;
+        for (auto& x : s) z += (x = std::exp(x - m));
+        for (int64_t j = 0; j < Sk; ++j)
+          for (int64_t t = 0; t < D; ++t) out[size_t(((b * Hq + h) * Sq + i) * D + t)] += s[size_t(j)] / z * v[size_t(((b * Hk + kh) * Sk + j) * D + t)];
+      }
+  return out;
+}
+
+TEST(Forward, AttentionCausalGroupedAndCross) {
+  struct A { int64_t b, hq, hk, sq, sk, d; bool causal; };
+  for (A a : {A{1, 4, 2, 5, 5, 8, true}, A{2, 3, 3, 4, 6, 4, false}, A{1, 2, 1, 3, 7, 4, true}}) {
+    Harness r;
+    Tensor q = r.in("q", {a.b, a.hq, a.sq, a.d}), k = r.in("k", {a.b, a.hk, a.sk, a.d}), v = r.in("v", {a.b, a.hk, a.sk, a.d});
+    Vec y = r.eval(attention(q, k, v, a.causal));
+    expect_close(y, naive_attention(r.values["q"], r.values["k"], r.values["v"], a.b, a.hq, a.hk, a.sq, a.sk, a.d, a.causal), "attention");
+  }
+}
+
+TEST(Forward, RotaryHalfSplit) {
+  Harness r;
+  Tensor x = r.in("x", {2, 3, 4, 6});
+  Vec y = r.eval(rope(x, 500.0));
+  const Vec& X = r.values["x"];
+  Vec want(X.size());
+  for (int64_t row = 0; row < 24; ++row) {
+    const int64_t pos = row % 4;
+    for (int64_t i = 0; i < 3; ++i) {
+      const double th = double(pos) / std::pow(500.0, 2.0 * double(i) / 6.0);
+      const double a = X[size_t(row * 6 + i)], b = X[size_t(row * 6 + i + 3)];
+      want[size_t(row * 6 + i)] = a * std::cos(th) - b * std::sin(th);
+      want[size_t(row * 6 + i + 3)] = b * std::cos(th) + a * std::sin(th);
+    }
+  }
+  expect_close(y, want, "rope");
+}
+
+TEST(Forward, CrossEntropyIgnoreIndexAndEmbedding) {
+  Harness r;
+  Tensor logits = r.in("l", {4, 5});
+  Tensor t = r.g.input("t", {4}, DType::i32);
+  std::vector<int32_t> targets = {1, -100, 4, 0};
+  Vec y = r.eval(cross_entropy(logits, t), {{"t", targets}});
+  const Vec& L = r.values["l"];
+  double loss = 0;
+  for (int64_t i = 0; i < 4; ++i) {
+    if (targets[size_t(i)] < 0) continue;
+    double z = 0;
+    for (int64_t c = 0; c < 5; ++c) z += std::exp(L[size_t(i * 5 + c)]);
+    loss += std::log(z) - L[size_t(i * 5 + targets[size_t(i)])];
+  }
+  expect_close(y, {loss / 3}, "cross_entropy");
+
+  Harness e;
+  Tensor table = e.in("table", {6, 3});
+  Tensor ids = e.g.input("ids", {2, 2}, DType::i32);
+  std::vector<int32_t> idv = {5, 0, 5, 2};
+  Vec emb = e.eval(embedding(table, ids), {{"ids", idv}});
+  Vec want;
+  for (int32_t id : idv)
+    for (int64_t k = 0; k < 3; ++k) want.push_back(e.values["table"][size_t(id * 3 + k)]);
+  expect_close(emb, want, "embedding");
+}
+
+TEST(Forward, MovementOps) {
+  Harness r;
+  Tensor x = r.in("x", {2, 3, 4});
+  const Vec& X = r.values["x"];
+  auto at = [&](int64_t a, int64_t b, int64_t c) { return X[size_t((a * 3 + b) * 4 + c)]; };
+  Vec perm, sl, pd, cat;
+  for (int64_t c = 0; c < 4; ++c)
+    for (int64_t a = 0; a < 2; ++a)
+      for (int64_t b = 0; b < 3; ++b) perm.push_back(at(a, b, c));
+  for (int64_t a = 0; a < 2; ++a)
+    for (int64_t b = 1; b < 3; ++b)
+      for (int64_t c = 1; c < 3; ++c) sl.push_back(at(a, b, c));
+  for (int64_t a = 0; a < 2; ++a)
+    for (int64_t b = 0; b < 3; ++b)
+      for (int64_t c = 0; c < 6; ++c) pd.push_back(c >= 1 && c < 5 ? at(a, b, c - 1) : 0.0);
+  for (int64_t a = 0; a < 2; ++a)
+    for (int64_t b = 0; b < 6; ++b)
+      for (int64_t c = 0; c < 4; ++c) cat.push_back(at(a, b % 3, c) * (b < 3 ? 1 : 2));
+  expect_close(r.eval(permute(x, {2, 0, 1})), perm, "permute");
+  expect_close(r.eval(slice(x, {0, 1, 1}, {2, 3, 3})), sl, "slice");
+  expect_close(r.eval(pad(x, {0, 0, 1}, {0, 0, 1})), pd, "pad");
+  expect_close(r.eval(concat({x, x * 2.0}, 1)), cat, "concat");
+}
+
+TEST(Forward, BuilderErrorsNameOpAndShapes) {
+  Graph g;
+  Tensor a = g.input("a", {2, 3}), b = g.input("b", {4, 5});
+  try {
+    matmul(a, b);
+    FAIL() << "expected an error";
+  } catch (const std::invalid_argument& e) {
+    EXPECT_STREQ(e.what(), "[matmul] inner dimensions differ: (2,3) x (4,5)");
+  }
+  EXPECT_THROW(add(a, b), std::invalid_argument);
+  EXPECT_THROW(conv2d(g.input("x", {1, 3, 4, 4}), g.input("w", {2, 2, 3, 3})), std::invalid_argument);
+  EXPECT_THROW(reshape(a, {4, 2}), std::invalid_argument);
+  EXPECT_THROW(g.input("a", {1}), std::invalid_argument);  // duplicate name
+}
+
+}  // namespace
+}  // namespace meganeura
