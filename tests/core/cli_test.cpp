@@ -1,0 +1,164 @@
+// The meganeura CLI end to end: training quality, exact resumption, inference from a
+// checkpoint, and one-line errors with a non-zero status on bad input.
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+#include <sys/wait.h>
+
+#include <array>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <string>
+
+#include "meganeura/safetensors.h"
+
+namespace fs = std::filesystem;
+
+namespace {
+
+struct Result {
+  int status = -1;
+  std::string out, err;
+  nlohmann::json json() const { return nlohmann::json::parse(out); }
+};
+
+fs::path temp_dir() {
+  fs::path d = fs::temp_directory_path() / ("meganeura_cli_" + std::to_string(::getpid()));
+  fs::create_directories(d);
+  return d;
+}
+
+Result run(const std::string& args) {
+  static const fs::path dir = temp_dir();
+  const fs::path err = dir / "stderr.txt";
+  const std::string cmd = std::string(MEGANEURA_BINARY_DIR) + "/bin/meganeura " + args + " 2>" + err.string();
+  Result r;
+  FILE* p = ::popen(cmd.c_str(), "r");
+  std::array<char, 4096> buf{};
+  size_t n;
+  while ((n = std::fread(buf.data(), 1, buf.size(), p)) > 0) r.out.append(buf.data(), n);
+  int st = ::pclose(p);
+  r.status = WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+  std::ifstream f(err);
+  r.err.assign(std::istreambuf_iterator<char>(f), {});
+  return r;
+}
+
+std::string path(const std::string& name) { return (temp_dir() / name).string(); }
+
+// The last line of stderr: the error message a user sees.
+std::string last_line(const std::string& s) {
+  auto t = s.substr(0, s.find_last_not_of('\n') + 1);
+  return t.substr(t.find_last_of('\n') + 1);
+}
+
+TEST(Cli, Version) {
+  Result r = run("--version");
+  EXPECT_EQ(r.status, 0);
+  EXPECT_EQ(r.out.rfind("meganeura ", 0), 0u) << r.out;
+}
+
+TEST(Cli, MlpReachesAccuracyAndInferenceAgrees) {
+  Result t = run("train --model mlp --device cpu --json --out " + path("mlp.safetensors"));
+  ASSERT_EQ(t.status, 0) << t.err;
+  auto j = t.json();
+  EXPECT_GE(j["test_accuracy"].get<double>(), 0.97);
+  EXPECT_LT(j["final_loss"].get<double>(), 0.1);
+  Result i = run("infer --model mlp --device cpu --json --checkpoint " + path("mlp.safetensors"));
+  ASSERT_EQ(i.status, 0) << i.err;
+  // The inference-only program computes the same test accuracy from the checkpoint.
+  EXPECT_EQ(i.json()["test_accuracy"], j["test_accuracy"]);
+  EXPECT_EQ(i.json()["trained_steps"], 600);
+}
+
+TEST(Cli, CharTransformerLearnsText) {
+  // Uniform prediction over the ~40 characters costs ln(40) = 3.7 nats and the text's
+  // character unigram entropy is about 3 nats; below 1.0 the model has learned context.
+  Result t = run("train --model chargpt --device cpu --steps 300 --json --out " + path("gpt.safetensors"));
+  ASSERT_EQ(t.status, 0) << t.err;
+  auto j = t.json();
+  EXPECT_LT(j["final_loss"].get<double>(), 1.0);
+  EXPECT_LT(j["eval_loss"].get<double>(), 1.0);
+  EXPECT_GT(j["losses"][0].get<double>(), 3.0);
+  Result i = run("infer --model chargpt --device cpu --json --checkpoint " + path("gpt.safetensors"));
+  ASSERT_EQ(i.status, 0) << i.err;
+  EXPECT_LT(i.json()["final_loss"].get<double>(), 1.0);
+  EXPECT_EQ(i.json()["sample"].get<std::string>().rfind("The river", 0), 0u);
+}
+
+void expect_resume_exact(const std::string& model, int total, int half) {
+  const std::string full = "train --model " + model + " --device cpu --json --steps " + std::to_string(total);
+  Result a = run(full);
+  ASSERT_EQ(a.status, 0) << a.err;
+  Result b = run("train --model " + model + " --device cpu --json --steps " + std::to_string(half) + " --out " + path(model + "_half.safetensors"));
+  ASSERT_EQ(b.status, 0) << b.err;
+  Result c = run(full + " --resume " + path(model + "_half.safetensors"));
+  ASSERT_EQ(c.status, 0) << c.err;
+  auto la = a.json()["losses"], lb = b.json()["losses"], lc = c.json()["losses"];
+  ASSERT_EQ(int(la.size()), total);
+  ASSERT_EQ(int(lc.size()), total - half);
+  EXPECT_EQ(c.json()["first_step"], half + 1);
+  for (int s = 0; s < half; ++s) EXPECT_EQ(lb[size_t(s)].get<double>(), la[size_t(s)].get<double>()) << "step " << s + 1;
+  for (int s = half; s < total; ++s) {
+    EXPECT_EQ(lc[size_t(s - half)].get<double>(), la[size_t(s)].get<double>()) << model << " step " << s + 1 << " differs after resuming";
+  }
+}
+
+TEST(Cli, ResumeReproducesUninterruptedLossesExactly) {
+  expect_resume_exact("mlp", 40, 17);
+  expect_resume_exact("chargpt", 6, 3);
+}
+
+TEST(Cli, CorruptCheckpointIsAOneLineError) {
+  const std::string good = path("mlp_small.safetensors");
+  ASSERT_EQ(run("train --model mlp --steps 5 --out " + good).status, 0);
+  std::string bytes;
+  {
+    std::ifstream f(good, std::ios::binary);
+    bytes.assign(std::istreambuf_iterator<char>(f), {});
+  }
+  const std::string bad = path("truncated.safetensors");
+  std::ofstream(bad, std::ios::binary) << bytes.substr(0, bytes.size() / 2);
+  Result r = run("infer --model mlp --checkpoint " + bad);
+  EXPECT_NE(r.status, 0);
+  EXPECT_NE(r.err.find("truncated.safetensors"), std::string::npos) << r.err;
+  EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << r.err;
+
+  Result missing = run("infer --model mlp --checkpoint " + path("does_not_exist.safetensors"));
+  EXPECT_NE(missing.status, 0);
+  EXPECT_NE(missing.err.find("does_not_exist"), std::string::npos) << missing.err;
+}
+
+TEST(Cli, UnknownOrMisshapenParameterNamesTheTensor) {
+  const std::string good = path("mlp_src.safetensors");
+  ASSERT_EQ(run("train --model mlp --steps 3 --out " + good).status, 0);
+  // Rename one parameter: the file now lacks mlp.0.bias and has an unknown tensor.
+  auto file = meganeura::io::read_safetensors(good);
+  file.tensors["mlp.0.biass"] = file.tensors.at("mlp.0.bias");
+  file.tensors.erase("mlp.0.bias");
+  meganeura::io::NamedTensorViews views;
+  for (auto& [name, rec] : file.tensors) views.emplace_back(name, rec.view());
+  meganeura::io::write_safetensors(path("renamed.safetensors"), views, file.metadata);
+  Result r = run("infer --model mlp --checkpoint " + path("renamed.safetensors"));
+  EXPECT_NE(r.status, 0);
+  EXPECT_NE(r.err.find("mlp.0.bias"), std::string::npos) << r.err;
+  EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << r.err;
+  // A checkpoint of another model: its tensors are unknown to this one.
+  Result other = run("infer --model chargpt --checkpoint " + good);
+  EXPECT_NE(other.status, 0);
+  EXPECT_NE(last_line(other.err).find("tensor"), std::string::npos) << other.err;
+  Result resume = run("train --model chargpt --steps 2 --resume " + good);
+  EXPECT_NE(resume.status, 0);
+}
+
+TEST(Cli, BadArgumentsAreRejected) {
+  EXPECT_NE(run("train --model resnet").status, 0);
+  EXPECT_NE(run("train --model mlp --steps -3").status, 0);
+  EXPECT_NE(run("train --model mlp --device tpu").status, 0);
+  EXPECT_NE(run("infer --model mlp").status, 0);  // --checkpoint is required
+  Result v = run("train --model mlp --steps 2 --device vulkan");
+  EXPECT_NE(v.status, 0);
+  EXPECT_NE(v.err.find("Vulkan"), std::string::npos) << v.err;
+}
+
+}  // namespace
