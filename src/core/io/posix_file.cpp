@@ -108,22 +108,29 @@ int fsync_directory(const fs::path& dir) {
 void replace_atomically(const fs::path& path, const std::string& prefix,
                         const std::function<int(int fd)>& write_body) {
   const fs::path temp = temp_path_for(path);
-  auto fail = [&](const fs::path& where, const char* op, int err, bool remove_temp) {
-    if (remove_temp) ::unlink(temp.c_str());
+  auto fail = [&](const fs::path& where, const char* op, int err) {
     throw Error(prefix + "cannot write " + quote_name(path.string()) + ": " +
                 os_error_text(where, op, err));
   };
   int fd = ::open(temp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
-  if (fd < 0) fail(temp, "create", errno, false);
+  if (fd < 0) fail(temp, "create", errno);
+  // Removes the temporary file on every way out (errors, exceptions) until the rename.
+  struct TempRemover {
+    const fs::path& temp;
+    bool armed = true;
+    ~TempRemover() {
+      if (armed) ::unlink(temp.c_str());
+    }
+  } remover{temp};
   FileDescriptor file(fd);
   int err = write_body(fd);
-  if (err != 0) fail(temp, "write", err, true);
-  if (::fsync(fd) != 0) fail(temp, "fsync", errno, true);
-  if ((err = file.close()) != 0) fail(temp, "close", err, true);
-  if (::rename(temp.c_str(), path.c_str()) != 0) fail(path, "rename", errno, true);
+  if (err != 0) fail(temp, "write", err);
+  if (::fsync(fd) != 0) fail(temp, "fsync", errno);
+  if ((err = file.close()) != 0) fail(temp, "close", err);
+  if (::rename(temp.c_str(), path.c_str()) != 0) fail(path, "rename", errno);
+  remover.armed = false;
   // The rename is only durable once the directory entry is on disk.
-  if ((err = fsync_directory(path.parent_path())) != 0)
-    fail(path.parent_path(), "fsync", err, false);
+  if ((err = fsync_directory(path.parent_path())) != 0) fail(path.parent_path(), "fsync", err);
 }
 
 }  // namespace meganeura::io::detail

@@ -1,5 +1,6 @@
 // Corrupt, truncated and hostile files get a clear io::Error, never a crash or a huge allocation.
 #include <random>
+#include <tuple>
 
 #include "allocation_counter.h"
 #include "io_test_util.h"
@@ -84,41 +85,43 @@ TEST_F(Corrupt, BadEntries) {
                     "must be non-negative integers");
 }
 
+// A file of F32 [2] tensors with the given data_offsets and `data_bytes` bytes of data.
+std::string f32_pairs(const std::vector<std::tuple<std::string, int, int>>& tensors,
+                      size_t data_bytes) {
+  std::string header = "{";
+  for (const auto& [name, begin, end] : tensors) {
+    header += (header.size() > 1 ? ", \"" : "\"") + name + "\": {" + kF32Pair +
+              ",\"data_offsets\":[" + std::to_string(begin) + "," + std::to_string(end) + "]}";
+  }
+  return raw_file(header + "}", std::string(data_bytes, 'x'));
+}
+
 TEST_F(Corrupt, OffsetsInconsistentWithShape) {
-  EXPECT_LOAD_ERROR(
-      raw_file("{\"w\": {" + kF32Pair + R"(,"data_offsets":[0,12]}})", std::string(12, 'x')),
-      "tensor 'w': data_offsets [0,12] do not match F32 [2] (8 bytes)");
-  EXPECT_LOAD_ERROR(
-      raw_file("{\"w\": {" + kF32Pair + R"(,"data_offsets":[8,0]}})", std::string(8, 'x')),
-      "data_offsets [8,0] do not match");
+  EXPECT_LOAD_ERROR(f32_pairs({{"w", 0, 12}}, 12),
+                    "tensor 'w': data_offsets [0,12] do not match F32 [2] (8 bytes)");
+  EXPECT_LOAD_ERROR(f32_pairs({{"w", 8, 0}}, 8), "data_offsets [8,0] do not match");
 }
 
 TEST_F(Corrupt, OffsetsOutOfBoundsOverlappingOrWithHoles) {
-  EXPECT_LOAD_ERROR(
-      raw_file("{\"w\": {" + kF32Pair + R"(,"data_offsets":[0,8]}})", "xxxx"),
-      "tensor 'w' ends at data byte 8 but the data section has 4 bytes (truncated file?)");
-  EXPECT_LOAD_ERROR(raw_file("{\"a\": {" + kF32Pair + R"(,"data_offsets":[0,8]}, "b": {)" +
-                                 kF32Pair + R"(,"data_offsets":[4,12]}})",
-                             std::string(12, 'x')),
-                    "tensors 'a' and 'b' overlap");
-  EXPECT_LOAD_ERROR(raw_file("{\"a\": {" + kF32Pair + R"(,"data_offsets":[0,8]}, "b": {)" +
-                                 kF32Pair + R"(,"data_offsets":[12,20]}})",
-                             std::string(20, 'x')),
+  EXPECT_LOAD_ERROR(f32_pairs({{"w", 0, 8}}, 4),
+                    "tensor 'w' ends at data byte 8 but the data section has 4 bytes "
+                    "(truncated file?)");
+  EXPECT_LOAD_ERROR(f32_pairs({{"a", 0, 8}, {"b", 4, 12}}, 12), "tensors 'a' and 'b' overlap");
+  EXPECT_LOAD_ERROR(f32_pairs({{"a", 0, 8}, {"b", 12, 20}}, 20),
                     "hole of 4 bytes before tensor 'b'");
-  EXPECT_LOAD_ERROR(
-      raw_file("{\"a\": {" + kF32Pair + R"(,"data_offsets":[4,12]}})", std::string(12, 'x')),
-      "hole of 4 bytes before tensor 'a'");
-  EXPECT_LOAD_ERROR(
-      raw_file("{\"w\": {" + kF32Pair + R"(,"data_offsets":[0,8]}})", std::string(9, 'x')),
-      "1 bytes of trailing data after the last tensor");
+  EXPECT_LOAD_ERROR(f32_pairs({{"a", 4, 12}}, 12), "hole of 4 bytes before tensor 'a'");
+  EXPECT_LOAD_ERROR(f32_pairs({{"w", 0, 8}}, 9), "1 bytes of trailing data after the last tensor");
   EXPECT_LOAD_ERROR(raw_file("{}", "junk"), "4 bytes of trailing data");
+  EXPECT_EQ(error_of([&] {
+              write_raw(dir_ / "ok.safetensors", f32_pairs({{"b", 8, 16}, {"a", 0, 8}}, 16));
+              read_safetensors(dir_ / "ok.safetensors");
+            }),
+            "")
+      << "the helper itself must build a valid file";
 }
 
 TEST_F(Corrupt, DuplicateKeys) {
-  EXPECT_LOAD_ERROR(raw_file("{\"w\": {" + kF32Pair + R"(,"data_offsets":[0,8]}, "w": {)" +
-                                 kF32Pair + R"(,"data_offsets":[0,8]}})",
-                             std::string(8, 'x')),
-                    "duplicate key 'w' in header");
+  EXPECT_LOAD_ERROR(f32_pairs({{"w", 0, 8}, {"w", 0, 8}}, 8), "duplicate key 'w' in header");
   EXPECT_LOAD_ERROR(raw_file("{\"w\": {" + kF32Pair + R"(,"shape":[2],"data_offsets":[0,8]}})",
                              std::string(8, 'x')),
                     "duplicate key 'shape' in header");

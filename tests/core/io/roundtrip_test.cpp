@@ -129,6 +129,24 @@ TEST_F(RoundTrip, LargeFileReadsIntoTheRecordsDirectly) {
     EXPECT_TRUE(loaded.tensors.at(name).data == record.data) << name;
 }
 
+// More tensors than one writev call takes (IOV_MAX is 1024 on Linux).
+TEST_F(RoundTrip, ThousandsOfSmallTensors) {
+  std::mt19937 rng(5);
+  std::map<std::string, TensorRecord> original;
+  for (int i = 0; i < 3000; ++i) {
+    original.emplace("t" + std::to_string(i), random_record(DType::bf16, {1 + i % 5}, rng));
+  }
+  NamedTensorViews views;
+  for (const auto& [name, record] : original) views.emplace_back(name, record.view());
+  const fs::path path = dir_ / "many.safetensors";
+  write_safetensors(path, views);
+  SafetensorsFile loaded = read_safetensors(path);
+  ASSERT_EQ(loaded.tensors.size(), original.size());
+  for (const auto& [name, record] : original) {
+    ASSERT_TRUE(loaded.tensors.at(name).data == record.data) << name;
+  }
+}
+
 TEST_F(RoundTrip, RelativePathInTheWorkingDirectory) {
   const fs::path previous = fs::current_path();
   fs::current_path(dir_);
