@@ -229,23 +229,18 @@ std::string ensure_user_table() {
   return user.string();
 }
 
-void write_device_coefficients(const std::string& path, const std::string& device_key,
-                               double e_flop_pj, double e_byte_pj, const std::string& source) {
-  toml::table root;
+namespace {
+
+toml::table parse_for_update(const std::string& path) {
   try {
-    root = toml::parse_file(path);
+    return toml::parse_file(path);
   } catch (const toml::parse_error& e) {
     bad(path, std::string(e.description()));
   }
-  toml::table* dev = root.get_as<toml::table>(device_key);
-  if (!dev) bad(path, "no device '" + device_key + "' to calibrate");
-  dev->insert_or_assign("e_flop_pj", e_flop_pj);
-  dev->insert_or_assign("e_byte_pj", e_byte_pj);
-  if (toml::table* src = dev->get_as<toml::table>("source")) {
-    src->insert_or_assign("e_flop_pj", source);
-    src->insert_or_assign("e_byte_pj", source);
-  }
-  // Write beside and rename so that a crash never leaves a half-written table.
+}
+
+// Writes beside and renames so that a crash never leaves a half-written table.
+void save_table(const std::string& path, const toml::table& root) {
   const std::string tmp = path + ".tmp";
   {
     std::ofstream out(tmp);
@@ -255,6 +250,40 @@ void write_device_coefficients(const std::string& path, const std::string& devic
     if (!out) bad(path, "write failed");
   }
   fs::rename(tmp, path);
+}
+
+}  // namespace
+
+void write_device_coefficients(const std::string& path, const std::string& device_key,
+                               double e_flop_pj, double e_byte_pj, const std::string& source) {
+  toml::table root = parse_for_update(path);
+  toml::table* dev = root.get_as<toml::table>(device_key);
+  if (!dev) bad(path, "no device '" + device_key + "' to calibrate");
+  dev->insert_or_assign("e_flop_pj", e_flop_pj);
+  dev->insert_or_assign("e_byte_pj", e_byte_pj);
+  if (toml::table* src = dev->get_as<toml::table>("source")) {
+    src->insert_or_assign("e_flop_pj", source);
+    src->insert_or_assign("e_byte_pj", source);
+  }
+  save_table(path, root);
+}
+
+void write_model_params(const std::string& path, double compute_efficiency, double dispatch_overhead_us,
+                        double step_overhead_ms, double busy_fraction, double host_power_w,
+                        const std::string& source) {
+  toml::table root = parse_for_update(path);
+  if (!root.get_as<toml::table>("model")) root.insert_or_assign("model", toml::table{});
+  if (!root.get_as<toml::table>("host")) root.insert_or_assign("host", toml::table{});
+  toml::table& m = *root.get_as<toml::table>("model");
+  m.insert_or_assign("compute_efficiency", compute_efficiency);
+  m.insert_or_assign("dispatch_overhead_us", dispatch_overhead_us);
+  m.insert_or_assign("step_overhead_ms", step_overhead_ms);
+  m.insert_or_assign("busy_fraction", busy_fraction);
+  m.insert_or_assign("source", source);
+  toml::table& h = *root.get_as<toml::table>("host");
+  h.insert_or_assign("power_w", host_power_w);
+  h.insert_or_assign("source", source);
+  save_table(path, root);
 }
 
 }  // namespace meganeura::energy

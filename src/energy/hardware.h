@@ -92,4 +92,11 @@ std::string ensure_user_table();
 void write_device_coefficients(const std::string& path, const std::string& device_key,
                                double e_flop_pj, double e_byte_pj, const std::string& source);
 
+// Writes fitted time-model knobs and host power into the [model] and [host] sections of the
+// table at `path` (a user copy). Idle and dynamic scales stay in the fit report: they rescale
+// the table's per-device powers rather than being properties of one device.
+void write_model_params(const std::string& path, double compute_efficiency, double dispatch_overhead_us,
+                        double step_overhead_ms, double busy_fraction, double host_power_w,
+                        const std::string& source);
+
 }  // namespace meganeura::energy

@@ -4,10 +4,20 @@
 #include <cstdio>
 #include <exception>
 
+#include "energy/cli.h"
+
+namespace {
+
+// The compiler lends the energy commands its programs here.
+meganeura::energy::EnergyCliHooks energy_hooks() { return {}; }
+
+}  // namespace
+
 int main(int argc, char** argv) {
   CLI::App app{"meganeura: train and deploy neural networks on any GPU through Vulkan"};
   app.set_version_flag("--version", std::string("meganeura ") + MEGANEURA_VERSION);
   app.require_subcommand(1);
+  meganeura::energy::add_energy_commands(app, energy_hooks());
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
