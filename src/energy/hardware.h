@@ -50,8 +50,8 @@ struct ModelDefaults {
   double dispatch_overhead_us = 20.0;
   double step_overhead_ms = 8.0;
   double comm_overlap = 0.3;
-  double link_latency_us = 40.0;
-  double busy_fraction = 0.35;
+  double link_latency_us = 100.0;
+  double busy_fraction = 0.8;
 };
 
 class HardwareTable {

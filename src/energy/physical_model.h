@@ -54,11 +54,11 @@ struct PhysicalParams {
   double dispatch_overhead_s = 20e-6;
   double step_overhead_s = 8e-3;
   double comm_overlap = 0.3;
-  double link_latency_s = 40e-6;
-  double host_power_w = 110;
+  double link_latency_s = 100e-6;
+  double host_power_w = 200;
   double idle_scale = 1.0;
   double dynamic_scale = 1.0;
-  double busy_fraction = 0.35;
+  double busy_fraction = 0.8;
   double interval_ln = 0.35;  // half-width of the reported interval in ln space
 
   static PhysicalParams from_table(const HardwareTable& table);

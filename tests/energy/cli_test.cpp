@@ -49,9 +49,9 @@ TEST(PredictProgram, PricesEveryDispatch) {
   EXPECT_NEAR(j["dispatches"][0]["time_s"].get<double>(), 1.0, 1e-9);
   EXPECT_NEAR(j["dispatches"][1]["time_s"].get<double>(), 20e-6, 1e-12);
   EXPECT_NEAR(j["step_time_s"].get<double>(), 2.0 + 20e-6, 1e-9);
-  // Per matmul: (70 W idle + 0.35 * 630 W busy) for 1 s, 0.7 * 630 W * 0.45 s of peak
+  // Per matmul: (70 W idle + 0.8 * 630 W busy) for 1 s, 0.7 * 630 W * 0.45 s of peak
   // arithmetic, 0.3 * 630 W over 3350 GB/s per byte.
-  const double matmul_j = (70 + 0.35 * 630) + 0.7 * 630 * 0.45 + 0.3 * 630 * 1e6 / 3.35e12;
+  const double matmul_j = (70 + 0.8 * 630) + 0.7 * 630 * 0.45 + 0.3 * 630 * 1e6 / 3.35e12;
   EXPECT_NEAR(j["dispatches"][0]["energy_j"].get<double>(), matmul_j, 1e-6);
   ASSERT_EQ(j["layers"].size(), 2u);
   EXPECT_EQ(j["layers"][0]["name"], "layer0");
@@ -178,7 +178,7 @@ TEST(EnergyCommand, MeasureReportsFakeGpuEnergy) {
   const double d = j["duration_s"].get<double>();
   EXPECT_GE(d, 0.3);
   EXPECT_NEAR(j["devices"][0]["joules"].get<double>(), 250 * d, 25 * d);
-  EXPECT_NEAR(j["devices"][0]["peak_watts"].get<double>(), 250, 1e-9);
+  EXPECT_NEAR(j["devices"][0]["peak_watts"].get<double>(), 250, 2.5);
   EXPECT_EQ(j["exit_code"], 0);
 }
 

@@ -169,7 +169,7 @@ TEST_F(FakeNvml, EnergyCounterOnEveryDevice) {
   for (const DeviceEnergy& d : r.devices) {
     EXPECT_EQ(d.source, "nvml-energy");
     EXPECT_NEAR(d.joules, 200 * r.duration_s, 0.1 * 200 * r.duration_s);
-    EXPECT_NEAR(d.peak_watts, 200, 1e-9);
+    EXPECT_NEAR(d.peak_watts, 200, 2.0);  // the average can edge past a poll
   }
   EXPECT_EQ(r.devices[0].name, "gpu0 NVIDIA H100 80GB HBM3");
   EXPECT_NEAR(r.total_joules, r.devices[0].joules + r.devices[1].joules, 1e-9);

@@ -181,3 +181,46 @@ TEST(PhysicalModel, RejectsImpossibleConfigurations) {
 
 }  // namespace
 }  // namespace meganeura::energy
+
+namespace meganeura::energy {
+namespace {
+
+// The seven published BERT rows (ANCHORS.md section 3) priced with the shipped defaults,
+// mixed precision, and no measured run time: the physical model must stay near the
+// measurements (the reference model, given measured efficiencies, reaches 11% MAPE).
+TEST(PhysicalModel, PublishedRowsWithDefaultCoefficients) {
+  struct Row {
+    const char* gpu;
+    Strategy strategy;
+    int gpus, layers, hidden, heads;
+    double tokens, measured_kwh;
+  };
+  const Row rows[] = {
+      {"v100", Strategy::kBaseline, 1, 10, 640, 8, 8225072, 0.014122},
+      {"v100", Strategy::kBaseline, 1, 2, 128, 2, 8231344, 0.003171},
+      {"v100", Strategy::kBaseline, 1, 24, 768, 12, 8234096, 0.036917},
+      {"rtx-2080-ti", Strategy::kFsdp, 2, 10, 640, 8, 6192790, 0.027461},
+      {"rtx-2080-ti", Strategy::kTensorParallel, 2, 10, 640, 8, 8228016, 0.049282},
+      {"rtx-2080-ti", Strategy::kTensorParallel, 4, 10, 640, 8, 8227340, 0.099195},
+      {"rtx-2080-ti", Strategy::kTensorParallel, 4, 24, 768, 12, 8232444, 0.225802},
+  };
+  const PhysicalParams p = PhysicalParams::from_table(table());
+  double ape = 0;
+  for (const Row& r : rows) {
+    TransformerConfig c;
+    c.layers = r.layers;
+    c.hidden = r.hidden;
+    c.heads = r.heads;
+    c.vocab = 30522;
+    c.batch = 32;
+    c.seq = 66;
+    c.tokens = r.tokens;
+    c.dtype = "fp16";
+    const double kwh = predict_transformer(c, {r.gpus, r.strategy}, table().find(r.gpu), p).kwh;
+    ape += std::abs(kwh - r.measured_kwh) / r.measured_kwh;
+  }
+  EXPECT_LT(100 * ape / 7, 25.0);
+}
+
+}  // namespace
+}  // namespace meganeura::energy
