@@ -311,9 +311,15 @@ PhysicalPrediction predict_transformer(const TransformerConfig& cfg, const Paral
   const double busy_s = r.time_s - r.steps * p.step_overhead_s;
   fill_energy(r, dev, p, c.dtype, flops * r.steps, bytes * r.steps, busy_s);
   r.joules_per_token = r.total_energy_j / c.tokens;
-  // Idle power during exposed communication and per-step overhead belongs to no dispatch;
-  // the layer breakdown shows dispatch energy, and `other` the embedding and optimizer tail.
+  // Exposed communication and per-step overhead belong to no dispatch: a last entry carries
+  // them so that the breakdown sums to the device's time and energy.
   r.layers = per_layer(step.dispatches, r.steps);
+  CostEstimate rest{"comm+overhead", "layer", -2, 0, 0, r.time_s, r.device_energy_j, ""};
+  for (const CostEstimate& l : r.layers) {
+    rest.time_s -= l.time_s;
+    rest.energy_j -= l.energy_j;
+  }
+  r.layers.push_back(rest);
   r.dispatches = std::move(step.dispatches);
   return r;
 }

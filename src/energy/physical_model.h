@@ -98,7 +98,9 @@ struct PhysicalPrediction {
   double busy_term_j = 0;
   double dynamic_term_j = 0;
   double host_seconds = 0;
-  std::vector<CostEstimate> layers;      // per layer, per device, over the whole run
+  // Per layer, per device, over the whole run; "other" holds the embedding and optimizer
+  // tail and a final "comm+overhead" entry the rest, so the entries sum to the device totals.
+  std::vector<CostEstimate> layers;
   std::vector<CostEstimate> dispatches;  // per device step
 };
 

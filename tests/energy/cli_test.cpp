@@ -136,7 +136,11 @@ TEST(EnergyCommand, PhysicalPredictionReportsEverything) {
     EXPECT_TRUE(p.contains(key)) << key;
   }
   EXPECT_NEAR(p["co2_kg"].get<double>(), p["energy_kwh"].get<double>() * 0.25, 1e-12);
-  EXPECT_EQ(p["layers"].size(), 13u);
+  ASSERT_EQ(p["layers"].size(), 14u);  // 12 layers, embedding/optimizer tail, comm+overhead
+  EXPECT_EQ(p["layers"][13]["name"], "comm+overhead");
+  double sum = 0;
+  for (const auto& l : p["layers"]) sum += l["energy_j"].get<double>();
+  EXPECT_NEAR(sum, p["energy_per_device_j"].get<double>(), 1e-6 * sum);
   EXPECT_LT(p["efficiency"].get<double>(), 1.0);
 }
 

@@ -7,13 +7,12 @@
 #include <sstream>
 #include <stdexcept>
 
+#include "test_support.h"
+
 namespace meganeura::energy {
 namespace {
 
-const HardwareTable& table() {
-  static const HardwareTable t = HardwareTable::load(MEGANEURA_SOURCE_DIR "/data/hardware.toml");
-  return t;
-}
+using testing_support::table;
 
 TEST(Ols, MatchesHandComputedRobustErrors) {
   // Reference values computed with numpy from the textbook HC3 and CR1 formulas.

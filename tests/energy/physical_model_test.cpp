@@ -7,13 +7,12 @@
 #include <fstream>
 #include <stdexcept>
 
+#include "test_support.h"
+
 namespace meganeura::energy {
 namespace {
 
-const HardwareTable& table() {
-  static const HardwareTable t = HardwareTable::load(MEGANEURA_SOURCE_DIR "/data/hardware.toml");
-  return t;
-}
+using testing_support::table;
 
 TEST(HardwareTable, ListsEveryRequiredDeviceWithSources) {
   for (const char* key : {"v100-sxm2", "t4", "rtx-2080-ti", "a100-40gb", "a100-80gb", "h100-sxm",
@@ -122,7 +121,10 @@ TEST(PhysicalModel, ParallelismCostsCommunication) {
   const PhysicalPrediction single = predict_transformer(c, {1, Strategy::kBaseline}, gpu, p);
   EXPECT_DOUBLE_EQ(single.efficiency, 1.0);
   EXPECT_DOUBLE_EQ(single.comm_time_s, 0.0);
-  EXPECT_EQ(single.layers.size(), 11u);  // ten layers and the embedding/optimizer tail
+  // Ten layers, the embedding/optimizer tail, and per-step overhead (no communication here).
+  ASSERT_EQ(single.layers.size(), 12u);
+  EXPECT_GT(single.layers.back().energy_j, 0);
+  EXPECT_NEAR(single.layers.back().time_s, single.steps * p.step_overhead_s, 1e-6);
   const PhysicalPrediction dp = predict_transformer(c, {2, Strategy::kDataParallel}, gpu, p);
   const PhysicalPrediction tp = predict_transformer(c, {2, Strategy::kTensorParallel}, gpu, p);
   const PhysicalPrediction tp4 = predict_transformer(c, {4, Strategy::kTensorParallel}, gpu, p);
