@@ -205,7 +205,10 @@ std::vector<CostEstimate> per_layer(const std::vector<CostEstimate>& dispatches,
     l.energy_j += d.energy_j * scale;
   }
   std::vector<CostEstimate> out;
-  for (auto& [k, v] : by_layer) out.push_back(v);
+  for (auto& [k, v] : by_layer) {
+    if (k >= 0) out.push_back(v);
+  }
+  if (by_layer.count(-1)) out.push_back(by_layer[-1]);  // the tail after the layers
   return out;
 }
 

@@ -123,6 +123,8 @@ TEST(PhysicalModel, ParallelismCostsCommunication) {
   EXPECT_DOUBLE_EQ(single.comm_time_s, 0.0);
   // Ten layers, the embedding/optimizer tail, and per-step overhead (no communication here).
   ASSERT_EQ(single.layers.size(), 12u);
+  EXPECT_EQ(single.layers[0].name, "layer0");
+  EXPECT_EQ(single.layers[10].name, "other");
   EXPECT_GT(single.layers.back().energy_j, 0);
   EXPECT_NEAR(single.layers.back().time_s, single.steps * p.step_overhead_s, 1e-6);
   const PhysicalPrediction dp = predict_transformer(c, {2, Strategy::kDataParallel}, gpu, p);
