@@ -15,6 +15,10 @@ namespace meganeura {
 // Builds a model's forward pass into `g` and returns its scalar loss.
 using LossFn = std::function<Tensor(Graph& g)>;
 
+// The whole training step as one graph (accumulation 1): forward, "loss" output, gradients and
+// the optimizer update. What Trainer runs, and what cost models read.
+Graph training_graph(const LossFn& build, const OptimizerConfig& optimizer);
+
 class Trainer {
  public:
   Trainer(const LossFn& build, const OptimizerConfig& optimizer, const SessionOptions& session = {});

@@ -1,6 +1,8 @@
 // Energy meters: what a device or the host consumed between start() and stop().
 // Sources, best first: NVML's total-energy counter, NVML power sampled and integrated,
 // RAPL through powercap, and a wall-clock-only fallback that reports duration alone.
+// A sampling thread polls every source at `sample_hz` (at least 10 Hz): it integrates power
+// where no counter exists, tracks peak power, and reads RAPL often enough to see every wrap.
 #pragma once
 
 #include <memory>
@@ -23,6 +25,7 @@ struct DeviceEnergy {
   double joules = 0;
   double avg_watts = 0;
   double peak_watts = 0;
+  bool in_total = true; // false for psys, which already contains the packages
 };
 
 struct EnergyReading {

@@ -3,9 +3,13 @@
 
 #include <CLI/CLI.hpp>
 
+#include "energy/cli.h"
+
 namespace meganeura::cli {
 
 void add_train_command(CLI::App& app);
 void add_infer_command(CLI::App& app);
+// Lends the energy commands the dispatches of our compiled training steps.
+energy::EnergyCliHooks energy_hooks();
 
 }  // namespace meganeura::cli

@@ -1,10 +1,11 @@
-// meganeura: train, infer, benchmark and estimate energy from one binary.
+// meganeura: train, infer and estimate energy from one binary.
 #include <CLI/CLI.hpp>
 
 #include <cstdio>
 #include <exception>
 
 #include "commands.h"
+#include "energy/cli.h"
 
 int main(int argc, char** argv) {
   CLI::App app{"meganeura: train and deploy neural networks on any GPU through Vulkan"};
@@ -12,6 +13,7 @@ int main(int argc, char** argv) {
   app.require_subcommand(1);
   meganeura::cli::add_train_command(app);
   meganeura::cli::add_infer_command(app);
+  meganeura::energy::add_energy_commands(app, meganeura::cli::energy_hooks());
   try {
     app.parse(argc, argv);
   } catch (const CLI::RuntimeError& e) {  // a subcommand finished: its status

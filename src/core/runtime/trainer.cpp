@@ -4,23 +4,37 @@
 
 namespace meganeura {
 
+namespace {
+// Builds forward + loss output into g; returns parameters and their gradients.
+std::pair<std::vector<Tensor>, std::vector<Tensor>> forward_and_grads(Graph& g, const LossFn& build) {
+  Tensor loss = build(g);
+  if (loss.rank() != 0) throw std::invalid_argument("[train] the loss must be a scalar, got " + shape_str(loss.shape()));
+  g.output("loss", loss);
+  std::vector<Tensor> params;
+  for (NodeId id : g.parameters()) params.push_back(g.tensor(id));
+  if (params.empty()) throw std::invalid_argument("[train] the model has no parameters");
+  return {params, grad(loss, params)};
+}
+}  // namespace
+
+Graph training_graph(const LossFn& build, const OptimizerConfig& cfg) {
+  Graph g;
+  auto [params, grads] = forward_and_grads(g, build);
+  std::vector<std::pair<Tensor, Tensor>> pg;
+  for (size_t i = 0; i < params.size(); ++i) pg.emplace_back(params[i], grads[i]);
+  append_update(g, pg, cfg);
+  return g;
+}
+
 Trainer::Trainer(const LossFn& build, const OptimizerConfig& cfg, const SessionOptions& so)
     : config_(cfg), session_(so) {
-  Tensor loss = build(graph_);
-  if (loss.rank() != 0) throw std::invalid_argument("[train] the loss must be a scalar, got " + shape_str(loss.shape()));
-  graph_.output("loss", loss);
-  std::vector<Tensor> params;
-  for (NodeId id : graph_.parameters()) params.push_back(graph_.tensor(id));
-  if (params.empty()) throw std::invalid_argument("[train] the model has no parameters");
-  std::vector<Tensor> grads = grad(loss, params);
+  if (cfg.accumulation < 1) throw std::invalid_argument("[train] accumulation must be >= 1");
   if (cfg.accumulation == 1) {
-    std::vector<std::pair<Tensor, Tensor>> pg;
-    for (size_t i = 0; i < params.size(); ++i) pg.emplace_back(params[i], grads[i]);
-    append_update(graph_, pg, cfg);
+    graph_ = training_graph(build, cfg);
     grad_program_ = apply_program_ = session_.add(graph_);
     return;
   }
-  if (cfg.accumulation < 1) throw std::invalid_argument("[train] accumulation must be >= 1");
+  auto [params, grads] = forward_and_grads(graph_, build);
   Graph apply;
   std::vector<std::pair<Tensor, Tensor>> pg;
   for (size_t i = 0; i < params.size(); ++i) {

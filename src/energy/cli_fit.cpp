@@ -1,0 +1,91 @@
+#include <filesystem>
+
+#include "energy/cli.h"
+#include "energy/fit.h"
+#include "energy/hardware.h"
+#include "energy/report.h"
+#include "energy/svg.h"
+
+namespace meganeura::energy {
+
+nlohmann::json run_fit(const FitOptions& o) {
+  if (o.model != "reference" && o.model != "physical") {
+    throw std::invalid_argument("[energy] unknown --model '" + o.model + "' (expected reference or physical)");
+  }
+  if (o.folds < 2) throw std::invalid_argument("[energy] --folds must be at least 2");
+  const HardwareTable table = HardwareTable::load_default(o.hardware);
+  Dataset data = load_runs_csv(o.csv, o.vocab);
+  for (const RunRecord& r : data.records) {
+    if (!table.try_find(r.gpu)) {
+      try {
+        table.find(r.gpu);
+      } catch (const std::invalid_argument& e) {
+        throw std::invalid_argument("[energy] " + o.csv + " row " + std::to_string(r.row) + ": " +
+                                    std::string(e.what()).substr(9));
+      }
+    }
+  }
+  derive_efficiency(data);
+  std::vector<std::string> notes = data.notes;
+  const std::vector<RunRecord> usable = reference_usable(data.records, &notes);
+
+  nlohmann::json j;
+  j["data"] = o.csv;
+  j["rows"] = data.records.size();
+  j["model"] = o.model;
+  if (usable.size() > 6) {
+    j["reference"] = reference_fit_json(fit_reference(usable));
+  } else {
+    notes.push_back("too few runs with a known efficiency to fit the reference model");
+  }
+  const PhysicalFit phys = fit_physical(data.records, table);
+  j["physical"] = physical_params_json(phys.params);
+  j["physical"]["r2_in_sample"] = phys.r2;
+  j["physical"]["hardware_table"] = table.origin();
+
+  const CrossValidation cv = cross_validate(data.records, table, o.folds);
+  j["folds"] = cv.folds;
+  j["heldout"] = {{"reference", held_out_json(cv.reference)},
+                  {"physical", held_out_json(cv.physical)},
+                  {"physical_defaults", held_out_json(cv.physical_default)}};
+  const HeldOut& lead = o.model == "reference" ? cv.reference : cv.physical;
+  j["heldout_r2"] = lead.r2;
+  j["heldout_rmse_ln"] = lead.rmse_ln;
+  j["heldout_mape"] = lead.mape;
+
+  nlohmann::json preds = nlohmann::json::array();
+  std::vector<ScatterPoint> points;
+  for (size_t i = 0; i < data.records.size(); ++i) {
+    const RunRecord& r = data.records[i];
+    const double ref = cv.reference_pred_kwh[i], phy = cv.physical_pred_kwh[i];
+    nlohmann::json p = {{"row", r.row}, {"gpu", table.find(r.gpu).key}, {"group", r.group},
+                        {"measured_kwh", r.energy_kwh}, {"physical_kwh", phy}};
+    p["reference_kwh"] = std::isfinite(ref) ? nlohmann::json(ref) : nlohmann::json(nullptr);
+    preds.push_back(p);
+    const double shown = o.model == "reference" ? ref : phy;
+    if (std::isfinite(shown)) points.push_back({r.energy_kwh, shown, table.find(r.gpu).key});
+  }
+  j["heldout_predictions"] = preds;
+  j["notes"] = notes;
+
+  if (o.save) {
+    const std::string user = ensure_user_table();
+    write_model_params(user, phys.params.compute_efficiency, phys.params.dispatch_overhead_s * 1e6,
+                       phys.params.step_overhead_s * 1e3, phys.params.busy_fraction, phys.params.host_power_w,
+                       "fitted by meganeura energy fit on " + o.csv);
+    j["saved_to"] = user;
+  }
+
+  namespace fs = std::filesystem;
+  const std::string prefix =
+      o.out.empty() ? (fs::path(o.csv).parent_path() / fs::path(o.csv).stem()).string() + ".fit" : o.out;
+  j["json_path"] = prefix + ".json";
+  j["svg_path"] = prefix + ".svg";
+  write_text_file(prefix + ".svg",
+                  loglog_scatter_svg(points, o.model + " model, held out (" + std::to_string(cv.folds) + " group-disjoint folds)",
+                                     "measured energy (kWh)", "predicted energy (kWh)"));
+  write_text_file(prefix + ".json", j.dump(2) + "\n");
+  return j;
+}
+
+}  // namespace meganeura::energy

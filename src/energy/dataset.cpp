@@ -1,0 +1,272 @@
+#include "energy/dataset.h"
+
+#include <algorithm>
+#include <cctype>
+#include <charconv>
+#include <cmath>
+#include <fstream>
+#include <map>
+#include <sstream>
+#include <stdexcept>
+
+namespace meganeura::energy {
+namespace {
+
+std::string lower_trim(std::string s) {
+  auto not_space = [](unsigned char c) { return !std::isspace(c); };
+  s.erase(s.begin(), std::find_if(s.begin(), s.end(), not_space));
+  s.erase(std::find_if(s.rbegin(), s.rend(), not_space).base(), s.end());
+  std::transform(s.begin(), s.end(), s.begin(), [](unsigned char c) { return std::tolower(c); });
+  return s;
+}
+
+// Accepted spellings of each field, reference study's first.
+struct Field {
+  const char* id;
+  std::vector<const char*> names;
+  bool required;
+};
+
+const std::vector<Field>& fields() {
+  static const std::vector<Field> f = {
+      {"gpu", {"gpu model", "gpu", "device"}, true},
+      {"strategy", {"strategy"}, true},
+      {"gpus", {"gpus", "num_gpus"}, true},
+      {"layers", {"num_layers", "layers"}, true},
+      {"hidden", {"hidden_size", "hidden"}, true},
+      {"heads", {"heads", "num_heads"}, false},
+      {"ff", {"ff", "intermediate_size", "ffn"}, false},
+      {"vocab", {"vocab", "vocab_size"}, false},
+      {"batch", {"batch_size", "batch"}, true},
+      {"seq", {"seq_len_batch", "seq", "seq_len"}, false},
+      {"max_length", {"max_length"}, false},
+      {"grad_accum", {"grad_accum"}, false},
+      {"fp16", {"fp16"}, false},
+      {"dtype", {"dtype"}, false},
+      {"tokens", {"tokens_seen", "tokens"}, true},
+      {"duration", {"duration_s"}, false},
+      {"energy", {"energy_consumed_kwh", "energy_kwh"}, true},
+      {"efficiency", {"efficiency", "eta"}, false},
+      {"group", {"group"}, false},
+  };
+  return f;
+}
+
+class RowReader {
+ public:
+  RowReader(const std::string& origin, int row, const std::vector<std::string>& cells,
+            const std::map<std::string, std::pair<int, std::string>>& columns)
+      : origin_(origin), row_(row), cells_(cells), columns_(columns) {}
+
+  bool has(const std::string& id) const {
+    auto it = columns_.find(id);
+    return it != columns_.end() && !cell(it->second.first).empty();
+  }
+  std::string text(const std::string& id) const {
+    auto it = columns_.find(id);
+    return it == columns_.end() ? "" : cell(it->second.first);
+  }
+  double number(const std::string& id) const {
+    const std::string s = text(id);
+    double v = 0;
+    const char* end = s.data() + s.size();
+    auto [ptr, ec] = std::from_chars(s.data(), end, v);
+    if (s.empty() || ec != std::errc() || ptr != end || !std::isfinite(v)) {
+      fail(id, "'" + s + "' is not a number");
+    }
+    return v;
+  }
+  double positive(const std::string& id, const char* what) const {
+    const double v = number(id);
+    if (!(v > 0)) fail(id, std::string(what) + " must be positive, got " + text(id));
+    return v;
+  }
+  int count(const std::string& id, const char* what) const {
+    const double v = positive(id, what);
+    if (v != std::floor(v) || v > 1e9) fail(id, std::string(what) + " must be a whole number, got " + text(id));
+    return static_cast<int>(v);
+  }
+  bool flag(const std::string& id) const {
+    const std::string s = lower_trim(text(id));
+    if (s == "true" || s == "1" || s == "yes") return true;
+    if (s == "false" || s == "0" || s == "no" || s.empty()) return false;
+    fail(id, "'" + text(id) + "' is not true/false");
+  }
+  [[noreturn]] void fail(const std::string& id, const std::string& what) const {
+    throw std::runtime_error("[energy] " + origin_ + " row " + std::to_string(row_) + ", column '" +
+                             columns_.at(id).second + "': " + what);
+  }
+
+ private:
+  std::string cell(int i) const { return i < int(cells_.size()) ? trim(cells_[i]) : ""; }
+  static std::string trim(const std::string& s) {
+    const size_t a = s.find_first_not_of(" \t\r");
+    const size_t b = s.find_last_not_of(" \t\r");
+    return a == std::string::npos ? "" : s.substr(a, b - a + 1);
+  }
+  const std::string& origin_;
+  int row_;
+  const std::vector<std::string>& cells_;
+  const std::map<std::string, std::pair<int, std::string>>& columns_;
+};
+
+}  // namespace
+
+std::vector<std::string> split_csv_line(const std::string& line) {
+  std::vector<std::string> out(1);
+  bool quoted = false;
+  for (size_t i = 0; i < line.size(); ++i) {
+    const char c = line[i];
+    if (quoted) {
+      if (c == '"' && i + 1 < line.size() && line[i + 1] == '"') {
+        out.back() += '"';
+        ++i;
+      } else if (c == '"') {
+        quoted = false;
+      } else {
+        out.back() += c;
+      }
+    } else if (c == '"') {
+      quoted = true;
+    } else if (c == ',') {
+      out.emplace_back();
+    } else if (c != '\r') {
+      out.back() += c;
+    }
+  }
+  return out;
+}
+
+TransformerConfig RunRecord::transformer() const {
+  TransformerConfig c;
+  c.layers = layers;
+  c.hidden = hidden;
+  c.heads = heads;
+  c.ff = ff;
+  c.vocab = vocab;
+  c.batch = batch;
+  c.seq = seq;
+  c.tokens = tokens;
+  c.grad_accum = grad_accum;
+  c.dtype = dtype;
+  return c;
+}
+
+ParallelConfig RunRecord::parallel() const { return {gpus, strategy, false, false}; }
+
+ReferenceInputs RunRecord::reference_inputs() const {
+  return {layers, hidden, batch * grad_accum, seq, tokens, efficiency.value_or(1.0), strategy};
+}
+
+Dataset parse_runs_csv(const std::string& text, const std::string& origin, int default_vocab) {
+  std::istringstream in(text);
+  std::string line;
+  if (!std::getline(in, line)) throw std::runtime_error("[energy] " + origin + ": empty file");
+  const std::vector<std::string> header = split_csv_line(line);
+  std::map<std::string, std::pair<int, std::string>> columns;  // id -> (index, header text)
+  for (const Field& f : fields()) {
+    for (size_t i = 0; i < header.size() && !columns.count(f.id); ++i) {
+      const std::string h = lower_trim(header[i]);
+      for (const char* name : f.names) {
+        if (h == name) columns[f.id] = {int(i), header[i]};
+      }
+    }
+    if (f.required && !columns.count(f.id)) {
+      std::string names;
+      for (const char* n : f.names) names += (names.empty() ? "'" : " or '") + std::string(n) + "'";
+      throw std::runtime_error("[energy] " + origin + ": missing column " + names);
+    }
+  }
+  if (!columns.count("seq") && !columns.count("max_length")) {
+    throw std::runtime_error("[energy] " + origin + ": missing column 'seq_len_batch' or 'max_length'");
+  }
+  Dataset data;
+  int row = 0;
+  while (std::getline(in, line)) {
+    ++row;
+    if (line.find_first_not_of(" \t\r,") == std::string::npos) continue;
+    const std::vector<std::string> cells = split_csv_line(line);
+    if (cells.size() > header.size()) {
+      throw std::runtime_error("[energy] " + origin + " row " + std::to_string(row) + ": " +
+                               std::to_string(cells.size()) + " cells but the header has " +
+                               std::to_string(header.size()));
+    }
+    RowReader r(origin, row, cells, columns);
+    RunRecord rec;
+    rec.row = row;
+    rec.gpu = r.text("gpu");
+    if (rec.gpu.empty()) r.fail("gpu", "empty GPU name");
+    try {
+      rec.strategy = parse_strategy(r.text("strategy"));
+    } catch (const std::invalid_argument& e) {
+      r.fail("strategy", e.what());
+    }
+    rec.gpus = r.count("gpus", "gpus");
+    rec.layers = r.count("layers", "layers");
+    rec.hidden = r.count("hidden", "hidden size");
+    if (r.has("heads")) rec.heads = r.count("heads", "heads");
+    if (r.has("ff")) rec.ff = r.count("ff", "ff");
+    rec.vocab = r.has("vocab") ? r.count("vocab", "vocab") : default_vocab;
+    rec.batch = r.positive("batch", "batch size");
+    rec.seq = r.has("seq") ? r.positive("seq", "sequence length") : r.positive("max_length", "max_length");
+    if (r.has("grad_accum")) rec.grad_accum = r.count("grad_accum", "grad_accum");
+    if (r.has("dtype")) {
+      rec.dtype = lower_trim(r.text("dtype"));
+      try {
+        dtype_bytes(rec.dtype);
+      } catch (const std::invalid_argument& e) {
+        r.fail("dtype", e.what());
+      }
+    } else if (r.has("fp16")) {
+      rec.dtype = r.flag("fp16") ? "fp16" : "fp32";
+    }
+    rec.tokens = r.positive("tokens", "tokens");
+    if (r.has("duration")) rec.duration_s = r.positive("duration", "duration");
+    rec.energy_kwh = r.positive("energy", "energy");
+    if (r.has("efficiency")) {
+      const double e = r.positive("efficiency", "efficiency");
+      if (e > 1.5) r.fail("efficiency", "efficiency must be at most 1.5, got " + r.text("efficiency"));
+      rec.efficiency = e;
+    } else if (rec.gpus == 1) {
+      rec.efficiency = 1.0;
+    }
+    if (rec.gpus > 1 && rec.strategy == Strategy::kBaseline) {
+      r.fail("strategy", "baseline with " + std::to_string(rec.gpus) + " GPUs");
+    }
+    // Configuration family: every parallel variant and GPU of one workload lands together.
+    rec.group = r.has("group") ? r.text("group")
+                               : std::to_string(rec.layers) + "x" + std::to_string(rec.hidden) + "/b" +
+                                     r.text("batch") + "/s" + (r.has("seq") ? r.text("seq") : r.text("max_length"));
+    data.records.push_back(std::move(rec));
+  }
+  if (data.records.empty()) throw std::runtime_error("[energy] " + origin + ": no data rows");
+  return data;
+}
+
+Dataset load_runs_csv(const std::string& path, int default_vocab) {
+  std::ifstream in(path);
+  if (!in) throw std::runtime_error("[energy] cannot read " + path);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return parse_runs_csv(ss.str(), path, default_vocab);
+}
+
+void derive_efficiency(Dataset& data) {
+  auto key = [](const RunRecord& r) {
+    return r.gpu + "|" + std::to_string(r.layers) + "|" + std::to_string(r.hidden) + "|" +
+           std::to_string(r.heads) + "|" + std::to_string(r.ff) + "|" + std::to_string(r.batch) + "|" +
+           std::to_string(r.seq) + "|" + r.dtype;
+  };
+  std::map<std::string, double> single;  // seconds per token on one GPU
+  for (const RunRecord& r : data.records) {
+    if (r.gpus == 1 && r.duration_s) single.emplace(key(r), *r.duration_s / r.tokens);
+  }
+  for (RunRecord& r : data.records) {
+    if (r.efficiency || !r.duration_s) continue;
+    auto it = single.find(key(r));
+    if (it == single.end()) continue;
+    r.efficiency = (it->second / (*r.duration_s / r.tokens)) / r.gpus;
+  }
+}
+
+}  // namespace meganeura::energy

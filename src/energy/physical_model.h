@@ -1,0 +1,124 @@
+// The physical energy model: a roofline over the work of one training step, priced with the
+// hardware table. It needs no measured run time:
+//   T      = steps * (sum over dispatches of max(compute, memory, launch) + exposed comms
+//                     + per-step overhead)
+//   E_dev  = P_idle * T + e_flop * FLOPs + e_byte * bytes        (per device)
+//            + f_busy * (P_max - P_idle) * T_busy
+// The last term is the power an occupied device draws beyond what its arithmetic explains
+// (clocks held high, collective kernels spinning while they wait on the link).
+//   E      = sum over devices E_dev + P_host * T
+// Data parallel, FSDP and tensor parallel add their communication volume over the link
+// bandwidth, so parallel efficiency comes out of the model instead of going in.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "energy/hardware.h"
+#include "energy/reference_model.h"
+#include "energy/work.h"
+
+namespace meganeura::energy {
+
+struct TransformerConfig {
+  int layers = 0;
+  int hidden = 0;
+  int heads = 0;        // 0: hidden / 64
+  int ff = 0;           // 0: 4 * hidden
+  int vocab = 0;        // embedding rows (trained, so priced); 0: none
+  double batch = 0;     // sequences per device step (per data-parallel rank)
+  double seq = 0;
+  double tokens = 0;    // tokens over the whole run
+  int grad_accum = 1;
+  std::string dtype = "fp32";  // arithmetic dtype of the matmuls: fp32, tf32, fp16, bf16
+
+  // Validates and fills defaults; throws "[energy] ..." naming the bad field.
+  TransformerConfig resolved() const;
+};
+
+struct ParallelConfig {
+  int gpus = 1;
+  Strategy strategy = Strategy::kBaseline;
+  bool over_pcie = false;  // use the PCIe bandwidth instead of the table's GPU link
+  // Reject configurations that cannot run (memory, head split). Off when pricing runs that
+  // were measured, since they evidently did run.
+  bool check_feasible = true;
+};
+
+// Coefficients of the model: the time-model knobs of the table's [model] section, host power,
+// and two scale factors on the energy terms that fitting adjusts.
+struct PhysicalParams {
+  double compute_efficiency = 0.45;
+  double memory_efficiency = 0.75;
+  double link_efficiency = 0.7;
+  double dispatch_overhead_s = 20e-6;
+  double step_overhead_s = 8e-3;
+  double comm_overlap = 0.3;
+  double link_latency_s = 100e-6;
+  double host_power_w = 200;
+  double idle_scale = 1.0;
+  double dynamic_scale = 1.0;
+  double busy_fraction = 0.8;
+  double interval_ln = 0.35;  // half-width of the reported interval in ln space
+
+  static PhysicalParams from_table(const HardwareTable& table);
+};
+
+// Time and energy of one dispatch (or of one layer, summed over the run).
+struct CostEstimate {
+  std::string name;
+  std::string kind;
+  int layer = -1;
+  double flops = 0;
+  double bytes = 0;
+  double time_s = 0;
+  double energy_j = 0;
+  std::string bound;  // "compute", "memory" or "launch"
+};
+
+struct PhysicalPrediction {
+  std::string device;
+  int gpus = 1;
+  Strategy strategy = Strategy::kBaseline;
+  double steps = 0;              // device steps (micro-batches) over the run
+  double step_time_s = 0;        // one device step including exposed communication
+  double comm_time_s = 0;        // exposed communication per device step
+  double time_s = 0;             // whole run
+  double efficiency = 1;         // predicted eta = (T_1 / T_N) / N
+  double device_energy_j = 0;    // per device
+  double host_energy_j = 0;
+  double total_energy_j = 0;
+  double kwh = 0;
+  double joules_per_token = 0;
+  double kwh_low = 0;            // interval
+  double kwh_high = 0;
+  // Linear terms (summed over devices) so fitting can rescale them: total = idle_scale*idle +
+  // busy_fraction*busy + dynamic_scale*dynamic + host_power*host_seconds.
+  double idle_term_j = 0;
+  double busy_term_j = 0;
+  double dynamic_term_j = 0;
+  double host_seconds = 0;
+  // Per layer, per device, over the whole run; "other" holds the embedding and optimizer
+  // tail and a final "comm+overhead" entry the rest, so the entries sum to the device totals.
+  std::vector<CostEstimate> layers;
+  std::vector<CostEstimate> dispatches;  // per device step
+};
+
+// The work of one training step of one transformer layer stack on one device, forward,
+// backward and optimizer, with matmuls split `tp` ways.
+std::vector<WorkItem> transformer_step_work(const TransformerConfig& cfg, int tp = 1,
+                                            int optimizer_shards = 1);
+
+PhysicalPrediction predict_transformer(const TransformerConfig& cfg, const ParallelConfig& par,
+                                       const DeviceSpec& device, const PhysicalParams& params);
+
+// Prices `work` (one step of a compiled Program) on one device; `steps` scales the totals and
+// `tokens_per_step` (0: unknown) gives J/token.
+PhysicalPrediction predict_work(const std::vector<WorkItem>& work, const DeviceSpec& device,
+                                const PhysicalParams& params, const std::string& dtype,
+                                double steps = 1, double tokens_per_step = 0);
+
+// Bytes per element of a dtype name ("fp32" -> 4); throws on unknown names.
+double dtype_bytes(const std::string& dtype);
+
+}  // namespace meganeura::energy

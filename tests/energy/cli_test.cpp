@@ -1,0 +1,263 @@
+#include "energy/cli.h"
+
+#include <gtest/gtest.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <random>
+#include <sstream>
+
+#include "energy/reference_model.h"
+
+namespace meganeura::energy {
+namespace {
+namespace fs = std::filesystem;
+
+// An H100 at the shipped table's defaults: 45% of 989.4 TFLOP/s bf16 makes this one second.
+constexpr double kOneSecondOfFlops = 0.45 * 989.4e12;
+
+EnergyCliHooks synthetic_hooks() {
+  EnergyCliHooks h;
+  h.models = {"mlp", "chargpt"};
+  h.program_work = [](const std::string& model, const std::string&) {
+    if (model != "mlp") return std::vector<WorkItem>{};
+    return std::vector<WorkItem>{{"matmul_0", "matmul", kOneSecondOfFlops, 1e6, 0},
+                                 {"relu_1", "elementwise", 1e3, 8e3, 0},
+                                 {"matmul_2", "matmul", kOneSecondOfFlops, 1e6, 1}};
+  };
+  return h;
+}
+
+PredictOptions program_options() {
+  PredictOptions o;
+  o.program = "mlp";
+  o.gpu = "h100-sxm";
+  o.transformer.dtype = "bf16";
+  o.hardware = MEGANEURA_SOURCE_DIR "/data/hardware.toml";
+  return o;
+}
+
+TEST(PredictProgram, PricesEveryDispatch) {
+  const nlohmann::json j = run_predict(program_options(), synthetic_hooks());
+  ASSERT_EQ(j["dispatches"].size(), 3u);
+  EXPECT_EQ(j["dispatches"][0]["bound"], "compute");
+  EXPECT_EQ(j["dispatches"][1]["bound"], "launch");
+  EXPECT_NEAR(j["dispatches"][0]["time_s"].get<double>(), 1.0, 1e-9);
+  EXPECT_NEAR(j["dispatches"][1]["time_s"].get<double>(), 20e-6, 1e-12);
+  EXPECT_NEAR(j["step_time_s"].get<double>(), 2.0 + 20e-6, 1e-9);
+  // Per matmul: (70 W idle + 0.8 * 630 W busy) for 1 s, 0.7 * 630 W * 0.45 s of peak
+  // arithmetic, 0.3 * 630 W over 3350 GB/s per byte.
+  const double matmul_j = (70 + 0.8 * 630) + 0.7 * 630 * 0.45 + 0.3 * 630 * 1e6 / 3.35e12;
+  EXPECT_NEAR(j["dispatches"][0]["energy_j"].get<double>(), matmul_j, 1e-6);
+  ASSERT_EQ(j["layers"].size(), 2u);
+  EXPECT_EQ(j["layers"][0]["name"], "layer0");
+  EXPECT_GT(j["step_energy_j"].get<double>(), 2 * matmul_j);  // plus the host
+  EXPECT_EQ(j["model"], "mlp");
+}
+
+TEST(PredictProgram, ErrorsWithoutHookOrForUnknownModel) {
+  PredictOptions o = program_options();
+  try {
+    run_predict(o, {});
+    FAIL() << "no hook accepted";
+  } catch (const std::invalid_argument& e) {
+    EXPECT_NE(std::string(e.what()).find("no compiled programs"), std::string::npos) << e.what();
+  }
+  o.program = "resnet";
+  try {
+    run_predict(o, synthetic_hooks());
+    FAIL() << "unknown model accepted";
+  } catch (const std::invalid_argument& e) {
+    EXPECT_NE(std::string(e.what()).find("known: mlp, chargpt"), std::string::npos) << e.what();
+  }
+  o = program_options();
+  o.program = "chargpt";  // the hook returns no dispatches for it
+  EXPECT_THROW(run_predict(o, synthetic_hooks()), std::invalid_argument);
+}
+
+TEST(PredictProgram, CommandLineWithHookWritesJsonAndSvg) {
+  CLI::App app{"test"};
+  add_energy_commands(app, synthetic_hooks());
+  const fs::path svg = fs::temp_directory_path() / ("mg_layers_" + std::to_string(getpid()) + ".svg");
+  std::vector<std::string> args = {"energy", "predict", "--model", "mlp", "--device-name", "h100-sxm",
+                                   "--dtype", "bf16", "--json", "--svg", svg.string(),
+                                   "--hardware", MEGANEURA_SOURCE_DIR "/data/hardware.toml"};
+  std::reverse(args.begin(), args.end());  // CLI11 parses a reversed vector
+  testing::internal::CaptureStdout();
+  app.parse(args);
+  std::fflush(stdout);
+  const nlohmann::json j = nlohmann::json::parse(testing::internal::GetCapturedStdout());
+  EXPECT_EQ(j["dispatches"].size(), 3u);
+  EXPECT_NEAR(j["step_time_s"].get<double>(), 2.0 + 20e-6, 1e-9);
+  std::ifstream in(svg);
+  std::stringstream s;
+  s << in.rdbuf();
+  EXPECT_NE(s.str().find("<svg"), std::string::npos);
+  EXPECT_NE(s.str().find(">layer1<"), std::string::npos);
+  fs::remove(svg);
+}
+
+struct CommandRun {
+  int status;
+  std::string output;
+};
+
+CommandRun run(const std::string& args) {
+  const std::string cmd = std::string(MEGANEURA_BINARY_DIR "/bin/meganeura ") + args + " 2>&1";
+  FILE* p = popen(cmd.c_str(), "r");
+  std::string out;
+  char buf[4096];
+  while (size_t n = fread(buf, 1, sizeof buf, p)) out.append(buf, n);
+  const int st = pclose(p);
+  return {WIFEXITED(st) ? WEXITSTATUS(st) : -1, out};
+}
+
+TEST(EnergyCommand, PredictsThePublishedFsdpRow) {
+  const CommandRun r = run("energy predict --family bert --layers 10 --hidden 640 --batch 32 --seq 66 "
+                    "--tokens 6192790 --gpus 2 --strategy fsdp --efficiency 0.486 --json");
+  ASSERT_EQ(r.status, 0) << r.output;
+  const nlohmann::json j = nlohmann::json::parse(r.output);
+  EXPECT_NEAR(j["energy_kwh"].get<double>(), 0.0235622, 1e-6);
+  EXPECT_EQ(j["method"], "reference");
+}
+
+TEST(EnergyCommand, PhysicalPredictionReportsEverything) {
+  const CommandRun r = run("energy predict --layers 12 --hidden 768 --batch 32 --seq 128 --tokens 1e8 "
+                    "--gpus 4 --strategy dp --gpu a100-80gb --dtype bf16 --grid 250 --json");
+  ASSERT_EQ(r.status, 0) << r.output;
+  const nlohmann::json j = nlohmann::json::parse(r.output);
+  const auto& p = j["physical"];
+  for (const char* key : {"time_s", "efficiency", "energy_per_device_kwh", "energy_kwh", "j_per_token",
+                          "co2_kg", "interval_kwh", "layers"}) {
+    EXPECT_TRUE(p.contains(key)) << key;
+  }
+  EXPECT_NEAR(p["co2_kg"].get<double>(), p["energy_kwh"].get<double>() * 0.25, 1e-12);
+  ASSERT_EQ(p["layers"].size(), 14u);  // 12 layers, embedding/optimizer tail, comm+overhead
+  EXPECT_EQ(p["layers"][13]["name"], "comm+overhead");
+  double sum = 0;
+  for (const auto& l : p["layers"]) sum += l["energy_j"].get<double>();
+  EXPECT_NEAR(sum, p["energy_per_device_j"].get<double>(), 1e-6 * sum);
+  EXPECT_LT(p["efficiency"].get<double>(), 1.0);
+}
+
+TEST(EnergyCommand, BadInputFailsWithOneClearLine) {
+  CommandRun r = run("energy predict --layers 10 --hidden 640 --batch 32 --seq 66 --tokens 1e6 --gpu gtx480");
+  EXPECT_EQ(r.status, 1);
+  EXPECT_NE(r.output.find("unknown GPU 'gtx480'; known: "), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("v100-sxm2"), std::string::npos) << r.output;
+  r = run("energy predict --layers 10 --hidden 640 --batch 32 --seq 66 --tokens 1e6 --gpu t4 --gpus 3 --strategy tp");
+  EXPECT_EQ(r.status, 1);
+  EXPECT_NE(r.output.find("tensor parallel over 3 GPUs"), std::string::npos) << r.output;
+  r = run("energy predict --layers 10 --hidden 640 --batch 32 --seq 66 --tokens 1e6 --gpus 2 --strategy tp");
+  EXPECT_EQ(r.status, 1);
+  EXPECT_NE(r.output.find("--efficiency"), std::string::npos) << r.output;
+  r = run("energy predict --layers 10 --hidden 640");
+  EXPECT_EQ(r.status, 1);
+  EXPECT_NE(r.output.find("needs --layers"), std::string::npos) << r.output;
+  r = run("energy predict --model mlp --device-name h100-sxm --json");
+  EXPECT_EQ(r.status, 1);
+  EXPECT_NE(r.output.find("no compiled programs"), std::string::npos) << r.output;
+}
+
+TEST(EnergyCommand, MeasurePreservesExitStatus) {
+  EXPECT_EQ(run("energy measure -- sh -c 'exit 3'").status, 3);
+  EXPECT_EQ(run("energy measure -- true").status, 0);
+  EXPECT_EQ(run("energy measure -- sh -c 'kill -TERM $$'").status, 128 + 15);
+  const CommandRun missing = run("energy measure -- /nonexistent/command");
+  EXPECT_EQ(missing.status, 127);
+  EXPECT_NE(missing.output.find("cannot run '/nonexistent/command'"), std::string::npos);
+}
+
+TEST(EnergyCommand, MeasureReportsFakeGpuEnergy) {
+  const CommandRun r = run(std::string("energy measure --json --powercap /nonexistent --nvml-library ") +
+                    FAKE_NVML_PATH + " -- sleep 0.3");
+  ASSERT_EQ(r.status, 0) << r.output;
+  const nlohmann::json j = nlohmann::json::parse(r.output);
+  ASSERT_EQ(j["devices"].size(), 1u);
+  EXPECT_EQ(j["devices"][0]["source"], "nvml-energy");
+  const double d = j["duration_s"].get<double>();
+  EXPECT_GE(d, 0.3);
+  EXPECT_NEAR(j["devices"][0]["joules"].get<double>(), 250 * d, 25 * d);
+  EXPECT_NEAR(j["devices"][0]["peak_watts"].get<double>(), 250, 2.5);
+  EXPECT_EQ(j["exit_code"], 0);
+}
+
+// A file in the reference study's format: V100 and 2080 Ti runs of several BERT shapes,
+// single-GPU baselines with durations so efficiencies can be derived, energies from the
+// published model with 5% noise.
+std::string study_csv() {
+  std::ostringstream s;
+  s << "GPU model,arch,strategy,gpus,num_layers,hidden_size,heads,ff,batch_size,seq_len_batch,max_length,"
+       "grad_accum,fp16,tokens_seen,duration_s,energy_consumed_kWh\n";
+  std::mt19937 rng(5);
+  std::normal_distribution<double> noise(0, 0.05);
+  const std::pair<int, int> shapes[] = {{2, 128}, {4, 256}, {6, 512}, {10, 640}, {12, 768}, {24, 768}};
+  for (auto [layers, hidden] : shapes) {
+    for (const char* gpu : {"Tesla V100-SXM2-32GB", "NVIDIA GeForce RTX 2080 Ti"}) {
+      const double t1 = 2e-6 * layers * hidden / 128.0;  // seconds per token on one GPU
+      for (auto [strategy, n, eta] : {std::tuple{"baseline", 1, 1.0}, {"fsdp", 2, 0.5}, {"tp", 2, 0.2},
+                                      {"tp", 4, 0.1}}) {
+        const double tokens = 8e6;
+        const ReferenceInputs in{layers, hidden, 32, 66, tokens, eta, parse_strategy(strategy)};
+        s << gpu << ",x," << strategy << "," << n << "," << layers << "," << hidden << "," << hidden / 64 << ","
+          << 4 * hidden << ",32,66,66,1,False," << tokens << "," << t1 * tokens / (eta * n) << ","
+          << reference_predict_kwh(in) * std::exp(noise(rng)) << "\n";
+      }
+    }
+  }
+  return s.str();
+}
+
+TEST(EnergyCommand, FitReportsBothModelsAndWritesSvg) {
+  const fs::path dir = fs::temp_directory_path() / ("mg_fit_" + std::to_string(getpid()));
+  fs::create_directories(dir);
+  std::ofstream(dir / "runs.csv") << study_csv();
+  const CommandRun r = run("energy fit " + (dir / "runs.csv").string() + " --model reference --json --hardware " +
+                    MEGANEURA_SOURCE_DIR "/data/hardware.toml");
+  ASSERT_EQ(r.status, 0) << r.output;
+  const nlohmann::json j = nlohmann::json::parse(r.output);
+  EXPECT_EQ(j["rows"], 48);
+  EXPECT_EQ(j["folds"], 5);
+  for (const char* key : {"heldout_r2", "heldout_rmse_ln", "heldout_mape"}) {
+    EXPECT_TRUE(j.contains(key)) << key;
+    EXPECT_TRUE(j["heldout"]["reference"].contains(key));
+    EXPECT_TRUE(j["heldout"]["physical"].contains(key));
+  }
+  EXPECT_GT(j["heldout_r2"].get<double>(), 0.9);  // data from the reference model itself
+  EXPECT_NEAR(j["reference"]["coefficients"]["ln_efficiency"].get<double>(), -1.122764, 0.15);
+  EXPECT_TRUE(fs::exists(dir / "runs.fit.json"));
+  std::ifstream svg(dir / "runs.fit.svg");
+  std::stringstream s;
+  s << svg.rdbuf();
+  EXPECT_NE(s.str().find("identity"), std::string::npos);
+  EXPECT_NE(s.str().find("v100-sxm2"), std::string::npos);
+  EXPECT_NE(s.str().find("rtx-2080-ti"), std::string::npos);
+  fs::remove_all(dir);
+}
+
+TEST(EnergyCommand, FitRejectsMalformedCsv) {
+  const fs::path dir = fs::temp_directory_path() / ("mg_fitbad_" + std::to_string(getpid()));
+  fs::create_directories(dir);
+  std::string csv = study_csv();
+  csv.replace(csv.find(",False,") + 7, 0, "x");  // "x8e+06" in tokens_seen of row 1
+  std::ofstream(dir / "bad.csv") << csv;
+  CommandRun r = run("energy fit " + (dir / "bad.csv").string());
+  EXPECT_EQ(r.status, 1);
+  EXPECT_NE(r.output.find("row 1, column 'tokens_seen': 'x8e+06' is not a number"), std::string::npos) << r.output;
+  std::ofstream(dir / "gpu.csv") << "gpu,strategy,gpus,layers,hidden,batch,seq,tokens,energy_kwh\n"
+                                    "v100,baseline,1,2,128,32,66,1e6,0.01\nquantum,baseline,1,2,128,32,66,1e6,0.01\n";
+  r = run("energy fit " + (dir / "gpu.csv").string());
+  EXPECT_EQ(r.status, 1);
+  EXPECT_NE(r.output.find("row 2: unknown GPU 'quantum'; known: "), std::string::npos) << r.output;
+  r = run("energy fit " + (dir / "missing.csv").string());
+  EXPECT_EQ(r.status, 1);
+  EXPECT_NE(r.output.find("cannot read"), std::string::npos) << r.output;
+  fs::remove_all(dir);
+}
+
+}  // namespace
+}  // namespace meganeura::energy
