@@ -151,6 +151,15 @@ TEST(Cli, UnknownOrMisshapenParameterNamesTheTensor) {
   EXPECT_NE(resume.status, 0);
 }
 
+TEST(Cli, ShapeErrorsInModelBuildersAreOneLine) {
+  Result r = run("train --model chargpt --heads 5 --steps 2");
+  EXPECT_EQ(r.status, 1);
+  EXPECT_EQ(r.err, "meganeura: [chargpt] model dimension 64 does not split into 5 heads (5 key/value heads)\n");
+  Result p = run("program --model mlp --layers 3 --width 32");
+  EXPECT_EQ(p.status, 0) << p.err;
+  EXPECT_NE(p.out.find("mlp.3.bias"), std::string::npos);
+}
+
 TEST(Cli, BadArgumentsAreRejected) {
   EXPECT_NE(run("train --model resnet").status, 0);
   EXPECT_NE(run("train --model mlp --steps -3").status, 0);

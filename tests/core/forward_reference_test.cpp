@@ -7,6 +7,8 @@
 #include <functional>
 #include <random>
 
+#include <nlohmann/json.hpp>
+
 #include "meganeura/session.h"
 
 namespace meganeura {
@@ -292,6 +294,56 @@ TEST(Forward, BuilderErrorsNameOpAndShapes) {
   EXPECT_THROW(conv2d(g.input("x", {1, 3, 4, 4}), g.input("w", {2, 2, 3, 3})), std::invalid_argument);
   EXPECT_THROW(reshape(a, {4, 2}), std::invalid_argument);
   EXPECT_THROW(g.input("a", {1}), std::invalid_argument);  // duplicate name
+}
+
+}  // namespace
+}  // namespace meganeura
+
+namespace meganeura {
+namespace {
+
+// Storage casts against known IEEE values (nearest-even rounding), checked through the bits.
+TEST(Forward, HalfAndBfloatCasts) {
+  Graph g;
+  Tensor x = g.input("x", {6});
+  g.output("h", cast(cast(x, DType::f16), DType::f32));
+  g.output("b", cast(cast(x, DType::bf16), DType::f32));
+  g.output("i", cast(cast(x, DType::i32), DType::f32));
+  Session s;
+  s.add(g);
+  std::vector<float> in = {1.0f, 0.1f, 65504.0f, 1e5f, -2.5f, 3.0e-6f};
+  s.set("x", std::span<const float>(in));
+  s.run();
+  auto h = s.get("h"), b = s.get("b"), i = s.get("i");
+  EXPECT_EQ(h[0], 1.0f);
+  EXPECT_EQ(h[1], 0.0999755859375f);  // 0x2e66
+  EXPECT_EQ(h[2], 65504.0f);          // largest finite half
+  EXPECT_TRUE(std::isinf(h[3]));
+  EXPECT_EQ(h[4], -2.5f);
+  EXPECT_EQ(h[5], 2.98023223876953125e-06f);  // subnormal half 50 * 2^-24
+  EXPECT_EQ(b[1], 0.10009765625f);            // 0x3dcd
+  EXPECT_EQ(b[3], 99840.0f);                  // 0x47c3
+  EXPECT_EQ(i[4], -2.0f);                     // truncation toward zero
+}
+
+TEST(Graph, DumpAndJsonDescribeEveryNode) {
+  Graph g;
+  Tensor x = g.input("x", {2, 3});
+  Tensor w = g.parameter("w", {3, 4}, Init{Init::normal, 0.1});
+  g.output("y", relu(matmul(x, w)));
+  const std::string d = g.dump();
+  EXPECT_NE(d.find("%2 = matmul(%0, %1)"), std::string::npos) << d;
+  EXPECT_NE(d.find("relu(%2)"), std::string::npos) << d;
+  EXPECT_NE(d.find(": f32(2,4)"), std::string::npos) << d;
+  EXPECT_NE(d.find("output y = %3"), std::string::npos) << d;
+  auto j = nlohmann::json::parse(g.to_json());
+  EXPECT_EQ(j["nodes"].size(), 4u);
+  EXPECT_EQ(j["nodes"][2]["op"], "matmul");
+  EXPECT_EQ(j["nodes"][2]["shape"], nlohmann::json({2, 4}));
+  Program p = plan(g);
+  auto pj = nlohmann::json::parse(p.to_json());
+  EXPECT_EQ(pj["dispatches"].size(), 2u);
+  EXPECT_EQ(pj["dispatches"][0]["flops"], 2.0 * 2 * 4 * 3);
 }
 
 }  // namespace

@@ -20,9 +20,15 @@ namespace {
 
 class MlpTask final : public Task {
  public:
-  explicit MlpTask(uint64_t seed)
-      : seed_(seed), train_(models::synthetic_classification(cfg_, kTrain, 0)),
+  MlpTask(uint64_t seed, const ModelOptions& o)
+      : cfg_(configure(o)), seed_(seed), train_(models::synthetic_classification(cfg_, kTrain, 0)),
         test_(models::synthetic_classification(cfg_, kTest, 1)) {}
+  static models::MlpConfig configure(const ModelOptions& o) {
+    models::MlpConfig c;
+    if (o.width) c.hidden = o.width;
+    if (o.layers) c.layers = o.layers;
+    return c;
+  }
   std::string name() const override { return "mlp"; }
   int64_t default_steps() const override { return 600; }
   OptimizerConfig default_optimizer() const override {
@@ -91,8 +97,11 @@ class MlpTask final : public Task {
 
 class CharGptTask final : public Task {
  public:
-  explicit CharGptTask(uint64_t seed) : seed_(seed), vocab_(models::vocabulary_of(models::builtin_text())) {
+  CharGptTask(uint64_t seed, const ModelOptions& o) : seed_(seed), vocab_(models::vocabulary_of(models::builtin_text())) {
     cfg_.vocab = int64_t(vocab_.chars.size());
+    if (o.width) cfg_.dim = o.width;
+    if (o.layers) cfg_.layers = o.layers;
+    if (o.heads) cfg_.heads = cfg_.kv_heads = o.heads;
     tokens_ = vocab_.encode(models::builtin_text());
   }
   std::string name() const override { return "chargpt"; }
@@ -180,9 +189,9 @@ class CharGptTask final : public Task {
 
 }  // namespace
 
-std::unique_ptr<Task> make_task(const std::string& model, uint64_t seed) {
-  if (model == "mlp") return std::make_unique<MlpTask>(seed);
-  if (model == "chargpt") return std::make_unique<CharGptTask>(seed);
+std::unique_ptr<Task> make_task(const std::string& model, uint64_t seed, const ModelOptions& options) {
+  if (model == "mlp") return std::make_unique<MlpTask>(seed, options);
+  if (model == "chargpt") return std::make_unique<CharGptTask>(seed, options);
   throw std::invalid_argument("unknown model '" + model + "' (expected mlp or chargpt)");
 }
 

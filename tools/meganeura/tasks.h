@@ -30,6 +30,13 @@ class Task {
   uint64_t model_hash() const;
 };
 
-std::unique_ptr<Task> make_task(const std::string& model, uint64_t seed);
+// Size overrides from the command line; 0 keeps the model's default.
+struct ModelOptions {
+  int64_t width = 0;   // mlp hidden width, chargpt model dimension
+  int64_t layers = 0;
+  int64_t heads = 0;   // chargpt
+};
+
+std::unique_ptr<Task> make_task(const std::string& model, uint64_t seed, const ModelOptions& options = {});
 
 }  // namespace meganeura::cli

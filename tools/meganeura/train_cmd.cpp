@@ -22,7 +22,16 @@ struct TrainArgs {
   double lr = 0;
   int accumulation = 1;
   bool json = false;
+  ModelOptions sizes;
+  bool inference = false;  // program: the inference graph instead of the training step
 };
+
+void add_model_options(CLI::App* c, TrainArgs& a) {
+  c->add_option("--model", a.model, "mlp | chargpt")->check(CLI::IsMember({"mlp", "chargpt"}));
+  c->add_option("--width", a.sizes.width, "hidden width (mlp) or model dimension (chargpt)")->check(CLI::PositiveNumber);
+  c->add_option("--layers", a.sizes.layers, "number of hidden layers / transformer blocks")->check(CLI::PositiveNumber);
+  c->add_option("--heads", a.sizes.heads, "attention heads (chargpt)")->check(CLI::PositiveNumber);
+}
 
 class Progress {
  public:
@@ -60,7 +69,7 @@ void print(const nlohmann::json& out, bool json) {
 }
 
 int run_train(const TrainArgs& a) {
-  auto task = make_task(a.model, a.seed);
+  auto task = make_task(a.model, a.seed, a.sizes);
   OptimizerConfig opt = task->default_optimizer();
   if (!a.optimizer.empty()) opt.kind = parse_optimizer(a.optimizer);
   if (a.lr > 0) opt.lr = a.lr;
@@ -108,7 +117,7 @@ int run_train(const TrainArgs& a) {
 }
 
 int run_infer(const TrainArgs& a) {
-  auto task = make_task(a.model, a.seed);
+  auto task = make_task(a.model, a.seed, a.sizes);
   SessionOptions so;
   so.device = parse_device(a.device);
   so.seed = a.seed;
@@ -127,12 +136,43 @@ int run_infer(const TrainArgs& a) {
   return 0;
 }
 
+int run_program(const TrainArgs& a) {
+  auto task = make_task(a.model, a.seed, a.sizes);
+  Program p;
+  if (a.inference) {
+    Session s;  // the planned inference programs of the task, without running them
+    task->add_inference(s);
+    p = s.program(0);
+  } else {
+    p = plan(training_graph([&](Graph& g) { return task->build_loss(g); }, task->default_optimizer()));
+  }
+  if (a.json) {
+    std::cout << p.to_json() << "\n";
+    return 0;
+  }
+  std::cout << p.dump();
+  std::printf("%zu dispatches, %.3g FLOP, %.3g bytes moved, arena %llu bytes (lower bound %llu, %u in place, %u views), external %llu bytes\n",
+              p.dispatches.size(), p.total_flops(), p.total_bytes(), static_cast<unsigned long long>(p.arena_bytes),
+              static_cast<unsigned long long>(p.memory.lower_bound_bytes), p.memory.inplace_reuses, p.memory.views,
+              static_cast<unsigned long long>(p.memory.external_bytes));
+  return 0;
+}
+
 }  // namespace
+
+void add_program_command(CLI::App& app) {
+  auto a = std::make_shared<TrainArgs>();
+  CLI::App* c = app.add_subcommand("program", "print the planned program of a built-in model (training step by default)");
+  add_model_options(c, *a);
+  c->add_flag("--inference", a->inference, "the inference program instead of the training step");
+  c->add_flag("--json", a->json, "the program as JSON");
+  c->callback([a] { throw CLI::RuntimeError(run_program(*a)); });
+}
 
 void add_train_command(CLI::App& app) {
   auto a = std::make_shared<TrainArgs>();
   CLI::App* c = app.add_subcommand("train", "train a built-in model and write a checkpoint");
-  c->add_option("--model", a->model, "mlp | chargpt")->check(CLI::IsMember({"mlp", "chargpt"}));
+  add_model_options(c, *a);
   c->add_option("--steps", a->steps, "total training steps (default: the model's)")->check(CLI::PositiveNumber);
   c->add_option("--out", a->out, "checkpoint to write (safetensors)");
   c->add_option("--resume", a->resume, "checkpoint to resume from");
@@ -148,7 +188,7 @@ void add_train_command(CLI::App& app) {
 void add_infer_command(CLI::App& app) {
   auto a = std::make_shared<TrainArgs>();
   CLI::App* c = app.add_subcommand("infer", "load a checkpoint into an inference program and evaluate it");
-  c->add_option("--model", a->model, "mlp | chargpt")->check(CLI::IsMember({"mlp", "chargpt"}));
+  add_model_options(c, *a);
   c->add_option("--checkpoint", a->resume, "checkpoint to load")->required();
   c->add_option("--device", a->device, "cpu | vulkan | auto")->check(CLI::IsMember({"cpu", "vulkan", "auto"}));
   c->add_option("--seed", a->seed, "sampling seed");

@@ -7,8 +7,10 @@
 namespace meganeura::models {
 
 Tensor chargpt(Graph& g, Tensor ids, const CharGptConfig& c) {
-  if (c.vocab < 2 || c.dim % c.heads || c.heads % c.kv_heads) {
-    throw std::invalid_argument("[chargpt] needs vocab >= 2, dim divisible by heads, heads by kv_heads");
+  if (c.vocab < 2) throw std::invalid_argument("[chargpt] needs a vocabulary of at least 2 tokens");
+  if (c.dim % c.heads || c.heads % c.kv_heads) {
+    throw std::invalid_argument("[chargpt] model dimension " + std::to_string(c.dim) + " does not split into " +
+                                std::to_string(c.heads) + " heads (" + std::to_string(c.kv_heads) + " key/value heads)");
   }
   const int64_t b = ids.dim(0), s = ids.dim(1), hd = c.dim / c.heads;
   const double std_in = 1.0 / std::sqrt(double(c.dim));

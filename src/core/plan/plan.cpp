@@ -102,7 +102,7 @@ Program plan(const Graph& g, const PlanOptions& opt) {
     }
   }
 
-  auto stored_of = [&](DType t) { return dtype_is_float(t) ? opt.float_dtype : t; };
+  auto stored_of = [&](DType t) { return t == DType::f32 ? opt.float_dtype : t; };
   std::map<NodeId, std::string> output_name;
   for (auto& [name, id] : g.outputs()) {
     if (output_name.count(id) || op_info(g.node(id).op).family == OpFamily::leaf) {
