@@ -79,7 +79,8 @@ TEST(Cli, CharTransformerLearnsText) {
   auto j = t.json();
   EXPECT_LT(j["final_loss"].get<double>(), 1.0);
   EXPECT_LT(j["eval_loss"].get<double>(), 1.0);
-  EXPECT_GT(j["losses"][0].get<double>(), 3.0);
+  EXPECT_GT(j["losses"][0].get<double>(), 3.0);  // starts near ln(vocab): initialisation is sane
+  EXPECT_LT(j["losses"][0].get<double>(), 5.0);
   Result i = run("infer --model chargpt --device cpu --json --checkpoint " + path("gpt.safetensors"));
   ASSERT_EQ(i.status, 0) << i.err;
   EXPECT_LT(i.json()["final_loss"].get<double>(), 1.0);

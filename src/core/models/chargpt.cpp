@@ -15,7 +15,8 @@ Tensor chargpt(Graph& g, Tensor ids, const CharGptConfig& c) {
   const int64_t b = ids.dim(0), s = ids.dim(1), hd = c.dim / c.heads;
   const double std_in = 1.0 / std::sqrt(double(c.dim));
   const double std_out = std_in / std::sqrt(2.0 * double(c.layers));  // residual branches
-  Tensor emb = g.parameter("tok_embedding", {c.vocab, c.dim}, Init{Init::normal, 0.5});
+  // Tied: std 1/sqrt(dim) keeps the initial logits of unit scale (loss near ln(vocab)).
+  Tensor emb = g.parameter("tok_embedding", {c.vocab, c.dim}, Init{Init::normal, std_in});
   Tensor x = embedding(emb, ids);  // [B, S, D]
   auto heads = [&](Tensor t, int64_t n) {  // [B, S, n*hd] -> [B, n, S, hd]
     return permute(reshape(t, {b, s, n, hd}), {0, 2, 1, 3});
