@@ -98,22 +98,26 @@ void col2im(const ConvGeom& g, const T* col, T* x) {
   });
 }
 
-template <class T>
-void conv_forward(const ConvGeom& g, const T* x, const T* w, T* y) {
-  const int64_t k = g.cg * g.kh * g.kw, p = g.oh * g.ow;
-  std::vector<T> col(is_pointwise(g) ? 0 : size_t(k * p));
+// Calls fn(n, group, columns) for every image and group, with the im2col matrix
+// [cg*kh*kw, oh*ow] of that slice (the input itself for pointwise convolutions).
+template <class T, class F>
+void for_each_column_block(const ConvGeom& g, const T* x, F&& fn) {
+  std::vector<T> col(is_pointwise(g) ? 0 : size_t(g.cg * g.kh * g.kw * g.oh * g.ow));
   for (int64_t n = 0; n < g.n; ++n) {
     for (int64_t gr = 0; gr < g.groups; ++gr) {
       const T* xg = x + (n * g.c + gr * g.cg) * g.h * g.w;
-      const T* cols = xg;
-      if (!col.empty()) {
-        im2col(g, xg, col.data());
-        cols = col.data();
-      }
-      gemm(false, false, g.og, p, k, T(1), w + gr * g.og * k, k, cols, p, T(0),
-           y + (n * g.o + gr * g.og) * p, p);
+      if (!col.empty()) im2col(g, xg, col.data());
+      fn(n, gr, col.empty() ? xg : col.data());
     }
   }
+}
+
+template <class T>
+void conv_forward(const ConvGeom& g, const T* x, const T* w, T* y) {
+  const int64_t k = g.cg * g.kh * g.kw, p = g.oh * g.ow;
+  for_each_column_block(g, x, [&](int64_t n, int64_t gr, const T* cols) {
+    gemm(false, false, g.og, p, k, T(1), w + gr * g.og * k, k, cols, p, T(0), y + (n * g.o + gr * g.og) * p, p);
+  });
 }
 
 template <class T>
@@ -136,19 +140,9 @@ template <class T>
 void conv_backward_weight(const ConvGeom& g, const T* x, const T* dy, T* dw) {
   const int64_t k = g.cg * g.kh * g.kw, p = g.oh * g.ow;
   std::fill(dw, dw + g.o * k, T(0));
-  std::vector<T> col(is_pointwise(g) ? 0 : size_t(k * p));
-  for (int64_t n = 0; n < g.n; ++n) {
-    for (int64_t gr = 0; gr < g.groups; ++gr) {
-      const T* xg = x + (n * g.c + gr * g.cg) * g.h * g.w;
-      const T* cols = xg;
-      if (!col.empty()) {
-        im2col(g, xg, col.data());
-        cols = col.data();
-      }
-      gemm(false, true, g.og, k, p, T(1), dy + (n * g.o + gr * g.og) * p, p, cols, p, T(1),
-           dw + gr * g.og * k, k);
-    }
-  }
+  for_each_column_block(g, x, [&](int64_t n, int64_t gr, const T* cols) {
+    gemm(false, true, g.og, k, p, T(1), dy + (n * g.o + gr * g.og) * p, p, cols, p, T(1), dw + gr * g.og * k, k);
+  });
 }
 
 }  // namespace
