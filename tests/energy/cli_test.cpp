@@ -158,9 +158,22 @@ TEST(EnergyCommand, BadInputFailsWithOneClearLine) {
   r = run("energy predict --layers 10 --hidden 640");
   EXPECT_EQ(r.status, 1);
   EXPECT_NE(r.output.find("needs --layers"), std::string::npos) << r.output;
-  r = run("energy predict --model mlp --device-name h100-sxm --json");
+  r = run("energy predict --model resnet --device-name h100-sxm --json");
   EXPECT_EQ(r.status, 1);
-  EXPECT_NE(r.output.find("no compiled programs"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("resnet"), std::string::npos) << r.output;
+}
+
+// The real binary lends the energy commands its compiled training steps.
+TEST(EnergyCommand, PricesOurCompiledTrainingStep) {
+  const CommandRun r = run("energy predict --model mlp --device-name h100-sxm --json");
+  ASSERT_EQ(r.status, 0) << r.output;
+  auto j = nlohmann::json::parse(r.output);
+  EXPECT_GT(j["dispatches"].size(), 100u);
+  double flops = 0;
+  for (const auto& d : j["dispatches"]) flops += d["flops"].get<double>();
+  // Forward + backward of the 16-128-128-10 MLP at batch 64: 3 x 2 x 64 x 19712 MACs, plus
+  // elementwise work; the GEMMs alone set the floor.
+  EXPECT_GT(flops, 3 * 2 * 64 * 19712.0);
 }
 
 TEST(EnergyCommand, MeasurePreservesExitStatus) {
