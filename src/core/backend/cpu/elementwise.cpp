@@ -62,18 +62,6 @@ T apply_unary(Op op, const Attrs& attrs, T x) {
   }
 }
 
-template <class T>
-T apply_binary(Op op, T a, T b) {
-  switch (op) {
-    case Op::add: return a + b;
-    case Op::sub: return a - b;
-    case Op::mul: return a * b;
-    case Op::div: return a / b;
-    case Op::equal: return a == b ? T(1) : T(0);
-    default: kernel_error(op, "not a binary op");
-  }
-}
-
 }  // namespace
 
 template <class T>
@@ -92,44 +80,65 @@ void unary(const Dispatch& d, const std::vector<Arg>& in, const Arg& out) {
   });
 }
 
+// Instantiates `body` with the op as a compile-time functor, so the inner loops vectorise.
+template <class T, class Body>
+void with_binary_op(Op op, Body&& body) {
+  switch (op) {
+    case Op::add: return body([](T a, T b) { return a + b; });
+    case Op::sub: return body([](T a, T b) { return a - b; });
+    case Op::mul: return body([](T a, T b) { return a * b; });
+    case Op::div: return body([](T a, T b) { return a / b; });
+    case Op::equal: return body([](T a, T b) { return a == b ? T(1) : T(0); });
+    default: kernel_error(op, "not a binary op");
+  }
+}
+
 template <class T>
 void binary(const Dispatch& d, const std::vector<Arg>& in, const Arg& out) {
   const T* a = in[0].as<T>();
   const T* b = in[1].as<T>();
   T* y = out.as<T>();
-  const Op op = d.op;
   const Shape& os = out.shape();
   const int64_t n = out.n();
+  const int64_t min_parallel = n > kParallelMin ? 1 : INT64_MAX;
   if (in[0].shape() == os && in[1].shape() == os) {
-    parallel_for(n, (n > kParallelMin) ? 1 : INT64_MAX, [&](int64_t begin_, int64_t end_) {
-      for (int64_t i = begin_; i < end_; ++i) y[i] = apply_binary<T>(op, a[i], b[i]);
+    with_binary_op<T>(d.op, [&](auto f) {
+      parallel_for(n, min_parallel, [&](int64_t lo, int64_t hi) {
+        for (int64_t i = lo; i < hi; ++i) y[i] = f(a[i], b[i]);
+      });
     });
     return;
   }
-  if (in[1].n() == 1 && in[0].shape() == os) {
-    const T bv = b[0];
-    parallel_for(n, (n > kParallelMin) ? 1 : INT64_MAX, [&](int64_t begin_, int64_t end_) {
-      for (int64_t i = begin_; i < end_; ++i) y[i] = apply_binary<T>(op, a[i], bv);
-    });
-    return;
-  }
-  // General broadcasting: walk rows of the innermost dimension.
+  // General broadcasting: walk rows of the innermost dimension; each input's inner stride is
+  // 1 (contiguous) or 0 (broadcast).
   const auto sa = broadcast_strides(in[0].shape(), os), sb = broadcast_strides(in[1].shape(), os);
   const int64_t rank = int64_t(os.size());
   const int64_t inner = rank ? os.back() : 1, rows = inner ? n / inner : 0;
   const int64_t ia = rank ? sa.back() : 0, ib = rank ? sb.back() : 0;
-  parallel_for(rows, (n > kParallelMin) ? 1 : INT64_MAX, [&](int64_t begin_, int64_t end_) {
-    for (int64_t r = begin_; r < end_; ++r) {
-      int64_t oa = 0, ob = 0, rem = r;
-      for (int64_t k = rank - 2; k >= 0; --k) {
-        int64_t idx = rem % os[size_t(k)];
-        rem /= os[size_t(k)];
-        oa += idx * sa[size_t(k)];
-        ob += idx * sb[size_t(k)];
+  with_binary_op<T>(d.op, [&](auto f) {
+    parallel_for(rows, min_parallel, [&](int64_t lo, int64_t hi) {
+      for (int64_t r = lo; r < hi; ++r) {
+        int64_t oa = 0, ob = 0, rem = r;
+        for (int64_t k = rank - 2; k >= 0; --k) {
+          const int64_t idx = rem % os[size_t(k)];
+          rem /= os[size_t(k)];
+          oa += idx * sa[size_t(k)];
+          ob += idx * sb[size_t(k)];
+        }
+        T* yr = y + r * inner;
+        const T* ar = a + oa;
+        const T* br = b + ob;
+        if (ia && ib) {
+          for (int64_t j = 0; j < inner; ++j) yr[j] = f(ar[j], br[j]);
+        } else if (ia) {
+          for (int64_t j = 0; j < inner; ++j) yr[j] = f(ar[j], br[0]);
+        } else if (ib) {
+          for (int64_t j = 0; j < inner; ++j) yr[j] = f(ar[0], br[j]);
+        } else {
+          for (int64_t j = 0; j < inner; ++j) yr[j] = f(ar[0], br[0]);
+        }
       }
-      T* yr = y + r * inner;
-      for (int64_t j = 0; j < inner; ++j) yr[j] = apply_binary<T>(op, a[oa + j * ia], b[ob + j * ib]);
-    }
+    });
   });
 }
 

@@ -13,29 +13,41 @@
 namespace meganeura::cpu {
 namespace {
 
-// BLAS threads only for GEMMs big enough to amortise waking them: on small ones its
-// spinning workers cost more than they give (2x on a 2-core training step).
-void set_blas_threads(int64_t m, int64_t n, int64_t k) {
-  static thread_local int current = -1;
-  const int want = m * n * k >= (int64_t(1) << 21) ? thread_count() : 1;
-  if (want != current) {
-    openblas_set_num_threads(want);
-    current = want;
-  }
-}
-
-// Row-major C[m,n] = alpha * op(A)[m,k] op(B)[k,n] + beta * C.
-void gemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, float alpha, const float* a, int64_t lda,
+// BLAS runs single-threaded; large GEMMs are split into row (or column) blocks over our own
+// pool. OpenBLAS's threads spin in sched_yield between calls and took 44% of a transformer
+// step's samples while our elementwise loops ran.
+void blas(bool ta, bool tb, int64_t m, int64_t n, int64_t k, float alpha, const float* a, int64_t lda,
           const float* b, int64_t ldb, float beta, float* c, int64_t ldc) {
-  set_blas_threads(m, n, k);
   cblas_sgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans, int(m),
               int(n), int(k), alpha, a, int(lda), b, int(ldb), beta, c, int(ldc));
 }
-void gemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, double alpha, const double* a,
+void blas(bool ta, bool tb, int64_t m, int64_t n, int64_t k, double alpha, const double* a,
           int64_t lda, const double* b, int64_t ldb, double beta, double* c, int64_t ldc) {
-  set_blas_threads(m, n, k);
   cblas_dgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans, int(m),
               int(n), int(k), alpha, a, int(lda), b, int(ldb), beta, c, int(ldc));
+}
+
+// Row-major C[m,n] = alpha * op(A)[m,k] op(B)[k,n] + beta * C.
+template <class T>
+void gemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, T alpha, const T* a, int64_t lda,
+          const T* b, int64_t ldb, T beta, T* c, int64_t ldc) {
+  static const bool single = [] {
+    openblas_set_num_threads(1);
+    return true;
+  }();
+  (void)single;
+  const int64_t min_work = int64_t(1) << 21;
+  if (m * n * k < min_work || thread_count() == 1) {
+    blas(ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+  } else if (m >= 4 * thread_count()) {
+    parallel_for(m, 1, [&](int64_t i0, int64_t i1) {
+      blas(ta, tb, i1 - i0, n, k, alpha, ta ? a + i0 : a + i0 * lda, lda, b, ldb, beta, c + i0 * ldc, ldc);
+    });
+  } else {
+    parallel_for(n, 1, [&](int64_t j0, int64_t j1) {
+      blas(ta, tb, m, j1 - j0, k, alpha, a, lda, tb ? b + j0 * ldb : b + j0, ldb, beta, c + j0, ldc);
+    });
+  }
 }
 
 struct ConvGeom {

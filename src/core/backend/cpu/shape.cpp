@@ -164,17 +164,24 @@ void sequence(const Dispatch& d, const std::vector<Arg>& in, const Arg& out) {
       const int64_t dim = s.back(), seq = s[s.size() - 2], half = dim / 2;
       const int64_t rows = out.n() / dim;
       const double sign = a.inverse ? -1.0 : 1.0;
-      parallel_for(rows, (out.n() > kParallelMin) ? 1 : INT64_MAX, [&](int64_t begin_, int64_t end_) {
-        for (int64_t r = begin_; r < end_; ++r) {
-          const int64_t pos = r % seq;
+      std::vector<double> cs(size_t(seq * half)), sn(size_t(seq * half));  // per (position, pair)
+      for (int64_t pos = 0; pos < seq; ++pos) {
+        for (int64_t i = 0; i < half; ++i) {
+          const double angle = sign * double(pos) * std::pow(a.theta, -2.0 * double(i) / double(dim));
+          cs[size_t(pos * half + i)] = std::cos(angle);
+          sn[size_t(pos * half + i)] = std::sin(angle);
+        }
+      }
+      parallel_for(rows, (out.n() > kParallelMin) ? 1 : INT64_MAX, [&](int64_t lo, int64_t hi) {
+        for (int64_t r = lo; r < hi; ++r) {
+          const double* c = cs.data() + (r % seq) * half;
+          const double* sv = sn.data() + (r % seq) * half;
           const T* xr = x + r * dim;
           T* yr = y + r * dim;
           for (int64_t i = 0; i < half; ++i) {
-            const double angle = sign * double(pos) * std::pow(a.theta, -2.0 * double(i) / double(dim));
-            const double c = std::cos(angle), sn = std::sin(angle);
             const double x1 = double(xr[i]), x2 = double(xr[i + half]);
-            yr[i] = T(x1 * c - x2 * sn);
-            yr[i + half] = T(x2 * c + x1 * sn);
+            yr[i] = T(x1 * c[i] - x2 * sv[i]);
+            yr[i + half] = T(x2 * c[i] + x1 * sv[i]);
           }
         }
       });
