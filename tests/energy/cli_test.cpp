@@ -173,10 +173,16 @@ TEST(EnergyCommand, MeasurePreservesExitStatus) {
 }
 
 TEST(EnergyCommand, MeasureReportsFakeGpuEnergy) {
-  const CommandRun r = run(std::string("energy measure --json --powercap /nonexistent --nvml-library ") +
-                    FAKE_NVML_PATH + " -- sleep 0.3");
+  const fs::path report = fs::temp_directory_path() / ("mg_measure_" + std::to_string(getpid()) + ".json");
+  const CommandRun r = run(std::string("energy measure --output ") + report.string() +
+                           " --powercap /nonexistent --nvml-library " + FAKE_NVML_PATH +
+                           " -- sh -c 'echo from-the-command; sleep 0.3'");
   ASSERT_EQ(r.status, 0) << r.output;
-  const nlohmann::json j = nlohmann::json::parse(r.output);
+  EXPECT_NE(r.output.find("from-the-command"), std::string::npos);
+  EXPECT_NE(r.output.find("nvml-energy"), std::string::npos);  // the text report
+  std::ifstream in(report);
+  const nlohmann::json j = nlohmann::json::parse(in);
+  fs::remove(report);
   ASSERT_EQ(j["devices"].size(), 1u);
   EXPECT_EQ(j["devices"][0]["source"], "nvml-energy");
   const double d = j["duration_s"].get<double>();

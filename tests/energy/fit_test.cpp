@@ -85,6 +85,21 @@ TEST(FitReference, RecoversKnownCoefficients) {
   EXPECT_EQ(fit.clusters, 20);
 }
 
+TEST(FitReference, SingleGpuDataFixesTheParallelTermsAtZero) {
+  std::mt19937 rng(9);
+  std::vector<RunRecord> runs;
+  for (RunRecord& r : synthetic_runs(rng)) {
+    if (r.gpus == 1) runs.push_back(r);
+  }
+  const ReferenceCoefficients truth{-11.0, 0.30, 0.45, 0, 0, 0};
+  for (RunRecord& r : runs) r.energy_kwh = reference_predict_kwh(r.reference_inputs(), truth);
+  const ReferenceFit fit = fit_reference(runs);
+  EXPECT_NEAR(fit.coefficients.a_memory, 0.45, 1e-6);
+  EXPECT_EQ(fit.coefficients.a_efficiency, 0);
+  EXPECT_EQ(fit.coefficients.g_tp, 0);
+  EXPECT_EQ(fit.se_hc3[3], 0);
+}
+
 TEST(FitPhysical, RecoversKnownEnergyScales) {
   std::mt19937 rng(11);
   std::vector<RunRecord> runs = synthetic_runs(rng);
