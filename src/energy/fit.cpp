@@ -183,14 +183,17 @@ Grid build_grid(const std::vector<RunRecord>& records, const HardwareTable& tabl
   for (double ce : {0.2, 0.45, 0.7}) {
     for (double launch : {5e-6, 20e-6, 60e-6}) {
       for (double step : {2e-3, 8e-3, 25e-3}) {
-        PhysicalParams p = base;
-        p.compute_efficiency = ce;
-        p.dispatch_overhead_s = launch;
-        p.step_overhead_s = step;
-        std::vector<Terms> t;
-        for (const RunRecord& r : records) t.push_back(terms_for(r, table, p));
-        g.settings.push_back(p);
-        g.terms.push_back(std::move(t));
+        for (double link : {base.link_efficiency, 0.25}) {
+          PhysicalParams p = base;
+          p.compute_efficiency = ce;
+          p.dispatch_overhead_s = launch;
+          p.step_overhead_s = step;
+          p.link_efficiency = link;
+          std::vector<Terms> t;
+          for (const RunRecord& r : records) t.push_back(terms_for(r, table, p));
+          g.settings.push_back(p);
+          g.terms.push_back(std::move(t));
+        }
       }
     }
   }

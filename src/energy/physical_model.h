@@ -101,7 +101,9 @@ struct PhysicalPrediction {
   // Per layer, per device, over the whole run; "other" holds the embedding and optimizer
   // tail and a final "comm+overhead" entry the rest, so the entries sum to the device totals.
   std::vector<CostEstimate> layers;
-  std::vector<CostEstimate> dispatches;  // per device step
+  // Per device step. For a transformer, layer 0 stands for every layer (they are alike),
+  // followed by the embedding and optimizer tail.
+  std::vector<CostEstimate> dispatches;
 };
 
 // The work of one training step of one transformer layer stack on one device, forward,

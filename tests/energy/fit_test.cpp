@@ -107,6 +107,7 @@ TEST(FitPhysical, RecoversKnownEnergyScales) {
   truth.compute_efficiency = 0.45;
   truth.dispatch_overhead_s = 20e-6;
   truth.step_overhead_s = 8e-3;
+  truth.link_efficiency = 0.25;
   truth.idle_scale = 1.3;
   truth.busy_fraction = 0.5;
   truth.dynamic_scale = 0.8;
@@ -117,6 +118,7 @@ TEST(FitPhysical, RecoversKnownEnergyScales) {
   EXPECT_DOUBLE_EQ(fit.params.compute_efficiency, 0.45);
   EXPECT_DOUBLE_EQ(fit.params.dispatch_overhead_s, 20e-6);
   EXPECT_DOUBLE_EQ(fit.params.step_overhead_s, 8e-3);
+  EXPECT_DOUBLE_EQ(fit.params.link_efficiency, 0.25);
   EXPECT_NEAR(fit.params.idle_scale, 1.3, 0.15);
   EXPECT_NEAR(fit.params.busy_fraction, 0.5, 0.05);
   EXPECT_NEAR(fit.params.dynamic_scale, 0.8, 0.1);
