@@ -167,11 +167,27 @@ HardwareTable HardwareTable::load_default(const std::string& explicit_path) {
 }
 
 const DeviceSpec* HardwareTable::try_find(const std::string& name) const {
-  const std::string want = normalise(name);
-  for (const DeviceSpec& d : devices_) {
-    if (normalise(d.key) == want || normalise(d.name) == want) return &d;
-    for (const std::string& a : d.aliases) {
-      if (normalise(a) == want) return &d;
+  auto match = [this](const std::string& want) -> const DeviceSpec* {
+    for (const DeviceSpec& d : devices_) {
+      if (normalise(d.key) == want || normalise(d.name) == want) return &d;
+      for (const std::string& a : d.aliases) {
+        if (normalise(a) == want) return &d;
+      }
+    }
+    return nullptr;
+  };
+  std::string want = normalise(name);
+  if (const DeviceSpec* d = match(want)) return d;
+  // Drivers prefix names with vendor and brand words the table need not repeat.
+  for (bool stripped = true; stripped;) {
+    stripped = false;
+    for (const char* prefix : {"nvidia", "tesla", "geforce", "amd", "instinct"}) {
+      const std::string p(prefix);
+      if (want.size() > p.size() && want.compare(0, p.size(), p) == 0) {
+        want.erase(0, p.size());
+        stripped = true;
+        if (const DeviceSpec* d = match(want)) return d;
+      }
     }
   }
   return nullptr;

@@ -176,6 +176,16 @@ TEST(Dataset, ReadsReferenceStudyColumns) {
   EXPECT_EQ(table().find(d.records[0].gpu).key, "v100-sxm2");
 }
 
+TEST(Dataset, IgnoresByteOrderMarkAndCarriageReturns) {
+  const Dataset d = parse_runs_csv(
+      "\xEF\xBB\xBFgpu,strategy,gpus,layers,hidden,batch,seq,tokens,energy_kwh\r\n"
+      "t4,baseline,1,2,128,8,64,1e6,0.002\r\n",
+      "bom.csv");
+  ASSERT_EQ(d.records.size(), 1u);
+  EXPECT_EQ(d.records[0].gpu, "t4");
+  EXPECT_DOUBLE_EQ(d.records[0].energy_kwh, 0.002);
+}
+
 TEST(Dataset, ReadsOwnMeasurementColumns) {
   const Dataset d = parse_runs_csv(
       "gpu,strategy,gpus,layers,hidden,batch,seq,tokens,dtype,energy_kwh,efficiency,group\n"
@@ -220,6 +230,8 @@ TEST(Dataset, MalformedFilesNameRowAndColumn) {
   EXPECT_EQ(error_of(std::string(kStudyHeader) +
                      "V100,volta,baseline,1.5,10,640,8,2560,32,66,128,1,False,8225072,120,0.1\n"),
             "[energy] bad.csv row 1, column 'gpus': gpus must be a whole number, got 1.5");
+  EXPECT_EQ(error_of(std::string(kStudyHeader) + "V100,volta,baseline,1,10,640,8,2560,32,66,128,1,False,8225072,120\n"),
+            "[energy] bad.csv row 1, column 'energy_consumed_kWh': empty cell");
   EXPECT_EQ(error_of(std::string(kStudyHeader)), "[energy] bad.csv: no data rows");
   EXPECT_EQ(error_of(""), "[energy] bad.csv: empty file");
 }
