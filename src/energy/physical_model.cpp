@@ -101,8 +101,27 @@ PhysicalParams PhysicalParams::from_table(const HardwareTable& table) {
   p.comm_overlap = m.comm_overlap;
   p.link_latency_s = m.link_latency_us * 1e-6;
   p.busy_fraction = m.busy_fraction;
+  p.idle_scale = m.idle_scale;
+  p.dynamic_scale = m.dynamic_scale;
+  p.interval_ln = m.interval_ln;
   p.host_power_w = table.host().power_w;
   return p;
+}
+
+ModelDefaults PhysicalParams::to_model_defaults() const {
+  ModelDefaults m;
+  m.compute_efficiency = compute_efficiency;
+  m.memory_efficiency = memory_efficiency;
+  m.link_efficiency = link_efficiency;
+  m.dispatch_overhead_us = dispatch_overhead_s * 1e6;
+  m.step_overhead_ms = step_overhead_s * 1e3;
+  m.comm_overlap = comm_overlap;
+  m.link_latency_us = link_latency_s * 1e6;
+  m.busy_fraction = busy_fraction;
+  m.idle_scale = idle_scale;
+  m.dynamic_scale = dynamic_scale;
+  m.interval_ln = interval_ln;
+  return m;
 }
 
 std::vector<WorkItem> transformer_step_work(const TransformerConfig& cfg, int tp,

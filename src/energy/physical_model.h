@@ -62,6 +62,8 @@ struct PhysicalParams {
   double interval_ln = 0.35;  // half-width of the reported interval in ln space
 
   static PhysicalParams from_table(const HardwareTable& table);
+  // The [model] section these parameters would be stored as.
+  ModelDefaults to_model_defaults() const;
 };
 
 // Time and energy of one dispatch (or of one layer, summed over the run).

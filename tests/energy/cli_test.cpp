@@ -11,6 +11,7 @@
 #include <random>
 #include <sstream>
 
+#include "energy/hardware.h"
 #include "energy/reference_model.h"
 
 namespace meganeura::energy {
@@ -106,8 +107,8 @@ struct CommandRun {
   std::string output;
 };
 
-CommandRun run(const std::string& args) {
-  const std::string cmd = std::string(MEGANEURA_BINARY_DIR "/bin/meganeura ") + args + " 2>&1";
+CommandRun run(const std::string& args, const std::string& env = "") {
+  const std::string cmd = env + " " MEGANEURA_BINARY_DIR "/bin/meganeura " + args + " 2>&1";
   FILE* p = popen(cmd.c_str(), "r");
   std::string out;
   char buf[4096];
@@ -242,6 +243,31 @@ TEST(EnergyCommand, FitReportsBothModelsAndWritesSvg) {
   EXPECT_NE(s.str().find("identity"), std::string::npos);
   EXPECT_NE(s.str().find("v100-sxm2"), std::string::npos);
   EXPECT_NE(s.str().find("rtx-2080-ti"), std::string::npos);
+  fs::remove_all(dir);
+}
+
+TEST(EnergyCommand, FitSavesPhysicalKnobsToTheUserTable) {
+  const fs::path dir = fs::temp_directory_path() / ("mg_fitsave_" + std::to_string(getpid()));
+  fs::create_directories(dir);
+  std::ofstream(dir / "runs.csv") << study_csv();
+  const CommandRun r = run("energy fit " + (dir / "runs.csv").string() + " --save --json --out " +
+                               (dir / "out").string(),
+                           "XDG_DATA_HOME=" + (dir / "data").string());
+  ASSERT_EQ(r.status, 0) << r.output;
+  const nlohmann::json j = nlohmann::json::parse(r.output);
+  const fs::path user = dir / "data" / "meganeura" / "hardware.toml";
+  EXPECT_EQ(j["saved_to"], user.string());
+  const HardwareTable saved = HardwareTable::load(user.string());
+  EXPECT_DOUBLE_EQ(saved.model().compute_efficiency, j["physical"]["compute_efficiency"].get<double>());
+  EXPECT_DOUBLE_EQ(saved.host().power_w, j["physical"]["host_power_w"].get<double>());
+  EXPECT_DOUBLE_EQ(saved.model().idle_scale, j["physical"]["idle_scale"].get<double>());
+  EXPECT_DOUBLE_EQ(saved.model().interval_ln, j["heldout"]["physical"]["heldout_rmse_ln"].get<double>());
+  EXPECT_EQ(saved.keys().size(), 10u);  // every device kept
+  EXPECT_TRUE(fs::exists(dir / "out.json"));
+  EXPECT_TRUE(fs::exists(dir / "out.svg"));
+  // The next prediction reads the user copy.
+  const CommandRun p = run("energy hardware", "XDG_DATA_HOME=" + (dir / "data").string());
+  EXPECT_NE(p.output.find("table: " + user.string()), std::string::npos) << p.output;
   fs::remove_all(dir);
 }
 
