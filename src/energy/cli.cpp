@@ -79,7 +79,7 @@ nlohmann::json run_predict(const PredictOptions& o, const EnergyCliHooks& hooks)
       invalid("--gpus " + std::to_string(o.parallel.gpus) + " needs a strategy (dp, fsdp or tp)");
     }
     const TransformerConfig& t = o.transformer;
-    const ReferenceInputs in{t.layers, t.hidden, t.batch * t.grad_accum, t.seq, t.tokens,
+    const ReferenceInputs in{t.layers, t.hidden, t.batch, t.seq, t.tokens,
                              o.efficiency.value_or(1.0), o.parallel.strategy};
     const double kwh = reference_predict_kwh(in);
     const auto x = reference_features(in);

@@ -156,7 +156,8 @@ TransformerConfig RunRecord::transformer() const {
 ParallelConfig RunRecord::parallel() const { return {gpus, strategy, false, false}; }
 
 ReferenceInputs RunRecord::reference_inputs() const {
-  return {layers, hidden, batch * grad_accum, seq, tokens, efficiency.value_or(1.0), strategy};
+  // M is the activation size of one micro-batch: gradient accumulation does not grow it.
+  return {layers, hidden, batch, seq, tokens, efficiency.value_or(1.0), strategy};
 }
 
 Dataset parse_runs_csv(const std::string& text, const std::string& origin, int default_vocab) {
