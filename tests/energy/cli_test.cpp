@@ -4,12 +4,15 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <chrono>
+#include <csignal>
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <random>
 #include <sstream>
+#include <thread>
 
 #include "energy/hardware.h"
 #include "energy/reference_model.h"
@@ -171,6 +174,24 @@ TEST(EnergyCommand, MeasurePreservesExitStatus) {
   const CommandRun missing = run("energy measure -- /nonexistent/command");
   EXPECT_EQ(missing.status, 127);
   EXPECT_NE(missing.output.find("cannot run '/nonexistent/command'"), std::string::npos);
+}
+
+TEST(EnergyCommand, MeasureForwardsTerminationToTheCommand) {
+  const auto t0 = std::chrono::steady_clock::now();
+  const pid_t pid = fork();
+  ASSERT_GE(pid, 0);
+  if (pid == 0) {
+    execl(MEGANEURA_BINARY_DIR "/bin/meganeura", "meganeura", "energy", "measure", "--powercap",
+          "/nonexistent", "--nvml-library", "/nonexistent.so", "--", "sleep", "20", static_cast<char*>(nullptr));
+    _exit(99);
+  }
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  kill(pid, SIGTERM);
+  int status = 0;
+  waitpid(pid, &status, 0);
+  ASSERT_TRUE(WIFEXITED(status)) << "measure itself died instead of reporting";
+  EXPECT_EQ(WEXITSTATUS(status), 128 + SIGTERM);
+  EXPECT_LT(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(), 10.0);
 }
 
 TEST(EnergyCommand, MeasureReportsFakeGpuEnergy) {
