@@ -194,7 +194,7 @@ TEST(PhysicalModel, RejectsImpossibleConfigurations) {
 namespace meganeura::energy {
 namespace {
 
-// The seven published BERT rows (ANCHORS.md section 3) priced with the shipped defaults,
+// The seven published BERT rows of the reference study priced with the shipped defaults,
 // mixed precision, and no measured run time: the physical model must stay near the
 // measurements (the reference model, given measured efficiencies, reaches 11% MAPE).
 TEST(PhysicalModel, PublishedRowsWithDefaultCoefficients) {
