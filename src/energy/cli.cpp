@@ -79,7 +79,7 @@ nlohmann::json run_predict(const PredictOptions& o, const EnergyCliHooks& hooks)
       invalid("--gpus " + std::to_string(o.parallel.gpus) + " needs a strategy (dp, fsdp or tp)");
     }
     const TransformerConfig& t = o.transformer;
-    const ReferenceInputs in{t.layers, t.hidden, t.batch * t.grad_accum, t.seq, t.tokens,
+    const ReferenceInputs in{t.layers, t.hidden, t.batch, t.seq, t.tokens,
                              o.efficiency.value_or(1.0), o.parallel.strategy};
     const double kwh = reference_predict_kwh(in);
     const auto x = reference_features(in);
@@ -217,21 +217,24 @@ void add_measure(CLI::App& energy) {
     std::vector<std::string> command;
     MeterOptions meter;
     bool json = false;
+    std::string output;
   };
   auto o = std::make_shared<MeasureCli>();
   CLI::App* c = energy.add_subcommand("measure", "Run a command and report the energy it used");
   c->add_option("command", o->command, "Command and its arguments, after --")->required();
   c->add_flag("--json", o->json, "Print JSON (on stdout; the command keeps its own output)");
+  c->add_option("--output,-o", o->output, "Also write the JSON report to this file");
   c->add_option("--nvml-library", o->meter.nvml_library, "NVML library to load");
   c->add_option("--powercap", o->meter.powercap_root, "powercap sysfs root")->capture_default_str();
   c->add_option("--hz", o->meter.sample_hz, "Sampling rate (at least 10 Hz)")->capture_default_str();
   c->callback([o] {
     const MeasureResult r = measure_command(o->command, o->meter);
     if (!r.failure.empty()) std::fprintf(stderr, "meganeura: [energy] %s\n", r.failure.c_str());
+    nlohmann::json j = reading_json(r.reading);
+    j["command"] = o->command;
+    j["exit_code"] = r.exit_code;
+    if (!o->output.empty()) write_text_file(o->output, j.dump(2) + "\n");
     if (o->json) {
-      nlohmann::json j = reading_json(r.reading);
-      j["command"] = o->command;
-      j["exit_code"] = r.exit_code;
       std::printf("%s\n", j.dump(2).c_str());
     } else {
       std::fprintf(stderr, "%s", reading_text(r.reading).c_str());

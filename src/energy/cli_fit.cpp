@@ -70,8 +70,10 @@ nlohmann::json run_fit(const FitOptions& o) {
 
   if (o.save) {
     const std::string user = ensure_user_table();
-    write_model_params(user, phys.params.compute_efficiency, phys.params.dispatch_overhead_s * 1e6,
-                       phys.params.step_overhead_s * 1e3, phys.params.busy_fraction, phys.params.host_power_w,
+    // The interval of later predictions is the held-out error, not the in-sample one.
+    PhysicalParams saved = phys.params;
+    saved.interval_ln = cv.physical.rmse_ln;
+    write_model_params(user, saved.to_model_defaults(), saved.host_power_w,
                        "fitted by meganeura energy fit on " + o.csv);
     j["saved_to"] = user;
   }

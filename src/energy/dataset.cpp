@@ -71,7 +71,8 @@ class RowReader {
     double v = 0;
     const char* end = s.data() + s.size();
     auto [ptr, ec] = std::from_chars(s.data(), end, v);
-    if (s.empty() || ec != std::errc() || ptr != end || !std::isfinite(v)) {
+    if (s.empty()) fail(id, "empty cell");
+    if (ec != std::errc() || ptr != end || !std::isfinite(v)) {
       fail(id, "'" + s + "' is not a number");
     }
     return v;
@@ -155,13 +156,15 @@ TransformerConfig RunRecord::transformer() const {
 ParallelConfig RunRecord::parallel() const { return {gpus, strategy, false, false}; }
 
 ReferenceInputs RunRecord::reference_inputs() const {
-  return {layers, hidden, batch * grad_accum, seq, tokens, efficiency.value_or(1.0), strategy};
+  // M is the activation size of one micro-batch: gradient accumulation does not grow it.
+  return {layers, hidden, batch, seq, tokens, efficiency.value_or(1.0), strategy};
 }
 
 Dataset parse_runs_csv(const std::string& text, const std::string& origin, int default_vocab) {
   std::istringstream in(text);
   std::string line;
   if (!std::getline(in, line)) throw std::runtime_error("[energy] " + origin + ": empty file");
+  if (line.rfind("\xEF\xBB\xBF", 0) == 0) line.erase(0, 3);  // spreadsheet exports start with a BOM
   const std::vector<std::string> header = split_csv_line(line);
   std::map<std::string, std::pair<int, std::string>> columns;  // id -> (index, header text)
   for (const Field& f : fields()) {

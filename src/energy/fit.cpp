@@ -87,16 +87,19 @@ ReferenceFit fit_reference(const std::vector<RunRecord>& records) {
   std::vector<std::vector<double>> x;
   std::vector<double> y;
   std::vector<std::string> groups;
-  bool any_fsdp = false, any_tp = false;
+  bool any_eta = false, any_fsdp = false, any_tp = false;
   for (const RunRecord& r : records) {
     if (!r.efficiency) fail("row " + std::to_string(r.row) + " has no parallel efficiency");
+    any_eta |= std::abs(std::log(*r.efficiency)) > 1e-12;
     any_fsdp |= r.strategy == Strategy::kFsdp;
     any_tp |= r.strategy == Strategy::kTensorParallel;
   }
   for (const RunRecord& r : records) {
     const auto f = reference_features(r.reference_inputs());
-    // A strategy absent from the data has no coefficient to estimate: fix it at zero.
-    std::vector<double> row(f.begin(), f.begin() + 4);
+    // A term the data never varies (single-GPU runs only, a strategy absent) has no
+    // coefficient to estimate: it is fixed at zero.
+    std::vector<double> row(f.begin(), f.begin() + 3);
+    if (any_eta) row.push_back(f[3]);
     if (any_fsdp) row.push_back(f[4]);
     if (any_tp) row.push_back(f[5]);
     x.push_back(row);
@@ -106,10 +109,12 @@ ReferenceFit fit_reference(const std::vector<RunRecord>& records) {
   const OlsResult o = ols(x, y, groups);
   ReferenceFit fit;
   std::array<double, 6> b{}, se3{}, sec{};
-  for (int j = 0; j < 4; ++j) b[j] = o.beta[j], se3[j] = o.se_hc3[j], sec[j] = o.se_cluster[j];
-  int next = 4;
-  if (any_fsdp) b[4] = o.beta[next], se3[4] = o.se_hc3[next], sec[4] = o.se_cluster[next], ++next;
-  if (any_tp) b[5] = o.beta[next], se3[5] = o.se_hc3[next], sec[5] = o.se_cluster[next];
+  size_t next = 0;
+  for (int j = 0; j < 6; ++j) {
+    if ((j == 3 && !any_eta) || (j == 4 && !any_fsdp) || (j == 5 && !any_tp)) continue;
+    b[j] = o.beta[next], se3[j] = o.se_hc3[next], sec[j] = o.se_cluster[next];
+    ++next;
+  }
   fit.coefficients = ReferenceCoefficients::from_array(b);
   fit.se_hc3 = se3;
   fit.se_cluster = sec;
@@ -178,14 +183,17 @@ Grid build_grid(const std::vector<RunRecord>& records, const HardwareTable& tabl
   for (double ce : {0.2, 0.45, 0.7}) {
     for (double launch : {5e-6, 20e-6, 60e-6}) {
       for (double step : {2e-3, 8e-3, 25e-3}) {
-        PhysicalParams p = base;
-        p.compute_efficiency = ce;
-        p.dispatch_overhead_s = launch;
-        p.step_overhead_s = step;
-        std::vector<Terms> t;
-        for (const RunRecord& r : records) t.push_back(terms_for(r, table, p));
-        g.settings.push_back(p);
-        g.terms.push_back(std::move(t));
+        for (double link : {base.link_efficiency, 0.25}) {
+          PhysicalParams p = base;
+          p.compute_efficiency = ce;
+          p.dispatch_overhead_s = launch;
+          p.step_overhead_s = step;
+          p.link_efficiency = link;
+          std::vector<Terms> t;
+          for (const RunRecord& r : records) t.push_back(terms_for(r, table, p));
+          g.settings.push_back(p);
+          g.terms.push_back(std::move(t));
+        }
       }
     }
   }

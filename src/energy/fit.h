@@ -1,7 +1,8 @@
 // Fitting both energy models to measured runs and judging them on data they did not see.
 // The reference model is ordinary least squares in ln space with HC3 and cluster-robust
 // standard errors; the physical model keeps its roofline and fits the scale of its energy
-// terms (and a small grid of its time-model knobs), never looking at measured run times.
+// terms (and a small grid of its time-model knobs and link efficiency), never looking at
+// measured run times.
 // Cross-validation holds out whole configuration families so that the parallel variants of
 // one workload never sit on both sides of a split.
 #pragma once

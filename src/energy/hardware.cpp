@@ -144,9 +144,12 @@ HardwareTable HardwareTable::parse(const std::string& content, const std::string
       m.comm_overlap = number(*t, "comm_overlap", origin, "model", false, m.comm_overlap);
       m.link_latency_us = number(*t, "link_latency_us", origin, "model", false, m.link_latency_us);
       m.busy_fraction = number(*t, "busy_fraction", origin, "model", false, m.busy_fraction);
+      m.idle_scale = number(*t, "idle_scale", origin, "model", false, m.idle_scale);
+      m.dynamic_scale = number(*t, "dynamic_scale", origin, "model", false, m.dynamic_scale);
+      m.interval_ln = number(*t, "interval_ln", origin, "model", false, m.interval_ln);
       if (m.compute_efficiency <= 0 || m.compute_efficiency > 1 || m.memory_efficiency <= 0 ||
           m.memory_efficiency > 1 || m.link_efficiency <= 0 || m.link_efficiency > 1 ||
-          m.comm_overlap > 1 || m.busy_fraction > 1) {
+          m.comm_overlap > 1) {
         bad(origin, "[model] efficiencies must be in (0, 1] and comm_overlap in [0, 1]");
       }
     } else if (t) {
@@ -167,11 +170,27 @@ HardwareTable HardwareTable::load_default(const std::string& explicit_path) {
 }
 
 const DeviceSpec* HardwareTable::try_find(const std::string& name) const {
-  const std::string want = normalise(name);
-  for (const DeviceSpec& d : devices_) {
-    if (normalise(d.key) == want || normalise(d.name) == want) return &d;
-    for (const std::string& a : d.aliases) {
-      if (normalise(a) == want) return &d;
+  auto match = [this](const std::string& want) -> const DeviceSpec* {
+    for (const DeviceSpec& d : devices_) {
+      if (normalise(d.key) == want || normalise(d.name) == want) return &d;
+      for (const std::string& a : d.aliases) {
+        if (normalise(a) == want) return &d;
+      }
+    }
+    return nullptr;
+  };
+  std::string want = normalise(name);
+  if (const DeviceSpec* d = match(want)) return d;
+  // Drivers prefix names with vendor and brand words the table need not repeat.
+  for (bool stripped = true; stripped;) {
+    stripped = false;
+    for (const char* prefix : {"nvidia", "tesla", "geforce", "amd", "instinct"}) {
+      const std::string p(prefix);
+      if (want.size() > p.size() && want.compare(0, p.size(), p) == 0) {
+        want.erase(0, p.size());
+        stripped = true;
+        if (const DeviceSpec* d = match(want)) return d;
+      }
     }
   }
   return nullptr;
@@ -268,17 +287,23 @@ void write_device_coefficients(const std::string& path, const std::string& devic
   save_table(path, root);
 }
 
-void write_model_params(const std::string& path, double compute_efficiency, double dispatch_overhead_us,
-                        double step_overhead_ms, double busy_fraction, double host_power_w,
+void write_model_params(const std::string& path, const ModelDefaults& model, double host_power_w,
                         const std::string& source) {
   toml::table root = parse_for_update(path);
   if (!root.get_as<toml::table>("model")) root.insert_or_assign("model", toml::table{});
   if (!root.get_as<toml::table>("host")) root.insert_or_assign("host", toml::table{});
   toml::table& m = *root.get_as<toml::table>("model");
-  m.insert_or_assign("compute_efficiency", compute_efficiency);
-  m.insert_or_assign("dispatch_overhead_us", dispatch_overhead_us);
-  m.insert_or_assign("step_overhead_ms", step_overhead_ms);
-  m.insert_or_assign("busy_fraction", busy_fraction);
+  m.insert_or_assign("compute_efficiency", model.compute_efficiency);
+  m.insert_or_assign("memory_efficiency", model.memory_efficiency);
+  m.insert_or_assign("link_efficiency", model.link_efficiency);
+  m.insert_or_assign("dispatch_overhead_us", model.dispatch_overhead_us);
+  m.insert_or_assign("step_overhead_ms", model.step_overhead_ms);
+  m.insert_or_assign("comm_overlap", model.comm_overlap);
+  m.insert_or_assign("link_latency_us", model.link_latency_us);
+  m.insert_or_assign("busy_fraction", model.busy_fraction);
+  m.insert_or_assign("idle_scale", model.idle_scale);
+  m.insert_or_assign("dynamic_scale", model.dynamic_scale);
+  m.insert_or_assign("interval_ln", model.interval_ln);
   m.insert_or_assign("source", source);
   toml::table& h = *root.get_as<toml::table>("host");
   h.insert_or_assign("power_w", host_power_w);

@@ -52,6 +52,9 @@ struct ModelDefaults {
   double comm_overlap = 0.3;
   double link_latency_us = 100.0;
   double busy_fraction = 0.8;
+  double idle_scale = 1.0;      // fitted scales on the table's powers (1 until fitted)
+  double dynamic_scale = 1.0;
+  double interval_ln = 0.35;    // half-width of the reported interval in ln space
 };
 
 class HardwareTable {
@@ -92,11 +95,9 @@ std::string ensure_user_table();
 void write_device_coefficients(const std::string& path, const std::string& device_key,
                                double e_flop_pj, double e_byte_pj, const std::string& source);
 
-// Writes fitted time-model knobs and host power into the [model] and [host] sections of the
-// table at `path` (a user copy). Idle and dynamic scales stay in the fit report: they rescale
-// the table's per-device powers rather than being properties of one device.
-void write_model_params(const std::string& path, double compute_efficiency, double dispatch_overhead_us,
-                        double step_overhead_ms, double busy_fraction, double host_power_w,
+// Writes a fitted [model] section and host power into the table at `path` (a user copy),
+// keeping every device entry.
+void write_model_params(const std::string& path, const ModelDefaults& model, double host_power_w,
                         const std::string& source);
 
 }  // namespace meganeura::energy

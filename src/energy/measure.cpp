@@ -35,11 +35,21 @@ MeasureResult measure_command(const std::vector<std::string>& argv, const MeterO
   MeasureResult result;
   EnergyMeter meter(options);
   meter.start();
+  // Installed before fork so that no signal can kill us while the child lives unwatched; exec
+  // restores the defaults in the child.
+  struct sigaction sa {}, old_int {}, old_term {};
+  sa.sa_handler = forward;
+  sigemptyset(&sa.sa_mask);
+  sa.sa_flags = SA_RESTART;
+  sigaction(SIGINT, &sa, &old_int);
+  sigaction(SIGTERM, &sa, &old_term);
   const pid_t pid = fork();
   if (pid < 0) {
     const int err = errno;
     close(fds[0]);
     close(fds[1]);
+    sigaction(SIGINT, &old_int, nullptr);
+    sigaction(SIGTERM, &old_term, nullptr);
     meter.stop();
     throw std::runtime_error(std::string("[energy] fork: ") + std::strerror(err));
   }
@@ -52,12 +62,6 @@ MeasureResult measure_command(const std::vector<std::string>& argv, const MeterO
   }
   close(fds[1]);
   g_child = pid;
-  struct sigaction sa {}, old_int {}, old_term {};
-  sa.sa_handler = forward;
-  sigemptyset(&sa.sa_mask);
-  sa.sa_flags = SA_RESTART;
-  sigaction(SIGINT, &sa, &old_int);
-  sigaction(SIGTERM, &sa, &old_term);
 
   int exec_errno = 0;
   ssize_t got;

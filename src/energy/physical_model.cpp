@@ -101,8 +101,27 @@ PhysicalParams PhysicalParams::from_table(const HardwareTable& table) {
   p.comm_overlap = m.comm_overlap;
   p.link_latency_s = m.link_latency_us * 1e-6;
   p.busy_fraction = m.busy_fraction;
+  p.idle_scale = m.idle_scale;
+  p.dynamic_scale = m.dynamic_scale;
+  p.interval_ln = m.interval_ln;
   p.host_power_w = table.host().power_w;
   return p;
+}
+
+ModelDefaults PhysicalParams::to_model_defaults() const {
+  ModelDefaults m;
+  m.compute_efficiency = compute_efficiency;
+  m.memory_efficiency = memory_efficiency;
+  m.link_efficiency = link_efficiency;
+  m.dispatch_overhead_us = dispatch_overhead_s * 1e6;
+  m.step_overhead_ms = step_overhead_s * 1e3;
+  m.comm_overlap = comm_overlap;
+  m.link_latency_us = link_latency_s * 1e6;
+  m.busy_fraction = busy_fraction;
+  m.idle_scale = idle_scale;
+  m.dynamic_scale = dynamic_scale;
+  m.interval_ln = interval_ln;
+  return m;
 }
 
 std::vector<WorkItem> transformer_step_work(const TransformerConfig& cfg, int tp,
@@ -212,28 +231,40 @@ std::vector<CostEstimate> per_layer(const std::vector<CostEstimate>& dispatches,
   return out;
 }
 
-double run_time(const TransformerConfig& c, const ParallelConfig& par, const DeviceSpec& dev,
-                const PhysicalParams& p, StepCost* step_out, double* comm_out, double* steps_out) {
+// One device step of a transformer. Every layer does the same work, so one layer is priced
+// and counted `layers` times: `dispatches` holds layer 0 and the tail, the totals cover all.
+struct TransformerStep {
+  StepCost cost;        // totals over all layers, optimizer spread over grad_accum
+  double comm_s = 0;    // exposed communication
+  double steps = 0;     // device steps over the run
+  double time_s = 0;    // whole run
+};
+
+TransformerStep transformer_step(const TransformerConfig& c, const ParallelConfig& par,
+                                 const DeviceSpec& dev, const PhysicalParams& p) {
   const int n = par.gpus;
   const bool tp = par.strategy == Strategy::kTensorParallel;
   const bool sharded_optimizer = par.strategy == Strategy::kFsdp || tp;
-  StepCost step = price_all(transformer_step_work(c, tp ? n : 1, sharded_optimizer ? n : 1), dev,
-                            p, c.dtype);
-  // The optimizer runs once per grad_accum micro-steps: spread it over them.
-  if (c.grad_accum > 1) {
-    for (CostEstimate& d : step.dispatches) {
-      if (d.kind != "optimizer") continue;
-      step.compute_s -= d.time_s * (1 - 1.0 / c.grad_accum);
-      d.time_s /= c.grad_accum;
-      d.energy_j /= c.grad_accum;
-    }
+  TransformerConfig one = c;
+  one.layers = 1;
+  TransformerStep t;
+  t.cost = price_all(transformer_step_work(one, tp ? n : 1, sharded_optimizer ? n : 1), dev, p, c.dtype);
+  t.cost.compute_s = t.cost.flops = t.cost.bytes = 0;
+  for (CostEstimate& d : t.cost.dispatches) {
+    // The optimizer runs once per grad_accum micro-steps: spread it over them.
+    const double share = d.kind == "optimizer" ? 1.0 / c.grad_accum : 1.0;
+    d.time_s *= share;
+    d.energy_j *= share;
+    const double count = d.layer >= 0 ? c.layers : 1;
+    t.cost.compute_s += d.time_s * count;
+    t.cost.flops += d.flops * share * count;
+    t.cost.bytes += d.bytes * share * count;
   }
   const int data_ranks = tp ? 1 : n;
-  const double steps = c.tokens / (c.batch * c.seq * data_ranks);
+  t.steps = c.tokens / (c.batch * c.seq * data_ranks);
   const double bw = (par.over_pcie ? dev.pcie_gbs : dev.link_gbs) * 1e9;
   const double act = dtype_bytes(c.dtype);
-  double params = c.layers * layer_params(c, 1) + double(c.vocab) * c.hidden;
-  double comm = 0;
+  const double params = c.layers * layer_params(c, 1) + double(c.vocab) * c.hidden;
   if (n > 1) {
     const double f = double(n - 1) / n;
     switch (par.strategy) {
@@ -241,24 +272,21 @@ double run_time(const TransformerConfig& c, const ParallelConfig& par, const Dev
         invalid("--gpus " + std::to_string(n) + " needs a strategy (dp, fsdp or tp)");
       case Strategy::kDataParallel:
         // Gradients (fp32) all-reduced once per optimizer step, partly behind backward.
-        comm = collective_s(params * 4, 2 * f, bw, p) / c.grad_accum * (1 - p.comm_overlap);
+        t.comm_s = collective_s(params * 4, 2 * f, bw, p) / c.grad_accum * (1 - p.comm_overlap);
         break;
       case Strategy::kFsdp:
         // Parameters gathered for forward and again for backward, gradients reduce-scattered.
-        comm = (2 * collective_s(params * act, f, bw, p) + collective_s(params * 4, f, bw, p)) *
-               (1 - p.comm_overlap);
+        t.comm_s = (2 * collective_s(params * act, f, bw, p) + collective_s(params * 4, f, bw, p)) *
+                   (1 - p.comm_overlap);
         break;
       case Strategy::kTensorParallel:
         // Two all-reduces of the layer activations forward and two backward, on the critical path.
-        comm = c.layers * 4 * collective_s(c.batch * c.seq * c.hidden * act, 2 * f, bw, p);
+        t.comm_s = c.layers * 4 * collective_s(c.batch * c.seq * c.hidden * act, 2 * f, bw, p);
         break;
     }
   }
-  if (step_out) *step_out = std::move(step);
-  const double step_s = (step_out ? step_out->compute_s : step.compute_s) + comm + p.step_overhead_s;
-  if (comm_out) *comm_out = comm;
-  if (steps_out) *steps_out = steps;
-  return steps * step_s;
+  t.time_s = t.steps * (t.cost.compute_s + t.comm_s + p.step_overhead_s);
+  return t;
 }
 
 }  // namespace
@@ -299,31 +327,34 @@ PhysicalPrediction predict_transformer(const TransformerConfig& cfg, const Paral
   r.device = dev.key;
   r.gpus = par.gpus;
   r.strategy = par.strategy;
-  StepCost step;
-  r.time_s = run_time(c, par, dev, p, &step, &r.comm_time_s, &r.steps);
+  TransformerStep step = transformer_step(c, par, dev, p);
+  r.time_s = step.time_s;
+  r.steps = step.steps;
+  r.comm_time_s = step.comm_s;
   r.step_time_s = r.time_s / r.steps;
   const double t1 = par.gpus == 1 ? r.time_s
-                                  : run_time(c, ParallelConfig{1, Strategy::kBaseline, false, false}, dev, p,
-                                             nullptr, nullptr, nullptr);
+                                  : transformer_step(c, ParallelConfig{1, Strategy::kBaseline, false, false},
+                                                     dev, p).time_s;
   r.efficiency = t1 / r.time_s / par.gpus;
-  double flops = 0, bytes = 0;
-  for (const CostEstimate& d : step.dispatches) {
-    flops += d.flops * (d.kind == "optimizer" ? 1.0 / c.grad_accum : 1.0);
-    bytes += d.bytes * (d.kind == "optimizer" ? 1.0 / c.grad_accum : 1.0);
-  }
   const double busy_s = r.time_s - r.steps * p.step_overhead_s;
-  fill_energy(r, dev, p, c.dtype, flops * r.steps, bytes * r.steps, busy_s);
+  fill_energy(r, dev, p, c.dtype, step.cost.flops * r.steps, step.cost.bytes * r.steps, busy_s);
   r.joules_per_token = r.total_energy_j / c.tokens;
-  // Exposed communication and per-step overhead belong to no dispatch: a last entry carries
-  // them so that the breakdown sums to the device's time and energy.
-  r.layers = per_layer(step.dispatches, r.steps);
+  // Layer 0 stands for every layer; exposed communication and per-step overhead belong to no
+  // dispatch, so a last entry carries them and the breakdown sums to the device's totals.
+  const std::vector<CostEstimate> priced = per_layer(step.cost.dispatches, r.steps);
+  for (int l = 0; l < c.layers; ++l) {
+    r.layers.push_back(priced.front());
+    r.layers.back().layer = l;
+    r.layers.back().name = "layer" + std::to_string(l);
+  }
+  if (priced.size() > 1) r.layers.push_back(priced.back());
   CostEstimate rest{"comm+overhead", "layer", -2, 0, 0, r.time_s, r.device_energy_j, ""};
   for (const CostEstimate& l : r.layers) {
     rest.time_s -= l.time_s;
     rest.energy_j -= l.energy_j;
   }
   r.layers.push_back(rest);
-  r.dispatches = std::move(step.dispatches);
+  r.dispatches = std::move(step.cost.dispatches);
   return r;
 }
 

@@ -62,6 +62,8 @@ struct PhysicalParams {
   double interval_ln = 0.35;  // half-width of the reported interval in ln space
 
   static PhysicalParams from_table(const HardwareTable& table);
+  // The [model] section these parameters would be stored as.
+  ModelDefaults to_model_defaults() const;
 };
 
 // Time and energy of one dispatch (or of one layer, summed over the run).
@@ -101,7 +103,9 @@ struct PhysicalPrediction {
   // Per layer, per device, over the whole run; "other" holds the embedding and optimizer
   // tail and a final "comm+overhead" entry the rest, so the entries sum to the device totals.
   std::vector<CostEstimate> layers;
-  std::vector<CostEstimate> dispatches;  // per device step
+  // Per device step. For a transformer, layer 0 stands for every layer (they are alike),
+  // followed by the embedding and optimizer tail.
+  std::vector<CostEstimate> dispatches;
 };
 
 // The work of one training step of one transformer layer stack on one device, forward,

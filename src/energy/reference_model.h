@@ -1,4 +1,5 @@
-// The roofline-inspired log-linear scaling model of energy for multi-GPU fine-tuning:
+// The roofline-inspired log-linear scaling model of energy for multi-GPU fine-tuning
+// (arXiv 2606.23546, BERT fine-tuning on multiple GPUs):
 //   ln E = b0 + aC ln C + aM ln M + aEta ln eta + gFSDP [FSDP] + gTP [TP]
 // with compute C = N_p * tokens (N_p = 20 L d^2, embeddings excluded), memory
 // M = B * S * d * L and parallel efficiency eta = (T_1 / T_N) / N. It is the baseline the

@@ -4,13 +4,17 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <chrono>
+#include <csignal>
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <random>
 #include <sstream>
+#include <thread>
 
+#include "energy/hardware.h"
 #include "energy/reference_model.h"
 
 namespace meganeura::energy {
@@ -106,8 +110,8 @@ struct CommandRun {
   std::string output;
 };
 
-CommandRun run(const std::string& args) {
-  const std::string cmd = std::string(MEGANEURA_BINARY_DIR "/bin/meganeura ") + args + " 2>&1";
+CommandRun run(const std::string& args, const std::string& env = "") {
+  const std::string cmd = env + " " MEGANEURA_BINARY_DIR "/bin/meganeura " + args + " 2>&1";
   FILE* p = popen(cmd.c_str(), "r");
   std::string out;
   char buf[4096];
@@ -185,11 +189,35 @@ TEST(EnergyCommand, MeasurePreservesExitStatus) {
   EXPECT_NE(missing.output.find("cannot run '/nonexistent/command'"), std::string::npos);
 }
 
+TEST(EnergyCommand, MeasureForwardsTerminationToTheCommand) {
+  const auto t0 = std::chrono::steady_clock::now();
+  const pid_t pid = fork();
+  ASSERT_GE(pid, 0);
+  if (pid == 0) {
+    execl(MEGANEURA_BINARY_DIR "/bin/meganeura", "meganeura", "energy", "measure", "--powercap",
+          "/nonexistent", "--nvml-library", "/nonexistent.so", "--", "sleep", "20", static_cast<char*>(nullptr));
+    _exit(99);
+  }
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  kill(pid, SIGTERM);
+  int status = 0;
+  waitpid(pid, &status, 0);
+  ASSERT_TRUE(WIFEXITED(status)) << "measure itself died instead of reporting";
+  EXPECT_EQ(WEXITSTATUS(status), 128 + SIGTERM);
+  EXPECT_LT(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(), 10.0);
+}
+
 TEST(EnergyCommand, MeasureReportsFakeGpuEnergy) {
-  const CommandRun r = run(std::string("energy measure --json --powercap /nonexistent --nvml-library ") +
-                    FAKE_NVML_PATH + " -- sleep 0.3");
+  const fs::path report = fs::temp_directory_path() / ("mg_measure_" + std::to_string(getpid()) + ".json");
+  const CommandRun r = run(std::string("energy measure --output ") + report.string() +
+                           " --powercap /nonexistent --nvml-library " + FAKE_NVML_PATH +
+                           " -- sh -c 'echo from-the-command; sleep 0.3'");
   ASSERT_EQ(r.status, 0) << r.output;
-  const nlohmann::json j = nlohmann::json::parse(r.output);
+  EXPECT_NE(r.output.find("from-the-command"), std::string::npos);
+  EXPECT_NE(r.output.find("nvml-energy"), std::string::npos);  // the text report
+  std::ifstream in(report);
+  const nlohmann::json j = nlohmann::json::parse(in);
+  fs::remove(report);
   ASSERT_EQ(j["devices"].size(), 1u);
   EXPECT_EQ(j["devices"][0]["source"], "nvml-energy");
   const double d = j["duration_s"].get<double>();
@@ -249,6 +277,31 @@ TEST(EnergyCommand, FitReportsBothModelsAndWritesSvg) {
   EXPECT_NE(s.str().find("identity"), std::string::npos);
   EXPECT_NE(s.str().find("v100-sxm2"), std::string::npos);
   EXPECT_NE(s.str().find("rtx-2080-ti"), std::string::npos);
+  fs::remove_all(dir);
+}
+
+TEST(EnergyCommand, FitSavesPhysicalKnobsToTheUserTable) {
+  const fs::path dir = fs::temp_directory_path() / ("mg_fitsave_" + std::to_string(getpid()));
+  fs::create_directories(dir);
+  std::ofstream(dir / "runs.csv") << study_csv();
+  const CommandRun r = run("energy fit " + (dir / "runs.csv").string() + " --save --json --out " +
+                               (dir / "out").string(),
+                           "XDG_DATA_HOME=" + (dir / "data").string());
+  ASSERT_EQ(r.status, 0) << r.output;
+  const nlohmann::json j = nlohmann::json::parse(r.output);
+  const fs::path user = dir / "data" / "meganeura" / "hardware.toml";
+  EXPECT_EQ(j["saved_to"], user.string());
+  const HardwareTable saved = HardwareTable::load(user.string());
+  EXPECT_DOUBLE_EQ(saved.model().compute_efficiency, j["physical"]["compute_efficiency"].get<double>());
+  EXPECT_DOUBLE_EQ(saved.host().power_w, j["physical"]["host_power_w"].get<double>());
+  EXPECT_DOUBLE_EQ(saved.model().idle_scale, j["physical"]["idle_scale"].get<double>());
+  EXPECT_DOUBLE_EQ(saved.model().interval_ln, j["heldout"]["physical"]["heldout_rmse_ln"].get<double>());
+  EXPECT_EQ(saved.keys().size(), 10u);  // every device kept
+  EXPECT_TRUE(fs::exists(dir / "out.json"));
+  EXPECT_TRUE(fs::exists(dir / "out.svg"));
+  // The next prediction reads the user copy.
+  const CommandRun p = run("energy hardware", "XDG_DATA_HOME=" + (dir / "data").string());
+  EXPECT_NE(p.output.find("table: " + user.string()), std::string::npos) << p.output;
   fs::remove_all(dir);
 }
 

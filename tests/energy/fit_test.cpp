@@ -85,6 +85,21 @@ TEST(FitReference, RecoversKnownCoefficients) {
   EXPECT_EQ(fit.clusters, 20);
 }
 
+TEST(FitReference, SingleGpuDataFixesTheParallelTermsAtZero) {
+  std::mt19937 rng(9);
+  std::vector<RunRecord> runs;
+  for (RunRecord& r : synthetic_runs(rng)) {
+    if (r.gpus == 1) runs.push_back(r);
+  }
+  const ReferenceCoefficients truth{-11.0, 0.30, 0.45, 0, 0, 0};
+  for (RunRecord& r : runs) r.energy_kwh = reference_predict_kwh(r.reference_inputs(), truth);
+  const ReferenceFit fit = fit_reference(runs);
+  EXPECT_NEAR(fit.coefficients.a_memory, 0.45, 1e-6);
+  EXPECT_EQ(fit.coefficients.a_efficiency, 0);
+  EXPECT_EQ(fit.coefficients.g_tp, 0);
+  EXPECT_EQ(fit.se_hc3[3], 0);
+}
+
 TEST(FitPhysical, RecoversKnownEnergyScales) {
   std::mt19937 rng(11);
   std::vector<RunRecord> runs = synthetic_runs(rng);
@@ -92,6 +107,7 @@ TEST(FitPhysical, RecoversKnownEnergyScales) {
   truth.compute_efficiency = 0.45;
   truth.dispatch_overhead_s = 20e-6;
   truth.step_overhead_s = 8e-3;
+  truth.link_efficiency = 0.25;
   truth.idle_scale = 1.3;
   truth.busy_fraction = 0.5;
   truth.dynamic_scale = 0.8;
@@ -102,6 +118,7 @@ TEST(FitPhysical, RecoversKnownEnergyScales) {
   EXPECT_DOUBLE_EQ(fit.params.compute_efficiency, 0.45);
   EXPECT_DOUBLE_EQ(fit.params.dispatch_overhead_s, 20e-6);
   EXPECT_DOUBLE_EQ(fit.params.step_overhead_s, 8e-3);
+  EXPECT_DOUBLE_EQ(fit.params.link_efficiency, 0.25);
   EXPECT_NEAR(fit.params.idle_scale, 1.3, 0.15);
   EXPECT_NEAR(fit.params.busy_fraction, 0.5, 0.05);
   EXPECT_NEAR(fit.params.dynamic_scale, 0.8, 0.1);
@@ -159,6 +176,16 @@ TEST(Dataset, ReadsReferenceStudyColumns) {
   EXPECT_EQ(table().find(d.records[0].gpu).key, "v100-sxm2");
 }
 
+TEST(Dataset, IgnoresByteOrderMarkAndCarriageReturns) {
+  const Dataset d = parse_runs_csv(
+      "\xEF\xBB\xBFgpu,strategy,gpus,layers,hidden,batch,seq,tokens,energy_kwh\r\n"
+      "t4,baseline,1,2,128,8,64,1e6,0.002\r\n",
+      "bom.csv");
+  ASSERT_EQ(d.records.size(), 1u);
+  EXPECT_EQ(d.records[0].gpu, "t4");
+  EXPECT_DOUBLE_EQ(d.records[0].energy_kwh, 0.002);
+}
+
 TEST(Dataset, ReadsOwnMeasurementColumns) {
   const Dataset d = parse_runs_csv(
       "gpu,strategy,gpus,layers,hidden,batch,seq,tokens,dtype,energy_kwh,efficiency,group\n"
@@ -203,6 +230,8 @@ TEST(Dataset, MalformedFilesNameRowAndColumn) {
   EXPECT_EQ(error_of(std::string(kStudyHeader) +
                      "V100,volta,baseline,1.5,10,640,8,2560,32,66,128,1,False,8225072,120,0.1\n"),
             "[energy] bad.csv row 1, column 'gpus': gpus must be a whole number, got 1.5");
+  EXPECT_EQ(error_of(std::string(kStudyHeader) + "V100,volta,baseline,1,10,640,8,2560,32,66,128,1,False,8225072,120\n"),
+            "[energy] bad.csv row 1, column 'energy_consumed_kWh': empty cell");
   EXPECT_EQ(error_of(std::string(kStudyHeader)), "[energy] bad.csv: no data rows");
   EXPECT_EQ(error_of(""), "[energy] bad.csv: empty file");
 }

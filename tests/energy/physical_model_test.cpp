@@ -15,7 +15,7 @@ namespace {
 using testing_support::table;
 
 TEST(HardwareTable, ListsEveryRequiredDeviceWithSources) {
-  for (const char* key : {"v100-sxm2", "t4", "rtx-2080-ti", "a100-40gb", "a100-80gb", "h100-sxm",
+  for (const char* key : {"v100-sxm2", "v100-pcie", "t4", "rtx-2080-ti", "a100-40gb", "a100-80gb", "h100-sxm",
                           "h200", "rtx-4090", "mi300x"}) {
     const DeviceSpec& d = table().find(key);
     for (const char* field : {"peak_tflops", "memory_bandwidth_gbs", "max_w", "idle_w", "link_gbs"}) {
@@ -26,6 +26,11 @@ TEST(HardwareTable, ListsEveryRequiredDeviceWithSources) {
   EXPECT_DOUBLE_EQ(table().find("H200").memory_bandwidth_gbs, 4800);
   EXPECT_DOUBLE_EQ(table().find("NVIDIA A100-SXM4-80GB").max_w, 400);
   EXPECT_EQ(table().find("RTX 2080 Ti").key, "rtx-2080-ti");
+  EXPECT_EQ(table().find("NVIDIA GeForce RTX 2080 Ti").key, "rtx-2080-ti");
+  EXPECT_EQ(table().find("Tesla V100-PCIE-32GB").key, "v100-pcie");
+  EXPECT_EQ(table().find("NVIDIA H200 141GB HBM3e").key, "h200");
+  EXPECT_EQ(table().find("AMD Instinct MI300X").key, "mi300x");
+  EXPECT_EQ(table().try_find("nvidia"), nullptr);
 }
 
 TEST(HardwareTable, UnknownGpuListsKnownOnes) {
@@ -189,7 +194,7 @@ TEST(PhysicalModel, RejectsImpossibleConfigurations) {
 namespace meganeura::energy {
 namespace {
 
-// The seven published BERT rows (ANCHORS.md section 3) priced with the shipped defaults,
+// The seven published BERT rows of the reference study priced with the shipped defaults,
 // mixed precision, and no measured run time: the physical model must stay near the
 // measurements (the reference model, given measured efficiencies, reaches 11% MAPE).
 TEST(PhysicalModel, PublishedRowsWithDefaultCoefficients) {

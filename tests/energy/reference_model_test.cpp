@@ -14,7 +14,8 @@ struct PublishedRow {
   double tokens, eta, measured_kwh, model_kwh;
 };
 
-// BERT on SST-2, B = 32, S = 66 (ANCHORS.md section 3).
+// BERT on SST-2, B = 32, S = 66: the published validation rows of the reference study
+// (arXiv 2606.23546).
 constexpr PublishedRow kRows[] = {
     {Strategy::kBaseline, 1, 10, 640, 8225072, 1, 0.014122, 0.01423},
     {Strategy::kBaseline, 1, 2, 128, 8231344, 1, 0.003171, 0.00296},
