@@ -12,7 +12,9 @@ namespace meganeura::alert {
 //  - Signals with a definite meaning (SIGSEGV, SIGFPE) come before file/permission errors,
 //    which are often harmless warnings in a log that crashed for another reason.
 //  - nan_loss also applies to runs that exit 0: a diverged run is not a success.
-//  - The generic catch-alls (RuntimeError, any traceback, any signal) come last.
+//  - Death by a signal with no specific meaning (SIGKILL, SIGINT, ...) is "killed" even when
+//    the log shows a traceback: an interrupted Python prints KeyboardInterrupt on its way.
+//  - The generic catch-alls (RuntimeError, any traceback) come last.
 const std::vector<Rule>& rule_table() {
   static const std::vector<Rule> kRules = {
       {"hang", "Hang (no output, job ended by gpualert)",
@@ -76,7 +78,7 @@ const std::vector<Rule>& rule_table() {
        Fact::kNone, {0, 0}, 0.9},
       {"nan_loss", "Loss became NaN or infinite",
        "Lower the learning rate, clip gradients, check the data for NaN/Inf, or use loss scaling.",
-       R"((?i)\bloss\b[^=:\n]{0,30}[=:]\s*[-+]?(nan|inf|infinity)\b|(?i)\b(nan|non-finite|infinite)\s+loss|(?i)loss (is|became|has become) (nan|inf|non-finite)|(?i)nan (detected )?in (the )?loss|Detected NaN|Function '\w+' returned nan)",
+       R"((?i)loss\w*\s*[=:]?\s*[-+]?(nan|inf|infinity)\b|(?i)\b(nan|non-finite|infinite)\s+loss|(?i)loss (is|became|has become) (nan|inf|non-finite)|(?i)nan (detected )?in (the )?loss|Detected NaN|Function '\w+' returned nan)",
        When::kAlways, Fact::kNone, {0, 0}, 0.9},
       {"assertion", "Assertion failed",
        "Read the failed condition in the evidence: an input or shape violated the code's assumption.",
@@ -86,13 +88,13 @@ const std::vector<Rule>& rule_table() {
        "Read the lines before the abort (uncaught C++ exception, failed check) and rerun under gdb.",
        R"(terminate called after throwing|terminate called without an active exception|Aborted \(core dumped\)|\bSIGABRT\b)",
        When::kFailed, Fact::kNone, {SIGABRT, 0}, 0.9},
+      {"killed", "Killed by a signal",
+       "Something outside the program ended it (kill, scheduler, another process); check who sent the signal.",
+       "", When::kFailed, Fact::kAnySignal, {0, 0}, 0.7},
       {"runtime_error", "RuntimeError", "Read the RuntimeError message in the evidence.",
        R"(RuntimeError)", When::kFailed, Fact::kNone, {0, 0}, 0.75},
       {"traceback", "Python exception", "Read the last traceback in the evidence.",
        R"(Traceback \(most recent call last\))", When::kFailed, Fact::kNone, {0, 0}, 0.7},
-      {"killed", "Killed by a signal",
-       "Something outside the program ended it (kill, scheduler, another process); check who sent the signal.",
-       "", When::kFailed, Fact::kAnySignal, {0, 0}, 0.7},
       {"success", "Success", "Nothing to do.", "", When::kAlways, Fact::kExitZero, {0, 0}, 0.97},
       {"unknown", "Unknown failure",
        "No known cause in the log: read its last lines and the exit status.", "", When::kAlways,
