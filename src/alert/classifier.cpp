@@ -77,6 +77,12 @@ std::optional<int> effective_signal(const SystemFacts& f, bool& from_shell) {
   return std::nullopt;
 }
 
+void note_last_line(std::string_view line, uint64_t number, Evidence& last) {
+  if (line.find_first_not_of(" \t\r") == std::string_view::npos) return;
+  last.line = number;
+  last.text.assign(line.substr(0, kMaxEvidenceChars));
+}
+
 }  // namespace
 
 struct Classifier::Impl {
@@ -97,7 +103,8 @@ struct Classifier::Impl {
     }
   }
 
-  Classification decide(const std::vector<RuleHits>& hits, const SystemFacts& f) const;
+  Classification decide(const std::vector<RuleHits>& hits, const Evidence& last_line,
+                        const SystemFacts& f) const;
 };
 
 Classifier::Classifier() : impl_(std::make_unique<Impl>()) {
@@ -125,7 +132,7 @@ std::vector<ClassInfo> Classifier::classes() {
 }
 
 Classification Classifier::Impl::decide(const std::vector<RuleHits>& hits,
-                                        const SystemFacts& f) const {
+                                        const Evidence& last_line, const SystemFacts& f) const {
   bool from_shell = false;
   const std::optional<int> sig = effective_signal(f, from_shell);
   const bool failed = f.signal.has_value() || (f.exit_code && *f.exit_code != 0);
@@ -175,6 +182,12 @@ Classification Classifier::Impl::decide(const std::vector<RuleHits>& hits,
       c.evidence.push_back({0, "no output for the --hang-after period; ended by gpualert"});
     for (const auto& e : h.first) c.evidence.push_back(e);
     if (h.count > h.first.size()) c.evidence.push_back(h.last);
+    // Generic outcomes point at how the output ended and what the status was.
+    if (r.pattern.empty() || r.id == "traceback" || r.id == "runtime_error") {
+      if (!sig && f.exit_code) c.evidence.push_back({0, fmt::format("exit status {}", *f.exit_code)});
+      if (last_line.line != 0 && (c.evidence.empty() || c.evidence.back().line != last_line.line))
+        c.evidence.push_back(last_line);
+    }
     // Agreement between independent sources raises confidence; a lone status lowers it.
     double conf = r.confidence;
     if ((by_text && (by_signal || fact)) && r.fact != Fact::kAlways) conf = std::min(0.99, conf + 0.04);
@@ -189,14 +202,16 @@ Classification Classifier::classify_text(std::string_view body, const SystemFact
   std::vector<RuleHits> hits(impl_->rules.size());
   std::vector<int> matched;
   uint64_t number = 0;
+  Evidence last;
   while (!body.empty()) {
     size_t nl = body.find('\n');
     std::string_view line = body.substr(0, nl);
     impl_->scan_line(line, ++number, hits, matched);
+    note_last_line(line, number, last);
     if (nl == std::string_view::npos) break;
     body.remove_prefix(nl + 1);
   }
-  return impl_->decide(hits, facts);
+  return impl_->decide(hits, last, facts);
 }
 
 Classification Classifier::classify_file(const std::filesystem::path& log, uint64_t body_offset,
@@ -206,8 +221,12 @@ Classification Classifier::classify_file(const std::filesystem::path& log, uint6
   LineReader reader(log, body_offset);
   std::string line;
   uint64_t number = 0;
-  while (reader.next(line)) impl_->scan_line(line, ++number, hits, matched);
-  return impl_->decide(hits, facts);
+  Evidence last;
+  while (reader.next(line)) {
+    impl_->scan_line(line, ++number, hits, matched);
+    note_last_line(line, number, last);
+  }
+  return impl_->decide(hits, last, facts);
 }
 
 }  // namespace meganeura::alert

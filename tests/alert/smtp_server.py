@@ -75,7 +75,8 @@ def main():
                 f.write(envelope.original_content or envelope.content)
             with open(base + ".json", "w") as f:
                 json.dump({"from": envelope.mail_from, "to": envelope.rcpt_tos,
-                           "auth": session.authenticated, "tls": session.ssl is not None}, f)
+                           "auth": session.authenticated, "tls": session.ssl is not None
+                           or server.transport.get_extra_info("ssl_object") is not None}, f)
             os.rename(base + ".eml.tmp", base + ".eml")
             return "250 Message accepted for delivery"
 
