@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <mutex>
 #include <stdexcept>
 
 #include "alert/rules.h"
@@ -87,11 +88,30 @@ void note_last_line(std::string_view line, uint64_t number, Evidence& last) {
 
 struct Classifier::Impl {
   std::vector<Rule> rules;
-  std::vector<int> set_index_to_rule;
-  std::unique_ptr<RE2::Set> set;
+  mutable std::vector<int> set_index_to_rule;
+  mutable std::unique_ptr<RE2::Set> set;
+  mutable std::once_flag compiled;
+
+  // Compiled on first use: a job without output is classified from its status alone and
+  // never pays for building the automaton.
+  void compile() const {
+    RE2::Options opts;
+    opts.set_log_errors(false);
+    set = std::make_unique<RE2::Set>(opts, RE2::UNANCHORED);
+    for (size_t i = 0; i < rules.size(); ++i) {
+      const auto& r = rules[i];
+      if (r.pattern.empty()) continue;
+      std::string err;
+      if (set->Add(r.pattern, &err) < 0)
+        throw std::logic_error(fmt::format("[gpualert] rule '{}': bad pattern: {}", r.id, err));
+      set_index_to_rule.push_back(static_cast<int>(i));
+    }
+    if (!set->Compile()) throw std::logic_error("[gpualert] cannot compile the rule set");
+  }
 
   void scan_line(std::string_view line, uint64_t number, std::vector<RuleHits>& hits,
                  std::vector<int>& matched) const {
+    std::call_once(compiled, [this] { compile(); });
     matched.clear();
     if (!set->Match(line, &matched)) return;
     for (int m : matched) {
@@ -107,21 +127,9 @@ struct Classifier::Impl {
                         const SystemFacts& f) const;
 };
 
-Classifier::Classifier() : impl_(std::make_unique<Impl>()) {
-  impl_->rules = rule_table();
-  RE2::Options opts;
-  opts.set_log_errors(false);
-  impl_->set = std::make_unique<RE2::Set>(opts, RE2::UNANCHORED);
-  for (size_t i = 0; i < impl_->rules.size(); ++i) {
-    const auto& r = impl_->rules[i];
-    if (r.pattern.empty()) continue;
-    std::string err;
-    if (impl_->set->Add(r.pattern, &err) < 0)
-      throw std::logic_error(fmt::format("[gpualert] rule '{}': bad pattern: {}", r.id, err));
-    impl_->set_index_to_rule.push_back(static_cast<int>(i));
-  }
-  if (!impl_->set->Compile()) throw std::logic_error("[gpualert] cannot compile the rule set");
-}
+Classifier::Classifier() : impl_(std::make_unique<Impl>()) { impl_->rules = rule_table(); }
+
+void Classifier::check_rules() const { std::call_once(impl_->compiled, [this] { impl_->compile(); }); }
 
 Classifier::~Classifier() = default;
 

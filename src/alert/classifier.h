@@ -48,7 +48,9 @@ struct ClassInfo {
 
 class Classifier {
  public:
-  Classifier();  // compiles the rule table; throws if a pattern is invalid
+  Classifier();  // the rule set is compiled on first use
+  // Compiles the rule set now; throws std::logic_error naming a rule whose pattern is invalid.
+  void check_rules() const;
   ~Classifier();
   Classifier(const Classifier&) = delete;
   Classifier& operator=(const Classifier&) = delete;

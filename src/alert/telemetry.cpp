@@ -79,8 +79,6 @@ struct Telemetry::State {
   int kmsg_fd = -1;
 
   void run() {
-    meter = std::make_unique<energy::EnergyMeter>();
-    meter->start();
     std::string why;
     auto nvml = energy::Nvml::open("", &why);
     std::unique_lock lock(mu);
@@ -153,7 +151,14 @@ Telemetry::~Telemetry() {
 void Telemetry::start() {
   state_->oom_start = read_cgroup_oom_kills();
   state_->kmsg_fd = open_kmsg();
-  state_->thread = std::thread([s = state_.get()] { s->run(); });
+  state_->meter = std::make_unique<energy::EnergyMeter>();
+  state_->meter->start();
+  // Without the kernel driver NVML cannot work: no sampling thread, no library search,
+  // which keeps short jobs on GPU-less machines cheap.
+  if (access("/proc/driver/nvidia/version", F_OK) == 0 || access("/dev/nvidiactl", F_OK) == 0)
+    state_->thread = std::thread([s = state_.get()] { s->run(); });
+  else
+    state_->note = "no NVIDIA driver on this machine (/proc/driver/nvidia is absent)";
 }
 
 TelemetryResult Telemetry::stop() {

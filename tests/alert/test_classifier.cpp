@@ -35,6 +35,7 @@ std::string progress(int lines) {
 }  // namespace
 
 TEST(Classifier, EveryRequiredClassExists) {
+  EXPECT_NO_THROW(Classifier().check_rules());
   std::set<std::string> ids;
   for (const auto& c : Classifier::classes()) ids.insert(std::string(c.id));
   for (const char* id : {"cuda_oom", "nccl", "cuda_runtime", "ram_oom", "segfault", "file_not_found",
