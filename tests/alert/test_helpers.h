@@ -206,6 +206,45 @@ inline std::pair<std::string, std::string> test_certificate() {
   return {(dir / "cert.pem").string(), (dir / "key.pem").string()};
 }
 
+// Starts `script` (a loopback server under tests/alert) with `args` plus --port-file, waits
+// until it listens, and kills it on destruction.
+class PythonServer {
+ public:
+  PythonServer(const std::string& script, std::vector<std::string> args, const fs::path& port_file) {
+    fs::remove(port_file);
+    std::vector<std::string> argv = {kPython, kTestDir + "/" + script, "--port-file", port_file.string()};
+    argv.insert(argv.end(), args.begin(), args.end());
+    child_ = spawn(command(argv));
+    close(child_.in);
+    for (int i = 0; i < 1000 && !fs::exists(port_file); ++i)
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    if (!fs::exists(port_file)) throw std::runtime_error(script + " did not start");
+    port_ = std::stoi(read_file(port_file));
+  }
+  ~PythonServer() {
+    kill(child_.pid, SIGKILL);
+    waitpid(child_.pid, nullptr, 0);
+    close(child_.out);
+    close(child_.err);
+  }
+  PythonServer(const PythonServer&) = delete;
+  PythonServer& operator=(const PythonServer&) = delete;
+  int port() const { return port_; }
+
+ private:
+  Child child_;
+  int port_ = 0;
+};
+
+inline std::vector<fs::path> files_with_extension(const fs::path& dir, const std::string& ext) {
+  std::vector<fs::path> out;
+  std::error_code ec;
+  for (const auto& e : fs::directory_iterator(dir, ec))
+    if (e.path().extension() == ext) out.push_back(e.path());
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
 struct SmtpOptions {
   std::string mode = "accept";
   std::string tls = "none";
@@ -215,47 +254,24 @@ struct SmtpOptions {
 
 class SmtpServer {
  public:
-  SmtpServer(const fs::path& maildir, const SmtpOptions& o) : maildir_(maildir) {
-    fs::path port_file = maildir.string() + ".port";
-    fs::remove(port_file);
-    std::vector<std::string> argv = {kPython, kTestDir + "/smtp_server.py", "--mode", o.mode,
-                                     "--tls", o.tls, "--maildir", maildir.string(),
-                                     "--port-file", port_file.string()};
+  SmtpServer(const fs::path& maildir, const SmtpOptions& o)
+      : maildir_(maildir), server_("smtp_server.py", arguments(maildir, o), maildir.string() + ".port") {}
+  int port() const { return server_.port(); }
+  std::vector<fs::path> messages() const { return files_with_extension(maildir_, ".eml"); }
+
+ private:
+  static std::vector<std::string> arguments(const fs::path& maildir, const SmtpOptions& o) {
+    std::vector<std::string> argv = {"--mode", o.mode, "--tls", o.tls, "--maildir", maildir.string()};
     if (o.port) argv.insert(argv.end(), {"--port", std::to_string(o.port)});
     if (!o.auth.empty()) argv.insert(argv.end(), {"--auth", o.auth});
     if (o.tls != "none") {
       auto [cert, key] = test_certificate();
       argv.insert(argv.end(), {"--cert", cert, "--key", key});
     }
-    child_ = spawn(command(argv));
-    close(child_.in);
-    for (int i = 0; i < 1000 && !fs::exists(port_file); ++i)
-      std::this_thread::sleep_for(std::chrono::milliseconds(10));
-    if (!fs::exists(port_file)) throw std::runtime_error("SMTP test server did not start");
-    port_ = std::stoi(read_file(port_file));
+    return argv;
   }
-  ~SmtpServer() {
-    kill(child_.pid, SIGKILL);
-    waitpid(child_.pid, nullptr, 0);
-    close(child_.out);
-    close(child_.err);
-  }
-  SmtpServer(const SmtpServer&) = delete;
-  SmtpServer& operator=(const SmtpServer&) = delete;
-  int port() const { return port_; }
-  std::vector<fs::path> messages() const {
-    std::vector<fs::path> out;
-    std::error_code ec;
-    for (const auto& e : fs::directory_iterator(maildir_, ec))
-      if (e.path().extension() == ".eml") out.push_back(e.path());
-    std::sort(out.begin(), out.end());
-    return out;
-  }
-
- private:
   fs::path maildir_;
-  Child child_;
-  int port_ = 0;
+  PythonServer server_;
 };
 
 }  // namespace alert_test

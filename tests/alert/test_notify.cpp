@@ -284,3 +284,41 @@ TEST_F(Notify, NoNotifySendsNothing) {
   EXPECT_EQ(server.messages().size(), 0u);
   EXPECT_EQ(report()["notifications"][0]["status"], "disabled");
 }
+
+TEST_F(Notify, WebhookAndNtfy) {
+  fs::path hooks = dir / "hooks";
+  int port = free_port();
+  auto e = env(1);
+  e.erase("GPUALERT_SMTP_URL");
+  e["GPUALERT_WEBHOOK_TOKEN"] = "tok-123";
+  std::string base = "http://127.0.0.1:" + std::to_string(port);
+  std::vector<std::string> opts = {"--webhook", base + "/hook", "--ntfy", base + "/jobs-topic"};
+  {
+    // A failing endpoint first: both messages wait in the outbox.
+    PythonServer failing("http_server.py", {"--dir", hooks.string(), "--port", std::to_string(port),
+                                            "--status", "500"}, dir / "http.port");
+    auto r = job(e, opts, {"/bin/sh", "-c", "echo 'ModuleNotFoundError: No module named apex'; exit 1"});
+    EXPECT_EQ(r.status, 1);
+    EXPECT_EQ(outbox_size(), 2u);
+  }
+  PythonServer ok("http_server.py", {"--dir", hooks.string(), "--port", std::to_string(port)}, dir / "http.port");
+  auto flushed = outbox(e, "flush");
+  EXPECT_EQ(flushed.status, 0) << flushed.out << flushed.err;
+  auto requests = files_with_extension(hooks, ".json");
+  ASSERT_EQ(requests.size(), 2u);
+  std::map<std::string, nlohmann::json> by_path;
+  for (const auto& f : requests) {
+    auto j = nlohmann::json::parse(read_file(f));
+    by_path[j["path"]] = j;
+  }
+  auto hook = by_path.at("/hook");
+  auto body = nlohmann::json::parse(hook["body"].get<std::string>());
+  EXPECT_NE(body["text"].get<std::string>().find("Missing module"), std::string::npos) << body.dump();
+  EXPECT_EQ(body["gpualert"]["class"], "missing_module");
+  EXPECT_EQ(body["gpualert"]["exit_status"], 1);
+  EXPECT_EQ(hook["headers"]["Authorization"], "Bearer tok-123");
+  auto ntfy = by_path.at("/jobs-topic");
+  EXPECT_NE(ntfy["headers"]["Title"].get<std::string>().find("FAILED"), std::string::npos);
+  EXPECT_EQ(ntfy["headers"]["Priority"], "high");
+  EXPECT_NE(ntfy["body"].get<std::string>().find("Remedy:"), std::string::npos);
+}
