@@ -162,7 +162,11 @@ std::string deliver_with_deadline(const std::string& sender_exe,
   posix_spawnattr_t attr;
   posix_spawnattr_init(&attr);
   // Own process group: a Ctrl-C meant for the job does not kill a delivery in progress.
-  posix_spawnattr_setflags(&attr, POSIX_SPAWN_SETPGROUP);
+  sigset_t defaults;
+  sigemptyset(&defaults);
+  for (int sig : {SIGTERM, SIGINT, SIGHUP, SIGQUIT, SIGPIPE}) sigaddset(&defaults, sig);
+  posix_spawnattr_setsigdefault(&attr, &defaults);
+  posix_spawnattr_setflags(&attr, POSIX_SPAWN_SETPGROUP | POSIX_SPAWN_SETSIGDEF);
   posix_spawnattr_setpgroup(&attr, 0);
   pid_t pid = 0;
   int rc = posix_spawn(&pid, sender_exe.c_str(), &fa, &attr, argv.data(), environ);
@@ -249,6 +253,9 @@ int run_job(const RunOptions& o) {
     if (o.telemetry) telemetry.stop();
     return kExitCannotStart;
   }
+  // The job is over; a late SIGTERM (a scheduler signalling every process of the job)
+  // must not turn its exit status into ours while the bounded reporting finishes.
+  for (int sig : {SIGTERM, SIGINT, SIGHUP, SIGQUIT}) signal(sig, SIG_IGN);
   report.start_time = outcome.start_time;
   report.end_time = outcome.end_time;
   report.exit_status = outcome.exit_status;

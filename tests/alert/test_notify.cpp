@@ -322,3 +322,20 @@ TEST_F(Notify, WebhookAndNtfy) {
   EXPECT_EQ(ntfy["headers"]["Priority"], "high");
   EXPECT_NE(ntfy["body"].get<std::string>().find("Remedy:"), std::string::npos);
 }
+
+// A scheduler signals every process of a job; a SIGTERM that reaches gpualert while it is
+// still reporting must not replace the child's exit status.
+TEST_F(Notify, LateSigtermDuringDeliveryKeepsTheExitStatus) {
+  SmtpServer blackhole(dir / "mail", {"blackhole", "none", "", 0});
+  RunSpec s;
+  s.argv = {kGpualert, "--notify-timeout", "3", "--", "/bin/sh", "-c", "exit 7"};
+  s.env = env(blackhole.port());
+  s.cwd = dir.path().string();
+  auto c = spawn(s);
+  std::this_thread::sleep_for(std::chrono::milliseconds(1000));
+  kill(c.pid, SIGTERM);
+  auto r = finish(c, "", 30);
+  EXPECT_EQ(r.status, 7) << r.err;
+  EXPECT_LT(r.seconds, 6);
+  EXPECT_EQ(outbox_size(), 1u);
+}
