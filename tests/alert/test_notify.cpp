@@ -154,6 +154,11 @@ TEST_F(Notify, ConfigCheckMasksSecrets) {
   EXPECT_EQ(r.out.find("hunter2"), std::string::npos);
   EXPECT_NE(r.out.find("password = ****"), std::string::npos) << r.out;
   EXPECT_NE(r.out.find("grace = \"45s\""), std::string::npos) << r.out;
+  // The environment overrides the file.
+  auto e = env(1);
+  e["GPUALERT_SMTP_URL"] = "smtp://relay.from-env.test:25";
+  r = run(command({kGpualert, "config", "check"}, e));
+  EXPECT_NE(r.out.find("url = \"smtp://relay.from-env.test:25\""), std::string::npos) << r.out;
   write_file(dir / "config/gpualert/config.toml", "[smtp]\nurll = \"x\"\n", fs::perms(0600));
   r = run(command({kGpualert, "config", "check"}, env(1)));
   EXPECT_NE(r.status, 0);

@@ -239,3 +239,33 @@ TEST(Supervisor, BadFlagsAreOneLineErrors) {
   EXPECT_EQ(r2.status, 2);
   EXPECT_NE(r2.err.find("no command given"), std::string::npos) << r2.err;
 }
+
+// The reference tool answered Ctrl-C with an immediate SIGKILL; here SIGINT and SIGUSR1
+// reach the job, which can clean up and decide its own exit status.
+TEST(Supervisor, SigintAndSigusr1AreForwardedToTheJob) {
+  Job job;
+  auto c = spawn(job.spec(kReport, {kPython, "-c",
+                                    "import signal, sys, time\n"
+                                    "signal.signal(signal.SIGUSR1, lambda *a: print('got usr1', flush=True))\n"
+                                    "print('ready', flush=True)\n"
+                                    "try:\n    time.sleep(60)\n    time.sleep(60)\n"
+                                    "except KeyboardInterrupt:\n    print('saving after interrupt'); sys.exit(0)\n"}));
+  std::string out;
+  char buf[256];
+  auto wait_for = [&](const std::string& what) {
+    while (out.find(what) == std::string::npos) {
+      ssize_t n = read(c.out, buf, sizeof buf);
+      if (n <= 0) break;
+      out.append(buf, static_cast<size_t>(n));
+    }
+  };
+  wait_for("ready");
+  kill(c.pid, SIGUSR1);
+  wait_for("got usr1");
+  kill(c.pid, SIGINT);
+  auto r = finish(c, "", 30);
+  EXPECT_EQ(r.status, 0) << r.err;
+  std::string body = job.log_body();
+  EXPECT_NE(body.find("got usr1"), std::string::npos) << body;
+  EXPECT_NE(body.find("saving after interrupt"), std::string::npos) << body;
+}
