@@ -1,5 +1,6 @@
 // The wrapper as a user runs it: exit statuses, signals, timeouts, the durable log.
 #include <gtest/gtest.h>
+#include <pty.h>
 #include <nlohmann/json.hpp>
 
 #include "test_helpers.h"
@@ -268,4 +269,44 @@ TEST(Supervisor, SigintAndSigusr1AreForwardedToTheJob) {
   std::string body = job.log_body();
   EXPECT_NE(body.find("got usr1"), std::string::npos) << body;
   EXPECT_NE(body.find("saving after interrupt"), std::string::npos) << body;
+}
+
+// gpualert started from a terminal: keystrokes reach the job through its own terminal, and
+// Ctrl-C there interrupts the job (not gpualert), which can still clean up.
+TEST(Supervisor, InteractiveTerminalInputAndCtrlC) {
+  Job job;
+  int master = -1;
+  pid_t pid = forkpty(&master, nullptr, nullptr, nullptr);
+  ASSERT_GE(pid, 0);
+  if (pid == 0) {
+    for (const auto& [k, v] : job.env()) setenv(k.c_str(), v.c_str(), 1);
+    execl(kGpualert.c_str(), kGpualert.c_str(), "--no-notify", "--json-report",
+          (job.dir / "report.json").c_str(), "--", kPython.c_str(), "-c",
+          "import sys, time\nname = input('name? ')\nprint('hello', name, flush=True)\n"
+          "try:\n    time.sleep(60)\nexcept KeyboardInterrupt:\n    print('interrupted cleanly', flush=True)\n",
+          static_cast<char*>(nullptr));
+    _exit(127);
+  }
+  std::string out;
+  auto wait_for = [&](const std::string& what) {
+    char buf[512];
+    for (int i = 0; i < 300 && out.find(what) == std::string::npos; ++i) {
+      pollfd p{master, POLLIN, 0};
+      if (poll(&p, 1, 100) <= 0) continue;
+      ssize_t n = read(master, buf, sizeof buf);
+      if (n <= 0) break;
+      out.append(buf, static_cast<size_t>(n));
+    }
+    return out.find(what) != std::string::npos;
+  };
+  ASSERT_TRUE(wait_for("name? ")) << out;
+  ASSERT_EQ(write(master, "ada\r", 4), 4);
+  ASSERT_TRUE(wait_for("hello ada")) << out;
+  ASSERT_EQ(write(master, "\x03", 1), 1);
+  EXPECT_TRUE(wait_for("interrupted cleanly")) << out;
+  int status = 0;
+  waitpid(pid, &status, 0);
+  close(master);
+  EXPECT_EQ(shell_status(status), 0);
+  EXPECT_EQ(job.report()["exit_status"], 0);
 }
