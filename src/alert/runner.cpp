@@ -202,6 +202,7 @@ int run_job(const RunOptions& o) {
     return kExitCannotStart;
   }
   report.log_path = log->path().string();
+  report.start_time = wall_now();  // refined from the supervisor's outcome below
 
   Telemetry telemetry;
   if (o.telemetry) telemetry.start();
@@ -222,8 +223,7 @@ int run_job(const RunOptions& o) {
     if (!o.notify || !c.any_channel()) return;
     Report hang = report;
     hang.kind = "hang";
-    hang.start_time = wall_now() - silent_s;
-    hang.end_time = wall_now();
+    hang.end_time = wall_now();  // the report so far: the job is still running
     hang.hang_detected = true;
     hang.classification = {"hang", "Hang (no output)",
                            "Look for a deadlock or a stalled collective; run py-spy dump on the "
