@@ -337,7 +337,10 @@ TEST_F(Notify, LateSigtermDuringDeliveryKeepsTheExitStatus) {
   s.env = env(blackhole.port());
   s.cwd = dir.path().string();
   auto c = spawn(s);
-  std::this_thread::sleep_for(std::chrono::milliseconds(1000));
+  // The message reaches the outbox just before delivery starts: signal during delivery.
+  for (int i = 0; i < 1000 && outbox_size() == 0; ++i)
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));
   kill(c.pid, SIGTERM);
   auto r = finish(c, "", 30);
   EXPECT_EQ(r.status, 7) << r.err;
