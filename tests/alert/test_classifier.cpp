@@ -85,6 +85,16 @@ TEST(Classifier, OrderPrefersSpecificCauses) {
             "gpu_hardware");
 }
 
+TEST(Classifier, OtherFrameworksMessages) {
+  Classifier c;
+  EXPECT_EQ(c.classify_text("tensorflow.python.framework.errors_impl.ResourceExhaustedError: OOM when "
+                            "allocating tensor with shape[64,1024,1024]\n", exited(1)).id, "cuda_oom");
+  EXPECT_EQ(c.classify_text("jaxlib.xla_extension.XlaRuntimeError: RESOURCE_EXHAUSTED: Out of memory "
+                            "while trying to allocate 17179869184 bytes.\n", exited(1)).id, "cuda_oom");
+  EXPECT_EQ(c.classify_text("FloatingPointError: Minimum loss scale reached (0.0001). Your loss is probably "
+                            "exploding.\n", exited(1)).id, "nan_loss");
+}
+
 TEST(Classifier, SignalsAndStatusesDecideWithoutText) {
   Classifier c;
   EXPECT_EQ(c.classify_text("", killed_by(SIGSEGV)).id, "segfault");
