@@ -220,9 +220,9 @@ std::string describe_config(const Config& c) {
                      c.smtp.insecure);
   out += fmt::format("\n[webhook]\nurl = {}\nntfy_url = {}\ntoken = {}\n", q(c.webhook.url),
                      q(c.webhook.ntfy_url), mask(c.webhook.token));
-  out += fmt::format("\n[attach]\nglobs = [{}]\ndefault_outputs = {}\nmax_file = {}\nmax_total = {}\n",
-                     globs, c.attach.default_outputs, q(format_size(c.attach.max_file)),
-                     q(format_size(c.attach.max_total)));
+  out += fmt::format("\n[attach]\nglobs = [{}]\ndefault_outputs = {}\nmax_file = {}  # {}\nmax_total = {}  # {}\n",
+                     globs, c.attach.default_outputs, c.attach.max_file, format_size(c.attach.max_file),
+                     c.attach.max_total, format_size(c.attach.max_total));
   out += fmt::format("\n[run]\nstate_dir = {}\ngrace = {}\nnotify_timeout = {}\nnotify_on_success = {}\n",
                      q(c.state_dir.string()), q(fmt::format("{}s", c.grace_s)),
                      q(fmt::format("{}s", c.notify_timeout_s)), c.notify_on_success);

@@ -233,6 +233,9 @@ TEST(Supervisor, SlurmVariablesEnrichTheReport) {
 
 TEST(Supervisor, BadFlagsAreOneLineErrors) {
   Job job;
+  auto r0 = run(job.spec({"--timeout", "0"}, {"/bin/true"}));
+  EXPECT_EQ(r0.status, 125);
+  EXPECT_NE(r0.err.find("--timeout must be positive"), std::string::npos) << r0.err;
   auto r = run(job.spec({"--timeout", "5 parsecs"}, {"/bin/true"}));
   EXPECT_EQ(r.status, 125);
   EXPECT_NE(r.err.find("invalid duration"), std::string::npos) << r.err;

@@ -8,6 +8,8 @@
 //   gpualert eval CORPUS_DIR [--split train|heldout]
 #include <unistd.h>
 
+#include <fmt/format.h>
+
 #include <CLI/CLI.hpp>
 #include <cstdio>
 #include <filesystem>
@@ -246,6 +248,11 @@ int cmd_run(int argc, char** argv) {
     if (!notify_timeout.empty()) c.notify_timeout_s = ga::parse_duration(notify_timeout);
     if (!timeout.empty()) o.timeout_s = ga::parse_duration(timeout);
     if (!hang_after.empty()) o.hang_after_s = ga::parse_duration(hang_after);
+    for (const auto& [name, value] : {std::pair{"--timeout", o.timeout_s}, std::pair{"--hang-after", o.hang_after_s}})
+      if (value && *value <= 0)
+        throw std::invalid_argument(fmt::format("[gpualert] {} must be positive", name));
+    if (c.notify_timeout_s <= 0) throw std::invalid_argument("[gpualert] --notify-timeout must be positive");
+    if (c.grace_s < 0) throw std::invalid_argument("[gpualert] --grace cannot be negative");
     if (kill_on_hang && !o.hang_after_s)
       throw std::invalid_argument("[gpualert] --kill-on-hang needs --hang-after");
   } catch (const std::exception& e) {
