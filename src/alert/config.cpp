@@ -1,0 +1,232 @@
+#include "alert/config.h"
+
+#include <fmt/format.h>
+#include <sys/stat.h>
+
+#include <algorithm>
+#include <stdexcept>
+#include <toml++/toml.h>
+
+#include "alert/util.h"
+
+namespace meganeura::alert {
+namespace {
+
+std::filesystem::path home() {
+  auto h = env("HOME");
+  return h ? std::filesystem::path(*h) : std::filesystem::path("/tmp");
+}
+
+std::filesystem::path default_state_dir() {
+  if (auto x = env("XDG_STATE_HOME")) return std::filesystem::path(*x) / "gpualert";
+  return home() / ".local/state/gpualert";
+}
+
+[[noreturn]] void bad(const std::filesystem::path& file, std::string_view key,
+                      std::string_view what) {
+  throw std::runtime_error(
+      fmt::format("[gpualert] config '{}': {}: {}", file.string(), key, what));
+}
+
+std::string get_string(const toml::table& t, std::string_view section, std::string_view key,
+                       const std::filesystem::path& file, const std::string& fallback) {
+  const toml::node* n = t.at_path(fmt::format("{}.{}", section, key)).node();
+  if (n == nullptr) return fallback;
+  if (auto s = n->value<std::string>()) return *s;
+  bad(file, fmt::format("{}.{}", section, key), "expected a string");
+}
+
+bool get_bool(const toml::table& t, std::string_view path, const std::filesystem::path& file,
+              bool fallback) {
+  const toml::node* n = t.at_path(path).node();
+  if (n == nullptr) return fallback;
+  if (auto b = n->value<bool>()) return *b;
+  bad(file, path, "expected true or false");
+}
+
+// Durations and sizes accept a number (seconds, bytes) or a string with a unit.
+double get_duration(const toml::table& t, std::string_view path,
+                    const std::filesystem::path& file, double fallback) {
+  const toml::node* n = t.at_path(path).node();
+  if (n == nullptr) return fallback;
+  if (auto d = n->value<double>()) return *d;
+  if (auto s = n->value<std::string>()) {
+    try {
+      return parse_duration(*s);
+    } catch (const std::exception& e) {
+      bad(file, path, e.what());
+    }
+  }
+  bad(file, path, "expected a duration such as \"30s\"");
+}
+
+uint64_t get_size(const toml::table& t, std::string_view path, const std::filesystem::path& file,
+                  uint64_t fallback) {
+  const toml::node* n = t.at_path(path).node();
+  if (n == nullptr) return fallback;
+  if (auto d = n->value<int64_t>(); d && *d >= 0) return static_cast<uint64_t>(*d);
+  if (auto s = n->value<std::string>()) {
+    try {
+      return parse_size(*s);
+    } catch (const std::exception& e) {
+      bad(file, path, e.what());
+    }
+  }
+  bad(file, path, "expected a size such as \"10MiB\"");
+}
+
+std::vector<std::string> get_list(const toml::table& t, std::string_view path,
+                                  const std::filesystem::path& file) {
+  const toml::node* n = t.at_path(path).node();
+  std::vector<std::string> out;
+  if (n == nullptr) return out;
+  if (auto s = n->value<std::string>()) return {*s};
+  const toml::array* arr = n->as_array();
+  if (arr == nullptr) bad(file, path, "expected a string or a list of strings");
+  for (const auto& item : *arr) {
+    auto s = item.value<std::string>();
+    if (!s) bad(file, path, "expected a list of strings");
+    out.push_back(*s);
+  }
+  return out;
+}
+
+std::vector<std::string> split_list(const std::string& text) {
+  std::vector<std::string> out;
+  size_t start = 0;
+  while (start <= text.size()) {
+    size_t end = text.find_first_of(", ", start);
+    if (end == std::string::npos) end = text.size();
+    if (end > start) out.push_back(text.substr(start, end - start));
+    start = end + 1;
+  }
+  return out;
+}
+
+void check_known_keys(const toml::table& t, const std::filesystem::path& file) {
+  static const std::vector<std::pair<std::string, std::vector<std::string>>> kKnown = {
+      {"smtp", {"url", "from", "to", "username", "password", "tls", "ca_file", "insecure"}},
+      {"webhook", {"url", "ntfy_url", "token"}},
+      {"attach", {"globs", "default_outputs", "max_file", "max_total"}},
+      {"run", {"state_dir", "grace", "notify_timeout", "notify_on_success"}},
+  };
+  for (const auto& [key, node] : t) {
+    auto section = std::find_if(kKnown.begin(), kKnown.end(),
+                                [&](const auto& k) { return k.first == key.str(); });
+    if (section == kKnown.end()) bad(file, key.str(), "unknown section");
+    const toml::table* sub = node.as_table();
+    if (sub == nullptr) bad(file, key.str(), "expected a [section]");
+    for (const auto& [k, v] : *sub) {
+      if (std::find(section->second.begin(), section->second.end(), k.str()) ==
+          section->second.end())
+        bad(file, fmt::format("{}.{}", key.str(), k.str()), "unknown key");
+    }
+  }
+}
+
+}  // namespace
+
+std::filesystem::path default_config_path() {
+  if (auto x = env("XDG_CONFIG_HOME")) return std::filesystem::path(*x) / "gpualert/config.toml";
+  return home() / ".config/gpualert/config.toml";
+}
+
+Config load_config(const std::optional<std::filesystem::path>& explicit_path) {
+  Config c;
+  c.state_dir = default_state_dir();
+  std::filesystem::path path = explicit_path.value_or(default_config_path());
+  std::error_code ec;
+  bool exists = std::filesystem::exists(path, ec);
+  if (explicit_path && !exists)
+    throw std::runtime_error(fmt::format("[gpualert] config '{}' does not exist", path.string()));
+  if (exists) {
+    toml::table t;
+    try {
+      t = toml::parse_file(path.string());
+    } catch (const toml::parse_error& e) {
+      throw std::runtime_error(fmt::format("[gpualert] config '{}' line {}: {}", path.string(),
+                                           e.source().begin.line, e.description()));
+    }
+    check_known_keys(t, path);
+    bool has_secret = t.at_path("smtp.password").node() != nullptr ||
+                      t.at_path("webhook.token").node() != nullptr;
+    struct stat st {};
+    if (has_secret && stat(path.c_str(), &st) == 0 && (st.st_mode & 077) != 0)
+      throw std::runtime_error(fmt::format(
+          "[gpualert] config '{}' holds a secret but is readable by group or others "
+          "(mode {:o}); run: chmod 600 {}",
+          path.string(), st.st_mode & 0777, shell_quote(path.string())));
+    c.file = path;
+    c.smtp.url = get_string(t, "smtp", "url", path, "");
+    c.smtp.from = get_string(t, "smtp", "from", path, "");
+    c.smtp.to = get_list(t, "smtp.to", path);
+    c.smtp.username = get_string(t, "smtp", "username", path, "");
+    c.smtp.password = get_string(t, "smtp", "password", path, "");
+    c.smtp.tls = get_string(t, "smtp", "tls", path, "auto");
+    c.smtp.ca_file = get_string(t, "smtp", "ca_file", path, "");
+    c.smtp.insecure = get_bool(t, "smtp.insecure", path, false);
+    c.webhook.url = get_string(t, "webhook", "url", path, "");
+    c.webhook.ntfy_url = get_string(t, "webhook", "ntfy_url", path, "");
+    c.webhook.token = get_string(t, "webhook", "token", path, "");
+    c.attach.globs = get_list(t, "attach.globs", path);
+    c.attach.default_outputs = get_bool(t, "attach.default_outputs", path, true);
+    c.attach.max_file = get_size(t, "attach.max_file", path, c.attach.max_file);
+    c.attach.max_total = get_size(t, "attach.max_total", path, c.attach.max_total);
+    auto sd = get_string(t, "run", "state_dir", path, "");
+    if (!sd.empty()) c.state_dir = sd;
+    c.grace_s = get_duration(t, "run.grace", path, c.grace_s);
+    c.notify_timeout_s = get_duration(t, "run.notify_timeout", path, c.notify_timeout_s);
+    c.notify_on_success = get_bool(t, "run.notify_on_success", path, true);
+    c.notes.push_back("file: " + path.string());
+  }
+  // Environment overrides the file.
+  if (auto v = env("GPUALERT_SMTP_URL")) c.smtp.url = *v;
+  if (auto v = env("GPUALERT_SMTP_FROM")) c.smtp.from = *v;
+  if (auto v = env("GPUALERT_TO")) c.smtp.to = split_list(*v);
+  if (auto v = env("GPUALERT_SMTP_USER")) c.smtp.username = *v;
+  if (auto v = env("GPUALERT_SMTP_PASSWORD")) c.smtp.password = *v;
+  if (auto v = env("GPUALERT_SMTP_TLS")) c.smtp.tls = *v;
+  if (auto v = env("GPUALERT_WEBHOOK_URL")) c.webhook.url = *v;
+  if (auto v = env("GPUALERT_NTFY_URL")) c.webhook.ntfy_url = *v;
+  if (auto v = env("GPUALERT_WEBHOOK_TOKEN")) c.webhook.token = *v;
+  if (auto v = env("GPUALERT_STATE_DIR")) c.state_dir = *v;
+  if (c.smtp.tls != "auto" && c.smtp.tls != "require" && c.smtp.tls != "none")
+    throw std::runtime_error(fmt::format(
+        "[gpualert] smtp.tls must be auto, require or none, not '{}'", c.smtp.tls));
+  if (!c.smtp.url.empty() && c.smtp.url.rfind("smtp://", 0) != 0 &&
+      c.smtp.url.rfind("smtps://", 0) != 0)
+    throw std::runtime_error(fmt::format(
+        "[gpualert] smtp.url must start with smtp:// or smtps://, not '{}'", c.smtp.url));
+  if (!c.smtp.url.empty() && c.smtp.to.empty())
+    c.notes.push_back("warning: smtp.url is set but there are no recipients (smtp.to)");
+  if (c.smtp.from.empty()) c.smtp.from = fmt::format("gpualert@{}", hostname());
+  return c;
+}
+
+std::string describe_config(const Config& c) {
+  auto mask = [](const std::string& s) { return s.empty() ? std::string("(unset)") : "****"; };
+  auto q = [](const std::string& s) { return fmt::format("\"{}\"", s); };
+  std::string to;
+  for (const auto& r : c.smtp.to) to += (to.empty() ? "" : ", ") + q(r);
+  std::string globs;
+  for (const auto& g : c.attach.globs) globs += (globs.empty() ? "" : ", ") + q(g);
+  std::string out;
+  out += fmt::format("# source: {}\n", c.file ? c.file->string() : "(no config file)");
+  for (const auto& n : c.notes) out += "# " + n + "\n";
+  out += fmt::format("[smtp]\nurl = {}\nfrom = {}\nto = [{}]\nusername = {}\npassword = {}\n",
+                     q(c.smtp.url), q(c.smtp.from), to, q(c.smtp.username),
+                     mask(c.smtp.password));
+  out += fmt::format("tls = {}\nca_file = {}\ninsecure = {}\n", q(c.smtp.tls), q(c.smtp.ca_file),
+                     c.smtp.insecure);
+  out += fmt::format("\n[webhook]\nurl = {}\nntfy_url = {}\ntoken = {}\n", q(c.webhook.url),
+                     q(c.webhook.ntfy_url), mask(c.webhook.token));
+  out += fmt::format("\n[attach]\nglobs = [{}]\ndefault_outputs = {}\nmax_file = {}  # {}\nmax_total = {}  # {}\n",
+                     globs, c.attach.default_outputs, c.attach.max_file, format_size(c.attach.max_file),
+                     c.attach.max_total, format_size(c.attach.max_total));
+  out += fmt::format("\n[run]\nstate_dir = {}\ngrace = {}\nnotify_timeout = {}\nnotify_on_success = {}\n",
+                     q(c.state_dir.string()), q(fmt::format("{}s", c.grace_s)),
+                     q(fmt::format("{}s", c.notify_timeout_s)), c.notify_on_success);
+  return out;
+}
+
+}  // namespace meganeura::alert

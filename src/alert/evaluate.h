@@ -1,0 +1,59 @@
+// Corpus evaluation: every labelled log is replayed by a real child under the supervisor
+// (pseudo-terminal, log store, exit status or signal as recorded) and classified exactly
+// as a live job would be. Reports per-class precision, recall and F1, and macro-F1.
+//
+// labels.tsv: file <TAB> class <TAB> status <TAB> facts <TAB> split, where status is
+// "exit:N" or "signal:NAME", facts is "-" or a comma list of recorded system evidence
+// ("oom_kill", "xid:79", "ecc"), split is "train" or "heldout". Lines starting with '#'
+// are comments.
+#pragma once
+
+#include <filesystem>
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace meganeura::alert {
+
+struct LabelledLog {
+  std::string file;
+  std::string expected;
+  std::optional<int> exit_code;
+  std::optional<int> signal;
+  std::vector<std::string> facts;
+  std::string split;
+};
+
+struct ClassScore {
+  int tp = 0, fp = 0, fn = 0;
+  double precision() const { return tp + fp ? double(tp) / (tp + fp) : 0; }
+  double recall() const { return tp + fn ? double(tp) / (tp + fn) : 0; }
+  double f1() const {
+    double p = precision(), r = recall();
+    return p + r > 0 ? 2 * p * r / (p + r) : 0;
+  }
+};
+
+struct EvalResult {
+  std::map<std::string, ClassScore> per_class;
+  double macro_f1 = 0;
+  size_t total = 0;
+  size_t correct = 0;
+  std::vector<std::string> mistakes;  // "file: expected X, got Y"
+};
+
+std::vector<LabelledLog> read_labels(const std::filesystem::path& labels_file);
+
+// `self_exe` is the gpualert program (its hidden `replay` command is the child).
+// `split` selects "train", "heldout" or "" for all.
+EvalResult evaluate_corpus(const std::filesystem::path& corpus_dir, const std::string& self_exe,
+                           const std::string& split);
+
+std::string format_eval(const EvalResult& result);
+
+// The replay child: writes the log to stdout in uneven chunks, then ends as recorded.
+[[noreturn]] void replay_log(const std::filesystem::path& log, std::optional<int> exit_code,
+                             std::optional<int> signal);
+
+}  // namespace meganeura::alert

@@ -1,0 +1,70 @@
+// The job's durable record: its directory (mode 700) and output log.
+//
+// The directory and the log header are created and fsynced before the child runs, so a
+// job that cannot be recorded never starts. Output is written to the file as it arrives
+// (a SIGKILL of the wrapper loses nothing already read) and synced periodically.
+// Carriage returns are applied as a terminal would: a progress bar that redraws its line
+// leaves only its last state in the log. ANSI escape sequences are dropped from the log
+// (they still reach the terminal untouched).
+#pragma once
+
+#include <cstdint>
+#include <filesystem>
+#include <string>
+#include <string_view>
+
+namespace meganeura::alert {
+
+// First line of every log; the classifier skips everything up to kBodyMarker.
+inline constexpr std::string_view kLogMagic = "# gpualert job ";
+inline constexpr std::string_view kBodyMarker = "# ---- output ----";
+
+struct LogHeader {
+  std::string job_id;
+  std::string command;
+  std::string host;
+  std::string cwd;
+  std::string start_time;  // ISO 8601
+};
+
+class LogStore {
+ public:
+  // Creates `job_dir` (and parents) with mode 700 and `job_dir/output.log` with the header,
+  // then fsyncs both. Throws std::runtime_error naming the path and errno on failure.
+  LogStore(const std::filesystem::path& job_dir, const LogHeader& header);
+  ~LogStore();
+  LogStore(const LogStore&) = delete;
+  LogStore& operator=(const LogStore&) = delete;
+
+  void append(std::string_view bytes);
+  // fdatasync when something was written since the last sync.
+  void sync();
+  // Ends a pending partial line and fsyncs; idempotent.
+  void finish();
+
+  const std::filesystem::path& path() const { return path_; }
+  uint64_t body_offset() const { return body_offset_; }
+  uint64_t bytes_written() const { return line_start_ + line_.size(); }
+
+ private:
+  void put(char c);
+  void flush_line(bool newline);
+
+  std::filesystem::path path_;
+  int fd_ = -1;
+  uint64_t body_offset_ = 0;
+  uint64_t line_start_ = 0;   // file offset where the current (unterminated) line begins
+  std::string line_;          // current line as a terminal would show it
+  size_t cursor_ = 0;         // column of the next character within line_
+  size_t dirty_from_ = 0;     // first byte of line_ not yet written to the file
+  size_t written_len_ = 0;    // bytes of line_ currently in the file
+  int escape_state_ = 0;      // 0 none, 1 after ESC, 2 inside CSI, 3 inside OSC
+  bool dirty_ = false;
+  bool finished_ = false;
+};
+
+// Splits a log file into the child's output, skipping gpualert's own header when present.
+// Returns the byte offset where the child's output begins (0 for foreign files).
+uint64_t find_body_offset(const std::filesystem::path& log);
+
+}  // namespace meganeura::alert

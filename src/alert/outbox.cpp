@@ -1,0 +1,136 @@
+#include "alert/outbox.h"
+
+#include <fcntl.h>
+#include <fmt/format.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+#include <fstream>
+#include <random>
+#include <stdexcept>
+
+#include "alert/util.h"
+
+namespace meganeura::alert {
+namespace {
+
+void write_synced(const std::filesystem::path& path, std::string_view data) {
+  int fd = open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+  if (fd < 0)
+    throw std::runtime_error(fmt::format("[gpualert] outbox: cannot create '{}': {}",
+                                         path.string(), std::strerror(errno)));
+  size_t done = 0;
+  while (done < data.size()) {
+    ssize_t n = write(fd, data.data() + done, data.size() - done);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) {
+      int err = errno;
+      close(fd);
+      throw std::runtime_error(fmt::format("[gpualert] outbox: cannot write '{}': {}",
+                                           path.string(), std::strerror(err)));
+    }
+    done += static_cast<size_t>(n);
+  }
+  int rc = fsync(fd);
+  close(fd);
+  if (rc != 0)
+    throw std::runtime_error(fmt::format("[gpualert] outbox: cannot fsync '{}': {}",
+                                         path.string(), std::strerror(errno)));
+}
+
+void sync_dir(const std::filesystem::path& dir) {
+  int fd = open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (fd >= 0) {
+    fsync(fd);
+    close(fd);
+  }
+}
+
+}  // namespace
+
+Outbox::Outbox(std::filesystem::path state_dir) : dir_(std::move(state_dir) / "outbox") {}
+
+std::string Outbox::put(nlohmann::json meta, std::string_view payload) {
+  std::error_code ec;
+  std::filesystem::create_directories(dir_, ec);
+  chmod(dir_.parent_path().c_str(), 0700);
+  chmod(dir_.c_str(), 0700);
+  if (ec)
+    throw std::runtime_error(fmt::format("[gpualert] outbox: cannot create '{}': {}", dir_.string(),
+                                         ec.message()));
+  // Ids sort by creation time, so a flush sends the oldest first.
+  std::random_device rd;
+  std::string id = fmt::format("{:.6f}-{:06x}", wall_now(), rd() & 0xffffff);
+  auto tmp = dir_ / (".tmp-" + id);
+  std::filesystem::create_directory(tmp, ec);
+  if (ec)
+    throw std::runtime_error(fmt::format("[gpualert] outbox: cannot create '{}': {}", tmp.string(),
+                                         ec.message()));
+  meta["id"] = id;
+  meta["created"] = iso_time(wall_now());
+  if (!meta.contains("attempts")) meta["attempts"] = 0;
+  write_synced(tmp / "payload", payload);
+  write_synced(tmp / "meta.json", meta.dump(2));
+  sync_dir(tmp);
+  std::filesystem::rename(tmp, dir_ / id, ec);
+  if (ec)
+    throw std::runtime_error(fmt::format("[gpualert] outbox: cannot store message: {}", ec.message()));
+  sync_dir(dir_);
+  return id;
+}
+
+std::vector<OutboxEntry> Outbox::list() const {
+  std::vector<OutboxEntry> out;
+  std::error_code ec;
+  for (const auto& e : std::filesystem::directory_iterator(dir_, ec)) {
+    std::string name = e.path().filename().string();
+    if (name.rfind(".tmp-", 0) == 0 || !e.is_directory(ec)) continue;
+    OutboxEntry entry{name, e.path(), {}};
+    std::ifstream in(e.path() / "meta.json");
+    try {
+      entry.meta = nlohmann::json::parse(in);
+    } catch (const std::exception& ex) {
+      entry.meta = {{"error", fmt::format("unreadable meta.json: {}", ex.what())}};
+    }
+    out.push_back(std::move(entry));
+  }
+  std::sort(out.begin(), out.end(), [](const auto& a, const auto& b) { return a.id < b.id; });
+  return out;
+}
+
+bool Outbox::empty() const {
+  std::error_code ec;
+  for (const auto& e : std::filesystem::directory_iterator(dir_, ec))
+    if (e.path().filename().string().rfind(".tmp-", 0) != 0) return false;
+  return true;
+}
+
+std::string Outbox::payload(const OutboxEntry& entry) const {
+  std::ifstream in(entry.dir / "payload", std::ios::binary);
+  if (!in)
+    throw std::runtime_error(
+        fmt::format("[gpualert] outbox: cannot read '{}'", (entry.dir / "payload").string()));
+  return {std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
+}
+
+void Outbox::remove(const OutboxEntry& entry) const {
+  std::error_code ec;
+  std::filesystem::remove_all(entry.dir, ec);
+  sync_dir(dir_);
+}
+
+void Outbox::record_failure(const OutboxEntry& entry, const std::string& error) const {
+  nlohmann::json meta = entry.meta;
+  meta["attempts"] = meta.value("attempts", 0) + 1;
+  meta["last_error"] = error;
+  meta["last_attempt"] = iso_time(wall_now());
+  auto tmp = entry.dir / "meta.json.tmp";
+  write_synced(tmp, meta.dump(2));
+  std::error_code ec;
+  std::filesystem::rename(tmp, entry.dir / "meta.json", ec);
+}
+
+}  // namespace meganeura::alert

@@ -1,0 +1,341 @@
+#include "alert/runner.h"
+
+#include <fcntl.h>
+#include <fmt/format.h>
+#include <spawn.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <csignal>
+#include <cstring>
+#include <cstdio>
+#include <fstream>
+#include <thread>
+
+#include "alert/attachments.h"
+#include "alert/classifier.h"
+#include "alert/log_store.h"
+#include "alert/mime.h"
+#include "alert/outbox.h"
+#include "alert/report.h"
+#include "alert/supervisor.h"
+#include "alert/telemetry.h"
+#include "alert/util.h"
+
+extern char** environ;
+
+namespace meganeura::alert {
+namespace {
+
+constexpr size_t kLastLines = 30;
+
+std::string make_job_id() {
+  std::string id = fmt::format("{}-{}", utc_time(wall_now(), "%Y%m%d-%H%M%S"), getpid());
+  if (auto s = env("SLURM_JOB_ID")) id = fmt::format("slurm{}-{}", *s, id);
+  return id;
+}
+
+// Waits for `pid` at most `seconds`, then SIGKILLs it. Returns the wait status, or -1
+// when it had to be killed.
+int wait_or_kill(pid_t pid, double seconds) {
+  auto until = std::chrono::steady_clock::now() + std::chrono::duration<double>(seconds);
+  int status = 0;
+  while (waitpid(pid, &status, WNOHANG) == 0) {
+    if (std::chrono::steady_clock::now() >= until) {
+      kill(pid, SIGKILL);
+      waitpid(pid, &status, 0);
+      return -1;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  return status;
+}
+
+std::string ascii_header(std::string_view s) {
+  std::string out;
+  for (char c : s) out += (static_cast<unsigned char>(c) < 0x20 || static_cast<unsigned char>(c) >= 0x7f) ? '?' : c;
+  return out;
+}
+
+// Builds the outbox entries for one report. Returns their ids.
+std::vector<std::string> enqueue(const Config& c, Report& report, const AttachmentPlan* plan,
+                                 bool dry_run) {
+  std::vector<std::string> ids;
+  Outbox outbox(c.state_dir);
+  std::string subject = subject_line(report);
+  auto store = [&](const char* channel, nlohmann::json meta, const std::string& payload) {
+    if (dry_run) {
+      std::fwrite(payload.data(), 1, payload.size(), stdout);
+      std::fputc('\n', stdout);
+      std::fflush(stdout);
+      report.notifications.push_back({channel, "dry-run", "printed, not sent"});
+      return;
+    }
+    meta["channel"] = channel;
+    meta["subject"] = subject;
+    meta["job_id"] = report.job_id;
+    try {
+      ids.push_back(outbox.put(std::move(meta), payload));
+      report.notifications.push_back({channel, "queued", ""});
+    } catch (const std::exception& e) {
+      report.notifications.push_back({channel, "failed", e.what()});
+    }
+  };
+  if (c.email_enabled()) {
+    EmailParts parts{c.smtp.from, c.smtp.to, subject, render_text(report), render_html(report), {}};
+    if (plan != nullptr) parts.attachments = plan->blobs;
+    nlohmann::json smtp = {{"url", c.smtp.url},           {"from", c.smtp.from},
+                           {"to", c.smtp.to},             {"username", c.smtp.username},
+                           {"tls", c.smtp.tls},           {"ca_file", c.smtp.ca_file},
+                           {"insecure", c.smtp.insecure}};
+    store("email", {{"smtp", smtp}}, build_email(parts));
+  }
+  if (!c.webhook.url.empty()) {
+    nlohmann::json body = {{"text", render_short(report)}, {"gpualert", to_json(report)}};
+    store("webhook", {{"url", c.webhook.url}, {"headers", {{"Content-Type", "application/json"}}}},
+          body.dump());
+  }
+  if (!c.webhook.ntfy_url.empty()) {
+    bool ok = report.classification.id == "success";
+    nlohmann::json headers = {{"Title", ascii_header(subject)},
+                              {"Priority", ok ? "default" : "high"},
+                              {"Tags", ok ? "white_check_mark" : "warning"}};
+    store("ntfy", {{"url", c.webhook.ntfy_url}, {"headers", headers}}, render_short(report));
+  }
+  return ids;
+}
+
+// Updates the notification statuses from what is left in the outbox after a delivery.
+void settle_statuses(const Config& c, Report& report, const std::vector<std::string>& ids,
+                     const std::string& delivery) {
+  Outbox outbox(c.state_dir);
+  auto left = outbox.list();
+  size_t k = 0;
+  for (auto& n : report.notifications) {
+    if (n.status != "queued" || k >= ids.size()) continue;
+    const std::string& id = ids[k++];
+    auto it = std::find_if(left.begin(), left.end(), [&](const auto& e) { return e.id == id; });
+    if (it == left.end()) {
+      n.status = "sent";
+    } else {
+      n.detail = fmt::format("kept in outbox {} for retry: {}", it->dir.string(),
+                             it->meta.value("last_error", delivery));
+    }
+  }
+}
+
+void write_report(const std::filesystem::path& path, const Report& report) {
+  std::string tmp = path.string() + ".tmp";
+  {
+    std::ofstream out(tmp);
+    out << to_json(report).dump(2) << "\n";
+    if (!out) throw std::runtime_error(fmt::format("[gpualert] cannot write report '{}'", path.string()));
+  }
+  std::filesystem::rename(tmp, path);
+}
+
+}  // namespace
+
+std::string deliver_with_deadline(const std::string& sender_exe,
+                                  const std::filesystem::path& state_dir,
+                                  const std::optional<std::filesystem::path>& config_path,
+                                  const std::vector<std::string>& first, double deadline_s,
+                                  bool wait, long* spawned_pid) {
+  std::vector<std::string> args = {sender_exe, "--state-dir", state_dir.string(), "--timeout",
+                                   fmt::format("{:.3f}", std::max(0.5, deadline_s - 0.5))};
+  if (config_path) {
+    args.push_back("--config");
+    args.push_back(config_path->string());
+  }
+  for (const auto& id : first) {
+    args.push_back("--first");
+    args.push_back(id);
+  }
+  std::vector<char*> argv;
+  for (auto& a : args) argv.push_back(a.data());
+  argv.push_back(nullptr);
+  posix_spawn_file_actions_t fa;
+  posix_spawn_file_actions_init(&fa);
+  posix_spawn_file_actions_addopen(&fa, STDIN_FILENO, "/dev/null", O_RDONLY, 0);
+  posix_spawn_file_actions_addopen(&fa, STDOUT_FILENO, "/dev/null", O_WRONLY, 0);
+  posix_spawnattr_t attr;
+  posix_spawnattr_init(&attr);
+  // Own process group: a Ctrl-C meant for the job does not kill a delivery in progress.
+  sigset_t defaults;
+  sigemptyset(&defaults);
+  for (int sig : {SIGTERM, SIGINT, SIGHUP, SIGQUIT, SIGPIPE}) sigaddset(&defaults, sig);
+  posix_spawnattr_setsigdefault(&attr, &defaults);
+  posix_spawnattr_setflags(&attr, POSIX_SPAWN_SETPGROUP | POSIX_SPAWN_SETSIGDEF);
+  posix_spawnattr_setpgroup(&attr, 0);
+  pid_t pid = 0;
+  int rc = posix_spawn(&pid, sender_exe.c_str(), &fa, &attr, argv.data(), environ);
+  posix_spawn_file_actions_destroy(&fa);
+  posix_spawnattr_destroy(&attr);
+  if (rc != 0) return fmt::format("cannot start sender '{}': {}", sender_exe, std::strerror(rc));
+  if (spawned_pid != nullptr) *spawned_pid = pid;
+  if (!wait) return "sending in the background";
+  int status = wait_or_kill(pid, deadline_s);
+  if (status == -1) return fmt::format("delivery did not finish within {:.0f} s", deadline_s);
+  return WIFEXITED(status) && WEXITSTATUS(status) == 0 ? "delivered" : "delivery failed";
+}
+
+int run_job(const RunOptions& o) {
+  const Config& c = o.config;
+  Report report;
+  report.job_id = make_job_id();
+  report.argv = o.argv;
+  report.command = join_command(o.argv);
+  report.host = hostname();
+  std::error_code ec;
+  report.cwd = std::filesystem::current_path(ec).string();
+  report.slurm = slurm_environment();
+  std::filesystem::path job_dir = c.state_dir / "jobs" / report.job_id;
+  report.job_dir = job_dir.string();
+
+  std::optional<LogStore> log;
+  try {
+    log.emplace(job_dir, LogHeader{report.job_id, report.command, report.host, report.cwd,
+                                   iso_time(wall_now())});
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "%s; the job was not started\n", e.what());
+    return kExitCannotStart;
+  }
+  report.log_path = log->path().string();
+  report.start_time = wall_now();  // refined from the supervisor's outcome below
+
+  Telemetry telemetry;
+  if (o.telemetry) telemetry.start();
+
+  std::vector<long> background;  // hang notifications being sent while the job runs
+  SupervisorOptions so;
+  so.argv = o.argv;
+  so.timeout_s = o.timeout_s;
+  so.grace_s = c.grace_s;
+  so.hang_after_s = o.hang_after_s;
+  so.kill_on_hang = o.kill_on_hang;
+  so.echo = o.echo;
+  if (o.telemetry)
+    so.gpus_idle = [&telemetry] { return !telemetry.has_gpu_data() || telemetry.gpus_idle(); };
+  so.on_hang = [&](double silent_s) {
+    std::fprintf(stderr, "gpualert: no output for %s: possible hang\n",
+                 format_duration(silent_s).c_str());
+    if (!o.notify || !c.any_channel()) return;
+    Report hang = report;
+    hang.kind = "hang";
+    hang.end_time = wall_now();  // the report so far: the job is still running
+    hang.hang_detected = true;
+    hang.classification = {"hang", "Hang (no output)",
+                           "Look for a deadlock or a stalled collective; run py-spy dump on the "
+                           "job's processes.",
+                           0.8, {{0, fmt::format("no output for {}", format_duration(silent_s))}}};
+    hang.last_lines = tail_lines(report.log_path, log->body_offset(), kLastLines);
+    auto ids = enqueue(c, hang, nullptr, o.dry_run);
+    long pid = 0;
+    if (!ids.empty())
+      deliver_with_deadline(o.sender_exe, c.state_dir, o.config_path, ids, c.notify_timeout_s,
+                            false, &pid);
+    if (pid > 0) background.push_back(pid);
+  };
+  // Reap background senders as they finish (only ours: the job's child is reaped by the
+  // supervisor itself).
+  so.on_tick = [&background] {
+    std::erase_if(background, [](long pid) {
+      return waitpid(static_cast<pid_t>(pid), nullptr, WNOHANG) != 0;
+    });
+  };
+
+  ChildOutcome outcome;
+  try {
+    outcome = supervise(so, *log);
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "%s; the job was not started\n", e.what());
+    if (o.telemetry) telemetry.stop();
+    return kExitCannotStart;
+  }
+  // The job is over; a late SIGTERM (a scheduler signalling every process of the job)
+  // must not turn its exit status into ours while the bounded reporting finishes.
+  for (int sig : {SIGTERM, SIGINT, SIGHUP, SIGQUIT}) signal(sig, SIG_IGN);
+  report.start_time = outcome.start_time;
+  report.end_time = outcome.end_time;
+  report.exit_status = outcome.exit_status;
+  report.exit_code = outcome.exit_code;
+  report.signal = outcome.term_signal;
+  report.received_signal = outcome.received_signal;
+  report.timed_out = outcome.timed_out;
+  report.hang_detected = outcome.hang_detected;
+  if (o.telemetry) report.telemetry = telemetry.stop();
+  else report.telemetry.gpu_note = "telemetry disabled";
+
+  SystemFacts facts;
+  facts.exit_code = outcome.exit_code;
+  facts.signal = outcome.term_signal;
+  facts.terminated_by_request = outcome.timed_out ||
+      (outcome.received_signal && (*outcome.received_signal == SIGTERM || *outcome.received_signal == SIGHUP));
+  facts.hang_killed = outcome.hang_killed;
+  facts.cgroup_oom_kills = report.telemetry.cgroup_oom_kills;
+  facts.kernel_oom = report.telemetry.kernel_oom;
+  facts.gpu_events = report.telemetry.gpu_events;
+  try {
+    Classifier classifier;
+    report.classification = classifier.classify_file(report.log_path, log->body_offset(), facts);
+  } catch (const std::exception& e) {
+    report.classification = {"unknown", "Unknown failure", "Classification failed; read the log.",
+                             0, {{0, e.what()}}};
+  }
+  report.last_lines = tail_lines(report.log_path, log->body_offset(), kLastLines);
+
+  const bool failed = report.classification.id != "success";
+  if (!o.notify) {
+    report.notifications.push_back({"all", "disabled", "--no-notify"});
+  } else if (!c.any_channel()) {
+    report.notifications.push_back({"all", "disabled", "no email, webhook or ntfy configured"});
+  } else if (!failed && !c.notify_on_success) {
+    report.notifications.push_back({"all", "disabled", "notify_on_success = false"});
+  } else {
+    AttachmentPlan plan;
+    if (c.email_enabled()) {
+      try {
+        plan = collect_attachments(c.attach, {report.log_path, log->body_offset(),
+                                              report.start_time, report.cwd, job_dir});
+      } catch (const std::exception& e) {
+        plan.skipped.push_back({report.log_path, 0, e.what()});
+      }
+      report.attachments = plan.attached;
+      report.skipped = plan.skipped;
+    }
+    auto ids = enqueue(c, report, &plan, o.dry_run);
+    if (!o.dry_run) {
+      // The sender delivers the new messages first, then any backlog of earlier runs.
+      std::string result = deliver_with_deadline(o.sender_exe, c.state_dir, o.config_path, ids,
+                                                 c.notify_timeout_s, true);
+      settle_statuses(c, report, ids, result);
+    }
+  }
+
+  if (o.notify && !o.dry_run && report.notifications.front().status == "disabled" &&
+      !Outbox(c.state_dir).empty()) {
+    // Nothing new to send, but earlier runs left messages: retry them now, bounded.
+    deliver_with_deadline(o.sender_exe, c.state_dir, o.config_path, {}, c.notify_timeout_s, true);
+  }
+  // A hang notification still in flight gets the same bounded wait as the final one.
+  for (long pid : background) wait_or_kill(static_cast<pid_t>(pid), c.notify_timeout_s);
+
+  try {
+    write_report(job_dir / "report.json", report);
+    if (o.json_report) write_report(*o.json_report, report);
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "%s\n", e.what());
+  }
+  if (o.summary) {
+    std::string notes;
+    for (const auto& n : report.notifications)
+      if (n.status != "disabled") notes += fmt::format("; {} {}", n.channel, n.status);
+    std::fprintf(stderr, "gpualert: %s [%s], exit status %d; log %s%s\n",
+                 report.classification.label.c_str(), report.classification.id.c_str(),
+                 report.exit_status, report.log_path.c_str(), notes.c_str());
+  }
+  return report.exit_status;
+}
+
+}  // namespace meganeura::alert

@@ -1,0 +1,65 @@
+// Job telemetry: GPU samples through NVML (loaded with dlopen, optional), energy through
+// EnergyMeter, Xid/ECC events, and the cgroup v2 and kernel evidence of OOM kills.
+// Sampling runs on a background thread started after the child is launched, so a machine
+// without a GPU (or a slow driver) costs the job nothing.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <thread>
+#include <vector>
+
+namespace meganeura::alert {
+
+struct GpuStats {
+  unsigned index = 0;
+  std::string name;
+  unsigned samples = 0;
+  double util_avg = 0, util_max = 0;
+  uint64_t mem_max_bytes = 0, mem_total_bytes = 0;
+  unsigned temp_max_c = 0;
+  double power_avg_w = 0, power_max_w = 0;
+  double energy_j = 0;  // from the driver's counter, when it has one
+  unsigned last_util = 0;
+};
+
+struct TelemetryResult {
+  bool gpu_available = false;
+  std::string gpu_note;  // why there is no GPU data
+  std::vector<GpuStats> gpus;
+  std::vector<std::string> gpu_events;
+  nlohmann::json energy;  // EnergyReading as JSON
+  uint64_t cgroup_oom_kills = 0;
+  std::vector<std::string> kernel_oom;
+};
+
+class Telemetry {
+ public:
+  explicit Telemetry(double interval_s = 1.0);
+  ~Telemetry();
+  Telemetry(const Telemetry&) = delete;
+  Telemetry& operator=(const Telemetry&) = delete;
+
+  void start();  // returns at once; sampling happens on a thread
+  TelemetryResult stop();
+  // True when NVML is present and every GPU's utilisation is at most 5%.
+  // False when no GPU data is available (no evidence either way).
+  bool gpus_idle() const;
+  bool has_gpu_data() const;
+
+  struct State;
+
+ private:
+  std::unique_ptr<State> state_;
+};
+
+// memory.events oom_kill counter of this process's cgroup v2 (0 when unreadable).
+uint64_t read_cgroup_oom_kills();
+
+nlohmann::json to_json(const TelemetryResult& t);
+
+}  // namespace meganeura::alert

@@ -1,0 +1,196 @@
+#include "alert/util.h"
+
+#include <fmt/format.h>
+#include <unistd.h>
+
+#include <array>
+#include <cctype>
+#include <charconv>
+#include <chrono>
+#include <csignal>
+#include <cstdlib>
+#include <ctime>
+#include <stdexcept>
+
+namespace meganeura::alert {
+namespace {
+
+struct SignalEntry {
+  int number;
+  const char* name;
+};
+
+constexpr std::array kSignals{
+    SignalEntry{SIGHUP, "SIGHUP"},   SignalEntry{SIGINT, "SIGINT"},   SignalEntry{SIGQUIT, "SIGQUIT"},
+    SignalEntry{SIGILL, "SIGILL"},   SignalEntry{SIGTRAP, "SIGTRAP"}, SignalEntry{SIGABRT, "SIGABRT"},
+    SignalEntry{SIGBUS, "SIGBUS"},   SignalEntry{SIGFPE, "SIGFPE"},   SignalEntry{SIGKILL, "SIGKILL"},
+    SignalEntry{SIGUSR1, "SIGUSR1"}, SignalEntry{SIGSEGV, "SIGSEGV"}, SignalEntry{SIGUSR2, "SIGUSR2"},
+    SignalEntry{SIGPIPE, "SIGPIPE"}, SignalEntry{SIGALRM, "SIGALRM"}, SignalEntry{SIGTERM, "SIGTERM"},
+    SignalEntry{SIGCHLD, "SIGCHLD"}, SignalEntry{SIGCONT, "SIGCONT"}, SignalEntry{SIGSTOP, "SIGSTOP"},
+    SignalEntry{SIGTSTP, "SIGTSTP"}, SignalEntry{SIGXCPU, "SIGXCPU"}, SignalEntry{SIGXFSZ, "SIGXFSZ"},
+    SignalEntry{SIGSYS, "SIGSYS"},
+};
+
+std::string lower(std::string_view s) {
+  std::string out(s);
+  for (auto& c : out) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  return out;
+}
+
+// Splits "12.5ms" into the number and its unit suffix.
+std::pair<double, std::string> number_and_unit(std::string_view text, std::string_view what) {
+  size_t i = 0;
+  while (i < text.size() && (std::isdigit(static_cast<unsigned char>(text[i])) || text[i] == '.')) ++i;
+  if (i == 0) throw std::invalid_argument(fmt::format("[gpualert] invalid {} '{}'", what, text));
+  double value = 0;
+  auto [ptr, ec] = std::from_chars(text.data(), text.data() + i, value);
+  if (ec != std::errc() || ptr != text.data() + i)
+    throw std::invalid_argument(fmt::format("[gpualert] invalid {} '{}'", what, text));
+  size_t j = i;
+  while (j < text.size() && std::isalpha(static_cast<unsigned char>(text[j]))) ++j;
+  return {value, lower(text.substr(i, j - i))};
+}
+
+}  // namespace
+
+double parse_duration(std::string_view text) {
+  std::string_view rest = text;
+  while (!rest.empty() && rest.front() == ' ') rest.remove_prefix(1);
+  if (rest.empty()) throw std::invalid_argument("[gpualert] empty duration");
+  double total = 0;
+  while (!rest.empty()) {
+    auto [value, unit] = number_and_unit(rest, "duration");
+    size_t consumed = 0;
+    while (consumed < rest.size() &&
+           (std::isdigit(static_cast<unsigned char>(rest[consumed])) || rest[consumed] == '.'))
+      ++consumed;
+    consumed += unit.size();
+    double scale = 0;
+    if (unit.empty() || unit == "s" || unit == "sec") scale = 1;
+    else if (unit == "ms") scale = 1e-3;
+    else if (unit == "m" || unit == "min") scale = 60;
+    else if (unit == "h") scale = 3600;
+    else if (unit == "d") scale = 86400;
+    else
+      throw std::invalid_argument(fmt::format(
+          "[gpualert] invalid duration '{}': unknown unit '{}' (use ms, s, m, h, d)", text, unit));
+    total += value * scale;
+    rest.remove_prefix(consumed);
+  }
+  return total;
+}
+
+uint64_t parse_size(std::string_view text) {
+  auto [value, unit] = number_and_unit(text, "size");
+  double scale = 0;
+  if (unit.empty() || unit == "b") scale = 1;
+  else if (unit == "k" || unit == "kb" || unit == "kib") scale = 1024.0;
+  else if (unit == "m" || unit == "mb" || unit == "mib") scale = 1024.0 * 1024;
+  else if (unit == "g" || unit == "gb" || unit == "gib") scale = 1024.0 * 1024 * 1024;
+  else
+    throw std::invalid_argument(
+        fmt::format("[gpualert] invalid size '{}': unknown unit '{}' (use k, M, G)", text, unit));
+  size_t digits = 0;
+  while (digits < text.size() && !std::isalpha(static_cast<unsigned char>(text[digits]))) ++digits;
+  if (digits + unit.size() != text.size())
+    throw std::invalid_argument(fmt::format("[gpualert] invalid size '{}'", text));
+  return static_cast<uint64_t>(value * scale);
+}
+
+std::string format_duration(double seconds) {
+  if (seconds < 60) return fmt::format("{:.1f} s", seconds);
+  auto total = static_cast<long long>(seconds + 0.5);
+  return fmt::format("{}h {:02}m {:02}s", total / 3600, (total / 60) % 60, total % 60);
+}
+
+std::string format_size(uint64_t bytes) {
+  if (bytes < 1024) return fmt::format("{} B", bytes);
+  if (bytes < 1024 * 1024) return fmt::format("{:.1f} KiB", bytes / 1024.0);
+  if (bytes < 1024ull * 1024 * 1024) return fmt::format("{:.1f} MiB", bytes / (1024.0 * 1024));
+  return fmt::format("{:.2f} GiB", bytes / (1024.0 * 1024 * 1024));
+}
+
+int parse_signal(std::string_view text) {
+  if (!text.empty() && std::isdigit(static_cast<unsigned char>(text[0]))) {
+    int n = 0;
+    auto [ptr, ec] = std::from_chars(text.data(), text.data() + text.size(), n);
+    if (ec == std::errc() && ptr == text.data() + text.size() && n > 0 && n < 65) return n;
+    throw std::invalid_argument(fmt::format("[gpualert] invalid signal '{}'", text));
+  }
+  std::string up(text);
+  for (auto& c : up) c = static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
+  if (up.rfind("SIG", 0) != 0) up = "SIG" + up;
+  for (const auto& s : kSignals)
+    if (up == s.name) return s.number;
+  throw std::invalid_argument(fmt::format("[gpualert] unknown signal '{}'", text));
+}
+
+std::string signal_name(int signal) {
+  for (const auto& s : kSignals)
+    if (s.number == signal) return s.name;
+  return fmt::format("SIG{}", signal);
+}
+
+std::string shell_quote(std::string_view arg) {
+  if (arg.empty()) return "''";
+  bool plain = true;
+  for (char c : arg)
+    if (!(std::isalnum(static_cast<unsigned char>(c)) || std::string_view("-_./=:,+@%").find(c) !=
+                                                             std::string_view::npos))
+      plain = false;
+  if (plain) return std::string(arg);
+  std::string out = "'";
+  for (char c : arg) {
+    if (c == '\'') out += "'\\''";
+    else out += c;
+  }
+  return out + "'";
+}
+
+std::string join_command(const std::vector<std::string>& argv) {
+  std::string out;
+  for (const auto& a : argv) {
+    if (!out.empty()) out += ' ';
+    out += shell_quote(a);
+  }
+  return out;
+}
+
+double wall_now() {
+  return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
+}
+
+std::string utc_time(double epoch_seconds, const char* format) {
+  auto t = static_cast<time_t>(epoch_seconds);
+  struct tm tm {};
+  gmtime_r(&t, &tm);
+  char buf[128];
+  size_t n = strftime(buf, sizeof buf, format, &tm);
+  return std::string(buf, n);
+}
+
+std::string iso_time(double epoch_seconds) { return utc_time(epoch_seconds, "%Y-%m-%dT%H:%M:%SZ"); }
+
+std::string hostname() {
+  char buf[256] = {};
+  if (gethostname(buf, sizeof buf - 1) != 0) return "unknown-host";
+  return buf;
+}
+
+std::optional<std::string> env(const char* name) {
+  const char* v = std::getenv(name);
+  if (v == nullptr || *v == '\0') return std::nullopt;
+  return std::string(v);
+}
+
+std::string printable(std::string_view text, size_t max_len) {
+  std::string out;
+  for (char c : text.substr(0, max_len)) {
+    auto u = static_cast<unsigned char>(c);
+    out += (u >= 0x20 && u < 0x7f) || u >= 0x80 ? c : '?';
+  }
+  if (text.size() > max_len) out += "...";
+  return out;
+}
+
+}  // namespace meganeura::alert

@@ -1,0 +1,43 @@
+// Small helpers shared by the gpualert components: durations, sizes, signal names,
+// shell quoting and time stamps. Parsers throw std::invalid_argument with a message
+// naming the bad value, so a typo in a flag or the config becomes a one-line error.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace meganeura::alert {
+
+// "90", "90s", "1.5m", "2h", "1h30m", "250ms" -> seconds. Bare numbers are seconds.
+double parse_duration(std::string_view text);
+// "512", "10k", "25MB", "25MiB", "1G" -> bytes (k/M/G are powers of 1024).
+uint64_t parse_size(std::string_view text);
+std::string format_duration(double seconds);  // "1h 02m 03s", "4.2 s"
+std::string format_size(uint64_t bytes);      // "1.5 MiB"
+
+// "SIGSEGV", "segv", "11" -> 11. Throws for unknown names.
+int parse_signal(std::string_view text);
+// 11 -> "SIGSEGV"; unknown numbers -> "SIG<n>".
+std::string signal_name(int signal);
+
+// Quotes an argument for display the way a POSIX shell would need it.
+std::string shell_quote(std::string_view arg);
+std::string join_command(const std::vector<std::string>& argv);
+
+// Seconds since the epoch (wall clock) and an ISO 8601 UTC rendering of it.
+double wall_now();
+std::string iso_time(double epoch_seconds);
+// strftime of the given time (seconds since the epoch) in UTC.
+std::string utc_time(double epoch_seconds, const char* format);
+
+std::string hostname();
+// The value of an environment variable, empty optional when unset or empty.
+std::optional<std::string> env(const char* name);
+
+// Replaces every character outside the printable ASCII range, for one-line messages.
+std::string printable(std::string_view text, size_t max_len = 300);
+
+}  // namespace meganeura::alert

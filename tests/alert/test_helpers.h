@@ -1,0 +1,277 @@
+// Helpers for gpualert's tests: run a program with a deadline and capture its output,
+// temporary directories, and a real SMTP server (aiosmtpd) on loopback.
+#pragma once
+
+#include <fcntl.h>
+#include <poll.h>
+#include <signal.h>
+#include <sys/socket.h>
+#include <netinet/in.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <optional>
+#include <stdexcept>
+#include <string>
+#include <thread>
+#include <vector>
+
+extern char** environ;
+
+namespace alert_test {
+
+namespace fs = std::filesystem;
+
+inline const std::string kGpualert = std::string(MEGANEURA_BINARY_DIR) + "/bin/gpualert";
+inline const std::string kTestDir = std::string(MEGANEURA_SOURCE_DIR) + "/tests/alert";
+inline const std::string kPython = "/usr/bin/python3";
+
+struct RunResult {
+  int status = -1;  // shell-style: code or 128 + signal
+  std::string out;
+  std::string err;
+  double seconds = 0;
+};
+
+struct RunSpec {
+  std::vector<std::string> argv;
+  std::map<std::string, std::string> env;  // added to (or replacing) the environment
+  std::string input;                       // written to stdin, then closed
+  std::string cwd;
+  double timeout_s = 120;
+};
+
+inline RunSpec command(std::vector<std::string> argv,
+                       std::map<std::string, std::string> env = {}) {
+  RunSpec s;
+  s.argv = std::move(argv);
+  s.env = std::move(env);
+  return s;
+}
+
+inline int shell_status(int wstatus) {
+  if (WIFEXITED(wstatus)) return WEXITSTATUS(wstatus);
+  if (WIFSIGNALED(wstatus)) return 128 + WTERMSIG(wstatus);
+  return -1;
+}
+
+inline std::vector<std::string> make_env(const std::map<std::string, std::string>& extra) {
+  std::vector<std::string> out;
+  for (char** e = environ; *e != nullptr; ++e) {
+    std::string kv = *e;
+    auto key = kv.substr(0, kv.find('='));
+    if (!extra.count(key)) out.push_back(kv);
+  }
+  for (const auto& [k, v] : extra) out.push_back(k + "=" + v);
+  return out;
+}
+
+// Starts a process with pipes; used by run() and by tests that signal the process.
+struct Child {
+  pid_t pid = -1;
+  int in = -1, out = -1, err = -1;
+};
+
+inline Child spawn(const RunSpec& spec) {
+  int pin[2], pout[2], perr[2];
+  if (pipe(pin) || pipe(pout) || pipe(perr)) throw std::runtime_error("pipe");
+  auto envs = make_env(spec.env);
+  std::vector<char*> argv, envp;
+  std::vector<std::string> args = spec.argv;
+  for (auto& a : args) argv.push_back(a.data());
+  argv.push_back(nullptr);
+  for (auto& e : envs) envp.push_back(e.data());
+  envp.push_back(nullptr);
+  pid_t pid = fork();
+  if (pid == 0) {
+    dup2(pin[0], 0);
+    dup2(pout[1], 1);
+    dup2(perr[1], 2);
+    for (int fd : {pin[0], pin[1], pout[0], pout[1], perr[0], perr[1]}) close(fd);
+    if (!spec.cwd.empty() && chdir(spec.cwd.c_str()) != 0) _exit(126);
+    execve(argv[0], argv.data(), envp.data());
+    _exit(127);
+  }
+  close(pin[0]);
+  close(pout[1]);
+  close(perr[1]);
+  return {pid, pin[1], pout[0], perr[0]};
+}
+
+inline RunResult finish(Child c, const std::string& input, double timeout_s) {
+  auto t0 = std::chrono::steady_clock::now();
+  RunResult r;
+  if (!input.empty()) {
+    signal(SIGPIPE, SIG_IGN);
+    [[maybe_unused]] auto n = write(c.in, input.data(), input.size());
+  }
+  close(c.in);
+  bool out_open = true, err_open = true;
+  char buf[65536];
+  int wstatus = 0;
+  bool reaped = false;
+  while (out_open || err_open || !reaped) {
+    double elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    if (elapsed > timeout_s) {
+      kill(c.pid, SIGKILL);
+      waitpid(c.pid, &wstatus, 0);
+      r.status = -2;
+      r.err += "\n[test harness: killed after timeout]";
+      break;
+    }
+    if (!reaped && waitpid(c.pid, &wstatus, WNOHANG) == c.pid) reaped = true;
+    if (!out_open && !err_open) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(2));
+      continue;
+    }
+    pollfd fds[2] = {{out_open ? c.out : -1, POLLIN, 0}, {err_open ? c.err : -1, POLLIN, 0}};
+    poll(fds, 2, 20);
+    for (int i = 0; i < 2; ++i) {
+      if (fds[i].revents == 0) continue;
+      ssize_t n = read(fds[i].fd, buf, sizeof buf);
+      if (n <= 0) {
+        (i == 0 ? out_open : err_open) = false;
+      } else {
+        (i == 0 ? r.out : r.err).append(buf, static_cast<size_t>(n));
+      }
+    }
+  }
+  close(c.out);
+  close(c.err);
+  if (r.status != -2) r.status = shell_status(wstatus);
+  r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  return r;
+}
+
+inline RunResult run(const RunSpec& spec) { return finish(spawn(spec), spec.input, spec.timeout_s); }
+
+inline std::string read_file(const fs::path& p) {
+  std::ifstream in(p, std::ios::binary);
+  return {std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
+}
+
+inline void write_file(const fs::path& p, const std::string& data, fs::perms mode = fs::perms(0644)) {
+  std::ofstream(p, std::ios::binary) << data;
+  fs::permissions(p, mode);
+}
+
+class TempDir {
+ public:
+  TempDir() {
+    char tmpl[] = "/tmp/gpualert-test-XXXXXX";
+    if (mkdtemp(tmpl) == nullptr) throw std::runtime_error("mkdtemp");
+    path_ = tmpl;
+  }
+  ~TempDir() {
+    std::error_code ec;
+    fs::remove_all(path_, ec);
+  }
+  TempDir(const TempDir&) = delete;
+  TempDir& operator=(const TempDir&) = delete;
+  const fs::path& path() const { return path_; }
+  fs::path operator/(const std::string& s) const { return path_ / s; }
+
+ private:
+  fs::path path_;
+};
+
+inline int free_port() {
+  int s = socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  bind(s, reinterpret_cast<sockaddr*>(&a), sizeof a);
+  socklen_t len = sizeof a;
+  getsockname(s, reinterpret_cast<sockaddr*>(&a), &len);
+  close(s);
+  return ntohs(a.sin_port);
+}
+
+// A self-signed certificate for 127.0.0.1, generated once per test program with openssl.
+inline std::pair<std::string, std::string> test_certificate() {
+  static const fs::path dir = [] {
+    fs::path d = fs::temp_directory_path() / ("gpualert-cert-" + std::to_string(getpid()));
+    fs::create_directories(d);
+    RunSpec s = command({"/usr/bin/openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout",
+               (d / "key.pem").string(), "-out", (d / "cert.pem").string(), "-days", "2", "-subj",
+               "/CN=127.0.0.1", "-addext", "subjectAltName=IP:127.0.0.1"});
+    auto r = run(s);
+    if (r.status != 0) throw std::runtime_error("openssl failed: " + r.err);
+    return d;
+  }();
+  return {(dir / "cert.pem").string(), (dir / "key.pem").string()};
+}
+
+// Starts `script` (a loopback server under tests/alert) with `args` plus --port-file, waits
+// until it listens, and kills it on destruction.
+class PythonServer {
+ public:
+  PythonServer(const std::string& script, std::vector<std::string> args, const fs::path& port_file) {
+    fs::remove(port_file);
+    std::vector<std::string> argv = {kPython, kTestDir + "/" + script, "--port-file", port_file.string()};
+    argv.insert(argv.end(), args.begin(), args.end());
+    child_ = spawn(command(argv));
+    close(child_.in);
+    for (int i = 0; i < 1000 && !fs::exists(port_file); ++i)
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    if (!fs::exists(port_file)) throw std::runtime_error(script + " did not start");
+    port_ = std::stoi(read_file(port_file));
+  }
+  ~PythonServer() {
+    kill(child_.pid, SIGKILL);
+    waitpid(child_.pid, nullptr, 0);
+    close(child_.out);
+    close(child_.err);
+  }
+  PythonServer(const PythonServer&) = delete;
+  PythonServer& operator=(const PythonServer&) = delete;
+  int port() const { return port_; }
+
+ private:
+  Child child_;
+  int port_ = 0;
+};
+
+inline std::vector<fs::path> files_with_extension(const fs::path& dir, const std::string& ext) {
+  std::vector<fs::path> out;
+  std::error_code ec;
+  for (const auto& e : fs::directory_iterator(dir, ec))
+    if (e.path().extension() == ext) out.push_back(e.path());
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
+struct SmtpOptions {
+  std::string mode = "accept";
+  std::string tls = "none";
+  std::string auth;  // "user:password"
+  int port = 0;
+};
+
+class SmtpServer {
+ public:
+  SmtpServer(const fs::path& maildir, const SmtpOptions& o)
+      : maildir_(maildir), server_("smtp_server.py", arguments(maildir, o), maildir.string() + ".port") {}
+  int port() const { return server_.port(); }
+  std::vector<fs::path> messages() const { return files_with_extension(maildir_, ".eml"); }
+
+ private:
+  static std::vector<std::string> arguments(const fs::path& maildir, const SmtpOptions& o) {
+    std::vector<std::string> argv = {"--mode", o.mode, "--tls", o.tls, "--maildir", maildir.string()};
+    if (o.port) argv.insert(argv.end(), {"--port", std::to_string(o.port)});
+    if (!o.auth.empty()) argv.insert(argv.end(), {"--auth", o.auth});
+    if (o.tls != "none") {
+      auto [cert, key] = test_certificate();
+      argv.insert(argv.end(), {"--cert", cert, "--key", key});
+    }
+    return argv;
+  }
+  fs::path maildir_;
+  PythonServer server_;
+};
+
+}  // namespace alert_test

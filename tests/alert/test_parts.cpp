@@ -1,0 +1,176 @@
+// Unit tests of the building blocks: log store, attachments, MIME, parsing helpers.
+#include <gtest/gtest.h>
+#include <zlib.h>
+
+#include "alert/attachments.h"
+#include "alert/log_store.h"
+#include "alert/mime.h"
+#include "alert/util.h"
+#include "test_helpers.h"
+
+using namespace alert_test;
+namespace ga = meganeura::alert;
+
+namespace {
+
+std::string gunzip(const std::string& data) {
+  z_stream z{};
+  inflateInit2(&z, 15 + 16);
+  std::string out;
+  char buf[65536];
+  z.next_in = reinterpret_cast<Bytef*>(const_cast<char*>(data.data()));
+  z.avail_in = static_cast<uInt>(data.size());
+  int rc = Z_OK;
+  while (rc == Z_OK) {
+    z.next_out = reinterpret_cast<Bytef*>(buf);
+    z.avail_out = sizeof buf;
+    rc = inflate(&z, Z_NO_FLUSH);
+    out.append(buf, sizeof buf - z.avail_out);
+  }
+  inflateEnd(&z);
+  EXPECT_EQ(rc, Z_STREAM_END);
+  return out;
+}
+
+std::string body_of(const ga::LogStore& log) {
+  return read_file(log.path()).substr(log.body_offset());
+}
+
+}  // namespace
+
+TEST(LogStore, ProgressBarsEscapesAndPartialLines) {
+  TempDir dir;
+  ga::LogStore log(dir / "job", {"id", "cmd", "host", "/", "now"});
+  log.append("epoch 1\n\x1b[32mgreen\x1b[0m text\n");
+  log.append(" 10%|#  \r 5");        // a redraw split across reads
+  log.append("0%|###\r100%|#####|");
+  EXPECT_EQ(body_of(log), "epoch 1\ngreen text\n100%|#####|") << "unterminated line is on disk already";
+  log.append("\rshort\x1b[K\n");
+  log.finish();
+  EXPECT_EQ(body_of(log), "epoch 1\ngreen text\nshort\n");
+  EXPECT_EQ(ga::find_body_offset(log.path()), log.body_offset());
+}
+
+TEST(LogStore, RefusesAnExistingLogAndBadDirectories) {
+  TempDir dir;
+  { ga::LogStore log(dir / "job", {"id", "cmd", "host", "/", "now"}); }
+  EXPECT_THROW(ga::LogStore(dir / "job", {"id", "cmd", "host", "/", "now"}), std::runtime_error);
+  write_file(dir / "file", "x");
+  try {
+    ga::LogStore log(dir / "file" / "job", {"id", "cmd", "host", "/", "now"});
+    FAIL() << "expected an error";
+  } catch (const std::runtime_error& e) {
+    EXPECT_NE(std::string(e.what()).find("[gpualert] cannot create directory"), std::string::npos) << e.what();
+  }
+}
+
+TEST(LogStore, ForeignFilesHaveNoHeader) {
+  TempDir dir;
+  write_file(dir / "plain.log", "# gpualert is mentioned\nline\n");
+  EXPECT_EQ(ga::find_body_offset(dir / "plain.log"), 0u);
+}
+
+// An oversize log is cut to head + tail with a marker, compressed, and fits its budget.
+TEST(Attachments, OversizeLogIsCutAndCompressed) {
+  TempDir dir;
+  std::string big;
+  for (int i = 0; big.size() < (8u << 20); ++i) big += "step " + std::to_string(i) + " loss " + std::to_string(i * 37 % 1000) + "\n";
+  big += "FINAL ERROR LINE\n";
+  write_file(dir / "output.log", "HEAD\n" + big);
+  ga::AttachConfig cfg;
+  cfg.max_file = 256 << 10;
+  cfg.max_total = 1 << 20;
+  cfg.default_outputs = false;
+  auto plan = ga::collect_attachments(cfg, {dir / "output.log", 0, 0, dir.path(), dir / "jobs"});
+  ASSERT_EQ(plan.blobs.size(), 1u);
+  EXPECT_EQ(plan.blobs[0].name, "output.log.gz");
+  EXPECT_LE(plan.blobs[0].data.size(), cfg.max_file);
+  EXPECT_TRUE(plan.attached[0].truncated);
+  std::string text = gunzip(plan.blobs[0].data);
+  EXPECT_EQ(text.rfind("HEAD\n", 0), 0u);
+  EXPECT_NE(text.find("FINAL ERROR LINE\n"), std::string::npos);
+  EXPECT_NE(text.find("gpualert cut"), std::string::npos);
+}
+
+TEST(Attachments, SkippedFilesAreListedWithReasons) {
+  TempDir dir;
+  write_file(dir / "output.log", "ok\n");
+  std::string noise;
+  unsigned x = 1;
+  for (int i = 0; i < (3 << 20); ++i) noise += static_cast<char>((x = x * 1103515245 + 12345) >> 24);
+  write_file(dir / "weights.bin", noise);  // binary, incompressible, over budget
+  write_file(dir / "a.txt", std::string(300 << 10, 'a'));
+  ga::AttachConfig cfg;
+  cfg.max_file = 1 << 20;
+  cfg.max_total = 1 << 20;
+  cfg.default_outputs = false;
+  cfg.globs = {"weights.bin", "missing-*.pt", "a.txt"};
+  auto plan = ga::collect_attachments(cfg, {dir / "output.log", 0, 0, dir.path(), dir / "jobs"});
+  std::map<std::string, std::string> reasons;
+  for (const auto& s : plan.skipped) reasons[fs::path(s.path).filename().string()] = s.reason;
+  ASSERT_TRUE(reasons.count("weights.bin"));
+  EXPECT_NE(reasons["weights.bin"].find("budget"), std::string::npos) << reasons["weights.bin"];
+  ASSERT_TRUE(reasons.count("missing-*.pt"));
+  EXPECT_NE(reasons["missing-*.pt"].find("no file matches"), std::string::npos);
+  for (const auto& s : plan.skipped) {
+    if (fs::path(s.path).filename() == "weights.bin") {
+      EXPECT_EQ(s.size, noise.size());
+    }
+  }
+  // a.txt compresses to almost nothing and still fits.
+  bool has_a = false;
+  for (const auto& a : plan.attached) has_a |= a.name == "a.txt.gz";
+  EXPECT_TRUE(has_a);
+}
+
+// A skipped artifact reaches the owner: it is listed in the message itself.
+TEST(Attachments, SkippedArtifactIsNamedInTheEmail) {
+  TempDir dir;
+  std::string noise;
+  unsigned x = 7;
+  for (int i = 0; i < (2 << 20); ++i) noise += static_cast<char>((x = x * 1103515245 + 12345) >> 24);
+  write_file(dir / "huge.ckpt", noise);
+  fs::create_directories(dir / "config/gpualert");
+  write_file(dir / "config/gpualert/config.toml",
+             "[smtp]\nurl = \"smtp://127.0.0.1:1\"\nto = [\"x@example.test\"]\n[attach]\nmax_file = \"1MiB\"\n");
+  RunSpec s = command({kGpualert, "--dry-run", "--attach", "huge.ckpt", "--", "/bin/sh", "-c", "exit 1"},
+                      {{"XDG_STATE_HOME", (dir / "state").string()},
+                       {"XDG_CONFIG_HOME", (dir / "config").string()}});
+  s.cwd = dir.path().string();
+  auto r = run(s);
+  EXPECT_EQ(r.status, 1);
+  // The text part is base64; decode it through the MIME parser.
+  write_file(dir / "m.eml", r.out.substr(r.out.find("From:")));
+  auto parsed = run(command({kPython, kTestDir + "/parse_mail.py", (dir / "m.eml").string(), (dir / "x").string()}));
+  EXPECT_NE(parsed.out.find("Not attached"), std::string::npos) << parsed.out;
+  EXPECT_NE(parsed.out.find("huge.ckpt (2.0 MiB): 2.0 MiB after compression, over the budget of 1.0 MiB"),
+            std::string::npos) << parsed.out;
+}
+
+TEST(Mime, Base64RoundTripsThroughPython) {
+  std::string data;
+  for (int i = 0; i < 1000; ++i) data += static_cast<char>(i * 31 % 256);
+  ga::EmailParts p{"a@b.test", {"c@d.test"}, "Ünïcode subject", "text", "<b>html</b>", {{"bin.dat", "application/octet-stream", data}}};
+  TempDir dir;
+  write_file(dir / "m.eml", ga::build_email(p));
+  auto r = run(command({kPython, kTestDir + "/parse_mail.py", (dir / "m.eml").string(), (dir / "x").string()}));
+  ASSERT_EQ(r.status, 0) << r.err;
+  EXPECT_NE(r.out.find("\\u00dcn\\u00efcode subject"), std::string::npos) << r.out;
+  EXPECT_EQ(read_file(dir / "x/bin.dat"), data);
+}
+
+TEST(Util, DurationsSizesSignals) {
+  EXPECT_DOUBLE_EQ(ga::parse_duration("90"), 90);
+  EXPECT_DOUBLE_EQ(ga::parse_duration("1h30m"), 5400);
+  EXPECT_DOUBLE_EQ(ga::parse_duration("250ms"), 0.25);
+  EXPECT_THROW(ga::parse_duration("5 parsecs"), std::invalid_argument);
+  EXPECT_THROW(ga::parse_duration(""), std::invalid_argument);
+  EXPECT_EQ(ga::parse_size("25MiB"), 25u << 20);
+  EXPECT_EQ(ga::parse_size("10k"), 10240u);
+  EXPECT_THROW(ga::parse_size("ten"), std::invalid_argument);
+  EXPECT_EQ(ga::parse_signal("segv"), SIGSEGV);
+  EXPECT_EQ(ga::parse_signal("9"), SIGKILL);
+  EXPECT_EQ(ga::signal_name(SIGTERM), "SIGTERM");
+  EXPECT_THROW(ga::parse_signal("SIGNOPE"), std::invalid_argument);
+  EXPECT_EQ(ga::shell_quote("it's"), "'it'\\''s'");
+}

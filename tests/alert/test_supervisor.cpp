@@ -1,0 +1,315 @@
+// The wrapper as a user runs it: exit statuses, signals, timeouts, the durable log.
+#include <gtest/gtest.h>
+#include <pty.h>
+#include <nlohmann/json.hpp>
+
+#include "test_helpers.h"
+
+using namespace alert_test;
+
+namespace {
+
+struct Job {
+  TempDir dir;
+  std::map<std::string, std::string> env() const {
+    return {{"XDG_STATE_HOME", (dir / "state").string()},
+            {"XDG_CONFIG_HOME", (dir / "config").string()}};
+  }
+  RunSpec spec(std::vector<std::string> options, std::vector<std::string> command) const {
+    RunSpec s;
+    s.argv = {kGpualert};
+    s.argv.insert(s.argv.end(), options.begin(), options.end());
+    s.argv.push_back("--");
+    s.argv.insert(s.argv.end(), command.begin(), command.end());
+    s.env = env();
+    s.cwd = dir.path().string();
+    return s;
+  }
+  nlohmann::json report() const { return nlohmann::json::parse(read_file(dir / "report.json")); }
+  std::string log_body() const {
+    std::string log = read_file(report()["log_path"].get<std::string>());
+    auto marker = log.find("# ---- output ----\n");
+    return marker == std::string::npos ? log : log.substr(marker + 19);
+  }
+};
+
+const std::vector<std::string> kReport = {"--no-notify", "--json-report", "report.json"};
+
+}  // namespace
+
+TEST(Supervisor, ExitCodesPassThrough) {
+  for (int code : {0, 1, 2, 3, 127, 255}) {
+    Job job;
+    auto r = run(job.spec(kReport, {"/bin/sh", "-c", "echo status " + std::to_string(code) +
+                                                          "; exit " + std::to_string(code)}));
+    EXPECT_EQ(r.status, code) << r.err;
+    EXPECT_EQ(job.report()["exit_status"], code);
+    EXPECT_NE(r.out.find("status " + std::to_string(code)), std::string::npos);
+  }
+}
+
+TEST(Supervisor, DeathBySignalIs128PlusSignal) {
+  const std::vector<std::pair<std::string, int>> cases = {
+      {"SEGV", 139}, {"ABRT", 134}, {"KILL", 137}, {"TERM", 143}};
+  for (const auto& [sig, expected] : cases) {
+    Job job;
+    auto r = run(job.spec(kReport, {"/bin/sh", "-c", "kill -" + sig + " $$"}));
+    EXPECT_EQ(r.status, expected) << sig << ": " << r.err;
+    EXPECT_EQ(job.report()["signal"], "SIG" + sig);
+  }
+}
+
+TEST(Supervisor, CommandNotFoundIs127WithReason) {
+  Job job;
+  auto r = run(job.spec(kReport, {"no-such-program-xyz"}));
+  EXPECT_EQ(r.status, 127);
+  EXPECT_EQ(job.report()["class"], "file_not_found");
+}
+
+TEST(Supervisor, StdinIsPassedThrough) {
+  Job job;
+  auto s = job.spec({"--no-notify"}, {"/bin/sh", "-c", "read line; echo got:$line"});
+  s.input = "hello from stdin\n";
+  auto r = run(s);
+  EXPECT_EQ(r.status, 0) << r.err;
+  EXPECT_NE(r.out.find("got:hello from stdin"), std::string::npos) << r.out;
+}
+
+TEST(Supervisor, PythonLastLineBeforeSegfaultIsLogged) {
+  // Without a terminal Python block-buffers stdout and this line dies with the process.
+  Job job;
+  auto r = run(job.spec(kReport, {kPython, "-c",
+                                  "import ctypes\nprint('the very last words')\nctypes.string_at(0)"}));
+  EXPECT_EQ(r.status, 139);
+  EXPECT_NE(job.log_body().find("the very last words"), std::string::npos);
+  EXPECT_EQ(job.report()["class"], "segfault");
+}
+
+TEST(Supervisor, StdoutAndStderrKeepTheirOrder) {
+  Job job;
+  auto r = run(job.spec(kReport, {"/bin/sh", "-c", "echo 1; echo 2 >&2; echo 3; echo 4 >&2; echo 5"}));
+  EXPECT_EQ(r.status, 0);
+  EXPECT_EQ(job.log_body(), "1\n2\n3\n4\n5\n");
+}
+
+TEST(Supervisor, CarriageReturnProgressKeepsLastState) {
+  Job job;
+  auto r = run(job.spec(kReport, {"/usr/bin/printf",
+                                  "start\\n 10%%|#   |\\r 50%%|##  |\\r100%%|####|\\ndone\\n"}));
+  EXPECT_EQ(r.status, 0);
+  EXPECT_EQ(job.log_body(), "start\n100%|####|\ndone\n");
+}
+
+TEST(Supervisor, LogHeaderIsOnDiskBeforeTheChildRuns) {
+  Job job;
+  // The child reads its own log: the header must already be there.
+  auto r = run(job.spec(kReport, {"/bin/sh", "-c", "cat \"$XDG_STATE_HOME\"/gpualert/jobs/*/output.log"}));
+  EXPECT_EQ(r.status, 0);
+  EXPECT_NE(r.out.find("# gpualert job "), std::string::npos) << r.out;
+  auto mode = fs::status(job.report()["job_dir"].get<std::string>()).permissions();
+  EXPECT_EQ(mode & fs::perms::all, fs::perms::owner_all);
+}
+
+TEST(Supervisor, UnrecordableJobDoesNotStart) {
+  Job job;
+  write_file(job.dir / "not-a-dir", "x");
+  auto s = job.spec({"--no-notify", "--state-dir", (job.dir / "not-a-dir").string()},
+                    {"/bin/sh", "-c", "touch ran"});
+  auto r = run(s);
+  EXPECT_EQ(r.status, 125);
+  EXPECT_FALSE(fs::exists(job.dir / "ran"));
+  EXPECT_NE(r.err.find("not-a-dir"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("not started"), std::string::npos) << r.err;
+}
+
+TEST(Supervisor, LogSurvivesSigkillOfTheWrapper) {
+  Job job;
+  auto c = spawn(job.spec({"--no-notify"}, {"/bin/sh", "-c", "echo written before the kill; sleep 3"}));
+  fs::path jobs = job.dir / "state/gpualert/jobs";
+  std::string body;
+  for (int i = 0; i < 500 && body.find("before the kill") == std::string::npos; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    std::error_code ec;
+    for (const auto& e : fs::directory_iterator(jobs, ec)) body = read_file(e.path() / "output.log");
+  }
+  kill(c.pid, SIGKILL);
+  finish(c, "", 10);
+  EXPECT_NE(body.find("written before the kill"), std::string::npos);
+}
+
+TEST(Supervisor, SigtermToWrapperReachesChildAndReportIsWritten) {
+  Job job;
+  auto c = spawn(job.spec(kReport, {kPython, "-c",
+                                    "import signal, sys, time\n"
+                                    "def bye(*a):\n    print('child saw SIGTERM, saving'); sys.exit(0)\n"
+                                    "signal.signal(signal.SIGTERM, bye)\nprint('ready', flush=True)\n"
+                                    "time.sleep(60)"}));
+  std::string out;
+  char buf[256];
+  while (out.find("ready") == std::string::npos) {
+    ssize_t n = read(c.out, buf, sizeof buf);
+    if (n <= 0) break;
+    out.append(buf, static_cast<size_t>(n));
+  }
+  kill(c.pid, SIGTERM);
+  auto r = finish(c, "", 30);
+  EXPECT_EQ(r.status, 0) << "the child exited 0 after handling SIGTERM";
+  auto rep = job.report();
+  EXPECT_EQ(rep["received_signal"], "SIGTERM");
+  EXPECT_EQ(rep["class"], "time_limit");
+  EXPECT_NE(job.log_body().find("child saw SIGTERM"), std::string::npos);
+}
+
+TEST(Supervisor, GracePeriodThenSigkill) {
+  Job job;
+  auto c = spawn(job.spec({"--no-notify", "--grace", "1", "--json-report", "report.json"},
+                          {"/bin/sh", "-c", "trap '' TERM; echo ignoring; sleep 30"}));
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  kill(c.pid, SIGTERM);
+  auto r = finish(c, "", 30);
+  EXPECT_EQ(r.status, 137);
+  EXPECT_LT(r.seconds, 5);
+  EXPECT_EQ(job.report()["class"], "time_limit");
+}
+
+TEST(Supervisor, TimeoutEndsGrandchildrenToo) {
+  Job job;
+  // The grandchild ignores SIGTERM and would outlive a kill of the direct child alone.
+  auto r = run(job.spec({"--no-notify", "--timeout", "1", "--grace", "0.5", "--json-report", "report.json"},
+                        {"/bin/sh", "-c", "sh -c \"trap '' TERM; exec sleep 60\" & echo $! > grandchild.pid; sleep 60"}));
+  EXPECT_EQ(r.status, 143);
+  EXPECT_LT(r.seconds, 10);
+  EXPECT_TRUE(job.report()["timed_out"].get<bool>());
+  EXPECT_EQ(job.report()["class"], "time_limit");
+  pid_t pid = std::stoi(read_file(job.dir / "grandchild.pid"));
+  bool alive = true;
+  for (int i = 0; i < 100 && alive; ++i) {
+    std::string stat = read_file("/proc/" + std::to_string(pid) + "/stat");
+    alive = !stat.empty() && stat.find(") Z") == std::string::npos;
+    if (alive) std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  EXPECT_FALSE(alive) << "grandchild " << pid << " survived the timeout";
+}
+
+TEST(Supervisor, HangIsDetectedAndKilled) {
+  Job job;
+  auto r = run(job.spec({"--no-notify", "--hang-after", "0.5", "--kill-on-hang", "--grace", "1",
+                         "--json-report", "report.json"},
+                        {"/bin/sh", "-c", "echo working; sleep 30"}));
+  EXPECT_EQ(r.status, 143);
+  EXPECT_LT(r.seconds, 10);
+  EXPECT_EQ(job.report()["class"], "hang");
+  EXPECT_NE(r.err.find("possible hang"), std::string::npos);
+}
+
+TEST(Supervisor, ReportWithoutGpuSaysSo) {
+  Job job;
+  auto r = run(job.spec(kReport, {"/bin/true"}));
+  EXPECT_EQ(r.status, 0);
+  auto rep = job.report();
+  for (const char* key : {"job_id", "command", "start_time", "end_time", "exit_status", "signal",
+                          "class", "evidence", "log_path", "attachments", "skipped_attachments",
+                          "notifications", "telemetry", "energy"})
+    EXPECT_TRUE(rep.contains(key)) << key;
+  EXPECT_EQ(rep["class"], "success");
+  if (!rep["telemetry"]["gpu_available"].get<bool>()) {
+    EXPECT_FALSE(rep["telemetry"]["gpu_note"].get<std::string>().empty());
+  }
+}
+
+TEST(Supervisor, SlurmVariablesEnrichTheReport) {
+  Job job;
+  auto s = job.spec(kReport, {"/bin/true"});
+  s.env["SLURM_JOB_ID"] = "4242";
+  s.env["SLURM_JOB_NAME"] = "train-llm";
+  s.env["SLURM_ARRAY_TASK_ID"] = "7";
+  auto r = run(s);
+  EXPECT_EQ(r.status, 0);
+  auto rep = job.report();
+  EXPECT_EQ(rep["slurm"]["SLURM_JOB_ID"], "4242");
+  EXPECT_EQ(rep["slurm"]["SLURM_ARRAY_TASK_ID"], "7");
+  EXPECT_NE(rep["job_id"].get<std::string>().find("4242"), std::string::npos);
+}
+
+TEST(Supervisor, BadFlagsAreOneLineErrors) {
+  Job job;
+  auto r0 = run(job.spec({"--timeout", "0"}, {"/bin/true"}));
+  EXPECT_EQ(r0.status, 125);
+  EXPECT_NE(r0.err.find("--timeout must be positive"), std::string::npos) << r0.err;
+  auto r = run(job.spec({"--timeout", "5 parsecs"}, {"/bin/true"}));
+  EXPECT_EQ(r.status, 125);
+  EXPECT_NE(r.err.find("invalid duration"), std::string::npos) << r.err;
+  auto r2 = run(command({kGpualert, "--no-notify"}, job.env()));
+  EXPECT_EQ(r2.status, 2);
+  EXPECT_NE(r2.err.find("no command given"), std::string::npos) << r2.err;
+}
+
+// The reference tool answered Ctrl-C with an immediate SIGKILL; here SIGINT and SIGUSR1
+// reach the job, which can clean up and decide its own exit status.
+TEST(Supervisor, SigintAndSigusr1AreForwardedToTheJob) {
+  Job job;
+  auto c = spawn(job.spec(kReport, {kPython, "-c",
+                                    "import signal, sys, time\n"
+                                    "signal.signal(signal.SIGUSR1, lambda *a: print('got usr1', flush=True))\n"
+                                    "print('ready', flush=True)\n"
+                                    "try:\n    time.sleep(60)\n    time.sleep(60)\n"
+                                    "except KeyboardInterrupt:\n    print('saving after interrupt'); sys.exit(0)\n"}));
+  std::string out;
+  char buf[256];
+  auto wait_for = [&](const std::string& what) {
+    while (out.find(what) == std::string::npos) {
+      ssize_t n = read(c.out, buf, sizeof buf);
+      if (n <= 0) break;
+      out.append(buf, static_cast<size_t>(n));
+    }
+  };
+  wait_for("ready");
+  kill(c.pid, SIGUSR1);
+  wait_for("got usr1");
+  kill(c.pid, SIGINT);
+  auto r = finish(c, "", 30);
+  EXPECT_EQ(r.status, 0) << r.err;
+  std::string body = job.log_body();
+  EXPECT_NE(body.find("got usr1"), std::string::npos) << body;
+  EXPECT_NE(body.find("saving after interrupt"), std::string::npos) << body;
+}
+
+// gpualert started from a terminal: keystrokes reach the job through its own terminal, and
+// Ctrl-C there interrupts the job (not gpualert), which can still clean up.
+TEST(Supervisor, InteractiveTerminalInputAndCtrlC) {
+  Job job;
+  int master = -1;
+  pid_t pid = forkpty(&master, nullptr, nullptr, nullptr);
+  ASSERT_GE(pid, 0);
+  if (pid == 0) {
+    for (const auto& [k, v] : job.env()) setenv(k.c_str(), v.c_str(), 1);
+    execl(kGpualert.c_str(), kGpualert.c_str(), "--no-notify", "--json-report",
+          (job.dir / "report.json").c_str(), "--", kPython.c_str(), "-c",
+          "import sys, time\nname = input('name? ')\nprint('hello', name, flush=True)\n"
+          "try:\n    time.sleep(60)\nexcept KeyboardInterrupt:\n    print('interrupted cleanly', flush=True)\n",
+          static_cast<char*>(nullptr));
+    _exit(127);
+  }
+  std::string out;
+  auto wait_for = [&](const std::string& what) {
+    char buf[512];
+    for (int i = 0; i < 300 && out.find(what) == std::string::npos; ++i) {
+      pollfd p{master, POLLIN, 0};
+      if (poll(&p, 1, 100) <= 0) continue;
+      ssize_t n = read(master, buf, sizeof buf);
+      if (n <= 0) break;
+      out.append(buf, static_cast<size_t>(n));
+    }
+    return out.find(what) != std::string::npos;
+  };
+  ASSERT_TRUE(wait_for("name? ")) << out;
+  ASSERT_EQ(write(master, "ada\r", 4), 4);
+  ASSERT_TRUE(wait_for("hello ada")) << out;
+  ASSERT_EQ(write(master, "\x03", 1), 1);
+  EXPECT_TRUE(wait_for("interrupted cleanly")) << out;
+  int status = 0;
+  waitpid(pid, &status, 0);
+  close(master);
+  EXPECT_EQ(shell_status(status), 0);
+  EXPECT_EQ(job.report()["exit_status"], 0);
+}

@@ -1,0 +1,291 @@
+// gpualert: run any command unchanged, record it, classify how it ended, and tell its
+// owner, without ever changing its exit status.
+//
+//   gpualert [options] -- CMD [ARGS...]
+//   gpualert classify LOGFILE [--exit-status N | --signal NAME] [--json]
+//   gpualert outbox list|flush
+//   gpualert config check
+//   gpualert eval CORPUS_DIR [--split train|heldout]
+#include <unistd.h>
+
+#include <fmt/format.h>
+
+#include <CLI/CLI.hpp>
+#include <cstdio>
+#include <filesystem>
+#include <iostream>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "alert/classifier.h"
+#include "alert/config.h"
+#include "alert/evaluate.h"
+#include "alert/log_store.h"
+#include "alert/outbox.h"
+#include "alert/runner.h"
+#include "alert/util.h"
+
+namespace ga = meganeura::alert;
+
+namespace {
+
+std::string self_exe() {
+  std::error_code ec;
+  auto p = std::filesystem::read_symlink("/proc/self/exe", ec);
+  return ec ? std::string("gpualert") : p.string();
+}
+
+std::string sender_exe() {
+  return (std::filesystem::path(self_exe()).parent_path() / "gpualert-send").string();
+}
+
+std::optional<std::filesystem::path> opt_path(const std::string& s) {
+  if (s.empty()) return std::nullopt;
+  return std::filesystem::path(s);
+}
+
+int cmd_classify(int argc, char** argv) {
+  CLI::App app{"Classify a log offline with the same rules as a live job", "gpualert classify"};
+  std::string log;
+  int exit_status = -1;
+  std::string signal;
+  bool json = false;
+  app.add_option("LOGFILE", log, "log to classify (a gpualert log or any text file)")->required();
+  auto* es = app.add_option("--exit-status", exit_status, "the job's exit status");
+  app.add_option("--signal", signal, "the signal that killed the job (SIGSEGV, 9, ...)")->excludes(es);
+  app.add_flag("--json", json, "print the result as JSON");
+  CLI11_PARSE(app, argc, argv);
+  if (!std::filesystem::is_regular_file(log)) {
+    std::fprintf(stderr, "[gpualert] classify: '%s' is not a readable file\n", log.c_str());
+    return 2;
+  }
+  ga::SystemFacts facts;
+  std::string assumed;
+  if (!signal.empty()) {
+    facts.signal = ga::parse_signal(signal);
+  } else if (exit_status >= 0) {
+    if (exit_status > 255) {
+      std::fprintf(stderr, "[gpualert] classify: exit status %d is out of range 0..255\n", exit_status);
+      return 2;
+    }
+    facts.exit_code = exit_status;
+  } else {
+    facts.exit_code = 1;
+    assumed = "no --exit-status or --signal given: assuming the job failed";
+  }
+  ga::Classifier classifier;
+  auto c = classifier.classify_file(log, ga::find_body_offset(log), facts);
+  if (json) {
+    nlohmann::json ev = nlohmann::json::array();
+    for (const auto& e : c.evidence) ev.push_back({{"line", e.line}, {"text", e.text}});
+    nlohmann::json j = {{"class", c.id}, {"label", c.label}, {"remedy", c.remedy},
+                        {"confidence", c.confidence}, {"evidence", ev}};
+    if (!assumed.empty()) j["note"] = assumed;
+    std::cout << j.dump(2) << "\n";
+  } else {
+    std::printf("class: %s\nlabel: %s\nremedy: %s\nconfidence: %.2f\n", c.id.c_str(),
+                c.label.c_str(), c.remedy.c_str(), c.confidence);
+    for (const auto& e : c.evidence) {
+      if (e.line) std::printf("  line %llu: %s\n", static_cast<unsigned long long>(e.line), e.text.c_str());
+      else std::printf("  %s\n", e.text.c_str());
+    }
+    if (!assumed.empty()) std::printf("note: %s\n", assumed.c_str());
+  }
+  return 0;
+}
+
+int cmd_outbox(int argc, char** argv) {
+  CLI::App app{"Inspect or send the notifications waiting in the outbox", "gpualert outbox"};
+  std::string config_path, state_dir;
+  double timeout = 60;
+  app.add_option("--config", config_path, "config file");
+  app.add_option("--state-dir", state_dir, "state directory (jobs/ and outbox/)");
+  auto* list = app.add_subcommand("list", "list waiting messages");
+  auto* flush = app.add_subcommand("flush", "try to send every waiting message now");
+  flush->add_option("--timeout", timeout, "give up after this many seconds");
+  app.require_subcommand(1);
+  CLI11_PARSE(app, argc, argv);
+  auto config = ga::load_config(opt_path(config_path));
+  if (!state_dir.empty()) config.state_dir = state_dir;
+  ga::Outbox outbox(config.state_dir);
+  if (list->parsed()) {
+    auto entries = outbox.list();
+    if (entries.empty()) std::printf("outbox %s is empty\n", outbox.dir().c_str());
+    for (const auto& e : entries) {
+      std::string to;
+      if (e.meta.contains("smtp")) to = e.meta["smtp"].value("to", nlohmann::json::array()).dump();
+      else to = e.meta.value("url", "");
+      std::printf("%s  %-7s  attempts %d  %s  -> %s\n", e.id.c_str(),
+                  e.meta.value("channel", "?").c_str(), e.meta.value("attempts", 0),
+                  e.meta.value("subject", "").c_str(), to.c_str());
+      if (e.meta.contains("last_error"))
+        std::printf("    last error: %s\n", e.meta["last_error"].get<std::string>().c_str());
+    }
+    return 0;
+  }
+  // Flushing runs the sender in the foreground with the same deadline handling as a job.
+  std::vector<std::string> args = {sender_exe(), "--state-dir", config.state_dir.string(),
+                                   "--timeout", std::to_string(timeout), "--verbose"};
+  if (!config_path.empty()) args.insert(args.end(), {"--config", config_path});
+  std::vector<char*> cargs;
+  for (auto& a : args) cargs.push_back(a.data());
+  cargs.push_back(nullptr);
+  execv(cargs[0], cargs.data());
+  std::fprintf(stderr, "[gpualert] cannot run '%s': %s\n", cargs[0], std::strerror(errno));
+  return 1;
+}
+
+int cmd_config(int argc, char** argv) {
+  CLI::App app{"Validate the configuration and print the effective settings", "gpualert config"};
+  std::string config_path;
+  app.add_option("--config", config_path, "config file");
+  app.add_subcommand("check", "validate and print, secrets masked");
+  app.require_subcommand(1);
+  CLI11_PARSE(app, argc, argv);
+  auto config = ga::load_config(opt_path(config_path));
+  std::printf("%s", ga::describe_config(config).c_str());
+  if (!config.any_channel())
+    std::printf("# note: no notification channel is configured; jobs are recorded only\n");
+  std::printf("# ok\n");
+  return 0;
+}
+
+int cmd_eval(int argc, char** argv) {
+  CLI::App app{"Evaluate the classifier on a labelled corpus through the wrapper", "gpualert eval"};
+  std::string dir, split;
+  double min_f1 = 0;
+  app.add_option("CORPUS_DIR", dir, "directory with labels.tsv and the logs")->required();
+  app.add_option("--split", split, "only this split (train or heldout)");
+  app.add_option("--min-macro-f1", min_f1, "exit 1 when macro-F1 is below this");
+  CLI11_PARSE(app, argc, argv);
+  auto r = ga::evaluate_corpus(dir, self_exe(), split);
+  std::printf("%s", ga::format_eval(r).c_str());
+  return r.macro_f1 + 1e-12 >= min_f1 ? 0 : 1;
+}
+
+int cmd_replay(int argc, char** argv) {
+  CLI::App app{"Replay a recorded log and end as recorded (used by eval)", "gpualert replay"};
+  std::string log, signal;
+  int exit_status = 0;
+  app.add_option("LOG", log)->required();
+  auto* es = app.add_option("--exit-status", exit_status);
+  app.add_option("--signal", signal)->excludes(es);
+  CLI11_PARSE(app, argc, argv);
+  std::optional<int> sig;
+  if (!signal.empty()) sig = ga::parse_signal(signal);
+  ga::replay_log(log, exit_status, sig);
+}
+
+int cmd_run(int argc, char** argv) {
+  CLI::App app{"Run a command, record its output, classify how it ended, and notify.\n"
+               "Usage: gpualert [options] -- CMD [ARGS...]",
+               "gpualert"};
+  app.set_version_flag("--version", MEGANEURA_VERSION);
+  std::string config_path, state_dir, timeout, hang_after, grace, notify_timeout, json_report;
+  std::vector<std::string> to, attach;
+  std::string smtp_url, webhook, ntfy;
+  bool kill_on_hang = false, no_notify = false, dry_run = false, quiet = false, no_telemetry = false;
+  app.add_option("--config", config_path, "config file (default $XDG_CONFIG_HOME/gpualert/config.toml)");
+  app.add_option("--state-dir", state_dir, "where jobs/ and outbox/ live (default $XDG_STATE_HOME/gpualert)");
+  app.add_option("--timeout", timeout, "end the whole process group after this long (e.g. 2h30m)");
+  app.add_option("--grace", grace, "time between SIGTERM and SIGKILL (default 30s)");
+  app.add_option("--hang-after", hang_after, "notify when there is no output for this long");
+  app.add_flag("--kill-on-hang", kill_on_hang, "end the job when a hang is detected");
+  app.add_option("--to", to, "email recipient (repeatable; overrides the config)");
+  app.add_option("--smtp-url", smtp_url, "smtp://host:587 or smtps://host:465");
+  app.add_option("--webhook", webhook, "JSON webhook URL (Slack-compatible)");
+  app.add_option("--ntfy", ntfy, "ntfy topic URL");
+  app.add_option("--attach", attach, "attach files matching this glob (repeatable)");
+  app.add_option("--notify-timeout", notify_timeout, "hard deadline for sending (default 30s)");
+  app.add_option("--json-report", json_report, "write the final report as JSON to this file");
+  app.add_flag("--no-notify", no_notify, "record and classify only");
+  app.add_flag("--dry-run", dry_run, "print the messages instead of sending them");
+  app.add_flag("--quiet", quiet, "do not copy the command's output to the terminal");
+  app.add_flag("--no-telemetry", no_telemetry, "no NVML sampling or energy metering");
+
+  // Everything after "--" (or from the first non-option word) is the command, untouched.
+  std::vector<std::string> command;
+  int split = argc;
+  for (int i = 1; i < argc; ++i) {
+    if (std::string_view(argv[i]) == "--") {
+      split = i;
+      break;
+    }
+  }
+  if (split < argc) {
+    for (int i = split + 1; i < argc; ++i) command.emplace_back(argv[i]);
+    try {
+      app.parse(split, argv);
+    } catch (const CLI::ParseError& e) {
+      return app.exit(e) == 0 ? 0 : 2;
+    }
+  } else {
+    app.prefix_command();
+    try {
+      app.parse(argc, argv);
+    } catch (const CLI::ParseError& e) {
+      return app.exit(e) == 0 ? 0 : 2;
+    }
+    command = app.remaining();
+  }
+  if (command.empty()) {
+    std::fprintf(stderr, "[gpualert] no command given; usage: gpualert [options] -- CMD [ARGS...]\n");
+    return 2;
+  }
+
+  ga::RunOptions o;
+  try {
+    o.config = ga::load_config(opt_path(config_path));
+    auto& c = o.config;
+    if (!state_dir.empty()) c.state_dir = state_dir;
+    if (!to.empty()) c.smtp.to = to;
+    if (!smtp_url.empty()) c.smtp.url = smtp_url;
+    if (!webhook.empty()) c.webhook.url = webhook;
+    if (!ntfy.empty()) c.webhook.ntfy_url = ntfy;
+    c.attach.globs.insert(c.attach.globs.end(), attach.begin(), attach.end());
+    if (!grace.empty()) c.grace_s = ga::parse_duration(grace);
+    if (!notify_timeout.empty()) c.notify_timeout_s = ga::parse_duration(notify_timeout);
+    if (!timeout.empty()) o.timeout_s = ga::parse_duration(timeout);
+    if (!hang_after.empty()) o.hang_after_s = ga::parse_duration(hang_after);
+    for (const auto& [name, value] : {std::pair{"--timeout", o.timeout_s}, std::pair{"--hang-after", o.hang_after_s}})
+      if (value && *value <= 0)
+        throw std::invalid_argument(fmt::format("[gpualert] {} must be positive", name));
+    if (c.notify_timeout_s <= 0) throw std::invalid_argument("[gpualert] --notify-timeout must be positive");
+    if (c.grace_s < 0) throw std::invalid_argument("[gpualert] --grace cannot be negative");
+    if (kill_on_hang && !o.hang_after_s)
+      throw std::invalid_argument("[gpualert] --kill-on-hang needs --hang-after");
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "%s; the job was not started\n", e.what());
+    return ga::kExitCannotStart;
+  }
+  o.argv = std::move(command);
+  o.config_path = opt_path(config_path);
+  o.kill_on_hang = kill_on_hang;
+  o.notify = !no_notify;
+  o.dry_run = dry_run;
+  o.echo = !quiet;
+  o.telemetry = !no_telemetry;
+  o.json_report = opt_path(json_report);
+  o.sender_exe = sender_exe();
+  return ga::run_job(o);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  try {
+    if (argc > 1) {
+      std::string_view sub = argv[1];
+      if (sub == "classify") return cmd_classify(argc - 1, argv + 1);
+      if (sub == "outbox") return cmd_outbox(argc - 1, argv + 1);
+      if (sub == "config") return cmd_config(argc - 1, argv + 1);
+      if (sub == "eval") return cmd_eval(argc - 1, argv + 1);
+      if (sub == "replay") return cmd_replay(argc - 1, argv + 1);
+    }
+    return cmd_run(argc, argv);
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "%s\n", e.what());
+    return ga::kExitCannotStart;
+  }
+}
