@@ -1,0 +1,46 @@
+// The two built-in models (mlp, chargpt) as benchmark workloads: the same configurations and
+// batch sizes as the `meganeura train` tasks, with one fixed deterministic batch, so the parity
+// check and the timing binary feed exactly what the PyTorch reference reads back from a file.
+#pragma once
+
+#include <functional>
+#include <map>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "meganeura/safetensors.h"
+#include "meganeura/session.h"
+#include "meganeura/train.h"
+
+namespace meganeura::bench {
+
+struct Workload {
+  std::string name;
+  // The model from its inputs (named `prefix` + input name) to its logits.
+  std::function<Tensor(Graph& g, const std::string& prefix)> forward;
+  // The training loss of those logits against the targets (named `prefix` + input name).
+  std::function<Tensor(Graph& g, Tensor logits, const std::string& prefix)> criterion;
+  std::map<std::string, io::TensorRecord> batch;  // input name -> the fixed batch
+  OptimizerConfig optimizer;                    // the training task's optimizer
+  nlohmann::json config;                        // model hyper-parameters, for the reference
+
+  // forward then criterion, with the unprefixed input names (what the Trainer builds).
+  LossFn loss() const;
+  // Sets the batch into `s` under its input names, prefixed with `prefix` ("" or "infer.").
+  void feed(Session& s, const std::string& prefix = "") const;
+};
+
+// "mlp" or "chargpt"; throws std::invalid_argument naming the unknown model.
+Workload make_workload(const std::string& name);
+
+// Reads the `--flag value` pairs of argv into a map, accepting only the flags in `known`
+// (with their defaults); throws std::invalid_argument with a one-line message otherwise.
+std::map<std::string, std::string> parse_flags(int argc, char** argv,
+                                               const std::map<std::string, std::string>& known);
+
+// The integer value of flag `key`; throws std::invalid_argument naming the flag otherwise.
+int64_t flag_int(const std::map<std::string, std::string>& flags, const std::string& key);
+
+}  // namespace meganeura::bench
