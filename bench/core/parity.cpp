@@ -71,7 +71,9 @@ void run(const std::map<std::string, std::string>& flags) {
     weights[name] = read_float(s, name, f64, p.shape());
     ours["grad." + name] = read_float(s, "grad." + name, f64, p.shape());
   }
-  for (const auto& [name, r] : w.batch) weights["input." + name] = r;
+  for (const auto* batch : {&w.inputs, &w.targets}) {
+    for (const auto& [name, r] : *batch) weights["input." + name] = r;
+  }
   ours["loss"] = read_float(s, "loss", f64, {});
   ours["logits"] = read_float(s, "logits", f64, logits.shape());
 

@@ -48,7 +48,7 @@ void serve(const std::map<std::string, std::string>& flags) {
   const size_t infer_program = s.add(inf);
 
   w.feed(s);
-  w.feed(s, "infer.");
+  w.feed(s, "infer.", false);
   int64_t parameter_count = 0;
   for (const Tensor& p : params) parameter_count += numel(p.shape());
   std::cout << nlohmann::json{{"ready", true},          {"model", w.name},

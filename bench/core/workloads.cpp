@@ -34,8 +34,8 @@ Workload mlp_workload() {
     return cross_entropy(logits, g.input(prefix + "labels", {kMlpBatch}, DType::i32));
   };
   const models::Classification data = models::synthetic_classification(c, kMlpBatch, 0);
-  w.batch["x"] = record(DType::f32, {kMlpBatch, c.inputs}, data.x);
-  w.batch["labels"] = record(DType::i32, {kMlpBatch}, data.y);
+  w.inputs["x"] = record(DType::f32, {kMlpBatch, c.inputs}, data.x);
+  w.targets["labels"] = record(DType::i32, {kMlpBatch}, data.y);
   w.optimizer.kind = OptimizerConfig::Kind::adamw;
   w.optimizer.lr = 3e-3;
   w.optimizer.weight_decay = 1e-4;
@@ -72,8 +72,8 @@ Workload chargpt_workload() {
       targets[size_t(b * c.seq + t)] = tokens[size_t(off + t + 1)];
     }
   }
-  w.batch["ids"] = record(DType::i32, {kCharGptBatch, c.seq}, ids);
-  w.batch["targets"] = record(DType::i32, {kCharGptBatch * c.seq}, targets);
+  w.inputs["ids"] = record(DType::i32, {kCharGptBatch, c.seq}, ids);
+  w.targets["targets"] = record(DType::i32, {kCharGptBatch * c.seq}, targets);
   w.optimizer.kind = OptimizerConfig::Kind::adamw;
   w.optimizer.lr = 3e-3;
   w.optimizer.weight_decay = 0.01;
@@ -93,15 +93,19 @@ LossFn Workload::loss() const {
   return [f = forward, l = criterion](Graph& g) { return l(g, f(g, ""), ""); };
 }
 
-void Workload::feed(Session& s, const std::string& prefix) const {
-  for (const auto& [name, r] : batch) {
-    const size_t n = size_t(r.numel());
-    if (r.dtype == DType::i32) {
-      s.set(prefix + name, std::span<const int32_t>(reinterpret_cast<const int32_t*>(r.data.data()), n));
-    } else {
-      s.set(prefix + name, std::span<const float>(reinterpret_cast<const float*>(r.data.data()), n));
+void Workload::feed(Session& s, const std::string& prefix, bool with_targets) const {
+  auto set_all = [&](const std::map<std::string, io::TensorRecord>& records) {
+    for (const auto& [name, r] : records) {
+      const size_t n = size_t(r.numel());
+      if (r.dtype == DType::i32) {
+        s.set(prefix + name, std::span<const int32_t>(reinterpret_cast<const int32_t*>(r.data.data()), n));
+      } else {
+        s.set(prefix + name, std::span<const float>(reinterpret_cast<const float*>(r.data.data()), n));
+      }
     }
-  }
+  };
+  set_all(inputs);
+  if (with_targets) set_all(targets);
 }
 
 Workload make_workload(const std::string& name) {

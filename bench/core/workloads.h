@@ -22,14 +22,16 @@ struct Workload {
   std::function<Tensor(Graph& g, const std::string& prefix)> forward;
   // The training loss of those logits against the targets (named `prefix` + input name).
   std::function<Tensor(Graph& g, Tensor logits, const std::string& prefix)> criterion;
-  std::map<std::string, io::TensorRecord> batch;  // input name -> the fixed batch
+  std::map<std::string, io::TensorRecord> inputs;   // forward's inputs -> the fixed batch
+  std::map<std::string, io::TensorRecord> targets;  // criterion's inputs -> the fixed batch
   OptimizerConfig optimizer;                    // the training task's optimizer
   nlohmann::json config;                        // model hyper-parameters, for the reference
 
   // forward then criterion, with the unprefixed input names (what the Trainer builds).
   LossFn loss() const;
-  // Sets the batch into `s` under its input names, prefixed with `prefix` ("" or "infer.").
-  void feed(Session& s, const std::string& prefix = "") const;
+  // Sets the batch into `s` under its input names, prefixed with `prefix` ("" or "infer."):
+  // the forward's inputs, and the targets too when `with_targets`.
+  void feed(Session& s, const std::string& prefix = "", bool with_targets = true) const;
 };
 
 // "mlp" or "chargpt"; throws std::invalid_argument naming the unknown model.
