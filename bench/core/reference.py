@@ -350,6 +350,7 @@ def summary(samples):
     s = np.array(samples) * 1e3
     q1, med, q3 = np.percentile(s, [25, 50, 75])
     return {"median_ms": float(med), "q1_ms": float(q1), "q3_ms": float(q3), "iqr_ms": float(q3 - q1),
+            "min_ms": float(s.min()),
             "samples_ms": [float(v) for v in s]}
 
 
@@ -357,7 +358,8 @@ def cmd_timing(args):
     torch.set_num_threads(args.threads)
     doc = {"machine": machine_info(args.step_bin), "protocol": {
         "warmups": args.warmups, "samples": args.samples, "block": args.block,
-        "alternation": "blocks of `block` runs, ours then PyTorch, repeated until `samples` each",
+        "alternation": "round-robin over phases; per phase `block` runs of ours, then of PyTorch; "
+                       "repeated until `samples` each",
         "threads": args.threads}, "results": []}
     for model in MODELS:
         weights = os.path.join(args.work, f"{model}-f32.weights.safetensors")
@@ -368,17 +370,23 @@ def cmd_timing(args):
         ref = TorchWorkload(model, weights, ours.ready["optimizer"])
         entry = {"model": model, "parameters": ours.ready["parameters"], "device": ours.ready["device"],
                  "compile_step_s": ours.ready["compile_step_s"], "optimizer": ours.ready["optimizer"], "phases": {}}
-        for phase in ("step", "train", "infer"):
+        phases = ("step", "train", "infer")
+        for phase in phases:
             ours.run(phase, args.warmups)
             ref.run(phase, args.warmups)
-            ours_s, ref_s = [], []
-            while len(ours_s) < args.samples:
-                ours_s += ours.run(phase, args.block)
-                time.sleep(0.05)  # let the other side's spinning worker threads go idle
-                ref_s += ref.run(phase, args.block)
-                time.sleep(0.05)
-            o, r = summary(ours_s), summary(ref_s)
-            entry["phases"][phase] = {"ours": o, "pytorch": r, "ratio": o["median_ms"] / r["median_ms"]}
+        # Round-robin over phases and sides, so that a burst of load from other processes lands
+        # on every cell alike instead of on one.
+        samples = {(side, phase): [] for side in ("ours", "pytorch") for phase in phases}
+        while len(samples[("ours", phases[-1])]) < args.samples:
+            for phase in phases:
+                samples[("ours", phase)] += ours.run(phase, args.block)
+                time.sleep(0.02)
+                samples[("pytorch", phase)] += ref.run(phase, args.block)
+                time.sleep(0.02)
+        for phase in phases:
+            o, r = summary(samples[("ours", phase)]), summary(samples[("pytorch", phase)])
+            entry["phases"][phase] = {"ours": o, "pytorch": r, "ratio": o["median_ms"] / r["median_ms"],
+                                      "ratio_of_minima": o["min_ms"] / r["min_ms"]}
             print(f"{model:8s} {phase:6s} ours {o['median_ms']:8.3f} ms (IQR {o['iqr_ms']:.3f})  "
                   f"pytorch {r['median_ms']:8.3f} ms (IQR {r['iqr_ms']:.3f})  ratio {o['median_ms'] / r['median_ms']:.2f}")
         ours.close()
@@ -467,20 +475,29 @@ def cmd_table(args):
         lines.append(f"| {r['model']} | {r['precision']} | {r['loss']['ours']:.6f} | {r['loss']['rel_error']:.1e} "
                      f"| {r['logits']['rel_l2']:.1e} | `{w['parameter']}` {w['rel_l2']:.1e} "
                      f"| `{c['parameter']}` {1 - c['cosine']:.1e} | {'pass' if r['pass'] else 'FAIL'} |")
+    lines += ["", "Negative controls (chargpt, f32): each must fail a gate.", "",
+              "| control | failed gates | worst gradient (rel. L2) |", "| --- | --- | --- |"]
+    for c in parity["negative_controls"]:
+        w = c["worst_rel_l2"]
+        lines.append(f"| {c['description']} | {', '.join(c['failed_gates']) or 'NONE (not detected)'} "
+                     f"| `{w['parameter']}` {w['rel_l2']:.2f} |")
     timing_path = os.path.join(args.dir, "timing.json")
     if os.path.exists(timing_path):
         with open(timing_path) as f:
             timing = json.load(f)
         p = timing["protocol"]
         lines += ["", f"Timing: {p['warmups']} warm-ups, {p['samples']} samples per side, alternating in blocks "
-                  f"of {p['block']}, {p['threads']} threads; median (IQR) in ms; ratio = ours / PyTorch.", "",
-                  "| model | phase | ours | PyTorch | ratio |", "| --- | --- | --- | --- | --- |"]
+                  f"of {p['block']} round-robin over the phases, {p['threads']} threads; median (IQR) and minimum in ms; "
+                  "ratio = ours / PyTorch (of the medians; of the minima).", "",
+                  "| model | phase | ours | PyTorch | ratio | ratio of minima |",
+                  "| --- | --- | --- | --- | --- | --- |"]
         names = {"step": "training step (F+L+B+AdamW)", "train": "F+L+B", "infer": "inference forward"}
         for r in timing["results"]:
             for phase, t in r["phases"].items():
                 o, q = t["ours"], t["pytorch"]
-                lines.append(f"| {r['model']} | {names[phase]} | {o['median_ms']:.3f} ({o['iqr_ms']:.3f}) "
-                             f"| {q['median_ms']:.3f} ({q['iqr_ms']:.3f}) | {t['ratio']:.2f} |")
+                lines.append(f"| {r['model']} | {names[phase]} | {o['median_ms']:.3f} ({o['iqr_ms']:.3f}), "
+                             f"min {o['min_ms']:.3f} | {q['median_ms']:.3f} ({q['iqr_ms']:.3f}), min {q['min_ms']:.3f} "
+                             f"| {t['ratio']:.2f} | {t['ratio_of_minima']:.2f} |")
         lines.append("")
         lines.append("Compile (Trainer construction: graph, autodiff, optimizer, planning): " + ", ".join(
             f"{r['model']} {r['compile_step_s'] * 1e3:.1f} ms" for r in timing["results"]) + ".")
@@ -510,8 +527,8 @@ def main():
     t.add_argument("--work", required=True)
     t.add_argument("--out", required=True)
     t.add_argument("--warmups", type=int, default=5)
-    t.add_argument("--samples", type=int, default=30)
-    t.add_argument("--block", type=int, default=5)
+    t.add_argument("--samples", type=int, default=40)
+    t.add_argument("--block", type=int, default=2)
     t.add_argument("--threads", type=int, default=os.cpu_count())
     t.set_defaults(fn=cmd_timing)
     s = sub.add_parser("table")

@@ -2,14 +2,14 @@
 # Builds the benchmark binaries, runs the parity gates and the timing against PyTorch, writes
 # bench/core/results/{parity,timing}.json and tables.md, and prints the markdown tables.
 # Needs Debian's python3-torch and, for a fair reference, libopenblas0-pthread (see
-# docs/bench-core.md). Usage: bench/core/run.sh [build-dir]   (SAMPLES=30 THREADS=nproc)
+# docs/bench-core.md). Usage: bench/core/run.sh [build-dir]   (SAMPLES=40 THREADS=nproc)
 set -euo pipefail
 root=$(cd "$(dirname "$0")/../.." && pwd)
 build=${1:-"$root/build"}
 python=/usr/bin/python3
 results="$root/bench/core/results"
 work="$results/exchange"
-samples=${SAMPLES:-30}
+samples=${SAMPLES:-40}
 threads=${THREADS:-$(nproc)}
 
 if ! "$python" -c "import torch" 2>/dev/null; then
