@@ -2,8 +2,9 @@
 // independent implementation. Writes two safetensors files into --out:
 //   <model>-<precision>.weights.safetensors: every parameter by name, the batch as
 //     "input.<name>", and the model configuration as metadata "config" (JSON);
-//   <model>-<precision>.ours.safetensors: "logits", "loss" and "grad.<parameter>" for every
-//     parameter.
+//   <model>-<precision>.ours.safetensors: "logits", "loss", "grad.<parameter>" for every
+//     parameter, and "step1.<parameter>": the parameters after one Trainer step (AdamW with
+//     the task's clipping and schedule) from the same weights on the same batch.
 // Gradients are graph outputs (autodiff appended to the forward graph), in the precision the
 // session planned: f32, or f64 with the double-precision oracle.
 #include <cstring>
@@ -71,6 +72,23 @@ void run(const std::map<std::string, std::string>& flags) {
     weights[name] = read_float(s, name, f64, p.shape());
     ours["grad." + name] = read_float(s, "grad." + name, f64, p.shape());
   }
+  // One optimizer step from the same weights and batch: checks clipping, the schedule and AdamW.
+  Trainer trainer(w.loss(), w.optimizer, so);
+  Session& ts = trainer.session();
+  for (const Tensor& p : params) {
+    const std::string& name = g.node(p.id).name;
+    if (f64) {
+      ts.set(name, std::span<const double>(s.get_f64(name)));
+    } else {
+      ts.set(name, std::span<const float>(s.get(name)));
+    }
+  }
+  w.feed(ts);
+  trainer.step();
+  for (const Tensor& p : params) {
+    const std::string& name = g.node(p.id).name;
+    ours["step1." + name] = read_float(ts, name, f64, p.shape());
+  }
   for (const auto* batch : {&w.inputs, &w.targets}) {
     for (const auto& [name, r] : *batch) weights["input." + name] = r;
   }
@@ -80,7 +98,9 @@ void run(const std::map<std::string, std::string>& flags) {
   const std::filesystem::path out = flags.at("out");
   std::filesystem::create_directories(out);
   const std::string stem = w.name + "-" + precision;
-  const std::map<std::string, std::string> meta = {{"config", w.config.dump()}, {"precision", precision},
+  const std::map<std::string, std::string> meta = {{"config", w.config.dump()},
+                                                   {"optimizer", w.optimizer_json().dump()},
+                                                   {"precision", precision},
                                                    {"seed", flags.at("seed")}};
   io::write_safetensors(out / (stem + ".weights.safetensors"), views_of(weights), meta);
   io::write_safetensors(out / (stem + ".ours.safetensors"), views_of(ours), meta);

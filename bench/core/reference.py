@@ -147,6 +147,7 @@ def load_model(weights_path, dtype):
     """Parameters (leaf tensors requiring grad), inputs and config from a weights file."""
     tensors, metadata = read_safetensors(weights_path)
     cfg = json.loads(metadata["config"])
+    cfg["optimizer"] = json.loads(metadata["optimizer"])
     params, inputs = {}, {}
     for name, array in tensors.items():
         if name.startswith("input."):
@@ -155,6 +156,25 @@ def load_model(weights_path, dtype):
         else:
             params[name] = torch.from_numpy(array).to(dtype).requires_grad_(True)
     return params, inputs, cfg
+
+
+def make_optimizer(params, cfg):
+    """torch.optim.AdamW with the C++ task's settings and its warm-up + cosine schedule."""
+    if cfg["kind"] != "adamw":
+        fail(f"unsupported optimizer {cfg['kind']}")
+    opt = torch.optim.AdamW(params, lr=cfg["lr"], betas=tuple(cfg["betas"]), eps=cfg["eps"],
+                            weight_decay=cfg["weight_decay"])
+    warmup, total, base, low = cfg["warmup_steps"], cfg["total_steps"], cfg["lr"], cfg["min_lr"]
+
+    def factor(step):  # step counts from 0; the update being taken is step + 1
+        t = step + 1
+        if warmup and t <= warmup:
+            return t / warmup
+        if total <= 0:
+            return 1.0
+        progress = min(1.0, (t - warmup) / (total - warmup))
+        return (low + 0.5 * (base - low) * (1 + np.cos(np.pi * progress))) / base
+    return opt, torch.optim.lr_scheduler.LambdaLR(opt, factor)
 
 
 # ---- Parity ----------------------------------------------------------------------------------
@@ -206,6 +226,18 @@ def evaluate(stem, model, precision, control=None):
         if key not in ours:
             fail(f"{stem}.ours.safetensors has no {key}")
         result["gradients"][name] = compare(ours[key], p.grad.numpy())
+    # One AdamW step from the same weights, on PyTorch's own gradients: compare the updates.
+    initial = {name: p.detach().clone() for name, p in params.items()}
+    opt, _ = make_optimizer(list(params.values()), cfg["optimizer"])
+    if cfg["optimizer"]["clip_norm"] > 0:
+        torch.nn.utils.clip_grad_norm_(list(params.values()), cfg["optimizer"]["clip_norm"])
+    opt.step()
+    result["updates"] = {}
+    for name, p in params.items():
+        key = "step1." + name
+        if key not in ours:
+            fail(f"{stem}.ours.safetensors has no {key}")
+        result["updates"][name] = compare(ours[key] - initial[name].numpy(), (p.detach() - initial[name]).numpy())
     extra = sorted(k for k in ours if k.startswith("grad.") and k[5:] not in params)
     if extra:
         fail(f"{stem}.ours.safetensors has gradients of unknown parameters: {', '.join(extra)}")
@@ -214,10 +246,14 @@ def evaluate(stem, model, precision, control=None):
     worst_cos = min(grads, key=lambda n: grads[n]["cosine"])
     result["worst_rel_l2"] = {"parameter": worst_rel, **grads[worst_rel]}
     result["worst_cosine"] = {"parameter": worst_cos, **grads[worst_cos]}
+    ups = result["updates"]
+    worst_up = max(ups, key=lambda n: ups[n]["rel_l2"])
+    result["worst_update"] = {"parameter": worst_up, **ups[worst_up]}
     result["gates"] = {
         "loss": result["loss"]["rel_error"] < GATE_LOSS_REL,
         "logits": result["logits"]["rel_l2"] < GATE_LOGITS_REL_L2,
         "gradients": all(g["rel_l2"] < GATE_GRAD_REL_L2 and g["cosine"] > GATE_GRAD_COSINE for g in grads.values()),
+        "update": all(u["rel_l2"] < GATE_GRAD_REL_L2 and u["cosine"] > GATE_GRAD_COSINE for u in ups.values()),
     }
     result["pass"] = all(result["gates"].values())
     return result
@@ -252,7 +288,8 @@ def cmd_parity(args):
         w = r["worst_rel_l2"]
         print(f"{r['model']:8s} {r['precision']}: loss rel {r['loss']['rel_error']:.2e}, "
               f"logits rel L2 {r['logits']['rel_l2']:.2e}, worst grad {w['parameter']} rel L2 {w['rel_l2']:.2e} "
-              f"1-cos {1 - r['worst_cosine']['cosine']:.1e} -> {'pass' if r['pass'] else 'FAIL'}")
+              f"1-cos {1 - r['worst_cosine']['cosine']:.1e}, worst update {r['worst_update']['parameter']} rel L2 "
+              f"{r['worst_update']['rel_l2']:.2e} -> {'pass' if r['pass'] else 'FAIL'}")
     ok = all(r["pass"] for r in results) and all(c["detected"] for c in controls)
     return 0 if ok else 2
 
@@ -268,20 +305,7 @@ class TorchWorkload:
         plist = list(self.params.values())
         self.plist = plist
         self.clip = optimizer["clip_norm"]
-        self.opt = torch.optim.AdamW(plist, lr=optimizer["lr"], betas=(0.9, 0.999), eps=1e-8,
-                                     weight_decay=optimizer["weight_decay"])
-        warmup, total, base, low = (optimizer["warmup_steps"], optimizer["total_steps"], optimizer["lr"],
-                                    optimizer["min_lr"])
-
-        def factor(step):  # linear warm-up then cosine to min_lr, as our lr_schedule op
-            t = step + 1
-            if warmup and t <= warmup:
-                return t / warmup
-            if total <= warmup:
-                return 1.0
-            progress = min(1.0, (t - warmup) / (total - warmup))
-            return (low + 0.5 * (base - low) * (1 + np.cos(np.pi * progress))) / base
-        self.sched = torch.optim.lr_scheduler.LambdaLR(self.opt, factor)
+        self.opt, self.sched = make_optimizer(plist, optimizer)
 
     def loss(self):
         return self.loss_fn(self.logits_fn(self.params, self.inputs, self.cfg), self.inputs, self.cfg)
@@ -417,6 +441,12 @@ def binary_blas(binary):
     return sorted({os.path.realpath(m) for m in re.findall(r"=> (\S*blas\S*)", out)})
 
 
+def debian_versions(packages):
+    out = subprocess.run(["dpkg-query", "-W", "-f", "${Package} ${Version}\\n", *packages], capture_output=True,
+                         text=True).stdout
+    return dict(line.split(" ", 1) for line in out.splitlines() if " " in line)
+
+
 def machine_info(binary):
     cpu = "unknown"
     with open("/proc/cpuinfo") as f:
@@ -445,6 +475,7 @@ def machine_info(binary):
         "torch_blas_loaded": loaded_blas(), "ours_blas_linked": binary_blas(binary),
         "ours_build_type": build_type, "ours_compiler": version[0] if version else compiler,
         "ours_commit": commit, "float32_matmul_precision": torch.get_float32_matmul_precision(),
+        "debian_packages": debian_versions(["python3-torch", "libopenblas0-pthread", "libopenblas-dev"]),
         "omp_wait_policy": os.environ.get("OMP_WAIT_POLICY"), "load_average": list(os.getloadavg()),
         "date_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
     }
@@ -469,12 +500,14 @@ def cmd_table(args):
               f"ours {m['ours_build_type']} {m['ours_compiler']} at {m['ours_commit']} "
               f"(BLAS {', '.join(os.path.basename(p) for p in m['ours_blas_linked']) or 'none found'}).", ""]
     lines += ["| model | precision | loss (ours) | loss rel. error | logits rel. L2 | worst gradient (rel. L2) "
-              "| worst gradient (1 − cosine) | gates |", "| --- | --- | --- | --- | --- | --- | --- | --- |"]
+              "| worst gradient (1 − cosine) | worst AdamW update (rel. L2) | gates |",
+              "| --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
     for r in parity["results"]:
         w, c = r["worst_rel_l2"], r["worst_cosine"]
         lines.append(f"| {r['model']} | {r['precision']} | {r['loss']['ours']:.6f} | {r['loss']['rel_error']:.1e} "
                      f"| {r['logits']['rel_l2']:.1e} | `{w['parameter']}` {w['rel_l2']:.1e} "
-                     f"| `{c['parameter']}` {1 - c['cosine']:.1e} | {'pass' if r['pass'] else 'FAIL'} |")
+                     f"| `{c['parameter']}` {1 - c['cosine']:.1e} | `{r['worst_update']['parameter']}` "
+                     f"{r['worst_update']['rel_l2']:.1e} | {'pass' if r['pass'] else 'FAIL'} |")
     lines += ["", "Negative controls (chargpt, f32): each must fail a gate.", "",
               "| control | failed gates | worst gradient (rel. L2) |", "| --- | --- | --- |"]
     for c in parity["negative_controls"]:

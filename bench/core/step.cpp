@@ -54,13 +54,7 @@ void serve(const std::map<std::string, std::string>& flags) {
   std::cout << nlohmann::json{{"ready", true},          {"model", w.name},
                               {"compile_step_s", compile_step_s}, {"device", s.device_name()},
                               {"parameters", parameter_count},
-                              {"optimizer", {{"kind", "adamw"},
-                                             {"lr", w.optimizer.lr},
-                                             {"weight_decay", w.optimizer.weight_decay},
-                                             {"clip_norm", w.optimizer.clip_norm},
-                                             {"warmup_steps", w.optimizer.warmup_steps},
-                                             {"total_steps", w.optimizer.total_steps},
-                                             {"min_lr", w.optimizer.min_lr}}}}
+                              {"optimizer", w.optimizer_json()}}
                    .dump()
             << std::endl;
 

@@ -93,6 +93,19 @@ LossFn Workload::loss() const {
   return [f = forward, l = criterion](Graph& g) { return l(g, f(g, ""), ""); };
 }
 
+nlohmann::json Workload::optimizer_json() const {
+  if (optimizer.kind != OptimizerConfig::Kind::adamw) throw std::logic_error("[bench] workloads train with AdamW");
+  return {{"kind", "adamw"},
+          {"lr", optimizer.lr},
+          {"betas", {optimizer.beta1, optimizer.beta2}},
+          {"eps", optimizer.eps},
+          {"weight_decay", optimizer.weight_decay},
+          {"clip_norm", optimizer.clip_norm},
+          {"warmup_steps", optimizer.warmup_steps},
+          {"total_steps", optimizer.total_steps},
+          {"min_lr", optimizer.min_lr}};
+}
+
 void Workload::feed(Session& s, const std::string& prefix, bool with_targets) const {
   auto set_all = [&](const std::map<std::string, io::TensorRecord>& records) {
     for (const auto& [name, r] : records) {

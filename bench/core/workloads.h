@@ -29,6 +29,8 @@ struct Workload {
 
   // forward then criterion, with the unprefixed input names (what the Trainer builds).
   LossFn loss() const;
+  // The optimizer settings a reference needs to repeat the update, as JSON.
+  nlohmann::json optimizer_json() const;
   // Sets the batch into `s` under its input names, prefixed with `prefix` ("" or "infer."):
   // the forward's inputs, and the targets too when `with_targets`.
   void feed(Session& s, const std::string& prefix = "", bool with_targets = true) const;
