@@ -20,7 +20,6 @@ import json
 import os
 import platform
 import re
-import struct
 import subprocess
 import sys
 import time
@@ -33,40 +32,17 @@ os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 import torch  # noqa: E402  (after the OpenMP setting, which is read when the library loads)
 import torch.nn.functional as F  # noqa: E402
 
+from safetensors_np import SafetensorsError, read_safetensors  # noqa: E402
+
 GATE_LOSS_REL = 0.01
 GATE_LOGITS_REL_L2 = 0.01
 GATE_GRAD_REL_L2 = 0.05
 GATE_GRAD_COSINE = 0.99
 MODELS = ("mlp", "chargpt")
 
-_NP_DTYPES = {"F32": np.float32, "F64": np.float64, "I32": np.int32, "I64": np.int64}
-
-
 def fail(message):
     print(f"reference.py: {message}", file=sys.stderr)
     sys.exit(1)
-
-
-def read_safetensors(path):
-    """Returns ({name: ndarray}, metadata) of a safetensors file (F32/F64/I32/I64 only)."""
-    with open(path, "rb") as f:
-        blob = f.read()
-    if len(blob) < 8:
-        fail(f"{path}: too short for a safetensors header")
-    (n,) = struct.unpack("<Q", blob[:8])
-    if 8 + n > len(blob):
-        fail(f"{path}: header length {n} runs past the end of the file")
-    header = json.loads(blob[8:8 + n])
-    metadata = header.pop("__metadata__", {})
-    data = memoryview(blob)[8 + n:]
-    tensors = {}
-    for name, info in header.items():
-        if info["dtype"] not in _NP_DTYPES:
-            fail(f"{path}: tensor {name} has unsupported dtype {info['dtype']}")
-        begin, end = info["data_offsets"]
-        array = np.frombuffer(data[begin:end], dtype=_NP_DTYPES[info["dtype"]])
-        tensors[name] = array.reshape(info["shape"]).copy()
-    return tensors, metadata
 
 
 # ---- The models ------------------------------------------------------------------------------
@@ -143,9 +119,16 @@ def chargpt_loss(logits, inputs, cfg):
 FORWARD = {"mlp": (mlp_logits, mlp_loss), "chargpt": (chargpt_logits, chargpt_loss)}
 
 
+def read_or_fail(path):
+    try:
+        return read_safetensors(path)
+    except (OSError, SafetensorsError) as e:
+        fail(str(e))
+
+
 def load_model(weights_path, dtype):
     """Parameters (leaf tensors requiring grad), inputs and config from a weights file."""
-    tensors, metadata = read_safetensors(weights_path)
+    tensors, metadata = read_or_fail(weights_path)
     cfg = json.loads(metadata["config"])
     cfg["optimizer"] = json.loads(metadata["optimizer"])
     params, inputs = {}, {}
@@ -205,7 +188,7 @@ def evaluate(stem, model, precision, control=None):
     """Our loss, logits and gradients against PyTorch's, with the gates."""
     dtype = torch.float64 if precision == "f64" else torch.float32
     params, inputs, cfg = load_model(stem + ".weights.safetensors", dtype)
-    ours, _ = read_safetensors(stem + ".ours.safetensors")
+    ours, _ = read_or_fail(stem + ".ours.safetensors")
     cfg["control"] = control
     if control == "sign_flip":  # one gradient negated: same norms, opposite direction
         ours["grad.layers.0.wv"] = -ours["grad.layers.0.wv"]
