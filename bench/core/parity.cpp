@@ -52,7 +52,7 @@ void run(const std::map<std::string, std::string>& flags) {
   so.threads = int(mb::flag_int(flags, "threads"));
 
   Graph g;
-  Tensor logits = w.forward(g, "");
+  Tensor logits = w.forward(g, "", 0);
   Tensor loss = w.criterion(g, logits, "");
   g.output("logits", logits);
   g.output("loss", loss);

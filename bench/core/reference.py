@@ -2,7 +2,8 @@
 """PyTorch reference for the compiler core's built-in models (mlp, chargpt) on the CPU.
 
   reference.py parity --bin PATH --out DIR     gates: loss, logits and every gradient, f32 and f64
-  reference.py timing --bin PATH --out FILE    training step / F+L+B / inference, ours vs PyTorch
+  reference.py timing --step-bin PATH ...      training step / F+L+B / inference / one-example
+                                               latency, ours vs PyTorch
   reference.py table DIR                       markdown tables from DIR/parity.json, DIR/timing.json
 
 The models are written here independently of the C++ sources, from their specification:
@@ -285,6 +286,7 @@ class TorchWorkload:
     def __init__(self, model, weights_path, optimizer):
         self.params, self.inputs, self.cfg = load_model(weights_path, torch.float32)
         self.logits_fn, self.loss_fn = FORWARD[model]
+        self.first = {name: t[:1] for name, t in self.inputs.items()}  # one example: the latency shape
         plist = list(self.params.values())
         self.plist = plist
         self.clip = optimizer["clip_norm"]
@@ -314,8 +316,12 @@ class TorchWorkload:
         with torch.inference_mode():
             return self.logits_fn(self.params, self.inputs, self.cfg)
 
+    def latency(self):
+        with torch.inference_mode():
+            return self.logits_fn(self.params, self.first, self.cfg)
+
     def run(self, phase, n):
-        fn = {"step": self.step, "train": self.train, "infer": self.infer}[phase]
+        fn = {"step": self.step, "train": self.train, "infer": self.infer, "latency": self.latency}[phase]
         samples = []
         for _ in range(n):
             t0 = time.perf_counter()
@@ -377,7 +383,7 @@ def cmd_timing(args):
         ref = TorchWorkload(model, weights, ours.ready["optimizer"])
         entry = {"model": model, "parameters": ours.ready["parameters"], "device": ours.ready["device"],
                  "compile_step_s": ours.ready["compile_step_s"], "optimizer": ours.ready["optimizer"], "phases": {}}
-        phases = ("step", "train", "infer")
+        phases = ("step", "train", "infer", "latency")
         for phase in phases:
             ours.run(phase, args.warmups)
             ref.run(phase, args.warmups)
@@ -507,7 +513,8 @@ def cmd_table(args):
                   "ratio = ours / PyTorch (of the medians; of the minima).", "",
                   "| model | phase | ours | PyTorch | ratio | ratio of minima |",
                   "| --- | --- | --- | --- | --- | --- |"]
-        names = {"step": "training step (F+L+B+AdamW)", "train": "F+L+B", "infer": "inference forward"}
+        names = {"step": "training step (F+L+B+AdamW)", "train": "F+L+B", "infer": "inference forward",
+                 "latency": "one-example forward"}
         for r in timing["results"]:
             for phase, t in r["phases"].items():
                 o, q = t["ours"], t["pytorch"]

@@ -102,13 +102,13 @@ def main():
     check(abs(float(ours["loss"]) - math.log(cfg["vocab"])) < 0.5, f"chargpt initial loss {float(ours['loss']):.3f} "
           f"near ln({cfg['vocab']})")
 
-    r = run([a.step, "--model", "mlp", "--threads", "2"], stdin="step 5\ntrain 2\ninfer 3\nstep 20\nquit\n")
+    r = run([a.step, "--model", "mlp", "--threads", "2"], stdin="step 5\ntrain 2\ninfer 3\nlatency 4\nstep 20\nquit\n")
     lines = [json.loads(line) for line in r.stdout.splitlines()]
-    check(r.returncode == 0 and len(lines) == 5 and lines[0].get("ready"), "step server answers every command")
-    if len(lines) == 5:
-        check([len(x["seconds"]) for x in lines[1:]] == [5, 2, 3, 20], "one sample per run")
+    check(r.returncode == 0 and len(lines) == 6 and lines[0].get("ready"), "step server answers every command")
+    if len(lines) == 6:
+        check([len(x["seconds"]) for x in lines[1:]] == [5, 2, 3, 4, 20], "one sample per run")
         check(all(t > 0 for x in lines[1:] for t in x["seconds"]), "positive times")
-        check(lines[4]["loss"] < lines[1]["loss"], f"training loss falls ({lines[1]['loss']:.3f} -> {lines[4]['loss']:.3f})")
+        check(lines[5]["loss"] < lines[1]["loss"], f"training loss falls ({lines[1]['loss']:.3f} -> {lines[5]['loss']:.3f})")
 
     for cmd, stdin, what in [
         ([a.step, "--model", "mlp"], "step two\n", "bad command"),

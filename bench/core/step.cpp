@@ -5,6 +5,7 @@
 //   "step N"  - N training steps (forward, loss, backward, AdamW update), Trainer::step
 //   "train N" - N forward+loss+backward runs without the update
 //   "infer N" - N forward passes of the inference program, logits read back
+//   "latency N" - the same for a single example (the first of the batch)
 //   "quit"
 // Each command answers one JSON line {"phase", "seconds": [per-run wall times], "loss"}. The
 // first line is {"ready": true, ...} with the compile time and the session's device.
@@ -44,11 +45,15 @@ void serve(const std::map<std::string, std::string>& flags) {
   const size_t fb_program = s.add(fb);
 
   Graph inf;
-  inf.output("infer.logits", w.forward(inf, "infer."));
+  inf.output("infer.logits", w.forward(inf, "infer.", 0));
   const size_t infer_program = s.add(inf);
+  Graph one;
+  one.output("latency.logits", w.forward(one, "latency.", 1));
+  const size_t latency_program = s.add(one);
 
   w.feed(s);
   w.feed(s, "infer.", false);
+  w.feed(s, "latency.", false, 1);
   int64_t parameter_count = 0;
   for (const Tensor& p : params) parameter_count += numel(p.shape());
   std::cout << nlohmann::json{{"ready", true},          {"model", w.name},
@@ -65,8 +70,8 @@ void serve(const std::map<std::string, std::string>& flags) {
     int64_t n = 0;
     in >> phase;
     if (phase == "quit") return;
-    if (!(in >> n) || n < 1 || (phase != "step" && phase != "train" && phase != "infer")) {
-      throw std::invalid_argument("[bench] bad command '" + line + "' (expected step|train|infer N, or quit)");
+    if (!(in >> n) || n < 1 || (phase != "step" && phase != "train" && phase != "infer" && phase != "latency")) {
+      throw std::invalid_argument("[bench] bad command '" + line + "' (expected step|train|infer|latency N, or quit)");
     }
     std::vector<double> samples;
     double last_loss = 0;
@@ -78,13 +83,16 @@ void serve(const std::map<std::string, std::string>& flags) {
         s.run(fb_program);
         last_loss = s.scalar("fb.loss");
       } else {
-        s.run(infer_program);
-        if (s.get("infer.logits").empty()) throw std::runtime_error("[bench] the inference program produced no logits");
+        const bool one_example = phase == "latency";
+        s.run(one_example ? latency_program : infer_program);
+        if (s.get(one_example ? "latency.logits" : "infer.logits").empty()) {
+          throw std::runtime_error("[bench] the inference program produced no logits");
+        }
       }
       samples.push_back(seconds_since(t));
     }
     nlohmann::json reply{{"phase", phase}, {"seconds", samples}};
-    if (phase != "infer") reply["loss"] = last_loss;
+    if (phase == "step" || phase == "train") reply["loss"] = last_loss;
     std::cout << reply.dump() << std::endl;
   }
 }

@@ -27,8 +27,9 @@ Workload mlp_workload() {
   models::MlpConfig c;
   Workload w;
   w.name = "mlp";
-  w.forward = [c](Graph& g, const std::string& prefix) {
-    return models::mlp(g, g.input(prefix + "x", {kMlpBatch, c.inputs}), c);
+  w.batch = kMlpBatch;
+  w.forward = [c](Graph& g, const std::string& prefix, int64_t rows) {
+    return models::mlp(g, g.input(prefix + "x", {rows ? rows : kMlpBatch, c.inputs}), c);
   };
   w.criterion = [](Graph& g, Tensor logits, const std::string& prefix) {
     return cross_entropy(logits, g.input(prefix + "labels", {kMlpBatch}, DType::i32));
@@ -54,8 +55,9 @@ Workload chargpt_workload() {
   c.vocab = int64_t(vocab.chars.size());
   Workload w;
   w.name = "chargpt";
-  w.forward = [c](Graph& g, const std::string& prefix) {
-    return models::chargpt(g, g.input(prefix + "ids", {kCharGptBatch, c.seq}, DType::i32), c);
+  w.batch = kCharGptBatch;
+  w.forward = [c](Graph& g, const std::string& prefix, int64_t rows) {
+    return models::chargpt(g, g.input(prefix + "ids", {rows ? rows : kCharGptBatch, c.seq}, DType::i32), c);
   };
   w.criterion = [c](Graph& g, Tensor logits, const std::string& prefix) {
     Tensor targets = g.input(prefix + "targets", {kCharGptBatch * c.seq}, DType::i32);
@@ -90,7 +92,7 @@ Workload chargpt_workload() {
 }  // namespace
 
 LossFn Workload::loss() const {
-  return [f = forward, l = criterion](Graph& g) { return l(g, f(g, ""), ""); };
+  return [f = forward, l = criterion](Graph& g) { return l(g, f(g, "", 0), ""); };
 }
 
 nlohmann::json Workload::optimizer_json() const {
@@ -106,10 +108,13 @@ nlohmann::json Workload::optimizer_json() const {
           {"min_lr", optimizer.min_lr}};
 }
 
-void Workload::feed(Session& s, const std::string& prefix, bool with_targets) const {
+void Workload::feed(Session& s, const std::string& prefix, bool with_targets, int64_t rows) const {
+  if (rows < 0 || rows > batch) {
+    throw std::invalid_argument("[bench] cannot feed " + std::to_string(rows) + " of " + std::to_string(batch) + " examples");
+  }
   auto set_all = [&](const std::map<std::string, io::TensorRecord>& records) {
     for (const auto& [name, r] : records) {
-      const size_t n = size_t(r.numel());
+      const size_t n = size_t(rows ? r.numel() / batch * rows : r.numel());
       if (r.dtype == DType::i32) {
         s.set(prefix + name, std::span<const int32_t>(reinterpret_cast<const int32_t*>(r.data.data()), n));
       } else {

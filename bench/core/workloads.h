@@ -18,8 +18,10 @@ namespace meganeura::bench {
 
 struct Workload {
   std::string name;
-  // The model from its inputs (named `prefix` + input name) to its logits.
-  std::function<Tensor(Graph& g, const std::string& prefix)> forward;
+  int64_t batch = 0;  // examples in the fixed batch
+  // The model from its inputs (named `prefix` + input name, `rows` examples; 0 = batch) to
+  // its logits.
+  std::function<Tensor(Graph& g, const std::string& prefix, int64_t rows)> forward;
   // The training loss of those logits against the targets (named `prefix` + input name).
   std::function<Tensor(Graph& g, Tensor logits, const std::string& prefix)> criterion;
   std::map<std::string, io::TensorRecord> inputs;   // forward's inputs -> the fixed batch
@@ -32,8 +34,9 @@ struct Workload {
   // The optimizer settings a reference needs to repeat the update, as JSON.
   nlohmann::json optimizer_json() const;
   // Sets the batch into `s` under its input names, prefixed with `prefix` ("" or "infer."):
-  // the forward's inputs, and the targets too when `with_targets`.
-  void feed(Session& s, const std::string& prefix = "", bool with_targets = true) const;
+  // the forward's inputs, and the targets too when `with_targets`. With `rows` > 0, only the
+  // first `rows` examples of the inputs (the single-example latency program).
+  void feed(Session& s, const std::string& prefix = "", bool with_targets = true, int64_t rows = 0) const;
 };
 
 // "mlp" or "chargpt"; throws std::invalid_argument naming the unknown model.
