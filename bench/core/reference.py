@@ -4,7 +4,7 @@
   reference.py parity --bin PATH --out DIR     gates: loss, logits and every gradient, f32 and f64
   reference.py timing --step-bin PATH ...      training step / F+L+B / inference / one-example
                                                latency, ours vs PyTorch
-  reference.py table DIR                       markdown tables from DIR/parity.json, DIR/timing.json
+  reference.py table DIR                       markdown tables from DIR/parity.json, DIR/timing*.json
 
 The models are written here independently of the C++ sources, from their specification:
   mlp:     x @ W + b per layer (weights stored [in, out]), ReLU between, cross-entropy (mean).
@@ -17,6 +17,7 @@ Weights and the batch are read from the safetensors file the C++ side wrote, so 
 exactly the same numbers.
 """
 import argparse
+import glob
 import json
 import os
 import platform
@@ -503,14 +504,15 @@ def cmd_table(args):
         w = c["worst_rel_l2"]
         lines.append(f"| {c['description']} | {', '.join(c['failed_gates']) or 'NONE (not detected)'} "
                      f"| `{w['parameter']}` {w['rel_l2']:.2f} |")
-    timing_path = os.path.join(args.dir, "timing.json")
-    if os.path.exists(timing_path):
+    for timing_path in sorted(glob.glob(os.path.join(args.dir, "timing*.json"))):
         with open(timing_path) as f:
             timing = json.load(f)
         p = timing["protocol"]
-        lines += ["", f"Timing: {p['warmups']} warm-ups, {p['samples']} samples per side, alternating in blocks "
-                  f"of {p['block']} round-robin over the phases, {p['threads']} threads; median (IQR) and minimum in ms; "
-                  "ratio = ours / PyTorch (of the medians; of the minima).", "",
+        load = timing["machine"]["load_average"]
+        lines += ["", f"Timing ({os.path.basename(timing_path)}): {p['warmups']} warm-ups, {p['samples']} samples per "
+                  f"side, alternating in blocks of {p['block']} round-robin over the phases, {p['threads']} "
+                  f"thread(s) each side, machine load average {load[0]:.1f} at the start; median (IQR) and minimum "
+                  "in ms; ratio = ours / PyTorch (of the medians; of the minima).", "",
                   "| model | phase | ours | PyTorch | ratio | ratio of minima |",
                   "| --- | --- | --- | --- | --- | --- |"]
         names = {"step": "training step (F+L+B+AdamW)", "train": "F+L+B", "infer": "inference forward",

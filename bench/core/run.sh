@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Builds the benchmark binaries, runs the parity gates and the timing against PyTorch, writes
-# bench/core/results/{parity,timing}.json and tables.md, and prints the markdown tables.
+# bench/core/results/{parity,timing}.json and tables.md, and prints the markdown tables. On a
+# shared machine, ALSO_SINGLE_THREAD=1 adds timing-1thread.json (both sides on one thread).
 # Needs Debian's python3-torch and, for a fair reference, libopenblas0-pthread (see
 # docs/bench-core.md). Usage: bench/core/run.sh [build-dir]   (SAMPLES=40 THREADS=nproc)
 set -euo pipefail
@@ -28,6 +29,11 @@ status=0
 "$python" "$root/bench/core/reference.py" timing --step-bin "$build/bin/bench_core_step" \
   --parity-bin "$build/bin/bench_core_parity" --work "$work" --out "$results/timing.json" \
   --samples "$samples" --threads "$threads"
+if [ "${ALSO_SINGLE_THREAD:-0}" = 1 ]; then
+  "$python" "$root/bench/core/reference.py" timing --step-bin "$build/bin/bench_core_step" \
+    --parity-bin "$build/bin/bench_core_parity" --work "$work" --out "$results/timing-1thread.json" \
+    --samples "$samples" --threads 1
+fi
 echo
 "$python" "$root/bench/core/reference.py" table "$results" --write "$results/tables.md"
 exit "$status"
