@@ -1,7 +1,9 @@
 #!/usr/bin/python3
 """PyTorch reference for the compiler core's built-in models (mlp, chargpt) on the CPU.
 
-  reference.py parity --bin PATH --out DIR     gates: loss, logits and every gradient, f32 and f64
+  reference.py parity --bin PATH --work DIR --out FILE
+                                               gates: loss, logits, every gradient and AdamW
+                                               update, f32 and f64, plus negative controls
   reference.py timing --step-bin PATH ...      training step / F+L+B / inference / one-example
                                                latency, ours vs PyTorch
   reference.py table DIR                       markdown tables from DIR/parity.json, DIR/timing*.json
@@ -41,6 +43,7 @@ GATE_LOGITS_REL_L2 = 0.01
 GATE_GRAD_REL_L2 = 0.05
 GATE_GRAD_COSINE = 0.99
 MODELS = ("mlp", "chargpt")
+
 
 def fail(message):
     print(f"reference.py: {message}", file=sys.stderr)
