@@ -2,6 +2,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <limits>
 
 #include "backend/cpu/kernels.h"
 #include "backend/cpu/parallel.h"
@@ -155,16 +156,24 @@ void reduce(const Dispatch& d, const std::vector<Arg>& in, const Arg& out) {
       else if (int64_t(i) > axis) inner *= xs[i];
     }
     const bool log_form = d.op == Op::log_softmax;
-    parallel_for(outer * inner, (outer * inner * len > kParallelMin) ? 1 : INT64_MAX, [&](int64_t begin_, int64_t end_) {
-      for (int64_t r = begin_; r < end_; ++r) {
+    // exp in the tensor's own precision, once per element; terms below e^-80 (masked scores)
+    // are zero: they cannot change a sum that includes the maximum's 1, and libm's underflow
+    // path for them is slow.
+    auto exp_shifted = [](T v) { return v < T(-80) ? T(0) : std::exp(v); };
+    parallel_for(outer * inner, (outer * inner * len > kParallelMin) ? 1 : INT64_MAX, [&](int64_t lo, int64_t hi) {
+      for (int64_t r = lo; r < hi; ++r) {
         const int64_t base = (r / inner) * len * inner + r % inner;
-        double m = -INFINITY, s = 0;
-        for (int64_t j = 0; j < len; ++j) m = std::max(m, double(x[base + j * inner]));
-        for (int64_t j = 0; j < len; ++j) s += std::exp(double(x[base + j * inner]) - m);
-        const double lse = m + std::log(s);
-        for (int64_t j = 0; j < len; ++j) {
-          double v = double(x[base + j * inner]) - lse;
-          y[base + j * inner] = T(log_form ? v : std::exp(v));
+        T m = -std::numeric_limits<T>::infinity();
+        for (int64_t j = 0; j < len; ++j) m = std::max(m, x[base + j * inner]);
+        double s = 0;
+        if (log_form) {
+          for (int64_t j = 0; j < len; ++j) s += double(exp_shifted(x[base + j * inner] - m));
+          const T lse = m + T(std::log(s));
+          for (int64_t j = 0; j < len; ++j) y[base + j * inner] = x[base + j * inner] - lse;
+        } else {  // y may alias x: each element is read before it is written
+          for (int64_t j = 0; j < len; ++j) s += double(y[base + j * inner] = exp_shifted(x[base + j * inner] - m));
+          const T inv = T(1 / s);
+          for (int64_t j = 0; j < len; ++j) y[base + j * inner] *= inv;
         }
       }
     });
