@@ -245,14 +245,14 @@ TEST(Supervisor, BadFlagsAreOneLineErrors) {
 }
 
 // The reference tool answered Ctrl-C with an immediate SIGKILL; here SIGINT and SIGUSR1
-// reach the job, which can clean up and decide its own exit status.
+// reach the job, which can clean up and decide its own exit status. "ready" is printed inside
+// the try: Python may run the signal handlers right after that print returns.
 TEST(Supervisor, SigintAndSigusr1AreForwardedToTheJob) {
   Job job;
   auto c = spawn(job.spec(kReport, {kPython, "-c",
                                     "import signal, sys, time\n"
                                     "signal.signal(signal.SIGUSR1, lambda *a: print('got usr1', flush=True))\n"
-                                    "print('ready', flush=True)\n"
-                                    "try:\n    time.sleep(60)\n    time.sleep(60)\n"
+                                    "try:\n    print('ready', flush=True)\n    time.sleep(60)\n    time.sleep(60)\n"
                                     "except KeyboardInterrupt:\n    print('saving after interrupt'); sys.exit(0)\n"}));
   std::string out;
   char buf[256];
