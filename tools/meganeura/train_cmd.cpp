@@ -75,6 +75,11 @@ int run_train(const TrainArgs& a) {
   if (a.lr > 0) opt.lr = a.lr;
   opt.accumulation = a.accumulation;
   const int64_t steps = a.steps > 0 ? a.steps : task->default_steps();
+  if (steps % a.accumulation) {
+    // A checkpoint must fall on an update: a half-accumulated gradient could not be resumed.
+    throw std::invalid_argument("--steps " + std::to_string(steps) + " is not a multiple of --accumulation " +
+                                std::to_string(a.accumulation));
+  }
   opt.total_steps = std::max(opt.total_steps, steps);
   SessionOptions so;
   so.device = parse_device(a.device);
