@@ -5,6 +5,7 @@
 #pragma once
 
 #include <cstdint>
+#include <deque>
 #include <initializer_list>
 #include <optional>
 #include <span>
@@ -119,7 +120,6 @@ class Graph;
 struct Tensor {
   Graph* graph = nullptr;
   NodeId id = 0;
-  // By value: builders append nodes, which may move the node storage under a reference.
   TensorType type() const;
   Shape shape() const { return type().shape; }
   DType dtype() const { return type().dtype; }
@@ -162,7 +162,9 @@ class Graph {
 
  private:
   Tensor leaf(Op op, const std::string& name, Shape shape, DType dtype, Init init);
-  std::vector<Node> nodes_;
+  // A deque: appending never moves existing nodes, so a `const Node&` held by a builder or a
+  // vjp rule stays valid while it appends more (a vector here caused dangling references).
+  std::deque<Node> nodes_;
   std::vector<std::pair<std::string, NodeId>> outputs_;
   std::vector<std::pair<NodeId, NodeId>> assignments_;
 };

@@ -144,7 +144,7 @@ std::vector<Tensor> vjp(Tensor y, Tensor seed, const std::vector<Tensor>& wrt) {
   grads[y.id] = seed;
   for (NodeId i = end; i-- > 0;) {
     if (!grads[i] || !needs[i]) continue;
-    const Node n = G.node(i);  // copy: building the rule appends nodes
+    const Node& n = G.node(i);
     if (op_info(n.op).grad != GradKind::vjp) continue;
     Grads gi = rule(G, n, G.tensor(i), *grads[i]);
     for (size_t k = 0; k < n.inputs.size(); ++k) {

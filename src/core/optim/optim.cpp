@@ -47,7 +47,7 @@ void append_update(Graph& g, const std::vector<std::pair<Tensor, Tensor>>& pg, c
   Tensor t = step + 1.0;  // the step being taken, from 1
   for (size_t i = 0; i < pg.size(); ++i) {
     Tensor p = pg[i].first, gr = grads[i];
-    const std::string name = g.node(p.id).name;  // a copy: g.state() below appends nodes
+    const std::string& name = g.node(p.id).name;
     if (c.kind != Kind::adamw && c.weight_decay > 0) gr = gr + p * c.weight_decay;
     Tensor next = p;
     if (c.kind == Kind::sgd) {

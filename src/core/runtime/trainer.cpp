@@ -38,7 +38,7 @@ Trainer::Trainer(const LossFn& build, const OptimizerConfig& cfg, const SessionO
   Graph apply;
   std::vector<std::pair<Tensor, Tensor>> pg;
   for (size_t i = 0; i < params.size(); ++i) {
-    const Node n = graph_.node(params[i].id);  // a copy: graph_.state() below appends nodes
+    const Node& n = graph_.node(params[i].id);
     std::string acc_name = state_name("grad_acc", n.name);
     Tensor acc = graph_.state(acc_name, n.type.shape);
     graph_.assign(acc, acc + grads[i]);
