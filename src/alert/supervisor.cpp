@@ -219,7 +219,7 @@ ChildOutcome supervise(const SupervisorOptions& options, LogStore& log) {
   double last_tick = t0;
   std::optional<double> kill_at;  // when the group gets SIGKILL
   bool ending_forced = false;     // timeout, hang kill, SIGTERM/SIGHUP: clean up the group
-  std::array<char, 65536> buf{};
+  std::array<char, 65536> buf;  // not zeroed: 16 fewer page faults at start-up; reads fill it
 
   auto begin_termination = [&](int sig) {
     kill(-pid, sig);

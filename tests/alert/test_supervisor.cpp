@@ -285,8 +285,9 @@ TEST(Supervisor, InteractiveTerminalInputAndCtrlC) {
     for (const auto& [k, v] : job.env()) setenv(k.c_str(), v.c_str(), 1);
     execl(kGpualert.c_str(), kGpualert.c_str(), "--no-notify", "--json-report",
           (job.dir / "report.json").c_str(), "--", kPython.c_str(), "-c",
-          "import sys, time\nname = input('name? ')\nprint('hello', name, flush=True)\n"
-          "try:\n    time.sleep(60)\nexcept KeyboardInterrupt:\n    print('interrupted cleanly', flush=True)\n",
+          "import sys, time\nname = input('name? ')\n"
+          "try:\n    print('hello', name, flush=True)\n    time.sleep(60)\n"
+          "except KeyboardInterrupt:\n    print('interrupted cleanly', flush=True)\n",
           static_cast<char*>(nullptr));
     _exit(127);
   }
@@ -305,6 +306,7 @@ TEST(Supervisor, InteractiveTerminalInputAndCtrlC) {
   ASSERT_TRUE(wait_for("name? ")) << out;
   ASSERT_EQ(write(master, "ada\r", 4), 4);
   ASSERT_TRUE(wait_for("hello ada")) << out;
+  usleep(200 * 1000);  // let the job reach its sleep, as a person's keystroke would
   ASSERT_EQ(write(master, "\x03", 1), 1);
   EXPECT_TRUE(wait_for("interrupted cleanly")) << out;
   int status = 0;
