@@ -204,8 +204,9 @@ int run_job(const RunOptions& o) {
   report.log_path = log->path().string();
   report.start_time = wall_now();  // refined from the supervisor's outcome below
 
-  Telemetry telemetry;
-  if (o.telemetry) telemetry.start();
+  // Evidence baselines now; the samplers start once the child runs (overlapping its start).
+  Telemetry telemetry(1.0, o.gpu_helper_exe);
+  if (o.telemetry) telemetry.arm();
 
   std::vector<long> background;  // hang notifications being sent while the job runs
   SupervisorOptions so;
@@ -236,6 +237,15 @@ int run_job(const RunOptions& o) {
       deliver_with_deadline(o.sender_exe, c.state_dir, o.config_path, ids, c.notify_timeout_s,
                             false, &pid);
     if (pid > 0) background.push_back(pid);
+  };
+  // Nothing thrown here may abandon a running child: a failure only loses telemetry.
+  so.on_started = [&] {
+    if (!o.telemetry) return;
+    try {
+      telemetry.start();
+    } catch (const std::exception& e) {
+      std::fprintf(stderr, "gpualert: telemetry not started: %s\n", e.what());
+    }
   };
   // Reap background senders as they finish (only ours: the job's child is reaped by the
   // supervisor itself).

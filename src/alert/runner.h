@@ -31,6 +31,7 @@ struct RunOptions {
   bool telemetry = true;
   std::optional<std::filesystem::path> json_report;
   std::string sender_exe;  // the gpualert-send program
+  std::string gpu_helper_exe;  // the gpualert-gpu program (GPU telemetry)
 };
 
 int run_job(const RunOptions& options);

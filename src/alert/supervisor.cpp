@@ -209,6 +209,7 @@ ChildOutcome supervise(const SupervisorOptions& options, LogStore& log) {
     return out;
   }
   out.child_pid = pid;
+  if (options.on_started) options.on_started();
 
   bool echo = options.echo;
   bool stdin_open = stdin_is_tty;

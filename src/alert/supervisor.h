@@ -31,6 +31,9 @@ struct SupervisorOptions {
   std::function<void(double silent_s)> on_hang;
   // Called from the supervision loop roughly every 200 ms (reaping helpers, etc.).
   std::function<void()> on_tick;
+  // Called once the child runs, before the first wait: work placed here (starting
+  // samplers, compiling the rules) overlaps the child's own start-up.
+  std::function<void()> on_started;
 };
 
 struct ChildOutcome {

@@ -2,14 +2,23 @@
 
 #include <fcntl.h>
 #include <fmt/format.h>
+#include <spawn.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
+#include <cerrno>
 #include <chrono>
 #include <condition_variable>
+#include <csignal>
+#include <cstdlib>
+#include <cstring>
 #include <fstream>
+#include <optional>
+#include <stdexcept>
 
 #include "energy/meter.h"
-#include "energy/nvml.h"
+
+extern char** environ;
 
 namespace meganeura::alert {
 
@@ -64,123 +73,242 @@ uint64_t read_cgroup_oom_kills() {
 }
 
 struct Telemetry::State {
-  double interval_s;
-  std::thread thread;
+  double interval_s = 1;
+  std::string helper_exe;
   std::mutex mu;
   std::condition_variable cv;
-  bool stopping = false;
+  bool helper_done = true;  // the reader saw end of file (or no helper was started)
   bool gpu_ok = false;
   std::string note;
   std::vector<GpuStats> gpus;
   std::vector<std::string> events;
+  // Per GPU: the first energy counter reading, and the last power sample for integration.
+  std::vector<std::optional<uint64_t>> energy_first_mj;
+  std::vector<std::optional<std::pair<double, double>>> last_power;  // (t, watts)
+  std::vector<double> integrated_j;
+  std::vector<double> first_t, last_t;
   std::unique_ptr<energy::EnergyMeter> meter;
-  std::vector<uint64_t> energy_start_mj;
   uint64_t oom_start = 0;
   int kmsg_fd = -1;
+  bool armed = false;
+  pid_t helper = -1;
+  int helper_in = -1;  // its stdin: closing it asks for a last sample and an exit
+  std::thread reader;
 
-  void run() {
-    std::string why;
-    auto nvml = energy::Nvml::open("", &why);
-    std::unique_lock lock(mu);
-    if (!nvml) {
-      note = why.empty() ? "NVML not available: no GPU telemetry" : "no GPU telemetry: " + why;
-      cv.wait(lock, [&] { return stopping; });
+  void on_line(const std::string& line) {
+    nlohmann::json j = nlohmann::json::parse(line, nullptr, false);
+    if (!j.is_object()) return;
+    std::string type = j.value("type", "");
+    std::lock_guard lock(mu);
+    if (type == "init") {
+      gpu_ok = j.value("ok", false);
+      if (!gpu_ok) note = "no GPU telemetry: " + j.value("why", std::string("NVML failed"));
       return;
     }
-    unsigned count = nvml->device_count();
-    if (count == 0) {
-      note = "NVML found no GPU";
-      cv.wait(lock, [&] { return stopping; });
+    if (type == "event") {
+      events.push_back(fmt::format("{} on GPU {}", j.value("description", std::string("event")),
+                                   j.value("index", 0u)));
       return;
     }
-    gpu_ok = true;
-    gpus.resize(count);
-    energy_start_mj.assign(count, 0);
-    bool watching = nvml->watch_events();
-    bool first = true;
-    while (!stopping) {
-      lock.unlock();
-      auto samples = nvml->sample_all();
-      std::vector<energy::NvmlEvent> new_events;
-      if (watching) {
-        // Waiting on the event set doubles as the sampling pause.
-        if (auto e = nvml->wait_event(static_cast<unsigned>(interval_s * 1000)))
-          new_events.push_back(*e);
-      }
-      lock.lock();
-      for (const auto& e : new_events)
-        events.push_back(fmt::format("{} on GPU {}", e.description, e.index));
-      for (const auto& s : samples) {
-        if (s.index >= gpus.size()) continue;
-        GpuStats& g = gpus[s.index];
-        g.index = s.index;
-        g.name = s.name;
-        ++g.samples;
-        if (s.util_gpu_pct) {
-          g.last_util = *s.util_gpu_pct;
-          g.util_avg += (*s.util_gpu_pct - g.util_avg) / g.samples;
-          g.util_max = std::max<double>(g.util_max, *s.util_gpu_pct);
-        }
-        if (s.mem_used_bytes) g.mem_max_bytes = std::max(g.mem_max_bytes, *s.mem_used_bytes);
-        if (s.mem_total_bytes) g.mem_total_bytes = *s.mem_total_bytes;
-        if (s.temperature_c) g.temp_max_c = std::max(g.temp_max_c, *s.temperature_c);
-        if (s.power_w) {
-          g.power_avg_w += (*s.power_w - g.power_avg_w) / g.samples;
-          g.power_max_w = std::max(g.power_max_w, *s.power_w);
-        }
-        if (s.total_energy_mj) {
-          if (first) energy_start_mj[s.index] = *s.total_energy_mj;
-          g.energy_j = static_cast<double>(*s.total_energy_mj - energy_start_mj[s.index]) / 1000.0;
-        }
-      }
-      first = false;
-      if (!watching) cv.wait_for(lock, std::chrono::duration<double>(interval_s), [&] { return stopping; });
+    if (type != "sample") return;
+    unsigned i = j.value("index", 0u);
+    if (i >= 64) return;
+    if (i >= gpus.size()) {
+      gpus.resize(i + 1);
+      energy_first_mj.resize(i + 1);
+      last_power.resize(i + 1);
+      integrated_j.resize(i + 1, 0.0);
+      first_t.resize(i + 1, 0.0);
+      last_t.resize(i + 1, 0.0);
     }
+    GpuStats& g = gpus[i];
+    const double t = j.value("t", 0.0);
+    g.index = i;
+    g.name = j.value("name", std::string());
+    if (++g.samples == 1) first_t[i] = t;
+    last_t[i] = t;
+    if (j.contains("util")) {
+      g.last_util = j["util"].get<unsigned>();
+      g.util_avg += (g.last_util - g.util_avg) / g.samples;
+      g.util_max = std::max<double>(g.util_max, g.last_util);
+    }
+    if (j.contains("mem_used")) g.mem_max_bytes = std::max(g.mem_max_bytes, j["mem_used"].get<uint64_t>());
+    if (j.contains("mem_total")) g.mem_total_bytes = j["mem_total"].get<uint64_t>();
+    if (j.contains("temp")) g.temp_max_c = std::max(g.temp_max_c, j["temp"].get<unsigned>());
+    if (j.contains("power_w")) {
+      double w = j["power_w"].get<double>();
+      g.power_avg_w += (w - g.power_avg_w) / g.samples;
+      g.power_max_w = std::max(g.power_max_w, w);
+      if (last_power[i]) integrated_j[i] += (t - last_power[i]->first) * (w + last_power[i]->second) / 2;
+      last_power[i] = std::pair{t, w};
+    }
+    if (j.contains("energy_mj")) {
+      auto mj = j["energy_mj"].get<uint64_t>();
+      if (!energy_first_mj[i]) energy_first_mj[i] = mj;
+      g.energy_j = static_cast<double>(mj - *energy_first_mj[i]) / 1000.0;
+    } else {
+      g.energy_j = integrated_j[i];
+    }
+  }
+
+  void read_lines(int fd) {
+    std::string pending;
+    char buf[4096];
+    for (;;) {
+      ssize_t n = read(fd, buf, sizeof buf);
+      if (n < 0 && errno == EINTR) continue;
+      if (n <= 0) break;
+      pending.append(buf, static_cast<size_t>(n));
+      size_t nl;
+      while ((nl = pending.find('\n')) != std::string::npos) {
+        on_line(pending.substr(0, nl));
+        pending.erase(0, nl + 1);
+      }
+    }
+    close(fd);
+    std::lock_guard lock(mu);
+    helper_done = true;
+    cv.notify_all();
+  }
+
+  // Starts gpualert-gpu with a pipe on each side, in its own process group so that a
+  // Ctrl-C meant for the job does not end the sampling.
+  void start_helper(const std::string& library) {
+    int to_helper[2], from_helper[2];
+    if (pipe2(to_helper, O_CLOEXEC) != 0) throw std::runtime_error(std::strerror(errno));
+    if (pipe2(from_helper, O_CLOEXEC) != 0) {
+      close(to_helper[0]);
+      close(to_helper[1]);
+      throw std::runtime_error(std::strerror(errno));
+    }
+    std::vector<std::string> args = {helper_exe, "--interval", fmt::format("{:.3f}", interval_s)};
+    if (!library.empty()) args.insert(args.end(), {"--nvml-library", library});
+    std::vector<char*> argv;
+    for (auto& a : args) argv.push_back(a.data());
+    argv.push_back(nullptr);
+    posix_spawn_file_actions_t fa;
+    posix_spawn_file_actions_init(&fa);
+    posix_spawn_file_actions_adddup2(&fa, to_helper[0], STDIN_FILENO);
+    posix_spawn_file_actions_adddup2(&fa, from_helper[1], STDOUT_FILENO);
+    posix_spawn_file_actions_addopen(&fa, STDERR_FILENO, "/dev/null", O_WRONLY, 0);
+    posix_spawnattr_t attr;
+    posix_spawnattr_init(&attr);
+    sigset_t defaults, none;
+    sigemptyset(&defaults);
+    for (int sig : {SIGTERM, SIGINT, SIGHUP, SIGQUIT, SIGPIPE, SIGCHLD}) sigaddset(&defaults, sig);
+    sigemptyset(&none);
+    posix_spawnattr_setsigdefault(&attr, &defaults);
+    posix_spawnattr_setsigmask(&attr, &none);
+    posix_spawnattr_setpgroup(&attr, 0);
+    posix_spawnattr_setflags(&attr, POSIX_SPAWN_SETPGROUP | POSIX_SPAWN_SETSIGDEF | POSIX_SPAWN_SETSIGMASK);
+    int rc = posix_spawn(&helper, helper_exe.c_str(), &fa, &attr, argv.data(), environ);
+    posix_spawn_file_actions_destroy(&fa);
+    posix_spawnattr_destroy(&attr);
+    close(to_helper[0]);
+    close(from_helper[1]);
+    if (rc != 0) {
+      helper = -1;
+      close(to_helper[1]);
+      close(from_helper[0]);
+      note = fmt::format("no GPU telemetry: cannot start {}: {}", helper_exe, std::strerror(rc));
+      return;
+    }
+    helper_in = to_helper[1];
+    helper_done = false;
+    reader = std::thread([this, fd = from_helper[0]] { read_lines(fd); });
+  }
+
+  // Asks the helper for its last sample, waits at most `deadline_s`, then kills it.
+  void stop_helper(double deadline_s) {
+    if (helper < 0) return;
+    close(helper_in);
+    helper_in = -1;
+    {
+      std::unique_lock lock(mu);
+      if (!cv.wait_for(lock, std::chrono::duration<double>(deadline_s), [&] { return helper_done; })) {
+        kill(helper, SIGKILL);
+        note = fmt::format("GPU telemetry helper did not stop within {:.0f} s (a hung driver?); "
+                           "samples up to then are kept", deadline_s);
+      }
+    }
+    reader.join();  // the helper is gone, so its end of the pipe is closed
+    waitpid(helper, nullptr, 0);
+    helper = -1;
   }
 };
 
-Telemetry::Telemetry(double interval_s) : state_(std::make_unique<State>()) {
+Telemetry::Telemetry(double interval_s, std::string helper_exe) : state_(std::make_unique<State>()) {
   state_->interval_s = interval_s;
+  state_->helper_exe = std::move(helper_exe);
 }
 
 Telemetry::~Telemetry() {
-  if (state_->thread.joinable()) stop();
+  if (state_->helper >= 0) state_->stop_helper(0);
   if (state_->kmsg_fd >= 0) close(state_->kmsg_fd);
 }
 
-void Telemetry::start() {
+void Telemetry::arm() {
+  if (state_->armed) return;
+  state_->armed = true;
   state_->oom_start = read_cgroup_oom_kills();
   state_->kmsg_fd = open_kmsg();
-  state_->meter = std::make_unique<energy::EnergyMeter>();
+}
+
+void Telemetry::start() {
+  arm();
+  // Energy of the host (RAPL); the GPUs' energy comes from the helper's samples.
+  state_->meter = std::make_unique<energy::EnergyMeter>(energy::MeterOptions{});
   state_->meter->start();
-  // Without the kernel driver NVML cannot work: no sampling thread, no library search,
-  // which keeps short jobs on GPU-less machines cheap.
-  if (access("/proc/driver/nvidia/version", F_OK) == 0 || access("/dev/nvidiactl", F_OK) == 0)
-    state_->thread = std::thread([s = state_.get()] { s->run(); });
-  else
+  // Without the kernel driver NVML cannot work: no helper, no library search, which keeps
+  // short jobs on GPU-less machines cheap. GPUALERT_NVML_LIBRARY names another library
+  // (and starts the helper whatever the driver check says).
+  const char* library = std::getenv("GPUALERT_NVML_LIBRARY");
+  const bool driver =
+      access("/proc/driver/nvidia/version", F_OK) == 0 || access("/dev/nvidiactl", F_OK) == 0;
+  if (!driver && (library == nullptr || *library == '\0')) {
     state_->note = "no NVIDIA driver on this machine (/proc/driver/nvidia is absent)";
+    return;
+  }
+  if (state_->helper_exe.empty()) {
+    state_->note = "no GPU telemetry: helper not configured";
+    return;
+  }
+  state_->start_helper(library ? library : "");
 }
 
 TelemetryResult Telemetry::stop() {
-  {
-    std::lock_guard lock(state_->mu);
-    state_->stopping = true;
-  }
-  state_->cv.notify_all();
-  if (state_->thread.joinable()) state_->thread.join();
+  state_->stop_helper(kHelperStopDeadlineS);
   TelemetryResult r;
-  r.gpu_available = state_->gpu_ok;
+  std::lock_guard lock(state_->mu);
+  r.gpu_available = state_->gpu_ok && !state_->gpus.empty();
   r.gpu_note = state_->note;
+  if (state_->gpu_ok && state_->gpus.empty() && r.gpu_note.empty()) r.gpu_note = "no GPU sample arrived";
   r.gpus = state_->gpus;
   r.gpu_events = state_->events;
   if (state_->meter) {
     auto e = state_->meter->stop();
     nlohmann::json devices = nlohmann::json::array();
+    double total = e.total_joules;
     for (const auto& d : e.devices)
       devices.push_back({{"name", d.name}, {"source", d.source}, {"joules", d.joules},
                          {"avg_watts", d.avg_watts}, {"peak_watts", d.peak_watts}});
-    r.energy = {{"duration_s", e.duration_s}, {"total_joules", e.total_joules},
-                {"devices", devices}, {"notes", e.notes}};
+    for (size_t i = 0; i < state_->gpus.size(); ++i) {
+      const GpuStats& g = state_->gpus[i];
+      const bool counter = state_->energy_first_mj[i].has_value();
+      if (g.samples == 0 || (!counter && !state_->last_power[i])) continue;
+      double span = state_->last_t[i] - state_->first_t[i];
+      devices.push_back({{"name", fmt::format("gpu{}{}{}", i, g.name.empty() ? "" : " ", g.name)},
+                         {"source", counter ? "nvml-energy" : "nvml-power"},
+                         {"joules", g.energy_j},
+                         {"avg_watts", span > 0 ? g.energy_j / span : g.power_avg_w},
+                         {"peak_watts", g.power_max_w}});
+      total += g.energy_j;
+    }
+    std::vector<std::string> notes = e.notes;
+    if (devices.size() > e.devices.size())
+      std::erase_if(notes, [](const std::string& n) { return n.rfind("wall clock only", 0) == 0; });
+    r.energy = {{"duration_s", e.duration_s}, {"total_joules", total},
+                {"devices", devices}, {"notes", notes}};
   }
   uint64_t oom_end = read_cgroup_oom_kills();
   r.cgroup_oom_kills = oom_end > state_->oom_start ? oom_end - state_->oom_start : 0;
@@ -190,7 +318,7 @@ TelemetryResult Telemetry::stop() {
 
 bool Telemetry::gpus_idle() const {
   std::lock_guard lock(state_->mu);
-  if (!state_->gpu_ok) return false;
+  if (!state_->gpu_ok || state_->gpus.empty()) return false;
   for (const auto& g : state_->gpus)
     if (g.last_util > 5) return false;
   return true;
@@ -198,7 +326,7 @@ bool Telemetry::gpus_idle() const {
 
 bool Telemetry::has_gpu_data() const {
   std::lock_guard lock(state_->mu);
-  return state_->gpu_ok;
+  return state_->gpu_ok && !state_->gpus.empty();
 }
 
 nlohmann::json to_json(const TelemetryResult& t) {

@@ -1,7 +1,6 @@
-// Job telemetry: GPU samples through NVML (loaded with dlopen, optional), energy through
-// EnergyMeter, Xid/ECC events, and the cgroup v2 and kernel evidence of OOM kills.
-// Sampling runs on a background thread started after the child is launched, so a machine
-// without a GPU (or a slow driver) costs the job nothing.
+// Job telemetry: GPU samples and Xid/ECC events from the gpualert-gpu helper (which
+// loads NVML; started only where the NVIDIA driver is), host energy through EnergyMeter
+// (RAPL), and the cgroup v2 and kernel evidence of OOM kills.
 #pragma once
 
 #include <atomic>
@@ -39,12 +38,18 @@ struct TelemetryResult {
 
 class Telemetry {
  public:
-  explicit Telemetry(double interval_s = 1.0);
+  // `helper_exe`: the gpualert-gpu binary; empty means no GPU telemetry.
+  explicit Telemetry(double interval_s = 1.0, std::string helper_exe = {});
   ~Telemetry();
   Telemetry(const Telemetry&) = delete;
   Telemetry& operator=(const Telemetry&) = delete;
 
-  void start();  // returns at once; sampling happens on a thread
+  // Records the evidence baselines (cgroup OOM count, end of the kernel log). Call before
+  // the child starts so that nothing it causes is missed.
+  void arm();
+  // Starts the energy meter and GPU sampling (arming first if needed); returns at once,
+  // sampling happens on threads.
+  void start();
   TelemetryResult stop();
   // True when NVML is present and every GPU's utilisation is at most 5%.
   // False when no GPU data is available (no evidence either way).
@@ -52,6 +57,8 @@ class Telemetry {
   bool has_gpu_data() const;
 
   struct State;
+  // How long stop() waits for the helper's last sample before killing it.
+  static constexpr double kHelperStopDeadlineS = 2.0;
 
  private:
   std::unique_ptr<State> state_;

@@ -7,6 +7,7 @@
 
 #include "energy/hardware.h"
 #include "energy/measure.h"
+#include "energy/nvml.h"
 #include "energy/reference_model.h"
 #include "energy/report.h"
 #include "energy/svg.h"
@@ -220,6 +221,7 @@ void add_measure(CLI::App& energy) {
     std::string output;
   };
   auto o = std::make_shared<MeasureCli>();
+  o->meter.open_nvml = &Nvml::open;
   CLI::App* c = energy.add_subcommand("measure", "Run a command and report the energy it used");
   c->add_option("command", o->command, "Command and its arguments, after --")->required();
   c->add_flag("--json", o->json, "Print JSON (on stdout; the command keeps its own output)");

@@ -94,9 +94,9 @@ void EnergyMeter::start() {
   if (state_->running) stop();
   state_ = std::make_unique<State>();
   State& s = *state_;
-  if (options_.use_nvml) {
+  if (options_.open_nvml != nullptr) {
     std::string why;
-    s.nvml = Nvml::open(options_.nvml_library, &why);
+    s.nvml = options_.open_nvml(options_.nvml_library, &why);
     if (!s.nvml) {
       s.notes.push_back(why);
     } else {

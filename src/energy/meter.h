@@ -11,11 +11,15 @@
 
 namespace meganeura::energy {
 
+class Nvml;
+
 struct MeterOptions {
+  // Opens NVML for the GPU channels: set it to &Nvml::open (energy/nvml.h). Null means no
+  // GPU channels, and keeps NVML and dlopen out of programs that link the meter for RAPL.
+  std::unique_ptr<Nvml> (*open_nvml)(const std::string& library, std::string* why) = nullptr;
   std::string nvml_library;                        // empty: libnvidia-ml.so.1
   std::string powercap_root = "/sys/class/powercap";
   double sample_hz = 10.0;                         // power polling rate where no counter exists
-  bool use_nvml = true;
   bool use_rapl = true;
 };
 

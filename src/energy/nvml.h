@@ -36,18 +36,20 @@ class Nvml {
   // Loads `library` (default "libnvidia-ml.so.1") and calls nvmlInit_v2. Returns null and
   // fills `why` when the library is absent or initialisation fails.
   static std::unique_ptr<Nvml> open(const std::string& library = "", std::string* why = nullptr);
-  ~Nvml();
+  // Virtual, so that code holding an Nvml (the energy meter) refers to none of this file's
+  // symbols: a statically linked program that never opens NVML carries no dlopen.
+  virtual ~Nvml();
   Nvml(const Nvml&) = delete;
   Nvml& operator=(const Nvml&) = delete;
 
-  unsigned device_count() const;
-  NvmlSample sample(unsigned index) const;
-  std::vector<NvmlSample> sample_all() const;
+  virtual unsigned device_count() const;
+  virtual NvmlSample sample(unsigned index) const;
+  virtual std::vector<NvmlSample> sample_all() const;
 
   // Subscribes to Xid and ECC events on every device; false when unsupported.
-  bool watch_events();
+  virtual bool watch_events();
   // Waits up to `timeout_ms` for one event; empty on timeout or when not watching.
-  std::optional<NvmlEvent> wait_event(unsigned timeout_ms);
+  virtual std::optional<NvmlEvent> wait_event(unsigned timeout_ms);
 
   struct Api;  // resolved entry points (defined in nvml.cpp)
 

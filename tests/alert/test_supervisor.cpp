@@ -217,6 +217,90 @@ TEST(Supervisor, ReportWithoutGpuSaysSo) {
   }
 }
 
+// GPU telemetry runs in gpualert-gpu against a stand-in NVML library (tests/energy/fake_nvml.c)
+// that reports a constant power draw and an energy counter integrating it over real time.
+RunSpec gpu_job(const Job& job, std::vector<std::string> command,
+                std::map<std::string, std::string> extra = {}) {
+  RunSpec s = job.spec(kReport, std::move(command));
+  s.env["GPUALERT_NVML_LIBRARY"] = FAKE_NVML_PATH;
+  s.env["FAKE_NVML_DEVICES"] = "2";
+  s.env["FAKE_NVML_POWER_MW"] = "200000";
+  for (auto& [k, v] : extra) s.env[k] = v;
+  return s;
+}
+
+double job_seconds(const nlohmann::json& rep) {
+  return rep["energy"]["duration_s"].get<double>();
+}
+
+TEST(Supervisor, GpuTelemetryAndEnergyFromTheCounter) {
+  Job job;
+  auto r = run(gpu_job(job, {"/bin/sh", "-c", "echo training; sleep 1.5"}));
+  ASSERT_EQ(r.status, 0) << r.err;
+  auto rep = job.report();
+  const auto& t = rep["telemetry"];
+  ASSERT_TRUE(t["gpu_available"].get<bool>()) << t.dump();
+  ASSERT_EQ(t["gpus"].size(), 2u);
+  for (const auto& g : t["gpus"]) {
+    EXPECT_EQ(g["name"], "NVIDIA H100 80GB HBM3");
+    EXPECT_GE(g["samples"].get<int>(), 2);  // one a second plus a last one at the end
+    EXPECT_EQ(g["util_max_pct"].get<double>(), 50);
+    EXPECT_EQ(g["power_max_w"].get<double>(), 200);
+  }
+  // The counter's difference over the job: 200 W times the sampled span, which lies
+  // within the job's duration and misses at most the helper's start-up.
+  const double seconds = job_seconds(rep);
+  ASSERT_EQ(rep["energy"]["devices"].size(), 2u);
+  double total = 0;
+  for (const auto& d : rep["energy"]["devices"]) {
+    EXPECT_EQ(d["source"], "nvml-energy");
+    EXPECT_LE(d["joules"].get<double>(), 200 * seconds * 1.01);
+    EXPECT_GE(d["joules"].get<double>(), 200 * (seconds - 0.5));
+    total += d["joules"].get<double>();
+  }
+  EXPECT_NEAR(rep["energy"]["total_joules"].get<double>(), total, 1e-6);
+}
+
+TEST(Supervisor, GpuEnergyIntegratedFromPowerWithoutACounter) {
+  Job job;
+  auto r = run(gpu_job(job, {"/bin/sleep", "1.5"}, {{"FAKE_NVML_NO_ENERGY", "1"}}));
+  ASSERT_EQ(r.status, 0) << r.err;
+  auto rep = job.report();
+  const double seconds = job_seconds(rep);
+  ASSERT_EQ(rep["energy"]["devices"].size(), 2u);
+  for (const auto& d : rep["energy"]["devices"]) {
+    EXPECT_EQ(d["source"], "nvml-power");
+    // Constant power: the trapezoid rule is exact over the sampled span.
+    EXPECT_LE(d["joules"].get<double>(), 200 * seconds * 1.01);
+    EXPECT_GE(d["joules"].get<double>(), 200 * (seconds - 0.5));
+  }
+}
+
+TEST(Supervisor, XidEventClassifiesAsGpuHardware) {
+  Job job;
+  auto r = run(gpu_job(job, {"/bin/sh", "-c", "echo step 1; sleep 1; echo 'RuntimeError: CUDA error: unspecified launch failure'; exit 1"},
+                       {{"FAKE_NVML_XID", "79"}}));
+  EXPECT_EQ(r.status, 1);
+  auto rep = job.report();
+  EXPECT_EQ(rep["class"], "gpu_hardware") << rep.dump(1);
+  EXPECT_NE(rep["telemetry"]["gpu_events"].dump().find("Xid 79 on GPU"), std::string::npos);
+}
+
+TEST(Supervisor, HungGpuDriverCannotHoldTheWrapper) {
+  // The driver hangs in the middle of the job: the helper is stuck inside NVML, and
+  // gpualert must still return the job's status within its telemetry deadline.
+  Job job;
+  std::string state = (job.dir / "nvml.state").string();
+  auto r = run(gpu_job(job, {"/bin/sh", "-c", "sleep 1.2; echo hang=1 > " + state + "; sleep 0.5; exit 3"},
+                       {{"FAKE_NVML_STATE", state}}));
+  EXPECT_EQ(r.status, 3) << r.err;
+  EXPECT_LT(r.seconds, 1.7 + 2.0 + 3.0);  // the job, the 2 s deadline, slack for a loaded machine
+  auto rep = job.report();
+  EXPECT_NE(rep["telemetry"]["gpu_note"].get<std::string>().find("did not stop"), std::string::npos)
+      << rep["telemetry"].dump();
+  EXPECT_GE(rep["telemetry"]["gpus"][0]["samples"].get<int>(), 1);  // what came before is kept
+}
+
 TEST(Supervisor, SlurmVariablesEnrichTheReport) {
   Job job;
   auto s = job.spec(kReport, {"/bin/true"});
@@ -242,6 +326,38 @@ TEST(Supervisor, BadFlagsAreOneLineErrors) {
   auto r2 = run(command({kGpualert, "--no-notify"}, job.env()));
   EXPECT_EQ(r2.status, 2);
   EXPECT_NE(r2.err.find("no command given"), std::string::npos) << r2.err;
+  // Parse errors: status 2, one line naming the culprit, nothing run.
+  const std::vector<std::pair<std::vector<std::string>, std::string>> cases = {
+      {{kGpualert, "--no-notfy", "--", "/bin/true"}, "unknown option '--no-notfy'"},
+      {{kGpualert, "-q", "/bin/true"}, "unknown option '-q'"},
+      {{kGpualert, "--no-notify", "--timeout"}, "option --timeout needs a value"},
+      {{kGpualert, "--quiet=yes", "--", "/bin/true"}, "option --quiet takes no value"},
+      {{kGpualert, "classify", "x.log", "--exit-status", "1", "--signal", "9"}, "not both"},
+      {{kGpualert, "classify", "x.log", "--exit-status", "one"}, "'one' is not a number"},
+      {{kGpualert, "outbox", "send"}, "unknown action 'send'"},
+  };
+  for (const auto& [argv, message] : cases) {
+    auto e = run(command(argv, job.env()));
+    EXPECT_EQ(e.status, 2) << message;
+    EXPECT_NE(e.err.find(message), std::string::npos) << e.err;
+    EXPECT_EQ(std::count(e.err.begin(), e.err.end(), '\n'), 1) << e.err;
+  }
+}
+
+TEST(Supervisor, OptionFormsAndCommandWithoutDoubleDash) {
+  Job job;
+  // --name=value, and a command that starts at the first word, its own flags untouched.
+  RunSpec s = job.spec({}, {});
+  s.argv = {kGpualert, "--no-notify", "--json-report=report.json", "--timeout=30s", "/bin/sh", "-c",
+            "echo \"$0 $1\"; exit 4", "--quiet", "--timeout"};
+  auto r = run(s);
+  EXPECT_EQ(r.status, 4) << r.err;
+  EXPECT_NE(r.out.find("--quiet --timeout"), std::string::npos) << r.out;
+  EXPECT_EQ(job.report()["exit_status"], 4);
+  auto h = run(command({kGpualert, "--help"}));
+  EXPECT_EQ(h.status, 0);
+  for (const char* text : {"Usage: gpualert [options] -- CMD", "--hang-after DURATION", "gpualert classify"})
+    EXPECT_NE(h.out.find(text), std::string::npos) << text;
 }
 
 // The reference tool answered Ctrl-C with an immediate SIGKILL; here SIGINT and SIGUSR1

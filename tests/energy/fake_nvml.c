@@ -9,7 +9,9 @@
  *   FAKE_NVML_INIT_FAIL  when set, nvmlInit_v2 fails
  *   FAKE_NVML_XID        an Xid number delivered once by nvmlEventSetWait_v2
  *   FAKE_NVML_STATE      a file of "key=value" lines overriding power_mw, util, temp,
- *                        mem_used_mb and xid while the program runs
+ *                        mem_used_mb, xid and hang while the program runs
+ *   FAKE_NVML_HANG       when non-zero, power queries never return (a GPU that fell off
+ *                        the bus can hang the driver like this)
  * The energy counter integrates the reported power over real time since initialisation,
  * as the driver's counter does, so integrating and counting give the same joules. */
 #include <stdio.h>
@@ -149,6 +151,10 @@ nvmlReturn_t nvmlDeviceGetTemperature(nvmlDevice_t device, int sensor, unsigned*
 nvmlReturn_t nvmlDeviceGetPowerUsage(nvmlDevice_t device, unsigned* mw) {
   if (index_of(device) < 0 || !mw) return kInvalidArgument;
   if (getenv("FAKE_NVML_NO_POWER")) return kNotSupported;
+  while (setting("hang", "FAKE_NVML_HANG", 0) != 0) {
+    struct timespec ts = {0, 50000000};
+    nanosleep(&ts, NULL);
+  }
   *mw = (unsigned)setting("power_mw", "FAKE_NVML_POWER_MW", 250000);
   return kSuccess;
 }

@@ -76,8 +76,7 @@ TEST(Rapl, DeltaAcrossWrapAround) {
 }
 
 TEST_F(PowercapFixture, MeterSumsPackagesAndDramButNotPsys) {
-  MeterOptions o;
-  o.use_nvml = false;
+  MeterOptions o;  // no NVML opener: RAPL only
   o.powercap_root = root_.string();
   EnergyMeter m(o);
   m.start();
@@ -127,6 +126,7 @@ TEST_F(PowercapFixture, RootOnlyCountersAreExplained) {
 
 TEST(Meter, WallClockOnlyWithoutSources) {
   MeterOptions o;
+  o.open_nvml = &Nvml::open;
   o.nvml_library = "/nonexistent/libnvidia-ml.so.1";
   o.powercap_root = "/nonexistent/powercap";
   EnergyMeter m(o);
@@ -151,6 +151,7 @@ class FakeNvml : public ::testing::Test {
   }
   static MeterOptions options() {
     MeterOptions o;
+    o.open_nvml = &Nvml::open;
     o.nvml_library = FAKE_NVML_PATH;
     o.use_rapl = false;
     o.sample_hz = 50;

@@ -10,10 +10,10 @@
 
 #include <fmt/format.h>
 
-#include <CLI/CLI.hpp>
+#include <cerrno>
 #include <cstdio>
+#include <cstring>
 #include <filesystem>
-#include <iostream>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
@@ -25,8 +25,11 @@
 #include "alert/outbox.h"
 #include "alert/runner.h"
 #include "alert/util.h"
+#include "args.h"
 
 namespace ga = meganeura::alert;
+using gpualert_cli::Args;
+using gpualert_cli::parse_number;
 
 namespace {
 
@@ -36,9 +39,11 @@ std::string self_exe() {
   return ec ? std::string("gpualert") : p.string();
 }
 
-std::string sender_exe() {
-  return (std::filesystem::path(self_exe()).parent_path() / "gpualert-send").string();
+std::string helper_exe(const char* name) {
+  return (std::filesystem::path(self_exe()).parent_path() / name).string();
 }
+
+std::string sender_exe() { return helper_exe("gpualert-send"); }
 
 std::optional<std::filesystem::path> opt_path(const std::string& s) {
   if (s.empty()) return std::nullopt;
@@ -46,16 +51,21 @@ std::optional<std::filesystem::path> opt_path(const std::string& s) {
 }
 
 int cmd_classify(int argc, char** argv) {
-  CLI::App app{"Classify a log offline with the same rules as a live job", "gpualert classify"};
-  std::string log;
-  int exit_status = -1;
-  std::string signal;
+  Args app("gpualert classify", "LOGFILE [--exit-status N | --signal NAME] [--json]",
+           "Classify a log offline with the same rules as a live job.");
+  std::string log, exit_text, signal;
   bool json = false;
-  app.add_option("LOGFILE", log, "log to classify (a gpualert log or any text file)")->required();
-  auto* es = app.add_option("--exit-status", exit_status, "the job's exit status");
-  app.add_option("--signal", signal, "the signal that killed the job (SIGSEGV, 9, ...)")->excludes(es);
-  app.add_flag("--json", json, "print the result as JSON");
-  CLI11_PARSE(app, argc, argv);
+  app.positional("LOGFILE", &log, "log to classify (a gpualert log or any text file)")
+      .option("--exit-status", &exit_text, "the job's exit status", "N")
+      .option("--signal", &signal, "the signal that killed the job (SIGSEGV, 9, ...)", "NAME")
+      .flag("--json", &json, "print the result as JSON");
+  if (auto rc = app.parse(1, argc, argv)) return *rc;
+  int exit_status = -1;
+  if (!exit_text.empty() && !signal.empty()) {
+    std::fprintf(stderr, "[gpualert] classify: give --exit-status or --signal, not both\n");
+    return 2;
+  }
+  if (!exit_text.empty() && !parse_number("--exit-status", exit_text, &exit_status)) return 2;
   if (!std::filesystem::is_regular_file(log)) {
     std::fprintf(stderr, "[gpualert] classify: '%s' is not a readable file\n", log.c_str());
     return 2;
@@ -64,8 +74,8 @@ int cmd_classify(int argc, char** argv) {
   std::string assumed;
   if (!signal.empty()) {
     facts.signal = ga::parse_signal(signal);
-  } else if (exit_status >= 0) {
-    if (exit_status > 255) {
+  } else if (!exit_text.empty()) {
+    if (exit_status < 0 || exit_status > 255) {
       std::fprintf(stderr, "[gpualert] classify: exit status %d is out of range 0..255\n", exit_status);
       return 2;
     }
@@ -82,7 +92,7 @@ int cmd_classify(int argc, char** argv) {
     nlohmann::json j = {{"class", c.id}, {"label", c.label}, {"remedy", c.remedy},
                         {"confidence", c.confidence}, {"evidence", ev}};
     if (!assumed.empty()) j["note"] = assumed;
-    std::cout << j.dump(2) << "\n";
+    std::printf("%s\n", j.dump(2).c_str());
   } else {
     std::printf("class: %s\nlabel: %s\nremedy: %s\nconfidence: %.2f\n", c.id.c_str(),
                 c.label.c_str(), c.remedy.c_str(), c.confidence);
@@ -96,20 +106,24 @@ int cmd_classify(int argc, char** argv) {
 }
 
 int cmd_outbox(int argc, char** argv) {
-  CLI::App app{"Inspect or send the notifications waiting in the outbox", "gpualert outbox"};
-  std::string config_path, state_dir;
+  Args app("gpualert outbox", "list|flush [--timeout SECONDS] [--config FILE] [--state-dir DIR]",
+           "Inspect, or send now, the notifications waiting in the outbox.");
+  std::string action, config_path, state_dir, timeout_text;
+  app.positional("ACTION", &action, "list: show waiting messages; flush: try to send them all now")
+      .option("--timeout", &timeout_text, "flush: give up after this many seconds (default 60)", "SECONDS")
+      .option("--config", &config_path, "config file", "FILE")
+      .option("--state-dir", &state_dir, "state directory (jobs/ and outbox/)", "DIR");
+  if (auto rc = app.parse(1, argc, argv)) return *rc;
   double timeout = 60;
-  app.add_option("--config", config_path, "config file");
-  app.add_option("--state-dir", state_dir, "state directory (jobs/ and outbox/)");
-  auto* list = app.add_subcommand("list", "list waiting messages");
-  auto* flush = app.add_subcommand("flush", "try to send every waiting message now");
-  flush->add_option("--timeout", timeout, "give up after this many seconds");
-  app.require_subcommand(1);
-  CLI11_PARSE(app, argc, argv);
+  if (!timeout_text.empty() && !parse_number("--timeout", timeout_text, &timeout)) return 2;
+  if (action != "list" && action != "flush") {
+    std::fprintf(stderr, "[gpualert] outbox: unknown action '%s' (list or flush)\n", action.c_str());
+    return 2;
+  }
   auto config = ga::load_config(opt_path(config_path));
   if (!state_dir.empty()) config.state_dir = state_dir;
   ga::Outbox outbox(config.state_dir);
-  if (list->parsed()) {
+  if (action == "list") {
     auto entries = outbox.list();
     if (entries.empty()) std::printf("outbox %s is empty\n", outbox.dir().c_str());
     for (const auto& e : entries) {
@@ -137,12 +151,15 @@ int cmd_outbox(int argc, char** argv) {
 }
 
 int cmd_config(int argc, char** argv) {
-  CLI::App app{"Validate the configuration and print the effective settings", "gpualert config"};
-  std::string config_path;
-  app.add_option("--config", config_path, "config file");
-  app.add_subcommand("check", "validate and print, secrets masked");
-  app.require_subcommand(1);
-  CLI11_PARSE(app, argc, argv);
+  Args app("gpualert config", "check [--config FILE]",
+           "Validate the configuration and print the effective settings, secrets masked.");
+  std::string action, config_path;
+  app.positional("ACTION", &action, "check").option("--config", &config_path, "config file", "FILE");
+  if (auto rc = app.parse(1, argc, argv)) return *rc;
+  if (action != "check") {
+    std::fprintf(stderr, "[gpualert] config: unknown action '%s' (check)\n", action.c_str());
+    return 2;
+  }
   auto config = ga::load_config(opt_path(config_path));
   std::printf("%s", ga::describe_config(config).c_str());
   if (!config.any_channel())
@@ -152,60 +169,70 @@ int cmd_config(int argc, char** argv) {
 }
 
 int cmd_eval(int argc, char** argv) {
-  CLI::App app{"Evaluate the classifier on a labelled corpus through the wrapper", "gpualert eval"};
-  std::string dir, split;
+  Args app("gpualert eval", "CORPUS_DIR [--split train|heldout] [--min-macro-f1 X]",
+           "Evaluate the classifier on a labelled corpus through the wrapper.");
+  std::string dir, split, min_text;
+  app.positional("CORPUS_DIR", &dir, "directory with labels.tsv and the logs")
+      .option("--split", &split, "only this split (train or heldout)", "NAME")
+      .option("--min-macro-f1", &min_text, "exit 1 when macro-F1 is below this", "X");
+  if (auto rc = app.parse(1, argc, argv)) return *rc;
   double min_f1 = 0;
-  app.add_option("CORPUS_DIR", dir, "directory with labels.tsv and the logs")->required();
-  app.add_option("--split", split, "only this split (train or heldout)");
-  app.add_option("--min-macro-f1", min_f1, "exit 1 when macro-F1 is below this");
-  CLI11_PARSE(app, argc, argv);
+  if (!min_text.empty() && !parse_number("--min-macro-f1", min_text, &min_f1)) return 2;
   auto r = ga::evaluate_corpus(dir, self_exe(), split);
   std::printf("%s", ga::format_eval(r).c_str());
   return r.macro_f1 + 1e-12 >= min_f1 ? 0 : 1;
 }
 
 int cmd_replay(int argc, char** argv) {
-  CLI::App app{"Replay a recorded log and end as recorded (used by eval)", "gpualert replay"};
-  std::string log, signal;
+  Args app("gpualert replay", "LOG [--exit-status N | --signal NAME]",
+           "Replay a recorded log and end as recorded (used by eval).");
+  std::string log, exit_text, signal;
+  app.positional("LOG", &log, "the log to print")
+      .option("--exit-status", &exit_text, "end with this status", "N")
+      .option("--signal", &signal, "end by this signal", "NAME");
+  if (auto rc = app.parse(1, argc, argv)) return *rc;
   int exit_status = 0;
-  app.add_option("LOG", log)->required();
-  auto* es = app.add_option("--exit-status", exit_status);
-  app.add_option("--signal", signal)->excludes(es);
-  CLI11_PARSE(app, argc, argv);
+  if (!exit_text.empty() && !parse_number("--exit-status", exit_text, &exit_status)) return 2;
   std::optional<int> sig;
   if (!signal.empty()) sig = ga::parse_signal(signal);
   ga::replay_log(log, exit_status, sig);
 }
 
 int cmd_run(int argc, char** argv) {
-  CLI::App app{"Run a command, record its output, classify how it ended, and notify.\n"
-               "Usage: gpualert [options] -- CMD [ARGS...]",
-               "gpualert"};
-  app.set_version_flag("--version", MEGANEURA_VERSION);
+  Args app("gpualert", "[options] -- CMD [ARGS...]",
+           "Run a command unchanged, record its output, classify how it ended, and notify.\n"
+           "The exit status is the command's own (or 128 + the signal that ended it).");
   std::string config_path, state_dir, timeout, hang_after, grace, notify_timeout, json_report;
   std::vector<std::string> to, attach;
   std::string smtp_url, webhook, ntfy;
-  bool kill_on_hang = false, no_notify = false, dry_run = false, quiet = false, no_telemetry = false;
-  app.add_option("--config", config_path, "config file (default $XDG_CONFIG_HOME/gpualert/config.toml)");
-  app.add_option("--state-dir", state_dir, "where jobs/ and outbox/ live (default $XDG_STATE_HOME/gpualert)");
-  app.add_option("--timeout", timeout, "end the whole process group after this long (e.g. 2h30m)");
-  app.add_option("--grace", grace, "time between SIGTERM and SIGKILL (default 30s)");
-  app.add_option("--hang-after", hang_after, "notify when there is no output for this long");
-  app.add_flag("--kill-on-hang", kill_on_hang, "end the job when a hang is detected");
-  app.add_option("--to", to, "email recipient (repeatable; overrides the config)");
-  app.add_option("--smtp-url", smtp_url, "smtp://host:587 or smtps://host:465");
-  app.add_option("--webhook", webhook, "JSON webhook URL (Slack-compatible)");
-  app.add_option("--ntfy", ntfy, "ntfy topic URL");
-  app.add_option("--attach", attach, "attach files matching this glob (repeatable)");
-  app.add_option("--notify-timeout", notify_timeout, "hard deadline for sending (default 30s)");
-  app.add_option("--json-report", json_report, "write the final report as JSON to this file");
-  app.add_flag("--no-notify", no_notify, "record and classify only");
-  app.add_flag("--dry-run", dry_run, "print the messages instead of sending them");
-  app.add_flag("--quiet", quiet, "do not copy the command's output to the terminal");
-  app.add_flag("--no-telemetry", no_telemetry, "no NVML sampling or energy metering");
+  bool kill_on_hang = false, no_notify = false, dry_run = false, quiet = false,
+       no_telemetry = false, version = false;
+  app.option("--config", &config_path, "config file (default $XDG_CONFIG_HOME/gpualert/config.toml)", "FILE")
+      .option("--state-dir", &state_dir, "where jobs/ and outbox/ live (default $XDG_STATE_HOME/gpualert)", "DIR")
+      .option("--timeout", &timeout, "end the whole process group after this long (e.g. 2h30m)", "DURATION")
+      .option("--grace", &grace, "time between SIGTERM and SIGKILL (default 30s)", "DURATION")
+      .option("--hang-after", &hang_after, "notify when there is no output for this long", "DURATION")
+      .flag("--kill-on-hang", &kill_on_hang, "end the job when a hang is detected")
+      .option("--to", &to, "email recipient (overrides the config)", "ADDRESS")
+      .option("--smtp-url", &smtp_url, "smtp://host:587 or smtps://host:465", "URL")
+      .option("--webhook", &webhook, "JSON webhook URL (Slack-compatible)", "URL")
+      .option("--ntfy", &ntfy, "ntfy topic URL", "URL")
+      .option("--attach", &attach, "attach files matching this glob", "GLOB")
+      .option("--notify-timeout", &notify_timeout, "hard deadline for sending (default 30s)", "DURATION")
+      .option("--json-report", &json_report, "write the final report as JSON to this file", "FILE")
+      .flag("--no-notify", &no_notify, "record and classify only")
+      .flag("--dry-run", &dry_run, "print the messages instead of sending them")
+      .flag("--quiet", &quiet, "do not copy the command's output to the terminal")
+      .flag("--no-telemetry", &no_telemetry, "no GPU sampling or energy metering")
+      .flag("--version", &version, "print the version and exit")
+      .epilog("Other commands:\n"
+              "  gpualert classify LOGFILE [--exit-status N | --signal NAME] [--json]\n"
+              "  gpualert outbox list|flush\n"
+              "  gpualert config check\n"
+              "  gpualert eval CORPUS_DIR [--split train|heldout]\n");
 
-  // Everything after "--" (or from the first non-option word) is the command, untouched.
-  std::vector<std::string> command;
+  // Everything after "--" (or from the first word that is not an option) is the command,
+  // passed on untouched.
   int split = argc;
   for (int i = 1; i < argc; ++i) {
     if (std::string_view(argv[i]) == "--") {
@@ -213,22 +240,17 @@ int cmd_run(int argc, char** argv) {
       break;
     }
   }
+  int command_at = split + 1;
   if (split < argc) {
-    for (int i = split + 1; i < argc; ++i) command.emplace_back(argv[i]);
-    try {
-      app.parse(split, argv);
-    } catch (const CLI::ParseError& e) {
-      return app.exit(e) == 0 ? 0 : 2;
-    }
+    if (auto rc = app.parse(1, split, argv)) return *rc;
   } else {
-    app.prefix_command();
-    try {
-      app.parse(argc, argv);
-    } catch (const CLI::ParseError& e) {
-      return app.exit(e) == 0 ? 0 : 2;
-    }
-    command = app.remaining();
+    if (auto rc = app.parse(1, argc, argv, /*stop_at_word=*/true, &command_at)) return *rc;
   }
+  if (version) {
+    std::printf("gpualert %s\n", MEGANEURA_VERSION);
+    return 0;
+  }
+  std::vector<std::string> command(argv + std::min(command_at, argc), argv + argc);
   if (command.empty()) {
     std::fprintf(stderr, "[gpualert] no command given; usage: gpualert [options] -- CMD [ARGS...]\n");
     return 2;
@@ -268,6 +290,7 @@ int cmd_run(int argc, char** argv) {
   o.telemetry = !no_telemetry;
   o.json_report = opt_path(json_report);
   o.sender_exe = sender_exe();
+  o.gpu_helper_exe = helper_exe("gpualert-gpu");
   return ga::run_job(o);
 }
 
