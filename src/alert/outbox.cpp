@@ -17,30 +17,6 @@
 namespace meganeura::alert {
 namespace {
 
-void write_synced(const std::filesystem::path& path, std::string_view data) {
-  int fd = open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
-  if (fd < 0)
-    throw std::runtime_error(fmt::format("[gpualert] outbox: cannot create '{}': {}",
-                                         path.string(), std::strerror(errno)));
-  size_t done = 0;
-  while (done < data.size()) {
-    ssize_t n = write(fd, data.data() + done, data.size() - done);
-    if (n < 0 && errno == EINTR) continue;
-    if (n < 0) {
-      int err = errno;
-      close(fd);
-      throw std::runtime_error(fmt::format("[gpualert] outbox: cannot write '{}': {}",
-                                           path.string(), std::strerror(err)));
-    }
-    done += static_cast<size_t>(n);
-  }
-  int rc = fsync(fd);
-  close(fd);
-  if (rc != 0)
-    throw std::runtime_error(fmt::format("[gpualert] outbox: cannot fsync '{}': {}",
-                                         path.string(), std::strerror(errno)));
-}
-
 void sync_dir(const std::filesystem::path& dir) {
   int fd = open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
   if (fd >= 0) {
@@ -72,8 +48,8 @@ std::string Outbox::put(nlohmann::json meta, std::string_view payload) {
   meta["id"] = id;
   meta["created"] = iso_time(wall_now());
   if (!meta.contains("attempts")) meta["attempts"] = 0;
-  write_synced(tmp / "payload", payload);
-  write_synced(tmp / "meta.json", meta.dump(2));
+  write_file((tmp / "payload").string(), payload, true);
+  write_file((tmp / "meta.json").string(), meta.dump(2), true);
   sync_dir(tmp);
   std::filesystem::rename(tmp, dir_ / id, ec);
   if (ec)
@@ -128,7 +104,7 @@ void Outbox::record_failure(const OutboxEntry& entry, const std::string& error) 
   meta["last_error"] = error;
   meta["last_attempt"] = iso_time(wall_now());
   auto tmp = entry.dir / "meta.json.tmp";
-  write_synced(tmp, meta.dump(2));
+  write_file(tmp.string(), meta.dump(2), true);
   std::error_code ec;
   std::filesystem::rename(tmp, entry.dir / "meta.json", ec);
 }

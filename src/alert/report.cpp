@@ -1,9 +1,10 @@
 #include "alert/report.h"
 
 #include <fmt/format.h>
+#include <sys/stat.h>
 
 #include <deque>
-#include <fstream>
+#include <string_view>
 
 #include "alert/util.h"
 
@@ -80,19 +81,24 @@ std::map<std::string, std::string> slurm_environment() {
 
 std::vector<std::string> tail_lines(const std::string& log_path, uint64_t body_offset,
                                     size_t count) {
-  std::ifstream in(log_path, std::ios::binary);
-  std::deque<std::string> q;
-  if (!in) return {};
+  struct stat st {};
+  if (stat(log_path.c_str(), &st) != 0) return {};
   // Only the end of a big log matters: start reading at most 256 KiB before its end.
-  in.seekg(0, std::ios::end);
-  auto size = static_cast<uint64_t>(in.tellg());
+  auto size = static_cast<uint64_t>(st.st_size);
   uint64_t from = std::max<uint64_t>(body_offset, size > (256u << 10) ? size - (256u << 10) : 0);
-  in.seekg(static_cast<std::streamoff>(from));
-  std::string line;
-  if (from > body_offset) std::getline(in, line);  // partial first line
-  while (std::getline(in, line)) {
-    q.push_back(printable(line, 500));
+  auto text = read_file(log_path, from, 1u << 20);
+  if (!text) return {};
+  std::string_view rest = *text;
+  if (from > body_offset) {  // partial first line
+    auto nl = rest.find('\n');
+    rest = nl == std::string_view::npos ? std::string_view() : rest.substr(nl + 1);
+  }
+  std::deque<std::string> q;
+  while (!rest.empty()) {
+    auto nl = rest.find('\n');
+    q.push_back(printable(rest.substr(0, nl), 500));
     if (q.size() > count) q.pop_front();
+    rest = nl == std::string_view::npos ? std::string_view() : rest.substr(nl + 1);
   }
   return {q.begin(), q.end()};
 }

@@ -6,11 +6,11 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <cerrno>
 #include <chrono>
 #include <csignal>
 #include <cstring>
 #include <cstdio>
-#include <fstream>
 #include <thread>
 
 #include "alert/attachments.h"
@@ -125,14 +125,12 @@ void settle_statuses(const Config& c, Report& report, const std::vector<std::str
   }
 }
 
-void write_report(const std::filesystem::path& path, const Report& report) {
+void write_report(const std::filesystem::path& path, const std::string& json) {
   std::string tmp = path.string() + ".tmp";
-  {
-    std::ofstream out(tmp);
-    out << to_json(report).dump(2) << "\n";
-    if (!out) throw std::runtime_error(fmt::format("[gpualert] cannot write report '{}'", path.string()));
-  }
-  std::filesystem::rename(tmp, path);
+  write_file(tmp, json, false);
+  if (std::rename(tmp.c_str(), path.c_str()) != 0)
+    throw std::runtime_error(fmt::format("[gpualert] cannot write report '{}': {}", path.string(),
+                                         std::strerror(errno)));
 }
 
 }  // namespace
@@ -332,8 +330,9 @@ int run_job(const RunOptions& o) {
   for (long pid : background) wait_or_kill(static_cast<pid_t>(pid), c.notify_timeout_s);
 
   try {
-    write_report(job_dir / "report.json", report);
-    if (o.json_report) write_report(*o.json_report, report);
+    std::string json = to_json(report).dump(2) + "\n";
+    write_report(job_dir / "report.json", json);
+    if (o.json_report) write_report(*o.json_report, json);
   } catch (const std::exception& e) {
     std::fprintf(stderr, "%s\n", e.what());
   }

@@ -12,10 +12,10 @@
 #include <csignal>
 #include <cstdlib>
 #include <cstring>
-#include <fstream>
 #include <optional>
 #include <stdexcept>
 
+#include "alert/util.h"
 #include "energy/meter.h"
 
 extern char** environ;
@@ -23,14 +23,6 @@ extern char** environ;
 namespace meganeura::alert {
 
 namespace {
-
-std::string cgroup_dir() {
-  std::ifstream in("/proc/self/cgroup");
-  std::string line;
-  while (std::getline(in, line))
-    if (line.rfind("0::", 0) == 0) return "/sys/fs/cgroup" + line.substr(3);
-  return {};
-}
 
 // Opens /dev/kmsg positioned at its end, so only records written during the job are read.
 int open_kmsg() {
@@ -61,15 +53,34 @@ std::vector<std::string> read_kmsg_oom(int fd) {
 
 }  // namespace
 
-uint64_t read_cgroup_oom_kills() {
-  std::string dir = cgroup_dir();
-  if (dir.empty()) return 0;
-  std::ifstream in(dir + "/memory.events");
-  std::string key;
-  uint64_t value = 0;
-  while (in >> key >> value)
-    if (key == "oom_kill") return value;
+std::string cgroup_v2_dir(std::string_view proc_self_cgroup) {
+  std::string_view rest = proc_self_cgroup;
+  while (!rest.empty()) {
+    auto nl = rest.find('\n');
+    std::string_view line = rest.substr(0, nl);
+    if (line.substr(0, 3) == "0::") return "/sys/fs/cgroup" + std::string(line.substr(3));
+    rest = nl == std::string_view::npos ? std::string_view() : rest.substr(nl + 1);
+  }
+  return {};
+}
+
+uint64_t parse_oom_kills(std::string_view memory_events) {
+  std::string_view rest = memory_events;
+  while (!rest.empty()) {
+    auto nl = rest.find('\n');
+    std::string_view line = rest.substr(0, nl);
+    if (line.substr(0, 9) == "oom_kill ") return std::strtoull(std::string(line.substr(9)).c_str(), nullptr, 10);
+    rest = nl == std::string_view::npos ? std::string_view() : rest.substr(nl + 1);
+  }
   return 0;
+}
+
+uint64_t read_cgroup_oom_kills() {
+  auto self = read_file("/proc/self/cgroup");
+  std::string dir = self ? cgroup_v2_dir(*self) : std::string();
+  if (dir.empty()) return 0;
+  auto events = read_file(dir + "/memory.events");
+  return events ? parse_oom_kills(*events) : 0;
 }
 
 struct Telemetry::State {

@@ -9,6 +9,7 @@
 #include <mutex>
 #include <nlohmann/json.hpp>
 #include <string>
+#include <string_view>
 #include <thread>
 #include <vector>
 
@@ -66,6 +67,10 @@ class Telemetry {
 
 // memory.events oom_kill counter of this process's cgroup v2 (0 when unreadable).
 uint64_t read_cgroup_oom_kills();
+// The cgroup v2 directory named by /proc/self/cgroup's "0::" line; empty when none.
+std::string cgroup_v2_dir(std::string_view proc_self_cgroup);
+// The oom_kill count in a memory.events file's text; 0 when absent.
+uint64_t parse_oom_kills(std::string_view memory_events);
 
 nlohmann::json to_json(const TelemetryResult& t);
 

@@ -1,5 +1,6 @@
 #include "alert/util.h"
 
+#include <fcntl.h>
 #include <fmt/format.h>
 #include <unistd.h>
 
@@ -9,6 +10,7 @@
 #include <chrono>
 #include <csignal>
 #include <cstdlib>
+#include <cstring>
 #include <ctime>
 #include <stdexcept>
 
@@ -191,6 +193,49 @@ std::string printable(std::string_view text, size_t max_len) {
   }
   if (text.size() > max_len) out += "...";
   return out;
+}
+
+std::optional<std::string> read_file(const std::string& path, uint64_t offset, size_t max) {
+  int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return std::nullopt;
+  std::string out;
+  char buf[16384];
+  auto at = static_cast<off_t>(offset);
+  while (out.size() < max) {
+    ssize_t n = pread(fd, buf, std::min(sizeof buf, max - out.size()), at);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) {
+      close(fd);
+      return std::nullopt;
+    }
+    if (n == 0) break;
+    out.append(buf, static_cast<size_t>(n));
+    at += n;
+  }
+  close(fd);
+  return out;
+}
+
+void write_file(const std::string& path, std::string_view data, bool sync) {
+  int fd = open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+  if (fd < 0)
+    throw std::runtime_error(fmt::format("[gpualert] cannot create '{}': {}", path, std::strerror(errno)));
+  size_t done = 0;
+  while (done < data.size()) {
+    ssize_t n = write(fd, data.data() + done, data.size() - done);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) {
+      int err = errno;
+      close(fd);
+      throw std::runtime_error(fmt::format("[gpualert] cannot write '{}': {}", path, std::strerror(err)));
+    }
+    done += static_cast<size_t>(n);
+  }
+  int rc = sync ? fsync(fd) : 0;
+  int err = errno;
+  close(fd);
+  if (rc != 0)
+    throw std::runtime_error(fmt::format("[gpualert] cannot fsync '{}': {}", path, std::strerror(err)));
 }
 
 }  // namespace meganeura::alert

@@ -5,6 +5,8 @@
 #include "alert/attachments.h"
 #include "alert/log_store.h"
 #include "alert/mime.h"
+#include "alert/report.h"
+#include "alert/telemetry.h"
 #include "alert/util.h"
 #include "test_helpers.h"
 
@@ -173,4 +175,35 @@ TEST(Util, DurationsSizesSignals) {
   EXPECT_EQ(ga::signal_name(SIGTERM), "SIGTERM");
   EXPECT_THROW(ga::parse_signal("SIGNOPE"), std::invalid_argument);
   EXPECT_EQ(ga::shell_quote("it's"), "'it'\\''s'");
+}
+
+TEST(Util, SmallFilesAndLogTails) {
+  TempDir dir;
+  const std::string path = (dir / "f.txt").string();
+  ga::write_file(path, "header\nline 1\nline 2\nline 3", false);
+  EXPECT_EQ(ga::read_file(path).value(), "header\nline 1\nline 2\nline 3");
+  EXPECT_EQ(ga::read_file(path, 7).value(), "line 1\nline 2\nline 3");
+  EXPECT_EQ(ga::read_file(path, 7, 4).value(), "line");
+  EXPECT_FALSE(ga::read_file((dir / "missing").string()).has_value());
+  EXPECT_THROW(ga::write_file((dir / "no/such/dir/f").string(), "x", true), std::runtime_error);
+  // The last lines after the header (which ends at byte 7), without a trailing newline.
+  EXPECT_EQ(ga::tail_lines(path, 7, 2), (std::vector<std::string>{"line 2", "line 3"}));
+  EXPECT_EQ(ga::tail_lines(path, 7, 10), (std::vector<std::string>{"line 1", "line 2", "line 3"}));
+  // A log over the 256 KiB read window: the cut first line is dropped, the end is exact.
+  std::string big = "header\n";
+  for (int i = 0; i < 40000; ++i) big += "step " + std::to_string(i) + " loss 0.5\n";
+  ga::write_file(path, big, false);
+  auto tail = ga::tail_lines(path, 7, 3);
+  EXPECT_EQ(tail, (std::vector<std::string>{"step 39997 loss 0.5", "step 39998 loss 0.5",
+                                            "step 39999 loss 0.5"}));
+  EXPECT_EQ(ga::tail_lines(path, 7, 100000).front().rfind("step ", 0), 0u);
+}
+
+TEST(Telemetry, CgroupEvidenceParsing) {
+  EXPECT_EQ(ga::cgroup_v2_dir("0::/user.slice/job-42\n"), "/sys/fs/cgroup/user.slice/job-42");
+  EXPECT_EQ(ga::cgroup_v2_dir("12:memory:/x\n1:name=systemd:/y\n"), "");  // cgroup v1 only
+  EXPECT_EQ(ga::cgroup_v2_dir("2:cpu:/a\n0::/b"), "/sys/fs/cgroup/b");
+  EXPECT_EQ(ga::parse_oom_kills("low 0\nhigh 0\nmax 3\noom 2\noom_kill 2\noom_group_kill 0\n"), 2u);
+  EXPECT_EQ(ga::parse_oom_kills("oom_group_kill 5\n"), 0u);  // a different counter
+  EXPECT_EQ(ga::parse_oom_kills(""), 0u);
 }
