@@ -11,6 +11,7 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <map>
@@ -157,6 +158,49 @@ inline std::string read_file(const fs::path& p) {
 inline void write_file(const fs::path& p, const std::string& data, fs::perms mode = fs::perms(0644)) {
   std::ofstream(p, std::ios::binary) << data;
   fs::permissions(p, mode);
+}
+
+// The processes whose parent is `pid` (from /proc/*/stat).
+inline std::vector<pid_t> children_of(pid_t pid) {
+  std::vector<pid_t> out;
+  std::error_code ec;
+  for (const auto& e : fs::directory_iterator("/proc", ec)) {
+    const std::string name = e.path().filename().string();
+    if (name.find_first_not_of("0123456789") != std::string::npos) continue;
+    std::string stat = read_file(e.path() / "stat");
+    auto close_paren = stat.rfind(')');
+    if (close_paren == std::string::npos) continue;
+    int ppid = 0;
+    char state = 0;
+    if (std::sscanf(stat.c_str() + close_paren + 1, " %c %d", &state, &ppid) == 2 && ppid == pid)
+      out.push_back(static_cast<pid_t>(std::stoi(name)));
+  }
+  return out;
+}
+
+// Waits until a process below `root` is blocked in a sleep. A script's signal handler runs
+// only between two bytecodes: a signal that lands after the interpreter's last check and
+// before it enters sleep() waits out the whole sleep, wrapper or not (Python does this in
+// about 1 run in 70 here when signalled the instant it prints). Tests that signal a job
+// therefore wait for the job to be asleep, as a person or a scheduler would find it.
+// Falls back to a fixed pause where the kernel does not show wait channels.
+inline void wait_until_asleep(pid_t root, double timeout_s = 10) {
+  auto until = std::chrono::steady_clock::now() + std::chrono::duration<double>(timeout_s);
+  bool channels_visible = false;
+  while (std::chrono::steady_clock::now() < until) {
+    std::vector<pid_t> todo = {root};
+    while (!todo.empty()) {
+      pid_t p = todo.back();
+      todo.pop_back();
+      std::string wchan = read_file("/proc/" + std::to_string(p) + "/wchan");
+      if (!wchan.empty() && wchan != "0") channels_visible = true;
+      if (p != root && wchan.find("nanosleep") != std::string::npos) return;
+      for (pid_t c : children_of(p)) todo.push_back(c);
+    }
+    if (!channels_visible) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));
 }
 
 class TempDir {

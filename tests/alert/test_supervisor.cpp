@@ -151,6 +151,7 @@ TEST(Supervisor, SigtermToWrapperReachesChildAndReportIsWritten) {
     if (n <= 0) break;
     out.append(buf, static_cast<size_t>(n));
   }
+  wait_until_asleep(c.pid);
   kill(c.pid, SIGTERM);
   auto r = finish(c, "", 30);
   EXPECT_EQ(r.status, 0) << "the child exited 0 after handling SIGTERM";
@@ -380,8 +381,10 @@ TEST(Supervisor, SigintAndSigusr1AreForwardedToTheJob) {
     }
   };
   wait_for("ready");
+  wait_until_asleep(c.pid);
   kill(c.pid, SIGUSR1);
   wait_for("got usr1");
+  wait_until_asleep(c.pid);  // back in its sleep after the handler
   kill(c.pid, SIGINT);
   auto r = finish(c, "", 30);
   EXPECT_EQ(r.status, 0) << r.err;
@@ -422,7 +425,7 @@ TEST(Supervisor, InteractiveTerminalInputAndCtrlC) {
   ASSERT_TRUE(wait_for("name? ")) << out;
   ASSERT_EQ(write(master, "ada\r", 4), 4);
   ASSERT_TRUE(wait_for("hello ada")) << out;
-  usleep(200 * 1000);  // let the job reach its sleep, as a person's keystroke would
+  wait_until_asleep(pid);  // a person's keystroke finds the job in its sleep
   ASSERT_EQ(write(master, "\x03", 1), 1);
   EXPECT_TRUE(wait_for("interrupted cleanly")) << out;
   int status = 0;
