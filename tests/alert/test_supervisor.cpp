@@ -287,6 +287,26 @@ TEST(Supervisor, XidEventClassifiesAsGpuHardware) {
   EXPECT_NE(rep["telemetry"]["gpu_events"].dump().find("Xid 79 on GPU"), std::string::npos);
 }
 
+TEST(Supervisor, SilentJobWithBusyGpusIsNotAHang) {
+  // No output for longer than --hang-after, but the GPUs are working (50% by default in the
+  // stand-in): no hang. The same silence with idle GPUs is one.
+  Job busy;
+  RunSpec s = gpu_job(busy, {"/bin/sh", "-c", "echo start; sleep 2.5; echo done"});
+  s.argv.insert(s.argv.begin() + 1, {"--hang-after", "1"});
+  auto r = run(s);
+  EXPECT_EQ(r.status, 0) << r.err;
+  EXPECT_EQ(busy.report()["class"], "success");
+  EXPECT_EQ(r.err.find("possible hang"), std::string::npos) << r.err;
+
+  Job idle;
+  RunSpec t = gpu_job(idle, {"/bin/sh", "-c", "echo start; sleep 2.5; echo done"}, {{"FAKE_NVML_UTIL", "0"}});
+  t.argv.insert(t.argv.begin() + 1, {"--hang-after", "1"});
+  auto q = run(t);
+  EXPECT_EQ(q.status, 0) << q.err;
+  EXPECT_NE(q.err.find("possible hang"), std::string::npos) << q.err;
+  EXPECT_TRUE(idle.report()["hang_detected"].get<bool>()) << idle.report().dump(1);
+}
+
 TEST(Supervisor, HungGpuDriverCannotHoldTheWrapper) {
   // The driver hangs in the middle of the job: the helper is stuck inside NVML, and
   // gpualert must still return the job's status within its telemetry deadline.
