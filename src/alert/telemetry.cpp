@@ -172,7 +172,11 @@ struct Telemetry::State {
       pending.append(buf, static_cast<size_t>(n));
       size_t nl;
       while ((nl = pending.find('\n')) != std::string::npos) {
-        on_line(pending.substr(0, nl));
+        try {
+          on_line(pending.substr(0, nl));
+        } catch (const std::exception&) {
+          // A line of the wrong shape is dropped; it must not end the wrapper.
+        }
         pending.erase(0, nl + 1);
       }
     }
