@@ -207,3 +207,47 @@ TEST(Telemetry, CgroupEvidenceParsing) {
   EXPECT_EQ(ga::parse_oom_kills("oom_group_kill 5\n"), 0u);  // a different counter
   EXPECT_EQ(ga::parse_oom_kills(""), 0u);
 }
+
+// Telemetry as gpualert uses it, against the stand-in NVML: the helper's failures end as a
+// note in the report, never as an error of the job.
+TEST(Telemetry, HelperFailuresBecomeNotes) {
+  const std::string helper = std::string(MEGANEURA_BINARY_DIR) + "/bin/gpualert-gpu";
+  setenv("GPUALERT_NVML_LIBRARY", FAKE_NVML_PATH, 1);
+  {
+    ga::Telemetry t(0.05, "/nonexistent/gpualert-gpu");
+    t.start();
+    auto r = t.stop();
+    EXPECT_FALSE(r.gpu_available);
+    EXPECT_NE(r.gpu_note.find("cannot start /nonexistent/gpualert-gpu"), std::string::npos) << r.gpu_note;
+  }
+  {
+    setenv("FAKE_NVML_INIT_FAIL", "1", 1);
+    ga::Telemetry t(0.05, helper);
+    t.start();
+    std::this_thread::sleep_for(std::chrono::milliseconds(200));
+    auto r = t.stop();
+    unsetenv("FAKE_NVML_INIT_FAIL");
+    EXPECT_FALSE(r.gpu_available);
+    EXPECT_NE(r.gpu_note.find("nvmlInit_v2 failed"), std::string::npos) << r.gpu_note;
+  }
+  {
+    setenv("FAKE_NVML_DEVICES", "0", 1);
+    ga::Telemetry t(0.05, helper);
+    t.start();
+    std::this_thread::sleep_for(std::chrono::milliseconds(200));
+    auto r = t.stop();
+    unsetenv("FAKE_NVML_DEVICES");
+    EXPECT_FALSE(r.gpu_available);
+    EXPECT_NE(r.gpu_note.find("found no GPU"), std::string::npos) << r.gpu_note;
+  }
+  {
+    ga::Telemetry t(0.05, helper);  // working: samples every 50 ms
+    t.start();
+    std::this_thread::sleep_for(std::chrono::milliseconds(300));
+    auto r = t.stop();
+    ASSERT_TRUE(r.gpu_available) << r.gpu_note;
+    EXPECT_GE(r.gpus.at(0).samples, 3u);
+    EXPECT_EQ(r.gpus.at(0).mem_total_bytes, 80ull << 30);
+  }
+  unsetenv("GPUALERT_NVML_LIBRARY");
+}
