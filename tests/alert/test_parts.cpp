@@ -220,26 +220,19 @@ TEST(Telemetry, HelperFailuresBecomeNotes) {
     EXPECT_FALSE(r.gpu_available);
     EXPECT_NE(r.gpu_note.find("cannot start /nonexistent/gpualert-gpu"), std::string::npos) << r.gpu_note;
   }
-  {
-    setenv("FAKE_NVML_INIT_FAIL", "1", 1);
+  // The note when the stand-in is steered by `variable`.
+  auto note_with = [&](const char* variable, const char* value) {
+    setenv(variable, value, 1);
     ga::Telemetry t(0.05, helper);
     t.start();
     std::this_thread::sleep_for(std::chrono::milliseconds(200));
     auto r = t.stop();
-    unsetenv("FAKE_NVML_INIT_FAIL");
+    unsetenv(variable);
     EXPECT_FALSE(r.gpu_available);
-    EXPECT_NE(r.gpu_note.find("nvmlInit_v2 failed"), std::string::npos) << r.gpu_note;
-  }
-  {
-    setenv("FAKE_NVML_DEVICES", "0", 1);
-    ga::Telemetry t(0.05, helper);
-    t.start();
-    std::this_thread::sleep_for(std::chrono::milliseconds(200));
-    auto r = t.stop();
-    unsetenv("FAKE_NVML_DEVICES");
-    EXPECT_FALSE(r.gpu_available);
-    EXPECT_NE(r.gpu_note.find("found no GPU"), std::string::npos) << r.gpu_note;
-  }
+    return r.gpu_note;
+  };
+  EXPECT_NE(note_with("FAKE_NVML_INIT_FAIL", "1").find("nvmlInit_v2 failed"), std::string::npos);
+  EXPECT_NE(note_with("FAKE_NVML_DEVICES", "0").find("found no GPU"), std::string::npos);
   {
     ga::Telemetry t(0.05, helper);  // working: samples every 50 ms
     t.start();
