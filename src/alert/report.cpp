@@ -89,16 +89,11 @@ std::vector<std::string> tail_lines(const std::string& log_path, uint64_t body_o
   auto text = read_file(log_path, from, 1u << 20);
   if (!text) return {};
   std::string_view rest = *text;
-  if (from > body_offset) {  // partial first line
-    auto nl = rest.find('\n');
-    rest = nl == std::string_view::npos ? std::string_view() : rest.substr(nl + 1);
-  }
+  if (from > body_offset) next_line(rest);  // partial first line
   std::deque<std::string> q;
   while (!rest.empty()) {
-    auto nl = rest.find('\n');
-    q.push_back(printable(rest.substr(0, nl), 500));
+    q.push_back(printable(next_line(rest), 500));
     if (q.size() > count) q.pop_front();
-    rest = nl == std::string_view::npos ? std::string_view() : rest.substr(nl + 1);
   }
   return {q.begin(), q.end()};
 }

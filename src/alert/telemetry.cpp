@@ -54,34 +54,34 @@ std::vector<std::string> read_kmsg_oom(int fd) {
 }  // namespace
 
 std::string cgroup_v2_dir(std::string_view proc_self_cgroup) {
-  std::string_view rest = proc_self_cgroup;
-  while (!rest.empty()) {
-    auto nl = rest.find('\n');
-    std::string_view line = rest.substr(0, nl);
-    if (line.substr(0, 3) == "0::") return "/sys/fs/cgroup" + std::string(line.substr(3));
-    rest = nl == std::string_view::npos ? std::string_view() : rest.substr(nl + 1);
-  }
+  for (std::string_view rest = proc_self_cgroup; !rest.empty();)
+    if (auto line = next_line(rest); line.substr(0, 3) == "0::")
+      return "/sys/fs/cgroup" + std::string(line.substr(3));
   return {};
 }
 
 uint64_t parse_oom_kills(std::string_view memory_events) {
-  std::string_view rest = memory_events;
-  while (!rest.empty()) {
-    auto nl = rest.find('\n');
-    std::string_view line = rest.substr(0, nl);
-    if (line.substr(0, 9) == "oom_kill ") return std::strtoull(std::string(line.substr(9)).c_str(), nullptr, 10);
-    rest = nl == std::string_view::npos ? std::string_view() : rest.substr(nl + 1);
-  }
+  for (std::string_view rest = memory_events; !rest.empty();)
+    if (auto line = next_line(rest); line.substr(0, 9) == "oom_kill ")
+      return std::strtoull(std::string(line.substr(9)).c_str(), nullptr, 10);
   return 0;
 }
 
-uint64_t read_cgroup_oom_kills() {
-  auto self = read_file("/proc/self/cgroup");
-  std::string dir = self ? cgroup_v2_dir(*self) : std::string();
+namespace {
+
+// The oom_kill count of the cgroup v2 directory `dir` (0 when unreadable).
+uint64_t cgroup_oom_kills(const std::string& dir) {
   if (dir.empty()) return 0;
   auto events = read_file(dir + "/memory.events");
   return events ? parse_oom_kills(*events) : 0;
 }
+
+std::string own_cgroup_dir() {
+  auto self = read_file("/proc/self/cgroup");
+  return self ? cgroup_v2_dir(*self) : std::string();
+}
+
+}  // namespace
 
 struct Telemetry::State {
   double interval_s = 1;
@@ -92,13 +92,17 @@ struct Telemetry::State {
   bool gpu_ok = false;
   std::string note;
   std::vector<GpuStats> gpus;
+  // What energy needs beyond GpuStats, per GPU: the first counter reading, or the last power
+  // sample (t, watts) for the trapezoid rule; and the span the samples cover.
+  struct Energy {
+    std::optional<uint64_t> first_mj;
+    std::optional<std::pair<double, double>> last_power;
+    double integrated_j = 0, first_t = 0, last_t = 0;
+  };
+  std::vector<Energy> energy;
   std::vector<std::string> events;
-  // Per GPU: the first energy counter reading, and the last power sample for integration.
-  std::vector<std::optional<uint64_t>> energy_first_mj;
-  std::vector<std::optional<std::pair<double, double>>> last_power;  // (t, watts)
-  std::vector<double> integrated_j;
-  std::vector<double> first_t, last_t;
   std::unique_ptr<energy::EnergyMeter> meter;
+  std::string cgroup;  // this process's cgroup v2 directory, read once
   uint64_t oom_start = 0;
   int kmsg_fd = -1;
   bool armed = false;
@@ -126,18 +130,15 @@ struct Telemetry::State {
     if (i >= 64) return;
     if (i >= gpus.size()) {
       gpus.resize(i + 1);
-      energy_first_mj.resize(i + 1);
-      last_power.resize(i + 1);
-      integrated_j.resize(i + 1, 0.0);
-      first_t.resize(i + 1, 0.0);
-      last_t.resize(i + 1, 0.0);
+      energy.resize(i + 1);
     }
     GpuStats& g = gpus[i];
+    Energy& e = energy[i];
     const double t = j.value("t", 0.0);
     g.index = i;
     g.name = j.value("name", std::string());
-    if (++g.samples == 1) first_t[i] = t;
-    last_t[i] = t;
+    if (++g.samples == 1) e.first_t = t;
+    e.last_t = t;
     if (j.contains("util")) {
       g.last_util = j["util"].get<unsigned>();
       g.util_avg += (g.last_util - g.util_avg) / g.samples;
@@ -150,15 +151,15 @@ struct Telemetry::State {
       double w = j["power_w"].get<double>();
       g.power_avg_w += (w - g.power_avg_w) / g.samples;
       g.power_max_w = std::max(g.power_max_w, w);
-      if (last_power[i]) integrated_j[i] += (t - last_power[i]->first) * (w + last_power[i]->second) / 2;
-      last_power[i] = std::pair{t, w};
+      if (e.last_power) e.integrated_j += (t - e.last_power->first) * (w + e.last_power->second) / 2;
+      e.last_power = std::pair{t, w};
     }
     if (j.contains("energy_mj")) {
       auto mj = j["energy_mj"].get<uint64_t>();
-      if (!energy_first_mj[i]) energy_first_mj[i] = mj;
-      g.energy_j = static_cast<double>(mj - *energy_first_mj[i]) / 1000.0;
+      if (!e.first_mj) e.first_mj = mj;
+      g.energy_j = static_cast<double>(mj - *e.first_mj) / 1000.0;
     } else {
-      g.energy_j = integrated_j[i];
+      g.energy_j = e.integrated_j;
     }
   }
 
@@ -265,7 +266,8 @@ Telemetry::~Telemetry() {
 void Telemetry::arm() {
   if (state_->armed) return;
   state_->armed = true;
-  state_->oom_start = read_cgroup_oom_kills();
+  state_->cgroup = own_cgroup_dir();
+  state_->oom_start = cgroup_oom_kills(state_->cgroup);
   state_->kmsg_fd = open_kmsg();
 }
 
@@ -309,9 +311,10 @@ TelemetryResult Telemetry::stop() {
                          {"avg_watts", d.avg_watts}, {"peak_watts", d.peak_watts}});
     for (size_t i = 0; i < state_->gpus.size(); ++i) {
       const GpuStats& g = state_->gpus[i];
-      const bool counter = state_->energy_first_mj[i].has_value();
-      if (g.samples == 0 || (!counter && !state_->last_power[i])) continue;
-      double span = state_->last_t[i] - state_->first_t[i];
+      const auto& e = state_->energy[i];
+      const bool counter = e.first_mj.has_value();
+      if (g.samples == 0 || (!counter && !e.last_power)) continue;
+      double span = e.last_t - e.first_t;
       devices.push_back({{"name", fmt::format("gpu{}{}{}", i, g.name.empty() ? "" : " ", g.name)},
                          {"source", counter ? "nvml-energy" : "nvml-power"},
                          {"joules", g.energy_j},
@@ -325,7 +328,7 @@ TelemetryResult Telemetry::stop() {
     r.energy = {{"duration_s", e.duration_s}, {"total_joules", total},
                 {"devices", devices}, {"notes", notes}};
   }
-  uint64_t oom_end = read_cgroup_oom_kills();
+  uint64_t oom_end = cgroup_oom_kills(state_->cgroup);
   r.cgroup_oom_kills = oom_end > state_->oom_start ? oom_end - state_->oom_start : 0;
   r.kernel_oom = read_kmsg_oom(state_->kmsg_fd);
   return r;

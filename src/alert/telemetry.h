@@ -65,8 +65,6 @@ class Telemetry {
   std::unique_ptr<State> state_;
 };
 
-// memory.events oom_kill counter of this process's cgroup v2 (0 when unreadable).
-uint64_t read_cgroup_oom_kills();
 // The cgroup v2 directory named by /proc/self/cgroup's "0::" line; empty when none.
 std::string cgroup_v2_dir(std::string_view proc_self_cgroup);
 // The oom_kill count in a memory.events file's text; 0 when absent.

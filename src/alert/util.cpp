@@ -195,6 +195,13 @@ std::string printable(std::string_view text, size_t max_len) {
   return out;
 }
 
+std::string_view next_line(std::string_view& rest) {
+  auto nl = rest.find('\n');
+  std::string_view line = rest.substr(0, nl);
+  rest = nl == std::string_view::npos ? std::string_view() : rest.substr(nl + 1);
+  return line;
+}
+
 std::optional<std::string> read_file(const std::string& path, uint64_t offset, size_t max) {
   int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC);
   if (fd < 0) return std::nullopt;

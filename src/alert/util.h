@@ -35,6 +35,9 @@ std::string utc_time(double epoch_seconds, const char* format);
 
 std::string hostname();
 
+// Takes the first line (without its '\n') off the front of `rest`.
+std::string_view next_line(std::string_view& rest);
+
 // Small-file I/O with plain POSIX calls: the wrapper's run path stays off iostreams, whose
 // locale set-up is a noticeable part of a short job's start-up.
 // Reads `path` from `offset` to its end (at most `max` bytes); nullopt when unreadable.

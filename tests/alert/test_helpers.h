@@ -200,6 +200,9 @@ inline void wait_until_asleep(pid_t root, double timeout_s = 10) {
     if (!channels_visible) break;
     std::this_thread::sleep_for(std::chrono::milliseconds(5));
   }
+  std::fprintf(stderr, "wait_until_asleep: %s; pausing 300 ms instead\n",
+               channels_visible ? "no process below the job reached a sleep in time"
+                                : "this kernel does not show wait channels (/proc/PID/wchan)");
   std::this_thread::sleep_for(std::chrono::milliseconds(300));
 }
 

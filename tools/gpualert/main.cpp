@@ -39,8 +39,10 @@ std::string self_exe() {
   return ec ? std::string("gpualert") : p.string();
 }
 
+// The helpers live beside gpualert; its directory is looked up once.
 std::string helper_exe(const char* name) {
-  return (std::filesystem::path(self_exe()).parent_path() / name).string();
+  static const std::filesystem::path dir = std::filesystem::path(self_exe()).parent_path();
+  return (dir / name).string();
 }
 
 std::string sender_exe() { return helper_exe("gpualert-send"); }
