@@ -25,6 +25,9 @@ std::string joined(const std::vector<std::string>& v) {
 
 void write_layer_svg(const PhysicalPrediction& p, const std::string& path, const std::string& title) {
   std::vector<Bar> bars;
+  // The energy terms of the whole run first (all devices and the host), then the per-layer
+  // breakdown of one device.
+  for (const Term& t : p.energy_terms) bars.push_back({"run: " + t.name, t.value / 1e3});
   for (const CostEstimate& l : p.layers) bars.push_back({l.name, l.energy_j / 1e3});
   write_text_file(path, bar_chart_svg(bars, title, "kJ"));
 }
@@ -191,6 +194,9 @@ void add_fit(CLI::App& energy) {
       ->capture_default_str();
   c->add_option("--folds", o->folds, "Cross-validation folds (groups = configuration families)")->capture_default_str();
   c->add_option("--vocab", o->vocab, "Vocabulary size when the CSV has none")->capture_default_str();
+  c->add_option("--test", o->test_csv, "Fit on DATA, score on this CSV (e.g. a GPU not in DATA)");
+  c->add_option("--min-gpu-runs", o->min_gpu_runs, "Leave-one-GPU-out for GPUs with at least this many runs")
+      ->capture_default_str();
   c->add_option("--out", o->out, "Output prefix for OUT.json and OUT.svg (default: DATA.fit)");
   c->add_option("--hardware", o->hardware, "Hardware table (default: user copy, else the shipped one)");
   c->add_flag("--save", o->save, "Store the fitted physical coefficients in the user hardware table");
@@ -202,11 +208,23 @@ void add_fit(CLI::App& energy) {
       return;
     }
     std::printf("%zu runs, %d group-disjoint folds\n", j["rows"].get<size_t>(), j["folds"].get<int>());
-    std::printf("%-22s %10s %12s %10s\n", "held out", "R2 (ln)", "RMSE (ln)", "MAPE %");
+    auto num = [](const nlohmann::json& v) { return v.is_number() ? v.get<double>() : NAN; };
+    auto row = [&](const std::string& name, const nlohmann::json& h, const char* r2, const char* rmse,
+                   const char* mape) {
+      std::printf("%-28s %10.3f %12.3f %10.1f %6d\n", name.c_str(), num(h[r2]), num(h[rmse]), num(h[mape]),
+                  h.value("n", 0));
+    };
+    std::printf("%-28s %10s %12s %10s %6s\n", "held out", "R2 (ln)", "RMSE (ln)", "MAPE %", "n");
     for (const char* m : {"reference", "physical", "physical_defaults"}) {
-      const auto& h = j["heldout"][m];
-      std::printf("%-22s %10.3f %12.3f %10.1f\n", m, h["heldout_r2"].get<double>(),
-                  h["heldout_rmse_ln"].get<double>(), h["heldout_mape"].get<double>());
+      row(m, j["heldout"][m], "heldout_r2", "heldout_rmse_ln", "heldout_mape");
+    }
+    for (const auto& g : j["leave_one_gpu_out"]) {
+      row("gpu out: " + g["gpu"].get<std::string>(), g["fitted"], "heldout_r2", "heldout_rmse_ln", "heldout_mape");
+      row("  defaults", g["defaults"], "heldout_r2", "heldout_rmse_ln", "heldout_mape");
+    }
+    if (j.contains("test")) {
+      row("test: fitted", j["test"], "test_r2", "test_rmse_ln", "test_mape");
+      row("test: defaults", j["test"]["defaults"], "heldout_r2", "heldout_rmse_ln", "heldout_mape");
     }
     for (const auto& n : j["notes"]) std::printf("note: %s\n", n.get<std::string>().c_str());
     std::printf("wrote %s and %s\n", j["json_path"].get<std::string>().c_str(), j["svg_path"].get<std::string>().c_str());

@@ -52,6 +52,8 @@ struct FitOptions {
   std::string model = "reference";  // which model's scores lead the report
   int folds = 5;
   int vocab = 30522;
+  std::string test_csv;             // --test: fit on `csv`, score on this file
+  int min_gpu_runs = 15;            // leave-one-GPU-out for GPUs with at least this many runs
   std::string out;                  // output prefix; default: next to the CSV
   std::string hardware;
   bool save = false;                // write fitted physical knobs to the user table

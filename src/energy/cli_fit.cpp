@@ -1,3 +1,4 @@
+#include <cmath>
 #include <filesystem>
 
 #include "energy/cli.h"
@@ -14,17 +15,21 @@ nlohmann::json run_fit(const FitOptions& o) {
   }
   if (o.folds < 2) throw std::invalid_argument("[energy] --folds must be at least 2");
   const HardwareTable table = HardwareTable::load_default(o.hardware);
-  Dataset data = load_runs_csv(o.csv, o.vocab);
-  for (const RunRecord& r : data.records) {
-    if (!table.try_find(r.gpu)) {
-      try {
-        table.find(r.gpu);
-      } catch (const std::invalid_argument& e) {
-        throw std::invalid_argument("[energy] " + o.csv + " row " + std::to_string(r.row) + ": " +
-                                    std::string(e.what()).substr(9));
+  auto load = [&](const std::string& path) {
+    Dataset data = load_runs_csv(path, o.vocab);
+    for (const RunRecord& r : data.records) {
+      if (!table.try_find(r.gpu)) {
+        try {
+          table.find(r.gpu);
+        } catch (const std::invalid_argument& e) {
+          throw std::invalid_argument("[energy] " + path + " row " + std::to_string(r.row) + ": " +
+                                      std::string(e.what()).substr(9));
+        }
       }
     }
-  }
+    return data;
+  };
+  Dataset data = load(o.csv);
   derive_efficiency(data);
   std::vector<std::string> notes = data.notes;
   const std::vector<RunRecord> usable = reference_usable(data.records, &notes);
@@ -41,17 +46,48 @@ nlohmann::json run_fit(const FitOptions& o) {
   const PhysicalFit phys = fit_physical(data.records, table);
   j["physical"] = physical_params_json(phys.params);
   j["physical"]["r2_in_sample"] = phys.r2;
+  j["physical"]["time_r2_in_sample"] = std::isfinite(phys.time_r2) ? nlohmann::json(phys.time_r2) : nlohmann::json(nullptr);
+  j["physical"]["runs_with_duration"] = phys.timed;
+  j["physical"]["lambda_time"] = phys.lambda_time;
+  j["physical"]["lambda_energy"] = phys.lambda_energy;
   j["physical"]["hardware_table"] = table.origin();
+  j["physical_defaults"] = physical_params_json(PhysicalParams::from_table(table));
 
   const CrossValidation cv = cross_validate(data.records, table, o.folds);
+  notes.insert(notes.end(), cv.notes.begin(), cv.notes.end());
   j["folds"] = cv.folds;
   j["heldout"] = {{"reference", held_out_json(cv.reference)},
                   {"physical", held_out_json(cv.physical)},
                   {"physical_defaults", held_out_json(cv.physical_default)}};
   const HeldOut& lead = o.model == "reference" ? cv.reference : cv.physical;
-  j["heldout_r2"] = lead.r2;
-  j["heldout_rmse_ln"] = lead.rmse_ln;
-  j["heldout_mape"] = lead.mape;
+  const nlohmann::json lead_json = held_out_json(lead);
+  for (const char* k : {"heldout_r2", "heldout_rmse_ln", "heldout_mape"}) j[k] = lead_json[k];
+
+  nlohmann::json logo = nlohmann::json::array();
+  for (const GpuHeldOut& g : leave_one_gpu_out(data.records, table, o.min_gpu_runs)) {
+    logo.push_back({{"gpu", g.gpu}, {"train_n", g.train_n}, {"fitted", held_out_json(g.fitted)},
+                    {"defaults", held_out_json(g.defaults)}});
+    if (g.fitted.r2 < g.defaults.r2) {
+      notes.push_back("leaving out " + g.gpu + ": the fitted model scores below the defaults");
+    }
+  }
+  j["leave_one_gpu_out"] = logo;
+
+  if (!o.test_csv.empty()) {
+    // Fit on DATA only (ridge strengths by group-disjoint CV inside it), score the other file.
+    const Dataset test = load(o.test_csv);
+    std::vector<double> meas, fitted, def;
+    const PhysicalParams defaults = PhysicalParams::from_table(table);
+    for (const RunRecord& r : test.records) {
+      meas.push_back(r.energy_kwh);
+      fitted.push_back(predict_physical_kwh(r, table, phys.params));
+      def.push_back(predict_physical_kwh(r, table, defaults));
+    }
+    const nlohmann::json h = held_out_json(score(meas, fitted));
+    j["test"] = {{"data", o.test_csv}, {"test_r2", h["heldout_r2"]}, {"test_rmse_ln", h["heldout_rmse_ln"]},
+                 {"test_mape", h["heldout_mape"]}, {"n", h["n"]}, {"defaults", held_out_json(score(meas, def))}};
+    for (const char* k : {"test_r2", "test_rmse_ln", "test_mape"}) j[k] = j["test"][k];
+  }
 
   nlohmann::json preds = nlohmann::json::array();
   std::vector<ScatterPoint> points;
@@ -73,7 +109,7 @@ nlohmann::json run_fit(const FitOptions& o) {
     // The interval of later predictions is the held-out error, not the in-sample one.
     PhysicalParams saved = phys.params;
     saved.interval_ln = cv.physical.rmse_ln;
-    write_model_params(user, saved.to_model_defaults(), saved.host_power_w,
+    write_model_params(user, saved.to_model_defaults(), saved.host_power_w, saved.rank_power_w,
                        "fitted by meganeura energy fit on " + o.csv);
     j["saved_to"] = user;
   }

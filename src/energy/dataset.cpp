@@ -37,6 +37,7 @@ const std::vector<Field>& fields() {
       {"heads", {"heads", "num_heads"}, false},
       {"ff", {"ff", "intermediate_size", "ffn"}, false},
       {"vocab", {"vocab", "vocab_size"}, false},
+      {"arch", {"arch", "family"}, false},
       {"batch", {"batch_size", "batch"}, true},
       {"seq", {"seq_len_batch", "seq", "seq_len"}, false},
       {"max_length", {"max_length"}, false},
@@ -209,7 +210,10 @@ Dataset parse_runs_csv(const std::string& text, const std::string& origin, int d
     rec.hidden = r.count("hidden", "hidden size");
     if (r.has("heads")) rec.heads = r.count("heads", "heads");
     if (r.has("ff")) rec.ff = r.count("ff", "ff");
-    rec.vocab = r.has("vocab") ? r.count("vocab", "vocab") : default_vocab;
+    // Without a vocab column, GPT-family rows get the GPT-2 BPE vocabulary.
+    rec.vocab = r.has("vocab")                       ? r.count("vocab", "vocab")
+                : lower_trim(r.text("arch")) == "gpt" ? 50257
+                                                      : default_vocab;
     rec.batch = r.positive("batch", "batch size");
     rec.seq = r.has("seq") ? r.positive("seq", "sequence length") : r.positive("max_length", "max_length");
     if (r.has("grad_accum")) rec.grad_accum = r.count("grad_accum", "grad_accum");

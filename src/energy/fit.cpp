@@ -5,8 +5,12 @@
 #include <algorithm>
 #include <cmath>
 #include <map>
+#include <optional>
 #include <set>
 #include <stdexcept>
+#include <tuple>
+
+#include "energy/nnls.h"
 
 namespace meganeura::energy {
 namespace {
@@ -34,38 +38,52 @@ OlsResult ols(const std::vector<std::vector<double>>& x, const std::vector<doubl
   }
   const Eigen::VectorXd beta = qr.solve(Y);
   const Eigen::VectorXd e = Y - X * beta;
-  const Eigen::MatrixXd bread = (X.transpose() * X).inverse();
+  // X P = Q R: with Q1 the thin Q, (X^T X)^-1 X^T W X (X^T X)^-1 = P R^-1 (Q1^T W Q1) R^-T P^T
+  // and the leverages are the squared row norms of Q1, so no inverse of X^T X is formed.
+  const Eigen::MatrixXd q1 = qr.householderQ() * Eigen::MatrixXd::Identity(n, k);
+  const Eigen::MatrixXd r = qr.matrixR().topLeftCorner(k, k).triangularView<Eigen::Upper>();
+  auto sandwich = [&](const Eigen::MatrixXd& s) {
+    const Eigen::MatrixXd a = r.triangularView<Eigen::Upper>().solve(s);                  // R^-1 S
+    const Eigen::MatrixXd v = r.triangularView<Eigen::Upper>().solve(Eigen::MatrixXd(a.transpose()));  // R^-1 S R^-T
+    return Eigen::MatrixXd(qr.colsPermutation() * v * qr.colsPermutation().transpose());
+  };
   // HC3: each squared residual inflated by its leverage, robust for small samples.
   Eigen::MatrixXd meat = Eigen::MatrixXd::Zero(k, k);
   for (int i = 0; i < n; ++i) {
-    const Eigen::RowVectorXd xi = X.row(i);
-    const double h = xi * bread * xi.transpose();
-    const double u = e(i) / std::max(1e-12, 1 - h);
-    meat += u * u * xi.transpose() * xi;
+    const Eigen::VectorXd qi = q1.row(i).transpose();
+    const double u = e(i) / std::max(1e-12, 1 - qi.squaredNorm());
+    meat += u * u * qi * qi.transpose();
   }
-  const Eigen::MatrixXd hc3 = bread * meat * bread;
+  const Eigen::MatrixXd hc3 = sandwich(meat);
   // CR1: scores summed within clusters, with the small-sample factor G/(G-1) (n-1)/(n-k).
   std::map<std::string, Eigen::VectorXd> sums;
   for (int i = 0; i < n; ++i) {
     auto [it, fresh] = sums.try_emplace(clusters.empty() ? std::to_string(i) : clusters[i],
                                         Eigen::VectorXd::Zero(k));
-    it->second += X.row(i).transpose() * e(i);
+    it->second += q1.row(i).transpose() * e(i);
   }
   Eigen::MatrixXd cmeat = Eigen::MatrixXd::Zero(k, k);
   for (auto& [g, s] : sums) cmeat += s * s.transpose();
   const double groups = double(sums.size());
   const double scale = groups > 1 ? groups / (groups - 1) * (n - 1.0) / (n - k) : 1.0;
-  const Eigen::MatrixXd cr = scale * bread * cmeat * bread;
-  OlsResult r;
+  const Eigen::MatrixXd cr = scale * sandwich(cmeat);
+  OlsResult res;
+  res.clusters = int(sums.size());
+  if (res.clusters < k) {
+    // With fewer clusters than coefficients the cluster score covariance is rank deficient: the
+    // errors come out near zero or meaningless, however good they look.
+    res.warnings.push_back("only " + std::to_string(res.clusters) + " clusters for " + std::to_string(k) +
+                           " coefficients: the cluster-robust standard errors are unreliable");
+  }
   const double mean = Y.mean();
   const double tss = (Y.array() - mean).square().sum();
-  r.r2 = tss > 0 ? 1 - e.squaredNorm() / tss : 0;
+  res.r2 = tss > 0 ? 1 - e.squaredNorm() / tss : 0;
   for (int j = 0; j < k; ++j) {
-    r.beta.push_back(beta(j));
-    r.se_hc3.push_back(std::sqrt(std::max(0.0, hc3(j, j))));
-    r.se_cluster.push_back(std::sqrt(std::max(0.0, cr(j, j))));
+    res.beta.push_back(beta(j));
+    res.se_hc3.push_back(std::sqrt(std::max(0.0, hc3(j, j))));
+    res.se_cluster.push_back(std::sqrt(std::max(0.0, cr(j, j))));
   }
-  return r;
+  return res;
 }
 
 std::vector<RunRecord> reference_usable(const std::vector<RunRecord>& records,
@@ -120,137 +138,248 @@ ReferenceFit fit_reference(const std::vector<RunRecord>& records) {
   fit.se_cluster = sec;
   fit.r2 = o.r2;
   fit.n = int(records.size());
-  fit.clusters = int(std::set<std::string>(groups.begin(), groups.end()).size());
+  fit.clusters = o.clusters;
+  fit.warnings = o.warnings;
   return fit;
 }
 
+
 namespace {
 
-// The energy terms of one record under one setting of the time-model knobs.
-struct Terms {
-  double idle, busy, dynamic, host_s;
+// The physical model is linear in eight time coefficients over time features, and, given the
+// time, linear in five power coefficients over energy features (see physical_model.h).
+constexpr int kTime = 8, kEnergy = 6;
+using TimeVec = std::array<double, kTime>;
+using EnergyVec = std::array<double, kEnergy>;
+
+// Efficiencies are bounded by the datasheet: 1/efficiency >= 1 for compute, memory and link.
+constexpr TimeVec kTimeLower = {0, 0, 0, 1, 1, 0, 1, 0};
+constexpr std::array<bool, kTime> kBusy = {false, false, false, true, true, true, true, false};
+constexpr double kLambdas[] = {1e-4, 1e-2, 1, 100};
+
+struct Design {
+  RunFeatures f;
+  TimeVec g{};
+  double joules = 0;
+  std::optional<double> seconds;
+  std::string group;
 };
 
-Terms terms_for(const RunRecord& r, const HardwareTable& table, const PhysicalParams& p) {
-  const PhysicalPrediction pr = predict_transformer(r.transformer(), r.parallel(), table.find(r.gpu), p);
-  return {pr.idle_term_j, pr.busy_term_j, pr.dynamic_term_j, pr.host_seconds};
+TimeVec time_features(const RunFeatures& f) {
+  return {1.0, f.steps, f.steps * f.dispatches, f.steps * f.compute_s, f.steps * f.memory_s,
+          f.steps * f.comm_sharded_s, f.steps * f.comm_tp_s, f.steps * f.collectives};
 }
 
-double combine(const Terms& t, const PhysicalParams& p) {
-  return p.idle_scale * t.idle + p.busy_fraction * t.busy + p.dynamic_scale * t.dynamic +
-         p.host_power_w * t.host_s;
+TimeVec time_coefficients(const PhysicalParams& p) {
+  return {p.startup_s, p.step_overhead_s, p.dispatch_overhead_s, 1 / p.compute_efficiency,
+          1 / p.memory_efficiency, (1 - p.comm_overlap) / p.link_efficiency, 1 / p.link_efficiency,
+          p.link_latency_s};
 }
 
-// Non-negative least squares on relative errors: rows scaled by 1/E so that a 10 kWh run
-// does not drown a 0.01 kWh one. Negative coefficients are clamped to zero and the rest refit.
-std::array<double, 4> fit_scales(const std::vector<Terms>& t, const std::vector<double>& joules,
-                                 const std::vector<int>& rows) {
-  std::array<bool, 4> active{true, true, true, true};
-  std::array<double, 4> out{};
-  for (int round = 0; round < 4; ++round) {
-    std::vector<int> cols;
-    for (int j = 0; j < 4; ++j) {
-      if (active[j]) cols.push_back(j);
+void set_time(PhysicalParams& p, const TimeVec& t) {
+  p.startup_s = t[0];
+  p.step_overhead_s = t[1];
+  p.dispatch_overhead_s = t[2];
+  p.compute_efficiency = 1 / t[3];
+  p.memory_efficiency = 1 / t[4];
+  p.link_efficiency = 1 / t[6];
+  p.comm_overlap = 1 - t[5] / t[6];  // below 0: DP/FSDP collectives cost more than their link time
+  p.link_latency_s = t[7];
+}
+
+EnergyVec energy_coefficients(const PhysicalParams& p) {
+  return {p.idle_scale, p.busy_fraction, p.fixed_power_fraction, p.dynamic_scale, p.host_power_w, p.rank_power_w};
+}
+
+void set_energy(PhysicalParams& p, const EnergyVec& e) {
+  p.idle_scale = e[0];
+  p.busy_fraction = e[1];
+  p.fixed_power_fraction = e[2];
+  p.dynamic_scale = e[3];
+  p.host_power_w = e[4];
+  p.rank_power_w = e[5];
+}
+
+EnergyVec energy_features(const Design& d, const TimeVec& tau) {
+  double busy = 0, fixed = 0;
+  for (int k = 0; k < kTime; ++k) (kBusy[k] ? busy : fixed) += tau[k] * d.g[k];
+  const RunFeatures& f = d.f;
+  const double n = f.gpus, t = busy + fixed;
+  return {n * f.idle_w * t, n * f.dynamic_w * busy, n * f.dynamic_w * fixed,
+          n * f.steps * (f.e_flop * f.flops + f.e_byte * f.bytes), f.nodes * t, n * t};
+}
+
+// min sum_i (w_i (x_i . c - y_i))^2 + lambda m sum_k ((c_k - d_k) / d_k)^2 subject to c >= lower:
+// columns scaled by the defaults d so the ridge pulls every coefficient towards its default on
+// the same footing, the bound shifted into the target, then non-negative least squares.
+template <size_t K>
+std::array<double, K> ridge_nnls(const std::vector<std::array<double, K>>& x, const std::vector<double>& y,
+                                 const std::vector<double>& w, std::array<double, K> d,
+                                 const std::array<double, K>& lower, double lambda) {
+  const int m = int(x.size()), k = int(K);
+  for (size_t j = 0; j < K; ++j) d[j] = std::max(d[j], lower[j] > 0 ? lower[j] : 1e-9);
+  Eigen::MatrixXd a = Eigen::MatrixXd::Zero(m + k, k);
+  Eigen::VectorXd b(m + k);
+  for (int i = 0; i < m; ++i) {
+    double shift = 0;
+    for (int j = 0; j < k; ++j) {
+      a(i, j) = w[i] * x[i][j] * d[j];
+      shift += x[i][j] * lower[j];
     }
-    Eigen::MatrixXd X(rows.size(), cols.size());
-    Eigen::VectorXd y = Eigen::VectorXd::Ones(rows.size());
-    for (size_t i = 0; i < rows.size(); ++i) {
-      const Terms& x = t[rows[i]];
-      const double v[4] = {x.idle, x.busy, x.dynamic, x.host_s};
-      for (size_t c = 0; c < cols.size(); ++c) X(i, c) = v[cols[c]] / joules[rows[i]];
+    b(i) = w[i] * (y[i] - shift);
+  }
+  const double ridge = std::sqrt(lambda * m);
+  for (int j = 0; j < k; ++j) {
+    a(m + j, j) = ridge;
+    b(m + j) = ridge * (1 - lower[j] / d[j]);
+  }
+  const Eigen::VectorXd u = nnls(a, b).x;
+  std::array<double, K> c{};
+  for (int j = 0; j < k; ++j) c[j] = lower[j] + d[j] * u(j);
+  return c;
+}
+
+// Relative errors first (rows weighted 1/y), then weights 1/sqrt(y pred): a few reweighted
+// passes approach least squares in ln space, which treats over- and under-prediction alike.
+template <size_t K>
+std::array<double, K> fit_relative(const std::vector<std::array<double, K>>& x, const std::vector<double>& y,
+                                   const std::array<double, K>& defaults, const std::array<double, K>& lower,
+                                   double lambda) {
+  std::vector<double> w(y.size());
+  for (size_t i = 0; i < y.size(); ++i) w[i] = 1 / y[i];
+  std::array<double, K> c = ridge_nnls(x, y, w, defaults, lower, lambda);
+  for (int pass = 0; pass < 3; ++pass) {
+    for (size_t i = 0; i < y.size(); ++i) {
+      double pred = 0;
+      for (size_t j = 0; j < K; ++j) pred += x[i][j] * c[j];
+      w[i] = 1 / std::sqrt(y[i] * std::max(pred, 1e-3 * y[i]));
     }
-    const Eigen::VectorXd b = X.colPivHouseholderQr().solve(y);
-    out = {};
-    bool negative = false;
-    for (size_t c = 0; c < cols.size(); ++c) {
-      out[cols[c]] = b(c);
-      if (b(c) < 0) active[cols[c]] = false, negative = true;
-    }
-    if (!negative) break;
-    for (double& v : out) v = std::max(0.0, v);
+    c = ridge_nnls(x, y, w, defaults, lower, lambda);
+  }
+  return c;
+}
+
+std::vector<Design> designs_of(const std::vector<RunRecord>& records, const HardwareTable& table) {
+  std::vector<Design> out;
+  for (const RunRecord& r : records) {
+    Design d;
+    d.f = transformer_features(r.transformer(), r.parallel(), table.find(r.gpu));
+    d.g = time_features(d.f);
+    d.joules = r.energy_kwh * 3.6e6;
+    d.seconds = r.duration_s;
+    d.group = r.group;
+    out.push_back(d);
   }
   return out;
 }
 
-struct Grid {
-  std::vector<PhysicalParams> settings;
-  std::vector<std::vector<Terms>> terms;  // [setting][record]
+double predict_j(const Design& d, const PhysicalParams& p) {
+  double j = 0;
+  for (const Term& t : energy_breakdown(d.f, p, time_breakdown(d.f, p))) j += t.value;
+  return j;
+}
+
+struct FitDetail {
+  PhysicalParams params;
+  int timed = 0;
 };
 
-Grid build_grid(const std::vector<RunRecord>& records, const HardwareTable& table) {
-  Grid g;
-  const PhysicalParams base = PhysicalParams::from_table(table);
-  for (double ce : {0.2, 0.45, 0.7}) {
-    for (double launch : {5e-6, 20e-6, 60e-6}) {
-      for (double step : {2e-3, 8e-3, 25e-3}) {
-        for (double link : {base.link_efficiency, 0.25}) {
-          PhysicalParams p = base;
-          p.compute_efficiency = ce;
-          p.dispatch_overhead_s = launch;
-          p.step_overhead_s = step;
-          p.link_efficiency = link;
-          std::vector<Terms> t;
-          for (const RunRecord& r : records) t.push_back(terms_for(r, table, p));
-          g.settings.push_back(p);
-          g.terms.push_back(std::move(t));
+FitDetail fit_on(const std::vector<Design>& d, const std::vector<int>& rows, const PhysicalParams& defaults,
+                 double lambda_time, double lambda_energy) {
+  FitDetail out;
+  out.params = defaults;
+  TimeVec tau = time_coefficients(defaults);
+  std::vector<TimeVec> xt;
+  std::vector<double> yt;
+  for (int i : rows) {
+    if (d[i].seconds) xt.push_back(d[i].g), yt.push_back(*d[i].seconds);
+  }
+  out.timed = int(xt.size());
+  // Measured durations of the training runs teach the time coefficients; predictions never
+  // read one. Without durations the time model keeps its defaults.
+  if (xt.size() >= 5) tau = fit_relative(xt, yt, tau, kTimeLower, lambda_time);
+  set_time(out.params, tau);
+  std::vector<EnergyVec> xe;
+  std::vector<double> ye;
+  for (int i : rows) xe.push_back(energy_features(d[i], tau)), ye.push_back(d[i].joules);
+  set_energy(out.params, fit_relative(xe, ye, energy_coefficients(defaults), EnergyVec{}, lambda_energy));
+  return out;
+}
+
+// Group-disjoint folds over `rows`: groups sorted, assigned round-robin.
+std::vector<std::vector<int>> group_folds(const std::vector<Design>& d, const std::vector<int>& rows, int folds) {
+  std::set<std::string> set;
+  for (int i : rows) set.insert(d[i].group);
+  const std::vector<std::string> groups(set.begin(), set.end());
+  const int k = std::min<int>(folds, int(groups.size()));
+  std::map<std::string, int> fold_of;
+  for (size_t i = 0; i < groups.size(); ++i) fold_of[groups[i]] = int(i) % std::max(k, 1);
+  std::vector<std::vector<int>> out(std::max(k, 1));
+  for (int i : rows) out[fold_of[d[i].group]].push_back(i);
+  return out;
+}
+
+// Ridge strengths by group-disjoint cross-validation inside `rows` (the inner loop of nested CV).
+std::pair<double, double> choose_lambdas(const std::vector<Design>& d, const std::vector<int>& rows,
+                                         const PhysicalParams& defaults) {
+  const auto folds = group_folds(d, rows, 4);
+  if (folds.size() < 2) return {1.0, 1.0};
+  double best = INFINITY;
+  std::pair<double, double> choice{1.0, 1.0};
+  for (double lt : kLambdas) {
+    for (double le : kLambdas) {
+      double sse = 0;
+      for (size_t f = 0; f < folds.size(); ++f) {
+        std::vector<int> train;
+        for (size_t g = 0; g < folds.size(); ++g) {
+          if (g != f) train.insert(train.end(), folds[g].begin(), folds[g].end());
+        }
+        const PhysicalParams p = fit_on(d, train, defaults, lt, le).params;
+        for (int i : folds[f]) {
+          const double pred = predict_j(d[i], p);
+          sse += pred > 0 ? std::pow(std::log(pred / d[i].joules), 2) : 1e6;
         }
       }
+      if (sse < best) best = sse, choice = {lt, le};
     }
   }
-  return g;
+  return choice;
 }
 
-// Picks the grid setting and scales with the least squared ln error on `rows`.
-PhysicalParams fit_on(const Grid& g, const std::vector<double>& joules, const std::vector<int>& rows,
-                      size_t* setting_out = nullptr) {
-  double best = INFINITY;
-  size_t best_s = 0;
-  PhysicalParams best_p = g.settings.front();
-  for (size_t s = 0; s < g.settings.size(); ++s) {
-    const auto k = fit_scales(g.terms[s], joules, rows);
-    PhysicalParams p = g.settings[s];
-    p.idle_scale = k[0];
-    p.busy_fraction = k[1];
-    p.dynamic_scale = k[2];
-    p.host_power_w = k[3];
-    double sse = 0;
-    for (int i : rows) {
-      const double pred = combine(g.terms[s][i], p);
-      sse += pred > 0 ? std::pow(std::log(pred / joules[i]), 2) : 1e6;
-    }
-    if (sse < best) best = sse, best_p = p, best_s = s;
-  }
-  if (setting_out) *setting_out = best_s;
-  return best_p;
-}
-
-std::vector<double> joules_of(const std::vector<RunRecord>& records) {
-  std::vector<double> j;
-  for (const RunRecord& r : records) j.push_back(r.energy_kwh * 3.6e6);
-  return j;
+PhysicalParams fit_nested(const std::vector<Design>& d, const std::vector<int>& rows, const PhysicalParams& defaults) {
+  const auto [lt, le] = choose_lambdas(d, rows, defaults);
+  return fit_on(d, rows, defaults, lt, le).params;
 }
 
 }  // namespace
 
 double predict_physical_kwh(const RunRecord& r, const HardwareTable& table, const PhysicalParams& p) {
-  return combine(terms_for(r, table, p), p) / 3.6e6;
+  return predict_transformer(r.transformer(), r.parallel(), table.find(r.gpu), p).kwh;
 }
 
-PhysicalFit fit_physical(const std::vector<RunRecord>& records, const HardwareTable& table) {
+PhysicalFit fit_physical(const std::vector<RunRecord>& records, const HardwareTable& table,
+                         double lambda_time, double lambda_energy) {
   if (records.size() < 5) fail("need at least 5 runs to fit the physical model");
-  const Grid g = build_grid(records, table);
-  const std::vector<double> j = joules_of(records);
+  const std::vector<Design> d = designs_of(records, table);
   std::vector<int> all(records.size());
   for (size_t i = 0; i < all.size(); ++i) all[i] = int(i);
+  const PhysicalParams defaults = PhysicalParams::from_table(table);
+  if (lambda_time < 0 || lambda_energy < 0) std::tie(lambda_time, lambda_energy) = choose_lambdas(d, all, defaults);
+  const FitDetail fd = fit_on(d, all, defaults, lambda_time, lambda_energy);
   PhysicalFit fit;
-  fit.params = fit_on(g, j, all);
-  std::vector<double> meas, pred;
-  for (const RunRecord& r : records) {
-    meas.push_back(r.energy_kwh);
-    pred.push_back(predict_physical_kwh(r, table, fit.params));
+  fit.params = fd.params;
+  fit.timed = fd.timed;
+  fit.lambda_time = lambda_time;
+  fit.lambda_energy = lambda_energy;
+  std::vector<double> meas, pred, tm, tp;
+  for (const Design& x : d) {
+    meas.push_back(x.joules);
+    pred.push_back(predict_j(x, fit.params));
+    if (x.seconds) tm.push_back(*x.seconds), tp.push_back(time_breakdown(x.f, fit.params).total());
   }
   const HeldOut s = score(meas, pred);
   fit.r2 = s.r2;
+  if (!tm.empty()) fit.time_r2 = score(tm, tp).r2;
   fit.params.interval_ln = s.rmse_ln;
   fit.n = int(records.size());
   return fit;
@@ -259,7 +388,7 @@ PhysicalFit fit_physical(const std::vector<RunRecord>& records, const HardwareTa
 HeldOut score(const std::vector<double>& measured, const std::vector<double>& predicted) {
   HeldOut h;
   h.n = int(measured.size());
-  if (h.n == 0) return h;
+  if (h.n == 0) return h;  // nothing scored: NaN, never a perfect-looking 0
   double mean = 0;
   for (double m : measured) mean += std::log(m) / h.n;
   double sse = 0, tss = 0, ape = 0;
@@ -269,7 +398,7 @@ HeldOut score(const std::vector<double>& measured, const std::vector<double>& pr
     tss += std::pow(std::log(measured[i]) - mean, 2);
     ape += std::abs(p - measured[i]) / measured[i];
   }
-  h.r2 = tss > 0 ? 1 - sse / tss : 0;
+  h.r2 = tss > 0 ? 1 - sse / tss : NAN;
   h.rmse_ln = std::sqrt(sse / h.n);
   h.mape = 100 * ape / h.n;
   return h;
@@ -277,40 +406,41 @@ HeldOut score(const std::vector<double>& measured, const std::vector<double>& pr
 
 CrossValidation cross_validate(const std::vector<RunRecord>& records, const HardwareTable& table,
                                int folds) {
-  std::set<std::string> group_set;
-  for (const RunRecord& r : records) group_set.insert(r.group);
-  const std::vector<std::string> groups(group_set.begin(), group_set.end());
-  if (groups.size() < 2) fail("cross-validation needs at least two configuration families");
+  const std::vector<Design> d = designs_of(records, table);
+  std::vector<int> all(records.size());
+  for (size_t i = 0; i < all.size(); ++i) all[i] = int(i);
+  const auto split = group_folds(d, all, folds);
+  if (split.size() < 2) fail("cross-validation needs at least two configuration families");
   CrossValidation cv;
-  cv.folds = std::min<int>(folds, int(groups.size()));
-  std::map<std::string, int> fold_of;
-  for (size_t i = 0; i < groups.size(); ++i) fold_of[groups[i]] = int(i) % cv.folds;
-
-  const Grid g = build_grid(records, table);
-  const std::vector<double> j = joules_of(records);
+  cv.folds = int(split.size());
   const PhysicalParams defaults = PhysicalParams::from_table(table);
   cv.reference_pred_kwh.assign(records.size(), NAN);
   cv.physical_pred_kwh.assign(records.size(), NAN);
   std::vector<double> ref_meas, ref_pred, phy_meas, phy_pred, def_pred;
   for (int f = 0; f < cv.folds; ++f) {
     std::vector<RunRecord> train_ref;
-    std::vector<int> train, test;
-    for (size_t i = 0; i < records.size(); ++i) {
-      const bool held = fold_of[records[i].group] == f;
-      (held ? test : train).push_back(int(i));
-      if (!held && records[i].efficiency) train_ref.push_back(records[i]);
+    std::vector<int> train;
+    for (int g = 0; g < cv.folds; ++g) {
+      if (g != f) train.insert(train.end(), split[g].begin(), split[g].end());
+    }
+    for (int i : train) {
+      if (records[i].efficiency) train_ref.push_back(records[i]);
     }
     std::optional<ReferenceFit> ref;
-    if (train_ref.size() > 6) ref = fit_reference(train_ref);
-    size_t setting = 0;
-    const PhysicalParams phys = fit_on(g, j, train, &setting);
-    for (int i : test) {
+    if (train_ref.size() > 6) {
+      ref = fit_reference(train_ref);
+    } else {
+      cv.notes.push_back("fold " + std::to_string(f + 1) + ": too few training runs with a known efficiency "
+                         "to fit the reference model; its held-out runs are not scored for it");
+    }
+    const PhysicalParams phys = fit_nested(d, train, defaults);
+    for (int i : split[f]) {
       const RunRecord& r = records[i];
-      const double pk = combine(g.terms[setting][i], phys) / 3.6e6;
+      const double pk = predict_j(d[i], phys) / 3.6e6;
       cv.physical_pred_kwh[i] = pk;
       phy_meas.push_back(r.energy_kwh);
       phy_pred.push_back(pk);
-      def_pred.push_back(predict_physical_kwh(r, table, defaults));
+      def_pred.push_back(predict_j(d[i], defaults) / 3.6e6);
       if (ref && r.efficiency) {
         const double rp = reference_predict_kwh(r.reference_inputs(), ref->coefficients);
         cv.reference_pred_kwh[i] = rp;
@@ -322,7 +452,36 @@ CrossValidation cross_validate(const std::vector<RunRecord>& records, const Hard
   cv.reference = score(ref_meas, ref_pred);
   cv.physical = score(phy_meas, phy_pred);
   cv.physical_default = score(phy_meas, def_pred);
+  if (cv.physical.r2 < cv.physical_default.r2) {
+    cv.notes.push_back("the fitted physical model scores below the hardware-table defaults held out");
+  }
   return cv;
+}
+
+std::vector<GpuHeldOut> leave_one_gpu_out(const std::vector<RunRecord>& records,
+                                          const HardwareTable& table, int min_runs) {
+  const std::vector<Design> d = designs_of(records, table);
+  std::map<std::string, std::vector<int>> by_gpu;
+  for (size_t i = 0; i < records.size(); ++i) by_gpu[table.find(records[i].gpu).key].push_back(int(i));
+  const PhysicalParams defaults = PhysicalParams::from_table(table);
+  std::vector<GpuHeldOut> out;
+  for (const auto& [gpu, test] : by_gpu) {
+    if (int(test.size()) < min_runs) continue;
+    std::vector<int> train;
+    for (const auto& [other, rows] : by_gpu) {
+      if (other != gpu) train.insert(train.end(), rows.begin(), rows.end());
+    }
+    if (train.size() < 5) continue;
+    const PhysicalParams p = fit_nested(d, train, defaults);
+    std::vector<double> meas, fitted, def;
+    for (int i : test) {
+      meas.push_back(d[i].joules);
+      fitted.push_back(predict_j(d[i], p));
+      def.push_back(predict_j(d[i], defaults));
+    }
+    out.push_back({gpu, score(meas, fitted), score(meas, def), int(train.size())});
+  }
+  return out;
 }
 
 }  // namespace meganeura::energy

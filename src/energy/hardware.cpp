@@ -133,6 +133,7 @@ HardwareTable HardwareTable::parse(const std::string& content, const std::string
     if (key == "host") {
       if (!t) bad(origin, "[host] must be a table");
       table.host_.power_w = number(*t, "power_w", origin, "host");
+      table.host_.rank_power_w = number(*t, "rank_power_w", origin, "host", false, table.host_.rank_power_w);
     } else if (key == "model") {
       if (!t) bad(origin, "[model] must be a table");
       ModelDefaults& m = table.model_;
@@ -144,13 +145,16 @@ HardwareTable HardwareTable::parse(const std::string& content, const std::string
       m.comm_overlap = number(*t, "comm_overlap", origin, "model", false, m.comm_overlap);
       m.link_latency_us = number(*t, "link_latency_us", origin, "model", false, m.link_latency_us);
       m.busy_fraction = number(*t, "busy_fraction", origin, "model", false, m.busy_fraction);
+      m.startup_s = number(*t, "startup_s", origin, "model", false, m.startup_s);
+      m.fixed_power_fraction = number(*t, "fixed_power_fraction", origin, "model", false, m.fixed_power_fraction);
       m.idle_scale = number(*t, "idle_scale", origin, "model", false, m.idle_scale);
       m.dynamic_scale = number(*t, "dynamic_scale", origin, "model", false, m.dynamic_scale);
       m.interval_ln = number(*t, "interval_ln", origin, "model", false, m.interval_ln);
       if (m.compute_efficiency <= 0 || m.compute_efficiency > 1 || m.memory_efficiency <= 0 ||
           m.memory_efficiency > 1 || m.link_efficiency <= 0 || m.link_efficiency > 1 ||
-          m.comm_overlap > 1) {
-        bad(origin, "[model] efficiencies must be in (0, 1] and comm_overlap in [0, 1]");
+          m.comm_overlap > 1 || m.startup_s < 0 || m.fixed_power_fraction < 0) {
+        bad(origin, "[model] efficiencies must be in (0, 1], comm_overlap at most 1, startup_s and "
+                    "fixed_power_fraction non-negative");
       }
     } else if (t) {
       table.devices_.push_back(parse_device(key, *t, origin));
@@ -288,7 +292,7 @@ void write_device_coefficients(const std::string& path, const std::string& devic
 }
 
 void write_model_params(const std::string& path, const ModelDefaults& model, double host_power_w,
-                        const std::string& source) {
+                        double rank_power_w, const std::string& source) {
   toml::table root = parse_for_update(path);
   if (!root.get_as<toml::table>("model")) root.insert_or_assign("model", toml::table{});
   if (!root.get_as<toml::table>("host")) root.insert_or_assign("host", toml::table{});
@@ -301,12 +305,15 @@ void write_model_params(const std::string& path, const ModelDefaults& model, dou
   m.insert_or_assign("comm_overlap", model.comm_overlap);
   m.insert_or_assign("link_latency_us", model.link_latency_us);
   m.insert_or_assign("busy_fraction", model.busy_fraction);
+  m.insert_or_assign("startup_s", model.startup_s);
+  m.insert_or_assign("fixed_power_fraction", model.fixed_power_fraction);
   m.insert_or_assign("idle_scale", model.idle_scale);
   m.insert_or_assign("dynamic_scale", model.dynamic_scale);
   m.insert_or_assign("interval_ln", model.interval_ln);
   m.insert_or_assign("source", source);
   toml::table& h = *root.get_as<toml::table>("host");
   h.insert_or_assign("power_w", host_power_w);
+  h.insert_or_assign("rank_power_w", rank_power_w);
   h.insert_or_assign("source", source);
   save_table(path, root);
 }

@@ -39,7 +39,8 @@ struct DeviceSpec {
 };
 
 struct HostSpec {
-  double power_w = 0;  // CPU + DRAM of one node
+  double power_w = 0;       // CPU + DRAM of one node
+  double rank_power_w = 30; // added per GPU: the process driving it (a busy core, data loading)
 };
 
 // Knobs of the time model that are not properties of one device (see docs/energy.md).
@@ -52,6 +53,8 @@ struct ModelDefaults {
   double comm_overlap = 0.3;
   double link_latency_us = 100.0;
   double busy_fraction = 0.8;
+  double startup_s = 10.0;             // process start, device context, model and data set-up
+  double fixed_power_fraction = 0.2;   // share of (max - idle) drawn during fixed, launch-bound time
   double idle_scale = 1.0;      // fitted scales on the table's powers (1 until fitted)
   double dynamic_scale = 1.0;
   double interval_ln = 0.35;    // half-width of the reported interval in ln space
@@ -98,6 +101,6 @@ void write_device_coefficients(const std::string& path, const std::string& devic
 // Writes a fitted [model] section and host power into the table at `path` (a user copy),
 // keeping every device entry.
 void write_model_params(const std::string& path, const ModelDefaults& model, double host_power_w,
-                        const std::string& source);
+                        double rank_power_w, const std::string& source);
 
 }  // namespace meganeura::energy

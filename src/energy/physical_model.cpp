@@ -101,10 +101,13 @@ PhysicalParams PhysicalParams::from_table(const HardwareTable& table) {
   p.comm_overlap = m.comm_overlap;
   p.link_latency_s = m.link_latency_us * 1e-6;
   p.busy_fraction = m.busy_fraction;
+  p.startup_s = m.startup_s;
+  p.fixed_power_fraction = m.fixed_power_fraction;
   p.idle_scale = m.idle_scale;
   p.dynamic_scale = m.dynamic_scale;
   p.interval_ln = m.interval_ln;
   p.host_power_w = table.host().power_w;
+  p.rank_power_w = table.host().rank_power_w;
   return p;
 }
 
@@ -118,6 +121,8 @@ ModelDefaults PhysicalParams::to_model_defaults() const {
   m.comm_overlap = comm_overlap;
   m.link_latency_us = link_latency_s * 1e6;
   m.busy_fraction = busy_fraction;
+  m.startup_s = startup_s;
+  m.fixed_power_fraction = fixed_power_fraction;
   m.idle_scale = idle_scale;
   m.dynamic_scale = dynamic_scale;
   m.interval_ln = interval_ln;
@@ -150,65 +155,73 @@ std::vector<WorkItem> transformer_step_work(const TransformerConfig& cfg, int tp
 
 namespace {
 
-// Per-dispatch roofline: a dispatch cannot finish faster than its launch overhead, its
-// arithmetic at the achievable peak, or its traffic at the achievable bandwidth.
-CostEstimate price(const WorkItem& w, const DeviceSpec& dev, const PhysicalParams& p,
-                   const std::string& dtype) {
-  // Optimizer and elementwise arithmetic runs on the fp32 vector units, not tensor cores.
+// Rate a dispatch runs at: matmuls and attention on the dtype's (tensor-core) peak, everything
+// else on the fp32 vector units.
+double peak_for(const WorkItem& w, const DeviceSpec& dev, const std::string& dtype) {
   const bool vector = w.kind != "matmul" && w.kind != "attention";
   const std::string rate_dtype = vector ? "fp32" : dtype;
-  const double peak = dev.peak_flops(dev.peak_tflops.count(rate_dtype) ? rate_dtype : dtype);
-  const double t_compute = w.flops / (peak * p.compute_efficiency);
+  return dev.peak_flops(dev.peak_tflops.count(rate_dtype) ? rate_dtype : dtype);
+}
+
+void check_work(const WorkItem& w) {
+  if (!(w.flops >= 0) || !(w.bytes >= 0) || !std::isfinite(w.flops) || !std::isfinite(w.bytes)) {
+    invalid("work item '" + w.name + "' has negative or non-finite flops/bytes");
+  }
+}
+
+// One dispatch: its compute and memory roofline time (busy, near full power) plus a fixed launch
+// cost (the device waits on the host, near idle power). A launch-bound dispatch is one whose
+// fixed cost exceeds its roofline time.
+CostEstimate price(const WorkItem& w, const DeviceSpec& dev, const PhysicalParams& p,
+                   const std::string& dtype) {
+  check_work(w);
+  const double t_compute = w.flops / (peak_for(w, dev, dtype) * p.compute_efficiency);
   const double t_memory = w.bytes / (dev.memory_bandwidth_gbs * 1e9 * p.memory_efficiency);
+  const double t_busy = t_compute + t_memory, t_launch = p.dispatch_overhead_s;
   CostEstimate e{w.name, w.kind, w.layer, w.flops, w.bytes, 0, 0, ""};
-  e.time_s = std::max({t_compute, t_memory, p.dispatch_overhead_s});
-  e.bound = e.time_s == p.dispatch_overhead_s ? "launch" : t_compute >= t_memory ? "compute" : "memory";
-  e.energy_j = (p.idle_scale * dev.idle_w + p.busy_fraction * (dev.max_w - dev.idle_w)) * e.time_s +
+  e.time_s = t_busy + t_launch;
+  e.bound = t_launch > t_busy ? "launch" : t_compute >= t_memory ? "compute" : "memory";
+  const double dyn_w = dev.max_w - dev.idle_w;
+  e.energy_j = p.idle_scale * dev.idle_w * e.time_s + p.busy_fraction * dyn_w * t_busy +
+               p.fixed_power_fraction * dyn_w * t_launch +
                p.dynamic_scale * (dev.joules_per_flop(dtype) * w.flops + dev.joules_per_byte() * w.bytes);
   return e;
 }
 
-struct StepCost {
-  double compute_s = 0, flops = 0, bytes = 0;
-  std::vector<CostEstimate> dispatches;
-};
+void add_work(RunFeatures& f, const WorkItem& w, double count, const DeviceSpec& dev,
+              const std::string& dtype) {
+  check_work(w);
+  f.compute_s += count * w.flops / peak_for(w, dev, dtype);
+  f.memory_s += count * w.bytes / (dev.memory_bandwidth_gbs * 1e9);
+  f.dispatches += count;
+  f.flops += count * w.flops;
+  f.bytes += count * w.bytes;
+}
 
-StepCost price_all(const std::vector<WorkItem>& work, const DeviceSpec& dev,
-                   const PhysicalParams& p, const std::string& dtype) {
-  StepCost s;
-  for (const WorkItem& w : work) {
-    if (!(w.flops >= 0) || !(w.bytes >= 0) || !std::isfinite(w.flops) || !std::isfinite(w.bytes)) {
-      invalid("work item '" + w.name + "' has negative or non-finite flops/bytes");
-    }
-    s.dispatches.push_back(price(w, dev, p, dtype));
-    s.compute_s += s.dispatches.back().time_s;
-    s.flops += w.flops;
-    s.bytes += w.bytes;
+void device_constants(RunFeatures& f, const DeviceSpec& dev, const std::string& dtype) {
+  f.nodes = (f.gpus + 7) / 8;
+  f.idle_w = dev.idle_w;
+  f.dynamic_w = dev.max_w - dev.idle_w;
+  f.e_flop = dev.joules_per_flop(dtype);
+  f.e_byte = dev.joules_per_byte();
+}
+
+void check_parallel(const TransformerConfig& c, const ParallelConfig& par) {
+  if (par.gpus < 1) invalid("--gpus must be at least 1, got " + std::to_string(par.gpus));
+  if (par.gpus > 1 && par.strategy == Strategy::kBaseline) {
+    invalid("--gpus " + std::to_string(par.gpus) + " needs a strategy (dp, fsdp or tp)");
   }
-  return s;
-}
-
-// Ring collectives move 2(N-1)/N (all-reduce) or (N-1)/N (gather, scatter) of the buffer.
-double collective_s(double bytes, double fraction, double bandwidth, const PhysicalParams& p) {
-  return fraction * bytes / (bandwidth * p.link_efficiency) + p.link_latency_s;
-}
-
-void fill_energy(PhysicalPrediction& r, const DeviceSpec& dev, const PhysicalParams& p,
-                 const std::string& dtype, double flops_per_device, double bytes_per_device,
-                 double busy_s) {
-  const int nodes = (r.gpus + 7) / 8;
-  r.idle_term_j = r.gpus * dev.idle_w * r.time_s;
-  r.busy_term_j = r.gpus * (dev.max_w - dev.idle_w) * busy_s;
-  r.dynamic_term_j = r.gpus * (dev.joules_per_flop(dtype) * flops_per_device +
-                               dev.joules_per_byte() * bytes_per_device);
-  r.host_seconds = nodes * r.time_s;
-  r.device_energy_j = (p.idle_scale * r.idle_term_j + p.busy_fraction * r.busy_term_j +
-                       p.dynamic_scale * r.dynamic_term_j) / r.gpus;
-  r.host_energy_j = p.host_power_w * r.host_seconds;
-  r.total_energy_j = r.device_energy_j * r.gpus + r.host_energy_j;
-  r.kwh = r.total_energy_j / 3.6e6;
-  r.kwh_low = r.kwh * std::exp(-p.interval_ln);
-  r.kwh_high = r.kwh * std::exp(p.interval_ln);
+  if (par.gpus == 1 && par.strategy != Strategy::kBaseline) {
+    invalid("strategy " + strategy_name(par.strategy) + " needs --gpus of 2 or more");
+  }
+  if (par.gpus > 8) {
+    invalid("--gpus " + std::to_string(par.gpus) + ": only single-node runs (up to 8 GPUs) are modelled");
+  }
+  if (par.check_feasible && par.strategy == Strategy::kTensorParallel &&
+      (c.heads % par.gpus != 0 || c.ff % par.gpus != 0)) {
+    invalid("tensor parallel over " + std::to_string(par.gpus) + " GPUs needs heads (" +
+            std::to_string(c.heads) + ") and ff (" + std::to_string(c.ff) + ") divisible by it");
+  }
 }
 
 std::vector<CostEstimate> per_layer(const std::vector<CostEstimate>& dispatches, double scale) {
@@ -231,62 +244,99 @@ std::vector<CostEstimate> per_layer(const std::vector<CostEstimate>& dispatches,
   return out;
 }
 
-// One device step of a transformer. Every layer does the same work, so one layer is priced
-// and counted `layers` times: `dispatches` holds layer 0 and the tail, the totals cover all.
-struct TransformerStep {
-  StepCost cost;        // totals over all layers, optimizer spread over grad_accum
-  double comm_s = 0;    // exposed communication
-  double steps = 0;     // device steps over the run
-  double time_s = 0;    // whole run
-};
+}  // namespace
 
-TransformerStep transformer_step(const TransformerConfig& c, const ParallelConfig& par,
-                                 const DeviceSpec& dev, const PhysicalParams& p) {
+RunFeatures transformer_features(const TransformerConfig& cfg, const ParallelConfig& par,
+                                 const DeviceSpec& dev) {
+  const TransformerConfig c = cfg.resolved();
+  check_parallel(c, par);
   const int n = par.gpus;
   const bool tp = par.strategy == Strategy::kTensorParallel;
-  const bool sharded_optimizer = par.strategy == Strategy::kFsdp || tp;
+  RunFeatures f;
+  f.gpus = n;
   TransformerConfig one = c;
   one.layers = 1;
-  TransformerStep t;
-  t.cost = price_all(transformer_step_work(one, tp ? n : 1, sharded_optimizer ? n : 1), dev, p, c.dtype);
-  t.cost.compute_s = t.cost.flops = t.cost.bytes = 0;
-  for (CostEstimate& d : t.cost.dispatches) {
+  // TP splits the weights, and so their optimizer state, n ways already; only FSDP shards the
+  // optimizer state of whole weights.
+  const int shards = par.strategy == Strategy::kFsdp ? n : 1;
+  for (const WorkItem& w : transformer_step_work(one, tp ? n : 1, shards)) {
     // The optimizer runs once per grad_accum micro-steps: spread it over them.
-    const double share = d.kind == "optimizer" ? 1.0 / c.grad_accum : 1.0;
-    d.time_s *= share;
-    d.energy_j *= share;
-    const double count = d.layer >= 0 ? c.layers : 1;
-    t.cost.compute_s += d.time_s * count;
-    t.cost.flops += d.flops * share * count;
-    t.cost.bytes += d.bytes * share * count;
+    const double share = w.kind == "optimizer" ? 1.0 / c.grad_accum : 1.0;
+    add_work(f, w, share * (w.layer >= 0 ? c.layers : 1), dev, c.dtype);
   }
-  const int data_ranks = tp ? 1 : n;
-  t.steps = c.tokens / (c.batch * c.seq * data_ranks);
+  f.steps = c.tokens / (c.batch * c.seq * (tp ? 1 : n));
   const double bw = (par.over_pcie ? dev.pcie_gbs : dev.link_gbs) * 1e9;
   const double act = dtype_bytes(c.dtype);
   const double params = c.layers * layer_params(c, 1) + double(c.vocab) * c.hidden;
+  const double fr = double(n - 1) / n;  // ring collectives move fr (gather/scatter) or 2 fr (all-reduce)
   if (n > 1) {
-    const double f = double(n - 1) / n;
     switch (par.strategy) {
       case Strategy::kBaseline:
-        invalid("--gpus " + std::to_string(n) + " needs a strategy (dp, fsdp or tp)");
+        break;
       case Strategy::kDataParallel:
-        // Gradients (fp32) all-reduced once per optimizer step, partly behind backward.
-        t.comm_s = collective_s(params * 4, 2 * f, bw, p) / c.grad_accum * (1 - p.comm_overlap);
+        // fp32 gradients all-reduced once per optimizer step.
+        f.comm_sharded_s = params * 4 * 2 * fr / bw / c.grad_accum;
+        f.collectives = (n - 1) * 1.0 / c.grad_accum;
         break;
       case Strategy::kFsdp:
-        // Parameters gathered for forward and again for backward, gradients reduce-scattered.
-        t.comm_s = (2 * collective_s(params * act, f, bw, p) + collective_s(params * 4, f, bw, p)) *
-                   (1 - p.comm_overlap);
+        // Parameters gathered for forward and again for backward, fp32 gradients reduce-scattered,
+        // one collective of each per wrapped layer.
+        f.comm_sharded_s = (2 * params * act * fr + params * 4 * fr) / bw;
+        f.collectives = (n - 1) * 3.0 * c.layers;
         break;
       case Strategy::kTensorParallel:
-        // Two all-reduces of the layer activations forward and two backward, on the critical path.
-        t.comm_s = c.layers * 4 * collective_s(c.batch * c.seq * c.hidden * act, 2 * f, bw, p);
+        // Two all-reduces of the layer activations forward and two backward.
+        f.comm_tp_s = c.layers * 4 * (c.batch * c.seq * c.hidden * act) * 2 * fr / bw;
+        f.collectives = (n - 1) * 4.0 * c.layers;
         break;
     }
   }
-  t.time_s = t.steps * (t.cost.compute_s + t.comm_s + p.step_overhead_s);
+  device_constants(f, dev, c.dtype);
+  return f;
+}
+
+TimeBreakdown time_breakdown(const RunFeatures& f, const PhysicalParams& p) {
+  TimeBreakdown t;
+  t.startup = p.startup_s;
+  t.step_fixed = f.steps * p.step_overhead_s;
+  t.launch = f.steps * f.dispatches * p.dispatch_overhead_s;
+  t.compute = f.steps * f.compute_s / p.compute_efficiency;
+  t.memory = f.steps * f.memory_s / p.memory_efficiency;
+  t.comm_bandwidth = f.steps * (f.comm_sharded_s * (1 - p.comm_overlap) + f.comm_tp_s) / p.link_efficiency;
+  t.comm_latency = f.steps * f.collectives * p.link_latency_s;
   return t;
+}
+
+std::vector<Term> energy_breakdown(const RunFeatures& f, const PhysicalParams& p, const TimeBreakdown& t) {
+  const double n = f.gpus;
+  return {{"static", p.idle_scale * n * f.idle_w * t.total()},
+          {"busy", p.busy_fraction * n * f.dynamic_w * t.busy()},
+          {"fixed", p.fixed_power_fraction * n * f.dynamic_w * t.fixed()},
+          {"dynamic", p.dynamic_scale * n * f.steps * (f.e_flop * f.flops + f.e_byte * f.bytes)},
+          {"host", (p.host_power_w * f.nodes + p.rank_power_w * n) * t.total()}};
+}
+
+namespace {
+
+void fill_totals(PhysicalPrediction& r, const RunFeatures& f, const PhysicalParams& p) {
+  const TimeBreakdown t = time_breakdown(f, p);
+  r.gpus = f.gpus;
+  r.steps = f.steps;
+  r.time_s = t.total();
+  r.step_time_s = (r.time_s - t.startup) / f.steps;
+  r.comm_time_s = (t.comm_bandwidth + t.comm_latency) / f.steps;
+  r.time_terms = {{"startup", t.startup},         {"step_fixed", t.step_fixed},
+                  {"launch", t.launch},           {"compute", t.compute},
+                  {"memory", t.memory},           {"comm_bandwidth", t.comm_bandwidth},
+                  {"comm_latency", t.comm_latency}};
+  r.energy_terms = energy_breakdown(f, p, t);
+  r.total_energy_j = 0;
+  for (const Term& e : r.energy_terms) r.total_energy_j += e.value;
+  r.host_energy_j = r.energy_terms.back().value;
+  r.device_energy_j = (r.total_energy_j - r.host_energy_j) / f.gpus;
+  r.kwh = r.total_energy_j / 3.6e6;
+  r.kwh_low = r.kwh * std::exp(-p.interval_ln);
+  r.kwh_high = r.kwh * std::exp(p.interval_ln);
 }
 
 }  // namespace
@@ -294,21 +344,7 @@ TransformerStep transformer_step(const TransformerConfig& c, const ParallelConfi
 PhysicalPrediction predict_transformer(const TransformerConfig& cfg, const ParallelConfig& par,
                                        const DeviceSpec& dev, const PhysicalParams& p) {
   const TransformerConfig c = cfg.resolved();
-  if (par.gpus < 1) invalid("--gpus must be at least 1, got " + std::to_string(par.gpus));
-  if (par.gpus > 1 && par.strategy == Strategy::kBaseline) {
-    invalid("--gpus " + std::to_string(par.gpus) + " needs a strategy (dp, fsdp or tp)");
-  }
-  if (par.gpus == 1 && par.strategy != Strategy::kBaseline) {
-    invalid("strategy " + strategy_name(par.strategy) + " needs --gpus of 2 or more");
-  }
-  if (par.gpus > 8) {
-    invalid("--gpus " + std::to_string(par.gpus) + ": only single-node runs (up to 8 GPUs) are modelled");
-  }
-  if (par.check_feasible && par.strategy == Strategy::kTensorParallel &&
-      (c.heads % par.gpus != 0 || c.ff % par.gpus != 0)) {
-    invalid("tensor parallel over " + std::to_string(par.gpus) + " GPUs needs heads (" +
-            std::to_string(c.heads) + ") and ff (" + std::to_string(c.ff) + ") divisible by it");
-  }
+  check_parallel(c, par);
   // Memory: fp32 master weights, gradients and two Adam moments (16 B/param), sharded by
   // FSDP and TP, plus the stored activations of one micro-batch.
   const double params = c.layers * layer_params(c, 1) + double(c.vocab) * c.hidden;
@@ -325,23 +361,28 @@ PhysicalPrediction predict_transformer(const TransformerConfig& cfg, const Paral
 
   PhysicalPrediction r;
   r.device = dev.key;
-  r.gpus = par.gpus;
   r.strategy = par.strategy;
-  TransformerStep step = transformer_step(c, par, dev, p);
-  r.time_s = step.time_s;
-  r.steps = step.steps;
-  r.comm_time_s = step.comm_s;
-  r.step_time_s = r.time_s / r.steps;
-  const double t1 = par.gpus == 1 ? r.time_s
-                                  : transformer_step(c, ParallelConfig{1, Strategy::kBaseline, false, false},
-                                                     dev, p).time_s;
+  const RunFeatures f = transformer_features(c, par, dev);
+  fill_totals(r, f, p);
+  const double t1 = par.gpus == 1
+                        ? r.time_s
+                        : time_breakdown(transformer_features(c, {1, Strategy::kBaseline, false, false}, dev), p).total();
   r.efficiency = t1 / r.time_s / par.gpus;
-  const double busy_s = r.time_s - r.steps * p.step_overhead_s;
-  fill_energy(r, dev, p, c.dtype, step.cost.flops * r.steps, step.cost.bytes * r.steps, busy_s);
   r.joules_per_token = r.total_energy_j / c.tokens;
-  // Layer 0 stands for every layer; exposed communication and per-step overhead belong to no
-  // dispatch, so a last entry carries them and the breakdown sums to the device's totals.
-  const std::vector<CostEstimate> priced = per_layer(step.cost.dispatches, r.steps);
+
+  // Per-dispatch pricing of one layer (every layer is alike) and the tail, per device step.
+  const int tp = par.strategy == Strategy::kTensorParallel ? par.gpus : 1;
+  TransformerConfig one = c;
+  one.layers = 1;
+  for (const WorkItem& w : transformer_step_work(one, tp, par.strategy == Strategy::kFsdp ? par.gpus : 1)) {
+    CostEstimate d = price(w, dev, p, c.dtype);
+    if (w.kind == "optimizer") d.time_s /= c.grad_accum, d.energy_j /= c.grad_accum;
+    r.dispatches.push_back(d);
+  }
+  // Layer 0 stands for every layer; startup, per-step fixed cost and exposed communication
+  // belong to no dispatch, so a last entry carries them and the breakdown sums to the device's
+  // totals.
+  const std::vector<CostEstimate> priced = per_layer(r.dispatches, r.steps);
   for (int l = 0; l < c.layers; ++l) {
     r.layers.push_back(priced.front());
     r.layers.back().layer = l;
@@ -354,7 +395,6 @@ PhysicalPrediction predict_transformer(const TransformerConfig& cfg, const Paral
     rest.energy_j -= l.energy_j;
   }
   r.layers.push_back(rest);
-  r.dispatches = std::move(step.cost.dispatches);
   return r;
 }
 
@@ -364,17 +404,21 @@ PhysicalPrediction predict_work(const std::vector<WorkItem>& work, const DeviceS
   if (work.empty()) invalid("the program has no dispatches to price");
   if (!(steps > 0)) invalid("steps must be positive");
   dtype_bytes(dtype);
+  RunFeatures f;
+  for (const WorkItem& w : work) add_work(f, w, 1, dev, dtype);
+  f.steps = steps;
+  device_constants(f, dev, dtype);
+  // A program is priced per step: no start-up and no per-step loop cost beyond its dispatches.
+  PhysicalParams q = p;
+  q.startup_s = 0;
+  q.step_overhead_s = 0;
   PhysicalPrediction r;
   r.device = dev.key;
-  StepCost step = price_all(work, dev, p, dtype);
-  r.steps = steps;
-  r.step_time_s = step.compute_s;
-  r.time_s = steps * step.compute_s;
+  fill_totals(r, f, q);
   r.efficiency = 1;
-  fill_energy(r, dev, p, dtype, step.flops * steps, step.bytes * steps, r.time_s);
   r.joules_per_token = tokens_per_step > 0 ? r.total_energy_j / (tokens_per_step * steps) : 0;
-  r.layers = per_layer(step.dispatches, steps);
-  r.dispatches = std::move(step.dispatches);
+  for (const WorkItem& w : work) r.dispatches.push_back(price(w, dev, q, dtype));
+  r.layers = per_layer(r.dispatches, steps);
   return r;
 }
 

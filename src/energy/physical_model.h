@@ -1,14 +1,15 @@
 // The physical energy model: a roofline over the work of one training step, priced with the
 // hardware table. It needs no measured run time:
-//   T      = steps * (sum over dispatches of max(compute, memory, launch) + exposed comms
-//                     + per-step overhead)
-//   E_dev  = P_idle * T + e_flop * FLOPs + e_byte * bytes        (per device)
-//            + f_busy * (P_max - P_idle) * T_busy
-// The last term is the power an occupied device draws beyond what its arithmetic explains
-// (clocks held high, collective kernels spinning while they wait on the link).
-//   E      = sum over devices E_dev + P_host * T
-// Data parallel, FSDP and tensor parallel add their communication volume over the link
-// bandwidth, so parallel efficiency comes out of the model instead of going in.
+//   T      = startup + steps * (per-step fixed + dispatches * launch
+//                               + compute / (peak * eff_c) + traffic / (bandwidth * eff_m)
+//                               + exposed communication (bandwidth and latency terms))
+//   E      = N * P_idle * T                               static power over the wall time
+//          + f_busy * N * (P_max - P_idle) * T_busy      compute, memory and link time
+//          + f_fixed * N * (P_max - P_idle) * T_fixed    launch-bound and fixed time, near idle
+//          + e_flop * FLOPs + e_byte * bytes             dynamic energy of the work
+//          + (P_host * nodes + P_rank * N) * T           CPU and DRAM: node, and one process per GPU
+// Every time term is a coefficient times a feature computed from the work, the strategy and the
+// datasheet (RunFeatures), so fitting is least squares in the coefficients.
 #pragma once
 
 #include <string>
@@ -55,10 +56,13 @@ struct PhysicalParams {
   double step_overhead_s = 8e-3;
   double comm_overlap = 0.3;
   double link_latency_s = 100e-6;
-  double host_power_w = 200;
+  double host_power_w = 200;   // per node
+  double rank_power_w = 30;    // per GPU: the host process (one CPU core, data loading) driving it
   double idle_scale = 1.0;
   double dynamic_scale = 1.0;
   double busy_fraction = 0.8;
+  double startup_s = 10.0;
+  double fixed_power_fraction = 0.2;
   double interval_ln = 0.35;  // half-width of the reported interval in ln space
 
   static PhysicalParams from_table(const HardwareTable& table);
@@ -78,6 +82,12 @@ struct CostEstimate {
   std::string bound;  // "compute", "memory" or "launch"
 };
 
+// One named term of the time or energy sum (whole run; energy over all devices and the host).
+struct Term {
+  std::string name;
+  double value = 0;
+};
+
 struct PhysicalPrediction {
   std::string device;
   int gpus = 1;
@@ -94,12 +104,10 @@ struct PhysicalPrediction {
   double joules_per_token = 0;
   double kwh_low = 0;            // interval
   double kwh_high = 0;
-  // Linear terms (summed over devices) so fitting can rescale them: total = idle_scale*idle +
-  // busy_fraction*busy + dynamic_scale*dynamic + host_power*host_seconds.
-  double idle_term_j = 0;
-  double busy_term_j = 0;
-  double dynamic_term_j = 0;
-  double host_seconds = 0;
+  // The time terms (seconds, summing to time_s) and energy terms (joules, all devices and the
+  // host, summing to total_energy_j).
+  std::vector<Term> time_terms;
+  std::vector<Term> energy_terms;
   // Per layer, per device, over the whole run; "other" holds the embedding and optimizer
   // tail and a final "comm+overhead" entry the rest, so the entries sum to the device totals.
   std::vector<CostEstimate> layers;
@@ -107,6 +115,38 @@ struct PhysicalPrediction {
   // followed by the embedding and optimizer tail.
   std::vector<CostEstimate> dispatches;
 };
+
+// What the model needs of one run, independent of its coefficients: per device step, the
+// roofline times at the datasheet peak and bandwidth, the dispatch count, communication at the
+// datasheet link rate per strategy and the number of collectives; and the counts that scale
+// them to the run. Time is linear in the coefficients over these features.
+struct RunFeatures {
+  int gpus = 1, nodes = 1;
+  double steps = 0;            // device steps (micro-batches) over the run
+  double dispatches = 0;       // per device step (the optimizer spread over grad_accum)
+  double compute_s = 0;        // per device step, at peak
+  double memory_s = 0;         // per device step, at full bandwidth
+  double comm_sharded_s = 0;   // DP/FSDP collectives per device step at the datasheet link rate
+  double comm_tp_s = 0;        // TP all-reduces per device step at the datasheet link rate
+  double collectives = 0;      // ring hops of collectives per device step (N - 1 per collective)
+  double flops = 0, bytes = 0; // per device step
+  double idle_w = 0, dynamic_w = 0;  // per device: idle power and max - idle
+  double e_flop = 0, e_byte = 0;     // J per FLOP and per byte
+};
+
+RunFeatures transformer_features(const TransformerConfig& cfg, const ParallelConfig& par,
+                                 const DeviceSpec& device);
+
+struct TimeBreakdown {
+  double startup = 0, step_fixed = 0, launch = 0, compute = 0, memory = 0, comm_bandwidth = 0,
+         comm_latency = 0;
+  double busy() const { return compute + memory + comm_bandwidth; }
+  double fixed() const { return startup + step_fixed + launch + comm_latency; }
+  double total() const { return busy() + fixed(); }
+};
+TimeBreakdown time_breakdown(const RunFeatures& f, const PhysicalParams& p);
+// static, busy, fixed, dynamic, host (joules, all devices).
+std::vector<Term> energy_breakdown(const RunFeatures& f, const PhysicalParams& p, const TimeBreakdown& t);
 
 // The work of one training step of one transformer layer stack on one device, forward,
 // backward and optimizer, with matmuls split `tp` ways.

@@ -2,6 +2,8 @@
 
 #include <fmt/format.h>
 
+#include <cmath>
+
 namespace meganeura::energy {
 
 nlohmann::json prediction_json(const PhysicalPrediction& p, double grid_g_per_kwh, bool dispatches) {
@@ -23,6 +25,11 @@ nlohmann::json prediction_json(const PhysicalPrediction& p, double grid_g_per_kw
   j["grid_g_per_kwh"] = grid_g_per_kwh;
   j["co2_kg"] = p.kwh * grid_g_per_kwh / 1000;
   j["interval_kwh"] = {p.kwh_low, p.kwh_high};
+  nlohmann::json tt = nlohmann::json::object(), et = nlohmann::json::object();
+  for (const Term& t : p.time_terms) tt[t.name] = t.value;
+  for (const Term& t : p.energy_terms) et[t.name] = t.value;
+  j["time_terms_s"] = tt;
+  j["energy_terms_j"] = et;
   nlohmann::json layers = nlohmann::json::array();
   for (const CostEstimate& l : p.layers) {
     layers.push_back({{"name", l.name}, {"time_s", l.time_s}, {"energy_j", l.energy_j},
@@ -60,7 +67,7 @@ nlohmann::json reference_fit_json(const ReferenceFit& f) {
     cluster[kNames[i]] = f.se_cluster[i];
   }
   return {{"coefficients", coef}, {"se_hc3", hc3}, {"se_cluster", cluster}, {"r2_in_sample", f.r2},
-          {"n", f.n}, {"clusters", f.clusters}};
+          {"n", f.n}, {"clusters", f.clusters}, {"warnings", f.warnings}};
 }
 
 nlohmann::json physical_params_json(const PhysicalParams& p) {
@@ -68,12 +75,20 @@ nlohmann::json physical_params_json(const PhysicalParams& p) {
           {"link_efficiency", p.link_efficiency}, {"dispatch_overhead_us", p.dispatch_overhead_s * 1e6},
           {"step_overhead_ms", p.step_overhead_s * 1e3}, {"comm_overlap", p.comm_overlap},
           {"link_latency_us", p.link_latency_s * 1e6}, {"host_power_w", p.host_power_w},
+          {"rank_power_w", p.rank_power_w},
           {"idle_scale", p.idle_scale}, {"busy_fraction", p.busy_fraction},
-          {"dynamic_scale", p.dynamic_scale}, {"interval_ln", p.interval_ln}};
+          {"dynamic_scale", p.dynamic_scale}, {"startup_s", p.startup_s},
+          {"fixed_power_fraction", p.fixed_power_fraction}, {"interval_ln", p.interval_ln}};
 }
 
+namespace {
+// A score over no runs is null: 0 would read as a perfect RMSE.
+nlohmann::json number_or_null(double v) { return std::isfinite(v) ? nlohmann::json(v) : nlohmann::json(nullptr); }
+}  // namespace
+
 nlohmann::json held_out_json(const HeldOut& h) {
-  return {{"heldout_r2", h.r2}, {"heldout_rmse_ln", h.rmse_ln}, {"heldout_mape", h.mape}, {"n", h.n}};
+  return {{"heldout_r2", number_or_null(h.r2)}, {"heldout_rmse_ln", number_or_null(h.rmse_ln)},
+          {"heldout_mape", number_or_null(h.mape)}, {"n", h.n}};
 }
 
 std::string prediction_text(const PhysicalPrediction& p, double grid_g_per_kwh) {
@@ -85,6 +100,11 @@ std::string prediction_text(const PhysicalPrediction& p, double grid_g_per_kwh) 
       p.device, p.gpus, strategy_name(p.strategy), p.steps, p.step_time_s * 1e3, p.comm_time_s * 1e3,
       p.time_s, p.efficiency, p.kwh, p.kwh_low, p.kwh_high, p.device_energy_j / 1e3,
       p.host_energy_j / 1e3, p.joules_per_token, p.kwh * grid_g_per_kwh / 1000, grid_g_per_kwh);
+  s += "time:";
+  for (const Term& t : p.time_terms) s += fmt::format(" {} {:.4g} s;", t.name, t.value);
+  s += "\nenergy:";
+  for (const Term& t : p.energy_terms) s += fmt::format(" {} {:.4g} kJ;", t.name, t.value / 1e3);
+  s += "\n";
   for (const CostEstimate& l : p.layers) {
     s += fmt::format("  {:<12} {:>10.4g} s {:>12.4g} J\n", l.name, l.time_s, l.energy_j);
   }

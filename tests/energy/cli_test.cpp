@@ -50,12 +50,17 @@ TEST(PredictProgram, PricesEveryDispatch) {
   ASSERT_EQ(j["dispatches"].size(), 3u);
   EXPECT_EQ(j["dispatches"][0]["bound"], "compute");
   EXPECT_EQ(j["dispatches"][1]["bound"], "launch");
-  EXPECT_NEAR(j["dispatches"][0]["time_s"].get<double>(), 1.0, 1e-9);
-  EXPECT_NEAR(j["dispatches"][1]["time_s"].get<double>(), 20e-6, 1e-12);
-  EXPECT_NEAR(j["step_time_s"].get<double>(), 2.0 + 20e-6, 1e-9);
-  // Per matmul: (70 W idle + 0.8 * 630 W busy) for 1 s, 0.7 * 630 W * 0.45 s of peak
-  // arithmetic, 0.3 * 630 W over 3350 GB/s per byte.
-  const double matmul_j = (70 + 0.8 * 630) + 0.7 * 630 * 0.45 + 0.3 * 630 * 1e6 / 3.35e12;
+  // Roofline time at the table's efficiencies (0.45 of peak, 0.75 of 3350 GB/s) plus the 20 us
+  // launch of each dispatch; the relu runs on the 67 TFLOP/s fp32 units.
+  const double busy_mm = 1.0 + 1e6 / (3.35e12 * 0.75), t_mm = busy_mm + 20e-6;
+  const double t_relu = 1e3 / (67e12 * 0.45) + 8e3 / (3.35e12 * 0.75) + 20e-6;
+  EXPECT_NEAR(j["dispatches"][0]["time_s"].get<double>(), t_mm, 1e-12);
+  EXPECT_NEAR(j["dispatches"][1]["time_s"].get<double>(), t_relu, 1e-15);
+  EXPECT_NEAR(j["step_time_s"].get<double>(), 2 * t_mm + t_relu, 1e-12);
+  // Per matmul: 70 W idle throughout, 0.8 * 630 W while busy, 0.2 * 630 W during the launch,
+  // 0.7 * 630 W * 0.45 s of peak arithmetic, 0.3 * 630 W over 3350 GB/s per byte.
+  const double matmul_j = 70 * t_mm + 0.8 * 630 * busy_mm + 0.2 * 630 * 20e-6 + 0.7 * 630 * 0.45 +
+                          0.3 * 630 * 1e6 / 3.35e12;
   EXPECT_NEAR(j["dispatches"][0]["energy_j"].get<double>(), matmul_j, 1e-6);
   ASSERT_EQ(j["layers"].size(), 2u);
   EXPECT_EQ(j["layers"][0]["name"], "layer0");
@@ -96,7 +101,9 @@ TEST(PredictProgram, CommandLineWithHookWritesJsonAndSvg) {
   std::fflush(stdout);
   const nlohmann::json j = nlohmann::json::parse(testing::internal::GetCapturedStdout());
   EXPECT_EQ(j["dispatches"].size(), 3u);
-  EXPECT_NEAR(j["step_time_s"].get<double>(), 2.0 + 20e-6, 1e-9);
+  const double t_mm = 1.0 + 1e6 / (3.35e12 * 0.75) + 20e-6;
+  const double t_relu = 1e3 / (67e12 * 0.45) + 8e3 / (3.35e12 * 0.75) + 20e-6;
+  EXPECT_NEAR(j["step_time_s"].get<double>(), 2 * t_mm + t_relu, 1e-12);
   std::ifstream in(svg);
   std::stringstream s;
   s << in.rdbuf();

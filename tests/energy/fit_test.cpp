@@ -1,4 +1,5 @@
 #include "energy/fit.h"
+#include "energy/nnls.h"
 
 #include <gtest/gtest.h>
 
@@ -100,30 +101,96 @@ TEST(FitReference, SingleGpuDataFixesTheParallelTermsAtZero) {
   EXPECT_EQ(fit.se_hc3[3], 0);
 }
 
-TEST(FitPhysical, RecoversKnownEnergyScales) {
+// The coefficients runs are generated from, away from the defaults and inside their bounds.
+PhysicalParams synthetic_truth() {
+  PhysicalParams t = PhysicalParams::from_table(table());
+  t.startup_s = 25;
+  t.step_overhead_s = 3e-3;
+  t.dispatch_overhead_s = 35e-6;
+  t.compute_efficiency = 0.3;
+  t.memory_efficiency = 0.6;
+  t.link_efficiency = 0.4;
+  t.comm_overlap = 0.2;
+  t.link_latency_s = 200e-6;
+  t.idle_scale = 1.3;
+  t.busy_fraction = 0.5;
+  t.fixed_power_fraction = 0.1;
+  t.dynamic_scale = 0.8;
+  t.host_power_w = 150;
+  t.rank_power_w = 40;
+  return t;
+}
+
+void generate(std::vector<RunRecord>& runs, const PhysicalParams& truth, std::mt19937& rng, double sigma) {
+  std::normal_distribution<double> noise(0, sigma);
+  for (RunRecord& r : runs) {
+    const PhysicalPrediction p = predict_transformer(r.transformer(), r.parallel(), table().find(r.gpu), truth);
+    r.duration_s = p.time_s * std::exp(noise(rng));
+    r.energy_kwh = p.kwh * std::exp(noise(rng));
+  }
+}
+
+// Durations and energies generated from known coefficients with 0.2% noise; fitted with a
+// negligible ridge, the fit must give them back. Tolerances: 1% for start-up and per-step
+// fixed cost, 2% for static power (partly collinear with the per-GPU host power: both grow
+// with N T), 5% for the others, whose features are partly collinear over this grid (compute
+// and memory time both grow with the model).
+TEST(FitPhysical, RecoversKnownTimeAndPowerCoefficients) {
   std::mt19937 rng(11);
   std::vector<RunRecord> runs = synthetic_runs(rng);
+  const PhysicalParams truth = synthetic_truth();
+  generate(runs, truth, rng, 0.002);
+  const PhysicalFit fit = fit_physical(runs, table(), 1e-9, 1e-9);
+  const PhysicalParams& p = fit.params;
+  EXPECT_EQ(fit.timed, int(runs.size()));
+  EXPECT_NEAR(p.startup_s, 25, 0.25);
+  EXPECT_NEAR(p.step_overhead_s, 3e-3, 3e-5);
+  EXPECT_NEAR(p.idle_scale, 1.3, 0.026);
+  EXPECT_NEAR(p.dispatch_overhead_s, 35e-6, 35e-6 * 0.05);
+  EXPECT_NEAR(p.compute_efficiency, 0.3, 0.3 * 0.05);
+  EXPECT_NEAR(p.memory_efficiency, 0.6, 0.6 * 0.05);
+  EXPECT_NEAR(p.link_efficiency, 0.4, 0.4 * 0.05);
+  EXPECT_NEAR(p.link_latency_s, 200e-6, 200e-6 * 0.05);
+  EXPECT_NEAR(p.busy_fraction, 0.5, 0.5 * 0.05);
+  EXPECT_NEAR(p.fixed_power_fraction, 0.1, 0.1 * 0.05);
+  EXPECT_NEAR(p.host_power_w, 150, 150 * 0.05);
+  EXPECT_NEAR(p.rank_power_w, 40, 40 * 0.05);
+  EXPECT_GT(fit.r2, 0.999);
+  EXPECT_GT(fit.time_r2, 0.999);
+}
+
+// Without durations the time model keeps the table's defaults and only the power terms move.
+TEST(FitPhysical, WithoutDurationsOnlyPowerTermsAreFitted) {
+  std::mt19937 rng(12);
+  std::vector<RunRecord> runs = synthetic_runs(rng);
   PhysicalParams truth = PhysicalParams::from_table(table());
-  truth.compute_efficiency = 0.45;
-  truth.dispatch_overhead_s = 20e-6;
-  truth.step_overhead_s = 8e-3;
-  truth.link_efficiency = 0.25;
-  truth.idle_scale = 1.3;
-  truth.busy_fraction = 0.5;
-  truth.dynamic_scale = 0.8;
-  truth.host_power_w = 150;
-  std::normal_distribution<double> noise(0, 0.01);
-  for (RunRecord& r : runs) r.energy_kwh = predict_physical_kwh(r, table(), truth) * std::exp(noise(rng));
-  const PhysicalFit fit = fit_physical(runs, table());
-  EXPECT_DOUBLE_EQ(fit.params.compute_efficiency, 0.45);
-  EXPECT_DOUBLE_EQ(fit.params.dispatch_overhead_s, 20e-6);
-  EXPECT_DOUBLE_EQ(fit.params.step_overhead_s, 8e-3);
-  EXPECT_DOUBLE_EQ(fit.params.link_efficiency, 0.25);
-  EXPECT_NEAR(fit.params.idle_scale, 1.3, 0.15);
-  EXPECT_NEAR(fit.params.busy_fraction, 0.5, 0.05);
-  EXPECT_NEAR(fit.params.dynamic_scale, 0.8, 0.1);
-  EXPECT_NEAR(fit.params.host_power_w, 150, 15);
-  EXPECT_GT(fit.r2, 0.99);
+  truth.idle_scale = 1.2;
+  truth.host_power_w = 120;
+  generate(runs, truth, rng, 0.001);
+  for (RunRecord& r : runs) r.duration_s.reset();
+  const PhysicalFit fit = fit_physical(runs, table(), 1e-9, 1e-9);
+  const PhysicalParams defaults = PhysicalParams::from_table(table());
+  EXPECT_EQ(fit.timed, 0);
+  EXPECT_TRUE(std::isnan(fit.time_r2));
+  EXPECT_DOUBLE_EQ(fit.params.startup_s, defaults.startup_s);
+  EXPECT_DOUBLE_EQ(fit.params.compute_efficiency, defaults.compute_efficiency);
+  EXPECT_NEAR(fit.params.idle_scale, 1.2, 0.012);
+  EXPECT_NEAR(fit.params.host_power_w, 120, 6);
+}
+
+// Fitted on three GPUs, predicting the fourth from its hardware-table entry alone.
+TEST(FitPhysical, LeaveOneGpuOutPredictsAnUnseenGpu) {
+  std::mt19937 rng(13);
+  std::vector<RunRecord> runs = synthetic_runs(rng);
+  generate(runs, synthetic_truth(), rng, 0.03);
+  const std::vector<GpuHeldOut> logo = leave_one_gpu_out(runs, table(), 15);
+  ASSERT_EQ(logo.size(), 3u);
+  for (const GpuHeldOut& g : logo) {
+    EXPECT_EQ(g.fitted.n, 100) << g.gpu;
+    EXPECT_EQ(g.train_n, 200) << g.gpu;
+    EXPECT_GT(g.fitted.r2, 0.95) << g.gpu;
+    EXPECT_GT(g.fitted.r2, g.defaults.r2) << g.gpu;  // data made far from the defaults
+  }
 }
 
 TEST(CrossValidation, ScoresBothModelsOnTheSameGroupDisjointSplits) {
@@ -144,11 +211,86 @@ TEST(CrossValidation, ScoresBothModelsOnTheSameGroupDisjointSplits) {
   EXPECT_GT(cv.physical_default.r2, 0.95);  // generated with the defaults
 }
 
+TEST(Score, NothingScoredIsNotPerfect) {
+  const HeldOut h = score({}, {});
+  EXPECT_EQ(h.n, 0);
+  EXPECT_TRUE(std::isnan(h.r2));
+  EXPECT_TRUE(std::isnan(h.rmse_ln));
+  EXPECT_TRUE(std::isnan(h.mape));
+}
+
+TEST(Ols, WarnsWhenClustersAreFewerThanCoefficients) {
+  const std::vector<std::vector<double>> x = {{1, 1}, {1, 2}, {1, 3}, {1, 4}, {1, 5}, {1, 6}};
+  const std::vector<double> y = {1.1, 1.9, 3.2, 3.9, 5.1, 5.8};
+  const OlsResult one = ols(x, y, {"a", "a", "a", "a", "a", "a"});
+  ASSERT_EQ(one.warnings.size(), 1u);
+  EXPECT_NE(one.warnings[0].find("1 clusters for 2 coefficients"), std::string::npos);
+  EXPECT_TRUE(ols(x, y, {"a", "a", "b", "b", "c", "c"}).warnings.empty());
+}
+
 TEST(Score, KnownValues) {
   const HeldOut h = score({1.0, 2.0}, {2.0, 2.0});
   EXPECT_NEAR(h.rmse_ln, std::log(2.0) / std::sqrt(2.0), 1e-12);
   EXPECT_NEAR(h.mape, 50.0, 1e-12);
   EXPECT_NEAR(h.r2, -1.0, 1e-12);  // ln-space: SSE ln2^2 over TSS ln2^2/2
+}
+
+// Oracle: every subset of columns as the passive set, unconstrained least squares on it, the
+// best feasible one. Exponential, fine for five columns.
+Eigen::VectorXd brute_force_nnls(const Eigen::MatrixXd& a, const Eigen::VectorXd& b) {
+  const int n = int(a.cols());
+  Eigen::VectorXd best = Eigen::VectorXd::Zero(n);
+  double best_r = b.squaredNorm();
+  for (int mask = 1; mask < (1 << n); ++mask) {
+    std::vector<int> cols;
+    for (int j = 0; j < n; ++j) {
+      if (mask & (1 << j)) cols.push_back(j);
+    }
+    Eigen::MatrixXd s(a.rows(), cols.size());
+    for (size_t c = 0; c < cols.size(); ++c) s.col(c) = a.col(cols[c]);
+    const Eigen::VectorXd z = s.colPivHouseholderQr().solve(b);
+    if ((z.array() < 0).any()) continue;
+    Eigen::VectorXd x = Eigen::VectorXd::Zero(n);
+    for (size_t c = 0; c < cols.size(); ++c) x(cols[c]) = z(c);
+    const double r = (a * x - b).squaredNorm();
+    if (r < best_r) best_r = r, best = x;
+  }
+  return best;
+}
+
+TEST(Nnls, MatchesExhaustiveSearch) {
+  std::mt19937 rng(5);
+  std::normal_distribution<double> g(0, 1);
+  for (int trial = 0; trial < 50; ++trial) {
+    Eigen::MatrixXd a(12, 5);
+    Eigen::VectorXd b(12);
+    for (int i = 0; i < 12; ++i) {
+      for (int j = 0; j < 5; ++j) a(i, j) = g(rng);
+      b(i) = g(rng);
+    }
+    const NnlsResult r = nnls(a, b);
+    const Eigen::VectorXd want = brute_force_nnls(a, b);
+    EXPECT_TRUE(r.converged);
+    // Both solve the same convex problem; 1e-9 covers the QR round-off of 12 x 5 systems.
+    EXPECT_NEAR((a * r.x - b).squaredNorm(), (a * want - b).squaredNorm(), 1e-9) << "trial " << trial;
+    EXPECT_LT((r.x - want).cwiseAbs().maxCoeff(), 1e-7) << "trial " << trial;
+    EXPECT_GE(r.x.minCoeff(), 0);
+  }
+}
+
+// The unconstrained solution has x1 < 0; clamping it and refitting leaves x0 at the wrong
+// value, and a clamp loop never readmits x1 although the optimum has x1 > 0 once x2 is out.
+TEST(Nnls, ReadmitsAVariableAClampWouldDrop) {
+  Eigen::MatrixXd a(4, 3);
+  a << 1, 1, 0,  //
+      1, 0, 1,   //
+      0, 1, 1,   //
+      1, 1, 1;
+  const Eigen::VectorXd b = Eigen::Vector4d(2, -1, 1, 1);
+  const NnlsResult r = nnls(a, b);
+  const Eigen::VectorXd want = brute_force_nnls(a, b);
+  EXPECT_LT((r.x - want).cwiseAbs().maxCoeff(), 1e-12);
+  EXPECT_GE(r.x.minCoeff(), 0);
 }
 
 constexpr const char* kStudyHeader =

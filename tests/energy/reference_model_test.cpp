@@ -60,12 +60,6 @@ TEST(ReferenceModel, RowsWithUnlistedInputsFollowTheFormula) {
   }
 }
 
-TEST(ReferenceModel, MapeOnPublishedRowsIsAboutElevenPercent) {
-  double ape = 0;
-  for (const PublishedRow& r : kRows) ape += relative(r.model_kwh, r.measured_kwh);
-  EXPECT_NEAR(100 * ape / 7, 11.0, 1.0);
-}
-
 TEST(ReferenceModel, HardwareBlindAndStrategyOffsets) {
   ReferenceInputs fsdp = inputs(kRows[0]);
   fsdp.strategy = Strategy::kFsdp;
