@@ -1,5 +1,7 @@
 #include "energy/cli.h"
 
+#include <cmath>
+
 #include <fmt/format.h>
 
 #include <cstdio>
@@ -44,13 +46,18 @@ nlohmann::json predict_program(const PredictOptions& o, const EnergyCliHooks& ho
   if (o.gpu.empty()) invalid("--model needs --device-name (one of: " + joined(table.keys()) + ")");
   const std::vector<WorkItem> work = hooks.program_work(o.program, o.workload);
   const DeviceSpec& dev = table.find(o.gpu);
+  const double tokens = o.tokens_per_step > 0 ? o.tokens_per_step
+                        : hooks.tokens_per_step      ? hooks.tokens_per_step(o.program)
+                                                     : 0;
   const PhysicalPrediction p = predict_work(work, dev, PhysicalParams::from_table(table),
-                                            o.transformer.dtype, o.steps, o.tokens_per_step);
+                                            o.transformer.dtype, o.steps, tokens);
   nlohmann::json j = prediction_json(p, o.grid_g_per_kwh, true);
   j["method"] = "physical";
   j["model"] = o.program;
   if (!o.workload.empty()) j["workload"] = o.workload;
   j["step_energy_j"] = p.total_energy_j / p.steps;
+  j["tokens_per_step"] = tokens;
+  if (tokens <= 0) j["j_per_token"] = nullptr;  // the model has no tokens: no J/token, not 0
   j["hardware_table"] = table.origin();
   if (!o.svg.empty()) write_layer_svg(p, o.svg, o.program + " on " + dev.key + ": energy per layer");
   return j;
@@ -130,7 +137,8 @@ void print_predict(const nlohmann::json& j) {
                 x["strategy"].get<std::string>().c_str(), x["energy_kwh"].get<double>(),
                 x["interval_kwh"][0].get<double>(), x["interval_kwh"][1].get<double>(), x["time_s"].get<double>(),
                 x["efficiency"].get<double>(), x["energy_per_device_j"].get<double>() / 1e3,
-                x["host_energy_j"].get<double>() / 1e3, x["j_per_token"].get<double>(), x["co2_kg"].get<double>(),
+                x["host_energy_j"].get<double>() / 1e3,
+                x["j_per_token"].is_number() ? x["j_per_token"].get<double>() : NAN, x["co2_kg"].get<double>(),
                 x["grid_g_per_kwh"].get<double>());
     for (const auto& l : x["layers"]) {
       std::printf("  %-12s %12.4g s %12.4g J\n", l["name"].get<std::string>().c_str(), l["time_s"].get<double>(),

@@ -22,6 +22,9 @@ namespace meganeura::energy {
 struct EnergyCliHooks {
   std::function<std::vector<WorkItem>(const std::string& model, const std::string& workload)> program_work;
   std::vector<std::string> models;
+  // Tokens one training step of `model` processes (0: the model has no tokens), for J/token
+  // when --tokens-per-step is not given.
+  std::function<double(const std::string& model)> tokens_per_step;
 };
 
 void add_energy_commands(CLI::App& app, EnergyCliHooks hooks);

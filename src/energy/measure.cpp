@@ -1,7 +1,7 @@
 #include "energy/measure.h"
 
-#include <fcntl.h>
 #include <signal.h>
+#include <spawn.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -10,14 +10,19 @@
 #include <cstring>
 #include <stdexcept>
 
+extern char** environ;
+
 namespace meganeura::energy {
 namespace {
 
 std::atomic<pid_t> g_child{0};
 
-void forward(int sig) {
+// A Ctrl-C at the terminal reaches the whole foreground process group, the command included,
+// with si_code SI_KERNEL: forwarding it would deliver it twice. Only signals sent to us alone
+// (kill, si_code SI_USER/SI_QUEUE) are forwarded.
+void forward(int sig, siginfo_t* info, void*) {
   const pid_t child = g_child.load();
-  if (child > 0) kill(child, sig);
+  if (child > 0 && (info == nullptr || info->si_code != SI_KERNEL)) kill(child, sig);
 }
 
 }  // namespace
@@ -28,57 +33,51 @@ MeasureResult measure_command(const std::vector<std::string>& argv, const MeterO
   for (const std::string& a : argv) args.push_back(const_cast<char*>(a.c_str()));
   args.push_back(nullptr);
 
-  // The child reports an exec failure through a close-on-exec pipe: EOF means it started.
-  int fds[2];
-  if (pipe2(fds, O_CLOEXEC) != 0) throw std::runtime_error(std::string("[energy] pipe: ") + std::strerror(errno));
-
   MeasureResult result;
   EnergyMeter meter(options);
   meter.start();
-  // Installed before fork so that no signal can kill us while the child lives unwatched; exec
-  // restores the defaults in the child.
+  // posix_spawn, not fork: the meter threads are running, and a forked child of a threaded
+  // process may only call async-signal-safe functions. SIGINT/SIGTERM are blocked around the
+  // spawn so that none arrives before the child's pid is known; the child gets default handlers
+  // and an empty mask.
   struct sigaction sa {}, old_int {}, old_term {};
-  sa.sa_handler = forward;
+  sa.sa_sigaction = forward;
   sigemptyset(&sa.sa_mask);
-  sa.sa_flags = SA_RESTART;
+  sa.sa_flags = SA_RESTART | SA_SIGINFO;
+  sigset_t block, old_mask;
+  sigemptyset(&block);
+  sigaddset(&block, SIGINT);
+  sigaddset(&block, SIGTERM);
+  pthread_sigmask(SIG_BLOCK, &block, &old_mask);
   sigaction(SIGINT, &sa, &old_int);
   sigaction(SIGTERM, &sa, &old_term);
-  const pid_t pid = fork();
-  if (pid < 0) {
-    const int err = errno;
-    close(fds[0]);
-    close(fds[1]);
-    sigaction(SIGINT, &old_int, nullptr);
-    sigaction(SIGTERM, &old_term, nullptr);
-    meter.stop();
-    throw std::runtime_error(std::string("[energy] fork: ") + std::strerror(err));
-  }
-  if (pid == 0) {
-    close(fds[0]);
-    execvp(args[0], args.data());
-    const int err = errno;
-    (void)!write(fds[1], &err, sizeof err);
-    _exit(err == ENOENT ? 127 : 126);
-  }
-  close(fds[1]);
-  g_child = pid;
+  posix_spawnattr_t attr;
+  posix_spawnattr_init(&attr);
+  sigset_t none;
+  sigemptyset(&none);
+  posix_spawnattr_setsigmask(&attr, &none);
+  posix_spawnattr_setsigdefault(&attr, &block);
+  posix_spawnattr_setflags(&attr, POSIX_SPAWN_SETSIGMASK | POSIX_SPAWN_SETSIGDEF);
+  pid_t pid = 0;
+  const int spawn_err = posix_spawnp(&pid, args[0], nullptr, &attr, args.data(), environ);
+  posix_spawnattr_destroy(&attr);
+  if (spawn_err == 0) g_child = pid;
+  pthread_sigmask(SIG_SETMASK, &old_mask, nullptr);
 
-  int exec_errno = 0;
-  ssize_t got;
-  do {
-    got = read(fds[0], &exec_errno, sizeof exec_errno);
-  } while (got < 0 && errno == EINTR);
-  close(fds[0]);
   int status = 0;
-  while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {
+  if (spawn_err == 0) {
+    while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {
+    }
   }
   g_child = 0;
   sigaction(SIGINT, &old_int, nullptr);
   sigaction(SIGTERM, &old_term, nullptr);
   result.reading = meter.stop();
 
-  if (got == static_cast<ssize_t>(sizeof exec_errno)) {
-    result.failure = "cannot run '" + argv[0] + "': " + std::strerror(exec_errno);
+  if (spawn_err != 0) {
+    result.failure = "cannot run '" + argv[0] + "': " + std::strerror(spawn_err);
+    result.exit_code = spawn_err == ENOENT ? 127 : 126;
+    return result;
   }
   if (WIFEXITED(status)) {
     result.exit_code = WEXITSTATUS(status);

@@ -1,6 +1,7 @@
 #include "energy/cli.h"
 
 #include <gtest/gtest.h>
+#include <pty.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -187,6 +188,18 @@ TEST(EnergyCommand, PricesOurCompiledTrainingStep) {
   EXPECT_GT(flops, 3 * 2 * 64 * 19712.0);
 }
 
+// A token model's J/token comes from the compiler's tokens per step: never a silent 0.
+TEST(EnergyCommand, ProgramJoulesPerTokenFromTheModel) {
+  const nlohmann::json j = nlohmann::json::parse(
+      run("energy predict --model chargpt --device-name h100-sxm --json --hardware " MEGANEURA_SOURCE_DIR
+          "/data/hardware.toml").output);
+  ASSERT_GT(j["tokens_per_step"].get<double>(), 0);
+  EXPECT_NEAR(j["j_per_token"].get<double>(), j["total_energy_j"].get<double>() / j["tokens_per_step"].get<double>(),
+              1e-12);
+  // Launch-bound: the average device power sits far below the board's 700 W.
+  EXPECT_LT(j["energy_per_device_j"].get<double>() / j["time_s"].get<double>(), 300);
+}
+
 TEST(EnergyCommand, MeasurePreservesExitStatus) {
   EXPECT_EQ(run("energy measure -- sh -c 'exit 3'").status, 3);
   EXPECT_EQ(run("energy measure -- true").status, 0);
@@ -212,6 +225,50 @@ TEST(EnergyCommand, MeasureForwardsTerminationToTheCommand) {
   ASSERT_TRUE(WIFEXITED(status)) << "measure itself died instead of reporting";
   EXPECT_EQ(WEXITSTATUS(status), 128 + SIGTERM);
   EXPECT_LT(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(), 10.0);
+}
+
+bool wait_for_file(const std::filesystem::path& p, double seconds) {
+  const auto end = std::chrono::steady_clock::now() + std::chrono::duration<double>(seconds);
+  while (!std::filesystem::exists(p)) {
+    if (std::chrono::steady_clock::now() > end) return false;
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  return true;
+}
+
+// One Ctrl-C typed at a terminal reaches the command once: the terminal signals the whole
+// foreground group (measure and the command), so measure must not forward it again.
+TEST(EnergyCommand, MeasureDeliversOneCtrlCOnce) {
+  const std::filesystem::path dir = std::filesystem::temp_directory_path() /
+                                    ("energy_ctrlc_" + std::to_string(getpid()));
+  std::filesystem::remove_all(dir);
+  std::filesystem::create_directories(dir);
+  const std::string d = dir.string();
+  const std::string count = d + "/count", ready = d + "/ready", stop = d + "/stop";
+  int master = -1;
+  const pid_t pid = forkpty(&master, nullptr, nullptr, nullptr);
+  ASSERT_GE(pid, 0);
+  if (pid == 0) {
+    execl(MEGANEURA_BINARY_DIR "/bin/meganeura", "meganeura", "energy", "measure", "--powercap",
+          "/nonexistent", "--nvml-library", "/nonexistent.so", "--", COUNT_SIGINT_PATH, count.c_str(),
+          ready.c_str(), stop.c_str(), static_cast<char*>(nullptr));
+    _exit(99);
+  }
+  ASSERT_TRUE(wait_for_file(dir / "ready", 20)) << "the command never started";
+  ASSERT_EQ(write(master, "\x03", 1), 1);  // the terminal's interrupt character
+  ASSERT_TRUE(wait_for_file(dir / "count", 20)) << "Ctrl-C never reached the command";
+  // A forwarded duplicate follows within microseconds; half a second is ample to see it.
+  std::this_thread::sleep_for(std::chrono::milliseconds(500));
+  std::ofstream(dir / "stop").put('\n');
+  int status = 0;
+  waitpid(pid, &status, 0);
+  close(master);
+  std::ifstream in(dir / "count");
+  int lines = 0;
+  for (std::string l; std::getline(in, l);) ++lines;
+  EXPECT_EQ(lines, 1);
+  EXPECT_TRUE(WIFEXITED(status));
+  std::filesystem::remove_all(dir);
 }
 
 TEST(EnergyCommand, MeasureReportsFakeGpuEnergy) {

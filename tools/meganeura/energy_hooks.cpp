@@ -25,6 +25,13 @@ energy::EnergyCliHooks energy_hooks() {
     }
     return items;
   };
+  // Token models feed integer ids: their count per step is the tokens of one step.
+  h.tokens_per_step = [](const std::string& model) {
+    auto task = make_task(model, 1);
+    Program p = plan(training_graph([&](Graph& g) { return task->build_loss(g); }, task->default_optimizer()));
+    const ExternalBuffer* ids = p.external("ids");
+    return ids && ids->type.dtype == DType::i32 ? double(ids->type.numel()) : 0.0;
+  };
   return h;
 }
 
