@@ -317,6 +317,44 @@ std::string study_csv() {
   return s.str();
 }
 
+// Fit on one GPU's runs, score the other GPU's file; and leave each GPU out of one file.
+TEST(EnergyCommand, FitScoresATestFileAndEachGpuLeftOut) {
+  const fs::path dir = fs::temp_directory_path() / ("mg_fit_test_" + std::to_string(getpid()));
+  fs::create_directories(dir);
+  std::istringstream all(study_csv());
+  std::string header, line;
+  std::getline(all, header);
+  std::ofstream train(dir / "v100.csv"), test(dir / "2080.csv");
+  train << header << "\n";
+  test << header << "\n";
+  while (std::getline(all, line)) (line.find("2080") != std::string::npos ? test : train) << line << "\n";
+  train.close();
+  test.close();
+  const std::string hw = " --hardware " MEGANEURA_SOURCE_DIR "/data/hardware.toml";
+  CommandRun r = run("energy fit " + (dir / "v100.csv").string() + " --test " + (dir / "2080.csv").string() +
+                     " --json" + hw);
+  ASSERT_EQ(r.status, 0) << r.output;
+  nlohmann::json j = nlohmann::json::parse(r.output);
+  EXPECT_EQ(j["rows"], 24);
+  EXPECT_EQ(j["test"]["n"], 24);
+  for (const char* key : {"test_r2", "test_rmse_ln", "test_mape"}) {
+    ASSERT_TRUE(j[key].is_number()) << key;
+    EXPECT_EQ(j[key], j["test"][key]);
+  }
+  EXPECT_GT(j["test_rmse_ln"].get<double>(), 0);
+  EXPECT_TRUE(j["test"]["defaults"]["heldout_r2"].is_number());
+  std::ofstream(dir / "all.csv") << study_csv();
+  r = run("energy fit " + (dir / "all.csv").string() + " --min-gpu-runs 20 --json" + hw);
+  ASSERT_EQ(r.status, 0) << r.output;
+  j = nlohmann::json::parse(r.output);
+  ASSERT_EQ(j["leave_one_gpu_out"].size(), 2u);
+  for (const auto& g : j["leave_one_gpu_out"]) {
+    EXPECT_EQ(g["fitted"]["n"], 24);
+    EXPECT_EQ(g["train_n"], 24);
+  }
+  fs::remove_all(dir);
+}
+
 TEST(EnergyCommand, FitReportsBothModelsAndWritesSvg) {
   const fs::path dir = fs::temp_directory_path() / ("mg_fit_" + std::to_string(getpid()));
   fs::create_directories(dir);
