@@ -4,6 +4,7 @@
 #include <sys/stat.h>
 
 #include <algorithm>
+#include <optional>
 #include <stdexcept>
 #include <toml++/toml.h>
 
@@ -103,6 +104,53 @@ std::vector<std::string> split_list(const std::string& text) {
   return out;
 }
 
+// toml++ 3.3 (Debian 12) reaches __builtin_unreachable() when it asks whether some non-ASCII
+// characters are whitespace (undefined behaviour), which it does outside strings and comments
+// and after a backslash in a basic string. A non-ASCII character is not valid TOML in those
+// places, so it is refused here before toml++ sees it. Returns the 1-based line of the first.
+std::optional<size_t> stray_non_ascii_line(std::string_view s) {
+  auto non_ascii = [](char c) { return static_cast<unsigned char>(c) >= 0x80; };
+  size_t i = s.rfind("\xEF\xBB\xBF", 0) == 0 ? 3 : 0;  // a byte order mark is fine
+  size_t line = 1;
+  while (i < s.size()) {
+    const char c = s[i];
+    if (c == '#') {
+      while (i < s.size() && s[i] != '\n') ++i;
+      continue;
+    }
+    if (c == '"' || c == '\'') {
+      const std::string quotes(3, c);
+      const bool multi = s.compare(i, 3, quotes) == 0;
+      i += multi ? 3 : 1;
+      while (i < s.size()) {
+        if (multi ? s.compare(i, 3, quotes) == 0 : s[i] == c) {
+          i += multi ? 3 : 1;
+          for (int extra = 0; multi && extra < 2 && i < s.size() && s[i] == c; ++extra) ++i;
+          break;
+        }
+        if (s[i] == '\n') {
+          if (!multi) break;  // unterminated; toml++ reports it
+          ++line;
+        }
+        if (c == '"' && s[i] == '\\') {
+          size_t j = i + 1;
+          while (multi && j < s.size() && (s[j] == ' ' || s[j] == '\t' || s[j] == '\r' || s[j] == '\n'))
+            if (s[j++] == '\n') ++line;
+          if (j < s.size() && non_ascii(s[j])) return line;
+          i = j == i + 1 ? i + 2 : j;
+          continue;
+        }
+        ++i;
+      }
+      continue;
+    }
+    if (c == '\n') ++line;
+    if (non_ascii(c)) return line;
+    ++i;
+  }
+  return std::nullopt;
+}
+
 void check_known_keys(const toml::table& t, const std::filesystem::path& file) {
   static const std::vector<std::pair<std::string, std::vector<std::string>>> kKnown = {
       {"smtp", {"url", "from", "to", "username", "password", "tls", "ca_file", "insecure"}},
@@ -111,8 +159,9 @@ void check_known_keys(const toml::table& t, const std::filesystem::path& file) {
       {"run", {"state_dir", "grace", "notify_timeout", "notify_on_success"}},
   };
   for (const auto& [key, node] : t) {
+    const std::string_view name = key.str();  // clang 15 cannot capture a structured binding
     auto section = std::find_if(kKnown.begin(), kKnown.end(),
-                                [&](const auto& k) { return k.first == key.str(); });
+                                [&](const auto& k) { return k.first == name; });
     if (section == kKnown.end()) bad(file, key.str(), "unknown section");
     const toml::table* sub = node.as_table();
     if (sub == nullptr) bad(file, key.str(), "expected a [section]");
@@ -140,9 +189,20 @@ Config load_config(const std::optional<std::filesystem::path>& explicit_path) {
   if (explicit_path && !exists)
     throw std::runtime_error(fmt::format("[gpualert] config '{}' does not exist", path.string()));
   if (exists) {
+    auto text = read_file(path.string(), 0, kMaxConfigBytes + 1);
+    if (!text)
+      throw std::runtime_error(fmt::format("[gpualert] config '{}' cannot be read", path.string()));
+    if (text->size() > kMaxConfigBytes)
+      throw std::runtime_error(fmt::format(
+          "[gpualert] config '{}' is larger than the limit of {} bytes (kMaxConfigBytes)",
+          path.string(), kMaxConfigBytes));
+    if (auto line = stray_non_ascii_line(*text))
+      throw std::runtime_error(fmt::format(
+          "[gpualert] config '{}' line {}: non-ASCII character outside a string", path.string(),
+          *line));
     toml::table t;
     try {
-      t = toml::parse_file(path.string());
+      t = toml::parse(*text, path.string());
     } catch (const toml::parse_error& e) {
       throw std::runtime_error(fmt::format("[gpualert] config '{}' line {}: {}", path.string(),
                                            e.source().begin.line, e.description()));

@@ -26,6 +26,14 @@ std::string header_text(std::string_view s) {
   return "=?UTF-8?B?" + base64_encode(clean, 0) + "?=";
 }
 
+// Addresses go into headers verbatim: a CR or LF in one would end the header and start another.
+std::string one_line(std::string_view s) {
+  std::string out(s);
+  for (auto& c : out)
+    if (c == '\r' || c == '\n') c = ' ';
+  return out;
+}
+
 std::string rfc2822_date() { return utc_time(wall_now(), "%a, %d %b %Y %H:%M:%S +0000"); }
 
 std::string random_token() {
@@ -84,11 +92,11 @@ std::string build_email(const EmailParts& p) {
   std::string mixed = "mixed-" + token;
   std::string alt = "alt-" + token;
   std::string to;
-  for (const auto& r : p.to) to += (to.empty() ? "" : ", ") + r;
+  for (const auto& r : p.to) to += (to.empty() ? "" : ", ") + one_line(r);
   std::string domain = hostname();
   std::string out;
   out += fmt::format("From: {}\r\nTo: {}\r\nSubject: {}\r\nDate: {}\r\nMessage-ID: <{}.{}@{}>\r\n",
-                     p.from, to, header_text(p.subject), rfc2822_date(), token, getpid(), domain);
+                     one_line(p.from), to, header_text(p.subject), rfc2822_date(), token, getpid(), domain);
   out += "MIME-Version: 1.0\r\nX-Mailer: gpualert\r\n";
   out += fmt::format("Content-Type: multipart/mixed; boundary=\"{}\"\r\n\r\n", mixed);
   out += "This is a multi-part message in MIME format.\r\n";

@@ -247,11 +247,19 @@ Dataset parse_runs_csv(const std::string& text, const std::string& origin, int d
 }
 
 Dataset load_runs_csv(const std::string& path, int default_vocab) {
-  std::ifstream in(path);
+  std::ifstream in(path, std::ios::binary);
   if (!in) throw std::runtime_error("[energy] cannot read " + path);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return parse_runs_csv(ss.str(), path, default_vocab);
+  // At most one byte past the limit is read, so an endless input (a device, a pipe) stops too.
+  std::string text;
+  char chunk[1 << 16];
+  while (text.size() <= kMaxCsvBytes && in.read(chunk, sizeof chunk).gcount() > 0)
+    text.append(chunk, static_cast<size_t>(in.gcount()));
+  if (in.bad()) throw std::runtime_error("[energy] cannot read " + path);
+  if (text.size() > kMaxCsvBytes) {
+    throw std::runtime_error("[energy] " + path + ": larger than the limit of " +
+                             std::to_string(kMaxCsvBytes) + " bytes (kMaxCsvBytes)");
+  }
+  return parse_runs_csv(text, path, default_vocab);
 }
 
 void derive_efficiency(Dataset& data) {
