@@ -211,7 +211,9 @@ Dataset parse_runs_csv(const std::string& text, const std::string& origin, int d
     if (r.has("ff")) rec.ff = r.count("ff", "ff");
     rec.vocab = r.has("vocab") ? r.count("vocab", "vocab") : default_vocab;
     rec.batch = r.positive("batch", "batch size");
-    rec.seq = r.has("seq") ? r.positive("seq", "sequence length") : r.positive("max_length", "max_length");
+    // An empty seq cell falls back to max_length only where that column exists.
+    rec.seq = r.has("seq") || !columns.count("max_length") ? r.positive("seq", "sequence length")
+                                                           : r.positive("max_length", "max_length");
     if (r.has("grad_accum")) rec.grad_accum = r.count("grad_accum", "grad_accum");
     if (r.has("dtype")) {
       rec.dtype = lower_trim(r.text("dtype"));
