@@ -18,6 +18,10 @@ int main(int argc, char** argv) {
   size_t inputs = 0;
   for (int i = 1; i < argc; ++i) {
     std::vector<std::filesystem::path> files;
+    if (!std::filesystem::is_directory(argv[i])) {
+      std::printf("no directory %s (a target without reproducers has none)\n", argv[i]);
+      continue;
+    }
     for (const auto& entry : std::filesystem::directory_iterator(argv[i]))
       if (entry.is_regular_file()) files.push_back(entry.path());
     std::sort(files.begin(), files.end());
