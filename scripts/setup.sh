@@ -11,6 +11,7 @@ packages=(
   libcurl4-openssl-dev libtomlplusplus-dev libre2-dev libeigen3-dev libopenblas-dev zlib1g-dev
   libvulkan-dev glslc spirv-tools mesa-vulkan-drivers
   python3 python3-numpy python3-aiosmtpd
+  clang-15 libfuzzer-15-dev
 )
 missing=()
 for p in "${packages[@]}"; do

@@ -32,8 +32,16 @@ class Error : public std::runtime_error {
   using std::runtime_error::runtime_error;
 };
 
+// Limits on what a file may declare, each enforced with an io::Error naming it. They bound
+// what a hostile header can make the reader allocate or recurse into before any data is read.
 // Largest accepted JSON header; the reference implementation uses the same bound.
 inline constexpr uint64_t kMaxHeaderBytes = 100ull << 20;
+// Most tensors in one file (real checkpoints hold hundreds to a few tens of thousands).
+inline constexpr size_t kMaxTensorCount = 1u << 18;
+// Most dimensions of one tensor.
+inline constexpr size_t kMaxRank = 64;
+// Deepest nesting of JSON arrays and objects in the header (a valid header needs 3).
+inline constexpr size_t kMaxHeaderNesting = 64;
 
 // A tensor to write, borrowed from the caller so that writing copies nothing.
 struct TensorView {

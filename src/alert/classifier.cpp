@@ -39,8 +39,11 @@ class LineReader {
   LineReader(const LineReader&) = delete;
   LineReader& operator=(const LineReader&) = delete;
 
-  bool next(std::string& line) {
+  // The next line, or the next kMaxLogLineBytes of a longer one; `ended` tells whether the
+  // piece ends its line.
+  bool next(std::string& line, bool& ended) {
     line.clear();
+    ended = true;
     for (;;) {
       if (pos_ == len_) {
         int n = gzread(file_, buf_, sizeof buf_);
@@ -49,14 +52,19 @@ class LineReader {
         len_ = static_cast<size_t>(n);
       }
       const char* start = buf_ + pos_;
-      const char* nl = static_cast<const char*>(memchr(start, '\n', len_ - pos_));
+      const size_t avail = std::min(len_ - pos_, kMaxLogLineBytes - line.size());
+      const char* nl = static_cast<const char*>(memchr(start, '\n', avail));
       if (nl != nullptr) {
         line.append(start, static_cast<size_t>(nl - start));
         pos_ += static_cast<size_t>(nl - start) + 1;
         return true;
       }
-      line.append(start, len_ - pos_);
-      pos_ = len_;
+      line.append(start, avail);
+      pos_ += avail;
+      if (line.size() == kMaxLogLineBytes) {
+        ended = false;
+        return true;
+      }
     }
   }
 
@@ -210,14 +218,19 @@ Classification Classifier::classify_text(std::string_view body, const SystemFact
   std::vector<RuleHits> hits(impl_->rules.size());
   std::vector<int> matched;
   uint64_t number = 0;
+  bool line_ended = true;
   Evidence last;
+  // Pieces exactly as LineReader cuts them, so a file and its text classify alike.
   while (!body.empty()) {
     size_t nl = body.find('\n');
-    std::string_view line = body.substr(0, nl);
-    impl_->scan_line(line, ++number, hits, matched);
+    const size_t len = std::min(nl == std::string_view::npos ? body.size() : nl, kMaxLogLineBytes);
+    std::string_view line = body.substr(0, len);
+    if (line_ended) ++number;
+    impl_->scan_line(line, number, hits, matched);
     note_last_line(line, number, last);
-    if (nl == std::string_view::npos) break;
-    body.remove_prefix(nl + 1);
+    // A piece of exactly the limit leaves its '\n' for the next (empty) piece, as the reader does.
+    line_ended = len == nl && len < kMaxLogLineBytes;
+    body.remove_prefix(line_ended ? len + 1 : len);
   }
   return impl_->decide(hits, last, facts);
 }
@@ -229,10 +242,13 @@ Classification Classifier::classify_file(const std::filesystem::path& log, uint6
   LineReader reader(log, body_offset);
   std::string line;
   uint64_t number = 0;
+  bool line_ended = true, ended = true;
   Evidence last;
-  while (reader.next(line)) {
-    impl_->scan_line(line, ++number, hits, matched);
+  while (reader.next(line, ended)) {
+    if (line_ended) ++number;
+    impl_->scan_line(line, number, hits, matched);
     note_last_line(line, number, last);
+    line_ended = ended;
   }
   return impl_->decide(hits, last, facts);
 }

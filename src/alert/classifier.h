@@ -17,6 +17,11 @@
 
 namespace meganeura::alert {
 
+// A line of output longer than this is scanned in pieces of this size (with the same line
+// number), so a log of one endless line (progress bars redrawn with '\r') takes bounded memory.
+// A pattern split across two pieces is not seen.
+inline constexpr size_t kMaxLogLineBytes = size_t(1) << 20;
+
 struct Evidence {
   uint64_t line = 0;  // 1-based line of the child's output; 0 for evidence from elsewhere
   std::string text;

@@ -4,6 +4,7 @@
 #include <sys/stat.h>
 
 #include <algorithm>
+#include <optional>
 #include <stdexcept>
 #include <toml++/toml.h>
 
@@ -103,6 +104,95 @@ std::vector<std::string> split_list(const std::string& text) {
   return out;
 }
 
+// toml++ 3.3 (Debian 12) reaches __builtin_unreachable() (undefined behaviour) when it asks
+// whether some non-ASCII characters are whitespace, which it does wherever it scans for the
+// end of a token, including inside malformed values. So it is only ever given ASCII: every
+// non-ASCII character in a string becomes a \u escape (a literal string becomes the equal
+// basic string), in a comment a '?', and anywhere else it is an error. Line numbers stay.
+struct AsciiToml {
+  std::string text;
+  size_t bad_line = 0;  // nonzero: a non-ASCII character outside strings, or invalid UTF-8
+  std::string why;
+};
+
+// Decodes one UTF-8 sequence at s[i]; 0 when invalid.
+char32_t decode_utf8(std::string_view s, size_t& i) {
+  const auto b = [&](size_t k) { return static_cast<unsigned char>(s[k]); };
+  const unsigned char lead = b(i);
+  const size_t n = lead >= 0xF0 ? 4 : lead >= 0xE0 ? 3 : lead >= 0xC0 ? 2 : 0;
+  if (n == 0 || lead > 0xF4 || i + n > s.size()) return 0;
+  char32_t c = lead & (0x7F >> n);
+  for (size_t k = 1; k < n; ++k) {
+    if ((b(i + k) & 0xC0) != 0x80) return 0;
+    c = (c << 6) | (b(i + k) & 0x3F);
+  }
+  static constexpr char32_t kMin[] = {0, 0, 0x80, 0x800, 0x10000};
+  if (c < kMin[n] || c > 0x10FFFF || (c >= 0xD800 && c <= 0xDFFF)) return 0;
+  i += n;
+  return c;
+}
+
+AsciiToml ascii_toml(std::string_view s) {
+  AsciiToml out;
+  size_t i = s.rfind("\xEF\xBB\xBF", 0) == 0 ? 3 : 0;  // a byte order mark says nothing
+  size_t line = 1;
+  auto non_ascii = [&](size_t k) { return static_cast<unsigned char>(s[k]) >= 0x80; };
+  auto fail = [&](const char* why) {
+    out.bad_line = line;
+    out.why = why;
+    return out;
+  };
+  while (i < s.size()) {
+    const char c = s[i];
+    if (c == '#') {
+      for (; i < s.size() && s[i] != '\n'; ++i) out.text += non_ascii(i) ? '?' : s[i];
+      continue;
+    }
+    if (c != '"' && c != '\'') {
+      if (non_ascii(i)) return fail("non-ASCII character outside a string");
+      if (c == '\n') ++line;
+      out.text += s[i++];
+      continue;
+    }
+    const std::string quotes(3, c);
+    const bool multi = s.compare(i, 3, quotes) == 0;
+    const bool literal = c == '\'';
+    out.text += multi ? "\"\"\"" : "\"";
+    i += multi ? 3 : 1;
+    while (i < s.size()) {
+      if (multi ? s.compare(i, 3, quotes) == 0 : s[i] == c) {
+        i += multi ? 3 : 1;
+        // Up to two more quotes right before the closing ones belong to the content.
+        for (int extra = 0; multi && extra < 2 && i < s.size() && s[i] == c; ++extra, ++i)
+          out.text += literal ? "'" : "\\\"";
+        out.text += multi ? "\"\"\"" : "\"";
+        break;
+      }
+      if (s[i] == '\n') {
+        if (!multi) break;  // unterminated: toml++ reports it
+        ++line;
+      }
+      if (non_ascii(i)) {
+        char32_t cp = decode_utf8(s, i);
+        if (cp == 0) return fail("invalid UTF-8");
+        const auto code = static_cast<uint32_t>(cp);
+        out.text += cp > 0xFFFF ? fmt::format("\\U{:08X}", code) : fmt::format("\\u{:04X}", code);
+        continue;
+      }
+      if (literal && (s[i] == '\\' || s[i] == '"')) out.text += '\\';
+      if (!literal && s[i] == '\\' && i + 1 < s.size()) {
+        if (non_ascii(i + 1)) return fail("invalid escape sequence");
+        if (s[i + 1] == '\n') ++line;
+        out.text += s.substr(i, 2);  // an escape pair, copied whole
+        i += 2;
+        continue;
+      }
+      out.text += s[i++];
+    }
+  }
+  return out;
+}
+
 void check_known_keys(const toml::table& t, const std::filesystem::path& file) {
   static const std::vector<std::pair<std::string, std::vector<std::string>>> kKnown = {
       {"smtp", {"url", "from", "to", "username", "password", "tls", "ca_file", "insecure"}},
@@ -111,8 +201,9 @@ void check_known_keys(const toml::table& t, const std::filesystem::path& file) {
       {"run", {"state_dir", "grace", "notify_timeout", "notify_on_success"}},
   };
   for (const auto& [key, node] : t) {
+    const std::string_view name = key.str();  // clang 15 cannot capture a structured binding
     auto section = std::find_if(kKnown.begin(), kKnown.end(),
-                                [&](const auto& k) { return k.first == key.str(); });
+                                [&](const auto& k) { return k.first == name; });
     if (section == kKnown.end()) bad(file, key.str(), "unknown section");
     const toml::table* sub = node.as_table();
     if (sub == nullptr) bad(file, key.str(), "expected a [section]");
@@ -140,9 +231,20 @@ Config load_config(const std::optional<std::filesystem::path>& explicit_path) {
   if (explicit_path && !exists)
     throw std::runtime_error(fmt::format("[gpualert] config '{}' does not exist", path.string()));
   if (exists) {
+    auto text = read_file(path.string(), 0, kMaxConfigBytes + 1);
+    if (!text)
+      throw std::runtime_error(fmt::format("[gpualert] config '{}' cannot be read", path.string()));
+    if (text->size() > kMaxConfigBytes)
+      throw std::runtime_error(fmt::format(
+          "[gpualert] config '{}' is larger than the limit of {} bytes (kMaxConfigBytes)",
+          path.string(), kMaxConfigBytes));
+    AsciiToml ascii = ascii_toml(*text);
+    if (ascii.bad_line != 0)
+      throw std::runtime_error(fmt::format("[gpualert] config '{}' line {}: {}", path.string(),
+                                           ascii.bad_line, ascii.why));
     toml::table t;
     try {
-      t = toml::parse_file(path.string());
+      t = toml::parse(ascii.text, path.string());
     } catch (const toml::parse_error& e) {
       throw std::runtime_error(fmt::format("[gpualert] config '{}' line {}: {}", path.string(),
                                            e.source().begin.line, e.description()));

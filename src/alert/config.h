@@ -15,6 +15,9 @@
 
 namespace meganeura::alert {
 
+// Largest config file read; a larger one (or an endless one such as a device) is an error.
+inline constexpr uint64_t kMaxConfigBytes = 1u << 20;
+
 struct SmtpConfig {
   std::string url;  // smtp://host:587 (STARTTLS when offered/required), smtps://host:465
   std::string from;

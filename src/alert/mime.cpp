@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <ctime>
 #include <random>
 
@@ -17,13 +18,30 @@ bool is_ascii(std::string_view s) {
   return true;
 }
 
-// RFC 2047 encoded-word for non-ASCII header text.
+// RFC 2047 encoded-words for non-ASCII header text, and for text too long for one header line
+// (RFC 5322: at most 998 characters). Words of 45 bytes (72 characters) go on folded lines.
 std::string header_text(std::string_view s) {
-  if (is_ascii(s)) return std::string(s);
+  if (is_ascii(s) && s.size() <= 900) return std::string(s);
   std::string clean(s);
   for (auto& c : clean)
     if (c == '\r' || c == '\n') c = ' ';
-  return "=?UTF-8?B?" + base64_encode(clean, 0) + "?=";
+  std::string out;
+  for (size_t i = 0; i < clean.size();) {
+    size_t n = std::min<size_t>(45, clean.size() - i);
+    // A character's UTF-8 bytes stay in one word.
+    while (n > 1 && i + n < clean.size() && (static_cast<unsigned char>(clean[i + n]) & 0xC0) == 0x80) --n;
+    out += (out.empty() ? "=?UTF-8?B?" : "\r\n =?UTF-8?B?") + base64_encode(clean.substr(i, n), 0) + "?=";
+    i += n;
+  }
+  return out;
+}
+
+// Addresses go into headers verbatim: a CR or LF in one would end the header and start another.
+std::string one_line(std::string_view s) {
+  std::string out(s);
+  for (auto& c : out)
+    if (c == '\r' || c == '\n') c = ' ';
+  return out;
 }
 
 std::string rfc2822_date() { return utc_time(wall_now(), "%a, %d %b %Y %H:%M:%S +0000"); }
@@ -84,11 +102,11 @@ std::string build_email(const EmailParts& p) {
   std::string mixed = "mixed-" + token;
   std::string alt = "alt-" + token;
   std::string to;
-  for (const auto& r : p.to) to += (to.empty() ? "" : ", ") + r;
+  for (const auto& r : p.to) to += (to.empty() ? "" : ", ") + one_line(r);
   std::string domain = hostname();
   std::string out;
   out += fmt::format("From: {}\r\nTo: {}\r\nSubject: {}\r\nDate: {}\r\nMessage-ID: <{}.{}@{}>\r\n",
-                     p.from, to, header_text(p.subject), rfc2822_date(), token, getpid(), domain);
+                     one_line(p.from), to, header_text(p.subject), rfc2822_date(), token, getpid(), domain);
   out += "MIME-Version: 1.0\r\nX-Mailer: gpualert\r\n";
   out += fmt::format("Content-Type: multipart/mixed; boundary=\"{}\"\r\n\r\n", mixed);
   out += "This is a multi-part message in MIME format.\r\n";

@@ -79,6 +79,10 @@ double parse_duration(std::string_view text) {
     total += value * scale;
     rest.remove_prefix(consumed);
   }
+  if (!(total <= kMaxDurationSeconds))
+    throw std::invalid_argument(fmt::format(
+        "[gpualert] invalid duration '{}': longer than the limit of {} s (kMaxDurationSeconds)",
+        text, kMaxDurationSeconds));
   return total;
 }
 
@@ -96,6 +100,9 @@ uint64_t parse_size(std::string_view text) {
   while (digits < text.size() && !std::isalpha(static_cast<unsigned char>(text[digits]))) ++digits;
   if (digits + unit.size() != text.size())
     throw std::invalid_argument(fmt::format("[gpualert] invalid size '{}'", text));
+  // Converting a double beyond 2^64 to an integer is undefined behaviour.
+  if (!(value * scale < 18446744073709551616.0))
+    throw std::invalid_argument(fmt::format("[gpualert] invalid size '{}': too large", text));
   return static_cast<uint64_t>(value * scale);
 }
 

@@ -11,9 +11,13 @@
 
 namespace meganeura::alert {
 
+// Longest duration accepted (a century); longer ones are errors naming this limit.
+inline constexpr double kMaxDurationSeconds = 100.0 * 365 * 86400;
+
 // "90", "90s", "1.5m", "2h", "1h30m", "250ms" -> seconds. Bare numbers are seconds.
 double parse_duration(std::string_view text);
-// "512", "10k", "25MB", "25MiB", "1G" -> bytes (k/M/G are powers of 1024).
+// "512", "10k", "25MB", "25MiB", "1G" -> bytes (k/M/G are powers of 1024). Sizes that do not
+// fit 64 bits are errors.
 uint64_t parse_size(std::string_view text);
 std::string format_duration(double seconds);  // "1h 02m 03s", "4.2 s"
 std::string format_size(uint64_t bytes);      // "1.5 MiB"

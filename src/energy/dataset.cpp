@@ -215,7 +215,9 @@ Dataset parse_runs_csv(const std::string& text, const std::string& origin, int d
                 : lower_trim(r.text("arch")) == "gpt" ? 50257
                                                       : default_vocab;
     rec.batch = r.positive("batch", "batch size");
-    rec.seq = r.has("seq") ? r.positive("seq", "sequence length") : r.positive("max_length", "max_length");
+    // An empty seq cell falls back to max_length only where that column exists.
+    rec.seq = r.has("seq") || !columns.count("max_length") ? r.positive("seq", "sequence length")
+                                                           : r.positive("max_length", "max_length");
     if (r.has("grad_accum")) rec.grad_accum = r.count("grad_accum", "grad_accum");
     if (r.has("dtype")) {
       rec.dtype = lower_trim(r.text("dtype"));
@@ -251,11 +253,19 @@ Dataset parse_runs_csv(const std::string& text, const std::string& origin, int d
 }
 
 Dataset load_runs_csv(const std::string& path, int default_vocab) {
-  std::ifstream in(path);
+  std::ifstream in(path, std::ios::binary);
   if (!in) throw std::runtime_error("[energy] cannot read " + path);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return parse_runs_csv(ss.str(), path, default_vocab);
+  // At most one byte past the limit is read, so an endless input (a device, a pipe) stops too.
+  std::string text;
+  char chunk[1 << 16];
+  while (text.size() <= kMaxCsvBytes && in.read(chunk, sizeof chunk).gcount() > 0)
+    text.append(chunk, static_cast<size_t>(in.gcount()));
+  if (in.bad()) throw std::runtime_error("[energy] cannot read " + path);
+  if (text.size() > kMaxCsvBytes) {
+    throw std::runtime_error("[energy] " + path + ": larger than the limit of " +
+                             std::to_string(kMaxCsvBytes) + " bytes (kMaxCsvBytes)");
+  }
+  return parse_runs_csv(text, path, default_vocab);
 }
 
 void derive_efficiency(Dataset& data) {

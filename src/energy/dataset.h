@@ -14,6 +14,9 @@
 
 namespace meganeura::energy {
 
+// Largest CSV file read into memory; a larger one is an error naming this limit.
+inline constexpr size_t kMaxCsvBytes = size_t(64) << 20;
+
 struct RunRecord {
   int row = 0;                 // 1-based data row (the header is row 0)
   std::string gpu;

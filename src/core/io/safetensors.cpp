@@ -81,6 +81,10 @@ TensorInfo parse_entry(const std::string& name, const json& entry, const fs::pat
   info.dtype = *parsed;
   const json& shape = entry["shape"];
   if (!shape.is_array()) corrupt(path, where + ": shape is not an array");
+  if (shape.size() > kMaxRank) {
+    corrupt(path, where + ": rank " + std::to_string(shape.size()) + " exceeds the limit of " +
+                      std::to_string(kMaxRank) + " dimensions (kMaxRank)");
+  }
   for (const json& d : shape) {
     if (d.is_number_integer() && !d.is_number_unsigned()) {
       corrupt(path, where + ": negative dimension " + d.dump() + " in shape " + shape.dump());
@@ -142,7 +146,19 @@ json parse_json(const std::string& text, const fs::path& path) {
   // nlohmann keeps one of two duplicate keys silently; a stack of key sets catches them.
   std::vector<std::set<std::string>> keys;
   std::string duplicate;
-  auto callback = [&](int, json::parse_event_t event, json& value) {
+  size_t tensors = 0;
+  auto callback = [&](int depth, json::parse_event_t event, json& value) {
+    // Deep nesting would make the recursive dump() in error messages overflow the stack.
+    if (static_cast<size_t>(depth) > kMaxHeaderNesting) {
+      corrupt(path, "header nests deeper than the limit of " + std::to_string(kMaxHeaderNesting) +
+                        " levels (kMaxHeaderNesting)");
+    }
+    // Counted as the keys arrive, so an oversized header fails before it is all built.
+    if (event == json::parse_event_t::key && depth == 1 && value != "__metadata__" &&
+        ++tensors > kMaxTensorCount) {
+      corrupt(path, "more than " + std::to_string(kMaxTensorCount) +
+                        " tensors, the limit (kMaxTensorCount)");
+    }
     if (event == json::parse_event_t::object_start) keys.emplace_back();
     if (event == json::parse_event_t::object_end) keys.pop_back();
     if (event == json::parse_event_t::key && !keys.back().insert(value.get<std::string>()).second &&

@@ -1,0 +1,123 @@
+#!/usr/bin/env python3
+"""Writes the hand-made seed inputs of the fuzz targets into corpus/<target>/.
+
+Real inputs sit beside them: job logs taken from tests/alert/corpus, the reference study's
+CSV columns, the documented config example, and a checkpoint saved by the checkpoint target
+itself (MEGANEURA_FUZZ_WRITE_SEED=path build-fuzz/bin/fuzz_checkpoint -runs=0)."""
+import json
+import os
+import shutil
+import struct
+
+here = os.path.dirname(os.path.abspath(__file__))
+root = os.path.dirname(os.path.dirname(here))
+
+
+def put(target, name, data):
+    d = os.path.join(here, "corpus", target)
+    os.makedirs(d, exist_ok=True)
+    if isinstance(data, str):
+        data = data.encode()
+    with open(os.path.join(d, name), "wb") as f:
+        f.write(data)
+
+
+def safetensors(header, data=b"", pad=True):
+    text = json.dumps(header, separators=(",", ":")).encode()
+    if pad:
+        text += b" " * ((8 - len(text) % 8) % 8)
+    return struct.pack("<Q", len(text)) + text + data
+
+
+# ---- safetensors -----------------------------------------------------------------
+f32 = struct.pack("<6f", 1, 2, 3, 4, 5, 6)
+put("safetensors", "f32_2x3", safetensors(
+    {"w": {"dtype": "F32", "shape": [2, 3], "data_offsets": [0, 24]}}, f32))
+put("safetensors", "metadata_and_dtypes", safetensors({
+    "__metadata__": {"format": "pt", "step": "7"},
+    "a.bias": {"dtype": "F16", "shape": [2], "data_offsets": [0, 4]},
+    "b": {"dtype": "BF16", "shape": [1, 2], "data_offsets": [4, 8]},
+    "c": {"dtype": "I32", "shape": [], "data_offsets": [8, 12]},
+    "d": {"dtype": "F64", "shape": [1], "data_offsets": [12, 20]},
+    "e": {"dtype": "U32", "shape": [0, 5], "data_offsets": [20, 20]},
+}, b"\x00\x3c\x00\x40" + b"\x80\x3f\x00\x40" + struct.pack("<i", -3) + struct.pack("<d", 0.5)))
+put("safetensors", "empty_header", safetensors({}))
+put("safetensors", "unpadded", safetensors(
+    {"x": {"dtype": "F32", "shape": [1], "data_offsets": [0, 4]}}, struct.pack("<f", 9), pad=False))
+put("safetensors", "truncated", safetensors(
+    {"w": {"dtype": "F32", "shape": [2, 3], "data_offsets": [0, 24]}}, f32[:10]))
+put("safetensors", "overlap", safetensors({
+    "a": {"dtype": "F32", "shape": [2], "data_offsets": [0, 8]},
+    "b": {"dtype": "F32", "shape": [2], "data_offsets": [4, 12]}}, b"\0" * 12))
+put("safetensors", "huge_length", struct.pack("<Q", 2**63) + b"{}")
+put("safetensors", "short", b"\x02\0\0")
+
+# ---- config --------------------------------------------------------------------------
+put("config", "documented", """[smtp]
+url = "smtp://mail.example.org:587"
+from = "gpualert@cluster.example.org"
+to = ["me@example.org", "team@example.org"]
+username = "me"
+password = "secret"
+tls = "auto"
+ca_file = ""
+
+[webhook]
+url = "https://hooks.slack.com/services/T/B/X"
+ntfy_url = "https://ntfy.sh/my-jobs"
+token = "tok"
+
+[attach]
+globs = ["checkpoints/*.json"]
+default_outputs = true
+max_file = "8MiB"
+max_total = "20MiB"
+
+[run]
+state_dir = "/scratch/me/gpualert"
+grace = "30s"
+notify_timeout = "1m30s"
+notify_on_success = true
+""")
+put("config", "minimal", '[smtp]\nurl = "smtps://h:465"\nto = "a@b"\n')
+put("config", "numbers", "[attach]\nmax_file = 1024\nmax_total = 99999999999\n[run]\ngrace = 2.5\n")
+put("config", "bad_types", "[run]\ngrace = [1, 2]\nnotify_on_success = \"yes\"\n[nope]\n")
+put("config", "inline_tables", 'smtp = { url = "smtp://x", to = ["\\u00e9@x"] }\n')
+
+# ---- classifier: real logs and hostile bytes --------------------------------------
+real = os.path.join(root, "tests", "alert", "corpus", "real")
+os.makedirs(os.path.join(here, "corpus", "classifier"), exist_ok=True)
+for name in ["abort_003.log", "assertion_011.log", "disk_full_185.log"]:
+    shutil.copy(os.path.join(real, name), os.path.join(here, "corpus", "classifier", name))
+logs = sorted(os.listdir(real))
+for prefix in ["ram_oom", "oom_killer", "segfault", "traceback", "killed", "nan_loss", "missing_module"]:
+    match = [n for n in logs if n.startswith(prefix)]
+    if match:
+        shutil.copy(os.path.join(real, match[0]), os.path.join(here, "corpus", "classifier", match[0]))
+put("classifier", "cr_storm", b"\x01\x00" + b"epoch 1\r" * 500 + b"RuntimeError: CUDA out of memory\r\r\n")
+put("classifier", "nul_and_invalid_utf8", b"\x86\x0b" + b"\xff\xfe\x00Traceback\x00\n\xc3\x28 Segmentation fault\n")
+put("classifier", "no_newline", b"\x00\x00" + b"x" * 3000)
+put("classifier", "empty", b"")
+
+# ---- mime: raw bytes for FuzzedDataProvider ----------------------------------------
+put("mime", "crlf_fields", b"me@x\r\nBcc: evil@x\\\x02to\r\n@x\\Subj\xc3\xa9ct\r\nX-Injected: 1\\body\\<p>\\"
+    b"file\r\n.txt\\data\x03")
+put("mime", "long_subject", b"a@b\\" + b"S" * 1500 + b"\\t\\h\\\x01")
+
+# ---- energy csv --------------------------------------------------------------------
+put("energy_csv", "study",
+    "GPU model,arch,strategy,gpus,num_layers,hidden_size,heads,ff,batch_size,seq_len_batch,"
+    "max_length,grad_accum,fp16,tokens_seen,duration_s,energy_consumed_kWh\n"
+    "\"Tesla V100-SXM2-32GB\",volta,baseline,1,10,640,8,2560,32,66,128,1,False,8225072,120.5,0.014122\n"
+    "NVIDIA GeForce RTX 2080 Ti,turing,fsdp,2,10,640,8,2560,32,66,128,1,True,6192790,90,0.027461\n"
+    "NVIDIA GeForce RTX 2080 Ti,turing,baseline,1,10,640,8,2560,32,66,128,1,True,8000000,100,0.02\n")
+put("energy_csv", "ours", "\xef\xbb\xbfgpu,strategy,gpus,layers,hidden,batch,seq,tokens,dtype,energy_kwh,"
+    "efficiency,group\r\nh100-sxm,tp,4,24,1024,8,512,1e8,bf16,1.5,0.6,big\r\n")
+put("energy_csv", "quotes", 'gpu,strategy,gpus,layers,hidden,batch,tokens,energy_kwh\n"a,""b",baseline,1,1,1,1,1,1\n')
+put("energy_csv", "bad_number", "gpu,strategy,gpus,layers,hidden,batch,tokens,energy_kwh\nt4,dp,2,1,1,1,x1,-1\n")
+
+# ---- gpualert argument vectors (NUL-separated) ---------------------------------------
+put("args", "run", b"--config\0/etc/g.toml\0--hang-after=30m\0--attach\0*.log\0--quiet\0job\0python\0train.py")
+put("args", "values", b"1h30m\0" + b"250ms\0" + b"25MiB\0" + b"SIGSEGV\0" + b"9\0" + b"1e5\0" + b"--\0-x")
+put("args", "help", b"--help")
+put("args", "missing_value", b"--config")
