@@ -192,6 +192,7 @@ Program plan(const Graph& g, const PlanOptions& opt) {
 
   // State updates: write the new value straight into the state when nothing reads the old
   // value afterwards; otherwise copy at the end of the step.
+  std::vector<std::pair<uint32_t, uint32_t>> end_copies;  // (value, state)
   for (auto& [dst, src] : g.assignments()) {
     uint32_t st = uint32_t(tensor_of[dst]), val = uint32_t(tensor_of[src]);
     uint32_t vb = view_base[val];
@@ -209,9 +210,11 @@ Program plan(const Graph& g, const PlanOptions& opt) {
           if (!same_slot) direct = false;
         }
       }
-      // The value must not be read after another dispatch may have changed the state.
+      // The value must not be read after another dispatch may have changed the state, and
+      // no other assignment may read this state's old value (its copy runs at the end).
       for (auto& [dst2, src2] : g.assignments()) {
         if (dst2 != dst && src2 == src) direct = false;
+        if (dst2 != dst && view_base[uint32_t(tensor_of[src2])] == view_base[st]) direct = false;
       }
     }
     if (direct) {
@@ -220,12 +223,33 @@ Program plan(const Graph& g, const PlanOptions& opt) {
       v.binding = p.tensors[st].binding;
       continue;
     }
-    uint32_t t = new_tensor(dst, p.tensors[st].role, p.tensors[st].binding);
+    end_copies.emplace_back(val, st);
+  }
+  // The end-of-step copies act as one simultaneous assignment: a source that another copy
+  // overwrites (a state read by another assignment) is first saved in a temporary.
+  auto copy_dispatch = [&](uint32_t from, uint32_t to) {
+    p.dispatches.push_back(Dispatch{Op::copy, NoAttrs{}, {from}, to, 0, 2.0 * double(p.tensors[to].bytes)});
+    last_read[view_base[from]] = int64_t(p.dispatches.size() - 1);
+    if (first_def[view_base[to]] < 0) first_def[view_base[to]] = int64_t(p.dispatches.size() - 1);
+  };
+  for (auto& [val, st] : end_copies) {
+    bool overwritten = false;
+    for (auto& [val2, st2] : end_copies) overwritten |= p.tensors[view_base[val]].binding == p.tensors[st2].binding &&
+                                                       p.tensors[view_base[val]].external() && st2 != st;
+    if (!overwritten) continue;
+    uint32_t saved = new_tensor(p.tensors[val].node, Role::temp, "");
+    view_base.push_back(saved);
+    first_def.push_back(-1);
+    last_read.push_back(-1);
+    copy_dispatch(val, saved);
+    val = saved;
+  }
+  for (auto& [val, st] : end_copies) {
+    uint32_t t = new_tensor(p.tensors[st].node, p.tensors[st].role, p.tensors[st].binding);
     view_base.push_back(t);
     first_def.push_back(-1);
     last_read.push_back(-1);
-    p.dispatches.push_back(Dispatch{Op::copy, NoAttrs{}, {val}, t, 0, 2.0 * double(p.tensors[t].bytes)});
-    last_read[view_base[val]] = int64_t(p.dispatches.size() - 1);
+    copy_dispatch(val, t);
   }
   // Views of buffers that became external follow their base.
   for (size_t i = 0; i < p.tensors.size(); ++i) {
