@@ -49,5 +49,30 @@ TEST(Assign, SwapAndRotateStates) {
   EXPECT_EQ(s.get("c"), (std::vector<float>{2, 2}));
 }
 
+TEST(Session, RefusedProgramLeavesBackendInStep) {
+  Session s;
+  Graph g1;
+  g1.output("y", g1.input("x", {2, 3}) * 2.0);
+  ASSERT_EQ(s.add(g1), 0u);
+  Graph g2;  // same bytes, other shape
+  g2.output("y2", g2.input("x", {3, 2}) * 2.0);
+  try {
+    s.add(g2);
+    FAIL() << "a buffer with two shapes was accepted";
+  } catch (const std::invalid_argument& e) {
+    EXPECT_NE(std::string(e.what()).find("'x'"), std::string::npos) << e.what();
+  }
+  EXPECT_EQ(s.program_count(), 1u);
+  Graph g3;
+  g3.output("z", g3.input("x", {2, 3}) + 1.0);
+  size_t i = s.add(g3);
+  EXPECT_EQ(i, 1u);
+  EXPECT_EQ(s.program_count(), 2u);
+  std::vector<float> x = {1, 2, 3, 4, 5, 6};
+  s.set("x", std::span<const float>(x));
+  s.run(i);
+  EXPECT_EQ(s.get("z"), (std::vector<float>{2, 3, 4, 5, 6, 7}));
+}
+
 }  // namespace
 }  // namespace meganeura

@@ -64,16 +64,19 @@ size_t Session::add(const Graph& g) {
 }
 
 size_t Session::add(Program p) {
-  size_t index = backend_->add_program(p);
+  // Every check before the backend sees the program, so a refused program changes nothing.
   for (const ExternalBuffer& e : p.externals) {
     auto it = buffers_.find(e.name);
-    if (it != buffers_.end()) {
-      if (it->second.type != e.type) {
-        throw std::invalid_argument("[session] buffer '" + e.name + "' has shape " + shape_str(it->second.type.shape) +
-                                    " in one program and " + shape_str(e.type.shape) + " in another");
-      }
-      continue;
+    if (it != buffers_.end() && (it->second.type != e.type || it->second.stored != e.stored)) {
+      throw std::invalid_argument("[session] buffer '" + e.name + "' is " + std::string(dtype_name(it->second.stored)) +
+                                  shape_str(it->second.type.shape) + " in one program and " +
+                                  std::string(dtype_name(e.stored)) + shape_str(e.type.shape) + " in another");
     }
+  }
+  size_t index = backend_->add_program(p);
+  if (index != programs_.size()) throw std::logic_error("[session] backend and session disagree on program indices");
+  for (const ExternalBuffer& e : p.externals) {
+    if (buffers_.count(e.name)) continue;
     buffers_.emplace(e.name, e);
     initialise(e);
   }

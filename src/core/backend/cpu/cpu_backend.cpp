@@ -42,17 +42,18 @@ class CpuBackend final : public Backend {
     auto prep = std::make_unique<Prepared>();
     prep->program = p;
     const Program& q = prep->program;
+    // Checks first: a refused program leaves no buffers behind.
+    for (const Dispatch& d : q.dispatches) validate(q, d);
     for (const ExternalBuffer& e : q.externals) {
       size_t bytes = size_t(e.type.numel()) * dtype_size(e.stored);
       auto it = buffers_.find(e.name);
-      if (it == buffers_.end()) {
-        buffers_.emplace(e.name, std::make_unique<HostBuffer>(bytes));
-        continue;
-      }
-      if (it->second->bytes != bytes) {
+      if (it != buffers_.end() && it->second->bytes != bytes) {
         throw std::invalid_argument("[cpu] buffer '" + e.name + "' is " + std::to_string(it->second->bytes) +
                                     " bytes in one program and " + std::to_string(bytes) + " in another");
       }
+    }
+    for (const ExternalBuffer& e : q.externals) {
+      if (!buffers_.count(e.name)) buffers_.emplace(e.name, std::make_unique<HostBuffer>(size_t(e.type.numel()) * dtype_size(e.stored)));
     }
     prep->arena = std::make_unique<HostBuffer>(q.arena_bytes);
     auto arg = [&](uint32_t t) {
@@ -62,7 +63,6 @@ class CpuBackend final : public Backend {
       return cpu::Arg{base, &pt};
     };
     for (const Dispatch& d : q.dispatches) {
-      validate(q, d);
       std::vector<cpu::Arg> in;
       for (uint32_t r : d.reads) in.push_back(arg(r));
       prep->ins.push_back(std::move(in));
