@@ -71,6 +71,8 @@ constexpr std::array<OpInfo, kOpCount> kTable = {{
     row(rope, "rope", 1, F::seq, G::vjp),
     row(causal_mask, "causal_mask", 1, F::seq, G::vjp, 0),
     row(lr_schedule, "lr_schedule", 1, F::optim, G::none),
+    row(bias_correction, "bias_correction", 1, F::optim, G::none),
+    row(increment, "increment", 1, F::optim, G::none),
 }};
 
 constexpr bool table_is_ordered() {
