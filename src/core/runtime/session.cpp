@@ -60,11 +60,21 @@ std::string Session::device_name() const { return backend_->device_name(); }
 size_t Session::add(const Graph& g) {
   PlanOptions po;
   po.float_dtype = options_.f64_oracle ? DType::f64 : DType::f32;
+  po.limits = backend_->limits();
+  po.verify = false;  // add(Program) verifies
   return add(plan(g, po));
 }
 
 size_t Session::add(Program p) {
   // Every check before the backend sees the program, so a refused program changes nothing.
+  verify(p);
+  const DeviceLimits device = backend_->limits();
+  if (p.limits.buffer_limit() > device.buffer_limit() || p.limits.offset_alignment % device.offset_alignment) {
+    throw std::invalid_argument("[session] the program was planned for buffers of up to " + std::to_string(p.limits.buffer_limit()) +
+                                " bytes at alignment " + std::to_string(p.limits.offset_alignment) + "; " + device_name() +
+                                " allows " + std::to_string(device.buffer_limit()) + " at alignment " +
+                                std::to_string(device.offset_alignment));
+  }
   for (const ExternalBuffer& e : p.externals) {
     auto it = buffers_.find(e.name);
     if (it != buffers_.end() && (it->second.type != e.type || it->second.stored != e.stored)) {
