@@ -15,6 +15,8 @@ class Backend {
  public:
   virtual ~Backend() = default;
   virtual std::string device_name() const = 0;
+  // What the planner must respect: binding range, allocation size, offset alignment.
+  virtual DeviceLimits limits() const = 0;
   // Validates and prepares `p`; allocates its arena and any external buffer not yet present.
   // Returns the program's index for run().
   virtual size_t add_program(const Program& p) = 0;

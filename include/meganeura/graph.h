@@ -53,7 +53,7 @@ enum class Op : uint8_t {
   // sequence models
   rope, causal_mask,
   // optimisation
-  lr_schedule,
+  lr_schedule, bias_correction, increment,
   count_  // number of ops; keep last
 };
 constexpr size_t kOpCount = size_t(Op::count_);
@@ -93,10 +93,17 @@ struct ScheduleAttrs {
   bool operator==(const ScheduleAttrs&) const = default;
 };
 
+// Adam's bias correction (1 - beta^t)^power for the step t being taken, computed in double.
+struct BiasCorrectionAttrs {
+  double beta = 0.9;
+  double power = -1;
+  bool operator==(const BiasCorrectionAttrs&) const = default;
+};
+
 using Attrs = std::variant<NoAttrs, AffineAttrs, CastAttrs, ClipAttrs, ReduceAttrs, AxisAttrs,
                            MatmulAttrs, ConvAttrs, PoolAttrs, ShapeAttrs, PermuteAttrs, SliceAttrs,
                            PadAttrs, EmbeddingAttrs, OneHotAttrs, RopeAttrs, MaskAttrs,
-                           ScheduleAttrs>;
+                           ScheduleAttrs, BiasCorrectionAttrs>;
 
 // How a parameter or state is initialised before training.
 struct Init {
@@ -250,7 +257,10 @@ Tensor one_hot(Tensor ids, int64_t classes, int64_t ignore_index = -100);
 Tensor rope(Tensor x, double theta = 10000, bool inverse = false);
 // Sets entries above the diagonal of the last two axes (aligned to the bottom right) to fill.
 Tensor causal_mask(Tensor x, double fill = -1e30);
-Tensor lr_schedule(Tensor step, const ScheduleAttrs& a);
+Tensor lr_schedule(Tensor step, const ScheduleAttrs& a);  // step: f32 or i32 scalar; output f32
+// (1 - beta^(step+1))^power in double, rounded once to f32: no cancellation for beta near 1.
+Tensor bias_correction(Tensor step, double beta, double power);
+Tensor increment(Tensor counter);  // i32 scalar + 1, exact (an f32 counter stops at 2^24)
 
 // ---- Compositions (user-level ops built from primitives) -----
 Tensor layer_norm(Tensor x, std::optional<Tensor> gamma, std::optional<Tensor> beta,

@@ -1,9 +1,11 @@
 // The Program: the flat, serialisable, hashable result of planning a graph, and the only thing a
-// backend executes. Tensors live either in one arena (temporaries, placed by the memory
-// planner) or in named external buffers (inputs, parameters, states, outputs, constants) that
-// persist across steps and are shared by programs of one session. Nothing here assumes a CPU:
-// each dispatch names its op, typed attributes (push/specialisation constants on a GPU), the
-// tensors it reads and writes, and its FLOPs and bytes.
+// backend executes. Temporaries live in one or more arena buffers, each placed by the memory
+// planner so that no tensor crosses a buffer and no buffer exceeds the device's binding limit;
+// inputs, parameters, states, outputs and constants live in named external buffers that persist
+// across steps and are shared by programs of one session. Nothing here assumes a CPU: each
+// dispatch names its op, typed attributes (push/specialisation constants on a GPU), the tensors
+// it reads and writes, the earlier dispatches it must wait for (hazards on byte ranges), and its
+// FLOPs and bytes.
 #pragma once
 
 #include <cstdint>
@@ -22,19 +24,41 @@ struct ProgramTensor {
   DType stored;          // dtype in memory (f64 for float tensors in oracle mode)
   Role role = Role::temp;
   std::string binding;   // external buffers: their name; temps: empty
-  uint64_t offset = 0;   // temps: byte offset in the arena (views share their base's offset)
+  uint32_t buffer = 0;   // temps: which arena buffer
+  uint64_t offset = 0;   // temps: byte offset in that buffer (views share their base's place)
   uint64_t bytes = 0;    // bytes as stored
   uint32_t node = 0;     // graph node it came from
+  int32_t view_of = -1;  // a view (reshape): the tensor whose memory it reads; -1 otherwise
   bool external() const { return role != Role::temp; }
+};
+
+// Why a dispatch waits for an earlier one: it reads what that one wrote (raw), overwrites what
+// that one read (war) or wrote (waw). Hazards are on byte ranges of buffers, so memory reuse
+// and in-place writes between different tensors count.
+enum class HazardKind : uint8_t { raw, war, waw };
+std::string_view hazard_name(HazardKind k);
+
+struct Hazard {
+  uint32_t dispatch = 0;  // an earlier dispatch
+  HazardKind kind = HazardKind::raw;
+  bool operator==(const Hazard&) const = default;
 };
 
 struct Dispatch {
   Op op;
   Attrs attrs;
-  std::vector<uint32_t> reads;  // tensor indices
-  uint32_t write = 0;
+  std::vector<uint32_t> reads;   // tensor indices
+  std::vector<uint32_t> writes;  // tensor indices; [0] is the op's output, further entries its
+                                 // secondary outputs (statistics, log-sum-exp)
   double flops = 0;
   double bytes = 0;
+  // The minimal set of earlier dispatches to wait for: every hazard is either listed or
+  // implied through a chain of listed ones.
+  std::vector<Hazard> waits;
+  // A barrier goes before this dispatch: it waits for a dispatch after the previous barrier.
+  // Dispatches between two barriers are independent and may run concurrently.
+  bool barrier = false;
+  uint32_t write() const { return writes.at(0); }
 };
 
 // An external buffer the session must provide.
@@ -47,9 +71,18 @@ struct ExternalBuffer {
   std::vector<double> const_data;    // constants
 };
 
+// What the device allows; the backend reports it and the planner places tensors within it.
+struct DeviceLimits {
+  uint64_t max_binding_bytes = UINT64_MAX;     // one storage-buffer binding (maxStorageBufferRange)
+  uint64_t max_allocation_bytes = UINT64_MAX;  // one buffer (maxMemoryAllocationSize, maxBufferSize)
+  uint64_t offset_alignment = 256;             // minStorageBufferOffsetAlignment
+  uint64_t buffer_limit() const { return max_binding_bytes < max_allocation_bytes ? max_binding_bytes : max_allocation_bytes; }
+  bool operator==(const DeviceLimits&) const = default;
+};
+
 struct MemoryStats {
   uint64_t logical_bytes = 0;      // sum of all temporaries, no reuse
-  uint64_t planned_bytes = 0;      // the arena
+  uint64_t planned_bytes = 0;      // all arena buffers together
   uint64_t lower_bound_bytes = 0;  // peak of simultaneously live temporaries
   uint64_t external_bytes = 0;
   uint32_t inplace_reuses = 0;
@@ -58,16 +91,22 @@ struct MemoryStats {
 
 struct Program {
   DType float_dtype = DType::f32;  // f32, or f64 for the reference oracle
+  DeviceLimits limits;             // what it was planned for
   std::vector<ProgramTensor> tensors;
   std::vector<Dispatch> dispatches;
   std::vector<ExternalBuffer> externals;
-  uint64_t arena_bytes = 0;
+  std::vector<uint64_t> arena_buffers;  // size of each arena buffer, each within the limits
+  uint64_t arena_bytes = 0;             // all arena buffers together
   MemoryStats memory;
   uint64_t graph_hash = 0;
 
   double total_flops() const;
   double total_bytes() const;
+  size_t barrier_count() const;
   std::string to_json() const;
+  // Reads back what to_json wrote (exactly: the round trip keeps the JSON and the hash);
+  // malformed input is an std::invalid_argument naming the field.
+  static Program from_json(const std::string& json);
   std::string dump() const;  // one dispatch per line
   uint64_t hash() const;
   const ExternalBuffer* external(const std::string& name) const;
@@ -75,13 +114,24 @@ struct Program {
 
 struct PlanOptions {
   DType float_dtype = DType::f32;  // DType::f64: every float tensor computed in double
-  uint64_t alignment = 256;        // arena offsets (a GPU's storage-buffer offset alignment)
+  DeviceLimits limits;             // from Backend::limits()
   bool inplace = true;             // let elementwise outputs overwrite dying inputs
+  // Order independent dispatches so that they share barriers (otherwise node order).
+  bool group_barriers = true;
+  bool verify = true;              // run verify() on the result
 };
 
-// Schedules the live part of `g` (what outputs and assignments need) in node order, makes
-// reshapes views, assigns state updates in place where no later read sees the old value, and
-// places temporaries in one arena by greedy best-fit over liveness intervals.
+// Orders the live part of `g` (what outputs and assignments need), makes reshapes views,
+// assigns state updates in place where no later read sees the old value, places temporaries
+// in arena buffers by greedy best-fit over liveness intervals within the device's limits, and
+// lists each dispatch's hazards. A temporary larger than the binding limit is an error naming
+// it, its bytes and the limit.
 Program plan(const Graph& g, const PlanOptions& options = {});
+
+// Checks a program's invariants and throws std::invalid_argument naming the first violation:
+// indices in range, every read defined before use (no live tensor overwritten), bounds and
+// alignment, tensors within their buffer and the binding limit, every hazard covered by the
+// waits, barriers where the waits need them.
+void verify(const Program& p);
 
 }  // namespace meganeura

@@ -58,6 +58,32 @@ TEST(Cli, Version) {
   EXPECT_EQ(r.out.rfind("meganeura ", 0), 0u) << r.out;
 }
 
+// The chargpt training step as JSON: every dispatch lists its hazards (earlier dispatches with
+// the kind of each) and whether a barrier precedes it; consecutive independent dispatches
+// share barriers.
+TEST(Cli, ProgramJsonListsHazards) {
+  Result r = run("program --model chargpt --json");
+  ASSERT_EQ(r.status, 0) << r.err;
+  auto j = r.json();
+  const auto& ds = j["dispatches"];
+  ASSERT_GT(ds.size(), 100u);
+  size_t barriers = 0, waiting = 0;
+  for (size_t i = 0; i < ds.size(); ++i) {
+    ASSERT_TRUE(ds[i]["waits"].is_array()) << i;
+    ASSERT_TRUE(ds[i]["barrier"].is_boolean()) << i;
+    barriers += ds[i]["barrier"].get<bool>();
+    waiting += !ds[i]["waits"].empty();
+    for (const auto& w : ds[i]["waits"]) {
+      EXPECT_LT(w[0].get<size_t>(), i);
+      EXPECT_TRUE(w[1] == "raw" || w[1] == "war" || w[1] == "waw") << w;
+    }
+  }
+  std::printf("chargpt step: %zu dispatches, %zu with waits, %zu barriers (%.2f per dispatch)\n", ds.size(), waiting, barriers,
+              double(barriers) / double(ds.size()));
+  EXPECT_GT(waiting, ds.size() / 2);
+  EXPECT_LE(double(barriers), 0.6 * double(ds.size()));
+}
+
 TEST(Cli, MlpReachesAccuracyAndInferenceAgrees) {
   Result t = run("train --model mlp --device cpu --json --out " + path("mlp.safetensors"));
   ASSERT_EQ(t.status, 0) << t.err;

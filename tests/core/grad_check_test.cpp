@@ -149,6 +149,12 @@ std::vector<Case> cases() {
                  Tensor s = P(g, "s", {});
                  return lr_schedule(s, ScheduleAttrs{0.1, 0, 0, 0}) * s;
                }, nullptr, {}});
+  c.push_back({"bias_correction", Op::bias_correction, [](G& g) {
+                 return bias_correction(g.input("n", {}, DType::i32), 0.99, -0.5) * P(g, "x", {3});
+               }, nullptr, {{"n", {6}}}});
+  c.push_back({"increment", Op::increment, [](G& g) {
+                 return cast(increment(g.input("n", {}, DType::i32)), DType::f32) * P(g, "x", {});
+               }, nullptr, {{"n", {41}}}});
   // Compositions used by the workloads.
   c.push_back({"layer_norm", Op::rsqrt, [](G& g) { return layer_norm(P(g, "x", {3, 6}), P(g, "g", {6}), P(g, "b", {6})); }, nullptr, {}});
   c.push_back({"rms_norm", Op::rsqrt, [](G& g) { return rms_norm(P(g, "x", {3, 6}), P(g, "g", {6})); }, nullptr, {}});

@@ -141,3 +141,44 @@ TEST(Optim, RejectsBadConfig) {
 
 }  // namespace
 }  // namespace meganeura
+
+namespace meganeura {
+namespace {
+
+// Adam in strict f32 with beta2 close to 1: the bias corrections 1 - beta^t must not cancel.
+// Tolerance 2e-5 relative: the f32 update itself is good to a few ulps (~1e-6); a correction
+// computed in f32 is off by ~6e-3 at beta2 = 0.99999.
+TEST(Optim, AdamBiasCorrectionIsAccurateInF32) {
+  OptimizerConfig c = make(K::adam, 1e-3, {[](auto& c) { c.beta2 = 0.99999; }});
+  const Vec p0(kN, 0.0);
+  const int64_t steps = 3;
+  Vec want = reference(c, p0, steps);
+  Trainer t([](Graph& g) {
+    Tensor p = g.parameter("p", {kN}, Init{Init::zeros});
+    Tensor w = g.input("w", {kN});
+    return sum(w * p) + sum(p * p) * 0.5;
+  }, c, SessionOptions{});
+  for (int64_t s = 0; s < steps; ++s) {
+    Vec w = inputs_for(s);
+    t.session().set("w", std::span<const double>(w));
+    t.step();
+  }
+  Vec got = t.session().get_f64("p");
+  for (int64_t i = 0; i < kN; ++i) {
+    EXPECT_NEAR(got[size_t(i)], want[size_t(i)], 2e-5 * std::abs(want[size_t(i)])) << "element " << i;
+  }
+}
+
+// The step counter stays exact past 2^24, where an f32 counter stops counting.
+TEST(Optim, StepCounterIsExactPast2To24) {
+  Trainer t([](Graph& g) { return sum(g.parameter("p", {2}, Init{Init::ones})); }, OptimizerConfig{}, SessionOptions{});
+  const std::vector<int32_t> start = {1 << 24};
+  t.session().set(kStepName, std::span<const int32_t>(start));
+  t.step();
+  t.step();
+  EXPECT_EQ(t.session().get_f64(kStepName)[0], double((1 << 24) + 2));
+  EXPECT_EQ(t.updates(), (int64_t(1) << 24) + 2);
+}
+
+}  // namespace
+}  // namespace meganeura

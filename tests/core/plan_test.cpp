@@ -8,50 +8,32 @@
 #include "meganeura/models.h"
 #include "meganeura/optim.h"
 #include "meganeura/program.h"
+#include "plan_util.h"
 
 namespace meganeura {
 namespace {
 
-// One training step of a transformer: the chargpt block (RMSNorm, rotary grouped-query
-// attention, SwiGLU) with loss, backward and AdamW.
-Graph transformer_step(int64_t layers) {
-  Graph g;
-  models::CharGptConfig c;
-  c.vocab = 48;
-  c.layers = layers;
-  Tensor ids = g.input("ids", {4, c.seq}, DType::i32);
-  Tensor targets = g.input("targets", {4 * c.seq}, DType::i32);
-  Tensor loss = cross_entropy(reshape(models::chargpt(g, ids, c), {4 * c.seq, c.vocab}), targets);
-  g.output("loss", loss);
-  std::vector<Tensor> params;
-  for (NodeId id : g.parameters()) params.push_back(g.tensor(id));
-  auto grads = grad(loss, params);
-  std::vector<std::pair<Tensor, Tensor>> pg;
-  for (size_t i = 0; i < params.size(); ++i) pg.emplace_back(params[i], grads[i]);
-  OptimizerConfig o;
-  o.clip_norm = 1;
-  append_update(g, pg, o);
-  return g;
-}
-
-// Every pair of arena tensors whose lifetimes overlap must occupy disjoint bytes.
+// Every pair of arena tensors whose lifetimes overlap must occupy disjoint bytes (an
+// independent check beside verify()).
 void expect_no_overlap(const Program& p) {
+  EXPECT_NO_THROW(verify(p));
   std::vector<int64_t> first(p.tensors.size(), -1), last(p.tensors.size(), -1);
   for (size_t d = 0; d < p.dispatches.size(); ++d) {
     auto touch = [&](uint32_t t) {
       if (first[t] < 0) first[t] = int64_t(d);
       last[t] = int64_t(d);
     };
-    touch(p.dispatches[d].write);
+    for (uint32_t w : p.dispatches[d].writes) touch(w);
     for (uint32_t r : p.dispatches[d].reads) touch(r);
   }
   for (size_t i = 0; i < p.tensors.size(); ++i) {
     const auto& a = p.tensors[i];
     if (a.role != Role::temp || first[i] < 0) continue;
-    EXPECT_LE(a.offset + a.bytes, p.arena_bytes);
+    ASSERT_LT(a.buffer, p.arena_buffers.size());
+    EXPECT_LE(a.offset + a.bytes, p.arena_buffers[a.buffer]);
     for (size_t j = i + 1; j < p.tensors.size(); ++j) {
       const auto& b = p.tensors[j];
-      if (b.role != Role::temp || first[j] < 0 || a.offset == b.offset) continue;  // same offset: a view or in-place pair
+      if (b.role != Role::temp || first[j] < 0 || a.buffer != b.buffer || a.offset == b.offset) continue;  // same offset: a view or in-place pair
       bool live_together = first[i] < last[j] && first[j] < last[i];
       bool bytes_overlap = a.offset < b.offset + b.bytes && b.offset < a.offset + a.bytes;
       EXPECT_FALSE(live_together && bytes_overlap) << "tensors " << i << " and " << j << " overlap";

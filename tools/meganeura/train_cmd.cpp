@@ -149,15 +149,30 @@ int run_program(const TrainArgs& a) {
     task->add_inference(s);
     p = s.program(0);
   } else {
-    p = plan(training_graph([&](Graph& g) { return task->build_loss(g); }, task->default_optimizer()));
+    using Clock = std::chrono::steady_clock;
+    auto ms = [](Clock::time_point a, Clock::time_point b) { return std::chrono::duration<double, std::milli>(b - a).count(); };
+    const auto t0 = Clock::now();
+    Graph g = training_graph([&](Graph& x) { return task->build_loss(x); }, task->default_optimizer());
+    const auto t1 = Clock::now();
+    PlanOptions po;
+    po.verify = false;
+    p = plan(g, po);
+    const auto t2 = Clock::now();
+    verify(p);
+    const auto t3 = Clock::now();
+    if (!a.json) {
+      std::printf("compile: graph + autodiff + optimizer %.1f ms, plan %.1f ms, verify %.1f ms\n", ms(t0, t1), ms(t1, t2), ms(t2, t3));
+    }
   }
   if (a.json) {
     std::cout << p.to_json() << "\n";
     return 0;
   }
   std::cout << p.dump();
-  std::printf("%zu dispatches, %.3g FLOP, %.3g bytes moved, arena %llu bytes (lower bound %llu, %u in place, %u views), external %llu bytes\n",
-              p.dispatches.size(), p.total_flops(), p.total_bytes(), static_cast<unsigned long long>(p.arena_bytes),
+  std::printf("%zu dispatches, %zu barriers (%.2f per dispatch), %.3g FLOP, %.3g bytes moved, arena %llu bytes in %zu buffer(s) "
+              "(lower bound %llu, %u in place, %u views), external %llu bytes\n",
+              p.dispatches.size(), p.barrier_count(), double(p.barrier_count()) / double(std::max<size_t>(1, p.dispatches.size())),
+              p.total_flops(), p.total_bytes(), static_cast<unsigned long long>(p.arena_bytes), p.arena_buffers.size(),
               static_cast<unsigned long long>(p.memory.lower_bound_bytes), p.memory.inplace_reuses, p.memory.views,
               static_cast<unsigned long long>(p.memory.external_bytes));
   return 0;

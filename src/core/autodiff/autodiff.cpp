@@ -136,8 +136,11 @@ std::vector<Tensor> vjp(Tensor y, Tensor seed, const std::vector<Tensor>& wrt) {
     if (w.graph != &G) throw std::invalid_argument("[autodiff] wrt tensor from another graph");
     if (w.id < end) needs[w.id] = 1;
   }
+  // Backward-only ops propagate the need too, so that differentiating through one is caught
+  // below instead of silently giving zero.
   for (NodeId i = 0; i < end; ++i) {  // inputs precede their users: one pass suffices
-    if (needs[i] || op_info(G.node(i).op).grad != GradKind::vjp) continue;
+    GradKind kind = op_info(G.node(i).op).grad;
+    if (needs[i] || (kind != GradKind::vjp && kind != GradKind::backward_only)) continue;
     for (NodeId k : G.node(i).inputs) needs[i] |= needs[k];
   }
   std::vector<std::optional<Tensor>> grads(end);
@@ -145,6 +148,10 @@ std::vector<Tensor> vjp(Tensor y, Tensor seed, const std::vector<Tensor>& wrt) {
   for (NodeId i = end; i-- > 0;) {
     if (!grads[i] || !needs[i]) continue;
     const Node& n = G.node(i);
+    if (op_info(n.op).grad == GradKind::backward_only) {
+      throw std::invalid_argument("[autodiff] cannot differentiate through " + std::string(op_name(n.op)) +
+                                  " (node " + std::to_string(i) + "): it only appears inside gradients and has no gradient rule");
+    }
     if (op_info(n.op).grad != GradKind::vjp) continue;
     Grads gi = rule(G, n, G.tensor(i), *grads[i]);
     for (size_t k = 0; k < n.inputs.size(); ++k) {

@@ -474,7 +474,24 @@ Tensor causal_mask(Tensor x, double fill) {
 Tensor lr_schedule(Tensor step, const ScheduleAttrs& a) {
   if (step.rank() != 0) fail(Op::lr_schedule, "expects a scalar step counter");
   if (a.warmup < 0 || a.total < 0 || (a.total && a.total <= a.warmup)) fail(Op::lr_schedule, "needs 0 <= warmup < total (or total = 0)");
-  return unary(Op::lr_schedule, step, a);
+  if (step.dtype() != DType::f32 && step.dtype() != DType::i32) fail(Op::lr_schedule, "the step counter must be f32 or i32");
+  return graph_of(Op::lr_schedule, {step}).add_node(Op::lr_schedule, a, {step.id}, TensorType{DType::f32, {}});
+}
+
+Tensor bias_correction(Tensor step, double beta, double power) {
+  constexpr Op op = Op::bias_correction;
+  if (step.rank() != 0) fail(op, "expects a scalar step counter");
+  if (step.dtype() != DType::f32 && step.dtype() != DType::i32) fail(op, "the step counter must be f32 or i32");
+  if (!(beta >= 0 && beta < 1)) fail(op, "beta must be in [0, 1)");
+  return graph_of(op, {step}).add_node(op, BiasCorrectionAttrs{beta, power}, {step.id}, TensorType{DType::f32, {}});
+}
+
+Tensor increment(Tensor counter) {
+  constexpr Op op = Op::increment;
+  if (counter.rank() != 0 || counter.dtype() != DType::i32) {
+    fail(op, "expects an i32 scalar counter, got " + std::string(dtype_name(counter.dtype())) + shape_str(counter.shape()));
+  }
+  return graph_of(op, {counter}).add_node(op, NoAttrs{}, {counter.id}, counter.type());
 }
 
 }  // namespace meganeura

@@ -162,6 +162,7 @@ struct AttrJson {
   json operator()(const OneHotAttrs& a) const { return {{"classes", a.classes}, {"ignore_index", a.ignore_index}}; }
   json operator()(const RopeAttrs& a) const { return {{"theta", a.theta}, {"inverse", a.inverse}}; }
   json operator()(const MaskAttrs& a) const { return {{"fill", a.fill}}; }
+  json operator()(const BiasCorrectionAttrs& a) const { return {{"beta", a.beta}, {"power", a.power}}; }
   json operator()(const ScheduleAttrs& a) const {
     return {{"base_lr", a.base_lr}, {"warmup", a.warmup}, {"total", a.total}, {"min_lr", a.min_lr}};
   }

@@ -48,8 +48,8 @@ constexpr std::array<OpInfo, kOpCount> kTable = {{
     row(sum, "sum", 1, F::reduce, G::vjp),
     row(mean, "mean", 1, F::reduce, G::vjp),
     row(max, "max", 1, F::reduce, G::vjp),
-    row(softmax, "softmax", 1, F::reduce, G::vjp, 0),
-    row(log_softmax, "log_softmax", 1, F::reduce, G::vjp, 0),
+    row(softmax, "softmax", 1, F::reduce, G::vjp),  // reads whole rows: in place only if every kernel guarantees it
+    row(log_softmax, "log_softmax", 1, F::reduce, G::vjp),
     row(matmul, "matmul", 2, F::linalg, G::vjp),
     row(conv2d, "conv2d", 2, F::conv, G::vjp),
     row(conv2d_backward_input, "conv2d_backward_input", 2, F::conv, G::backward_only, -1, conv2d),
@@ -71,6 +71,8 @@ constexpr std::array<OpInfo, kOpCount> kTable = {{
     row(rope, "rope", 1, F::seq, G::vjp),
     row(causal_mask, "causal_mask", 1, F::seq, G::vjp, 0),
     row(lr_schedule, "lr_schedule", 1, F::optim, G::none),
+    row(bias_correction, "bias_correction", 1, F::optim, G::none),
+    row(increment, "increment", 1, F::optim, G::none, 0),
 }};
 
 constexpr bool table_is_ordered() {

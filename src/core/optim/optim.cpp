@@ -22,7 +22,8 @@ void append_update(Graph& g, const std::vector<std::pair<Tensor, Tensor>>& pg, c
   if (c.kind != Kind::sgd && !(c.beta1 >= 0 && c.beta1 < 1 && c.beta2 >= 0 && c.beta2 < 1 && c.eps > 0)) {
     throw std::invalid_argument("[optim] adam needs 0 <= beta1, beta2 < 1 and eps > 0");
   }
-  Tensor step = g.state(kStepName, {}, Init{Init::zeros});
+  // An integer counter: exact to 2^31 steps (an f32 one stops counting at 2^24).
+  Tensor step = g.state(kStepName, {}, Init{Init::zeros}, DType::i32);
   ScheduleAttrs sched{c.lr, c.warmup_steps, c.total_steps, c.min_lr};
   Tensor lr = lr_schedule(step, sched);
   g.output("lr", lr);
@@ -44,7 +45,6 @@ void append_update(Graph& g, const std::vector<std::pair<Tensor, Tensor>>& pg, c
     for (auto& gr : grads) gr = gr * coef;
   }
 
-  Tensor t = step + 1.0;  // the step being taken, from 1
   for (size_t i = 0; i < pg.size(); ++i) {
     Tensor p = pg[i].first, gr = grads[i];
     const std::string& name = g.node(p.id).name;
@@ -66,17 +66,17 @@ void append_update(Graph& g, const std::vector<std::pair<Tensor, Tensor>>& pg, c
       Tensor v2 = v * c.beta2 + (gr * gr) * (1 - c.beta2);
       g.assign(m, m2);
       g.assign(v, v2);
-      // bias corrections 1 - beta^t, as exp(t ln beta)
-      Tensor bc1 = affine(exp(t * std::log(c.beta1 > 0 ? c.beta1 : 1e-300)), -1, 1);
-      Tensor bc2 = affine(exp(t * std::log(c.beta2 > 0 ? c.beta2 : 1e-300)), -1, 1);
-      Tensor denom = sqrt(v2) * rsqrt(bc2) + c.eps;
+      // Bias corrections 1 - beta^t in double: in f32 they cancel for beta near 1.
+      Tensor inv_bc1 = bias_correction(step, c.beta1, -1.0);
+      Tensor rsqrt_bc2 = bias_correction(step, c.beta2, -0.5);
+      Tensor denom = sqrt(v2) * rsqrt_bc2 + c.eps;
       Tensor base = p;
       if (c.kind == Kind::adamw && c.weight_decay > 0) base = p - p * (lr * c.weight_decay);
-      next = base - (m2 / denom) * (lr / bc1);
+      next = base - (m2 / denom) * (lr * inv_bc1);
     }
     g.assign(p, next);
   }
-  g.assign(step, t);
+  g.assign(step, increment(step));
 }
 
 }  // namespace meganeura

@@ -24,7 +24,7 @@ void save_checkpoint(const Session& s, const std::filesystem::path& path,
     ck.tensors[name] = io::TensorRecord{b.stored, b.type.shape, std::move(bytes)};
     (b.role == Role::parameter ? params : states).push_back(name);
   }
-  if (s.buffers().count(kStepName)) ck.metadata["step"] = std::to_string(int64_t(std::llround(s.scalar(kStepName))));
+  if (s.buffers().count(kStepName)) ck.metadata["step"] = std::to_string(int64_t(std::llround(s.get_f64(kStepName).at(0))));
   ck.metadata["layout"] = nlohmann::json{{"parameters", params}, {"optimizer_state", states}}.dump();
   io::write_checkpoint(path, ck);
 }

@@ -60,20 +60,33 @@ std::string Session::device_name() const { return backend_->device_name(); }
 size_t Session::add(const Graph& g) {
   PlanOptions po;
   po.float_dtype = options_.f64_oracle ? DType::f64 : DType::f32;
+  po.limits = backend_->limits();
+  po.verify = false;  // add(Program) verifies
   return add(plan(g, po));
 }
 
 size_t Session::add(Program p) {
-  size_t index = backend_->add_program(p);
+  // Every check before the backend sees the program, so a refused program changes nothing.
+  verify(p);
+  const DeviceLimits device = backend_->limits();
+  if (p.limits.buffer_limit() > device.buffer_limit() || p.limits.offset_alignment % device.offset_alignment) {
+    throw std::invalid_argument("[session] the program was planned for buffers of up to " + std::to_string(p.limits.buffer_limit()) +
+                                " bytes at alignment " + std::to_string(p.limits.offset_alignment) + "; " + device_name() +
+                                " allows " + std::to_string(device.buffer_limit()) + " at alignment " +
+                                std::to_string(device.offset_alignment));
+  }
   for (const ExternalBuffer& e : p.externals) {
     auto it = buffers_.find(e.name);
-    if (it != buffers_.end()) {
-      if (it->second.type != e.type) {
-        throw std::invalid_argument("[session] buffer '" + e.name + "' has shape " + shape_str(it->second.type.shape) +
-                                    " in one program and " + shape_str(e.type.shape) + " in another");
-      }
-      continue;
+    if (it != buffers_.end() && (it->second.type != e.type || it->second.stored != e.stored)) {
+      throw std::invalid_argument("[session] buffer '" + e.name + "' is " + std::string(dtype_name(it->second.stored)) +
+                                  shape_str(it->second.type.shape) + " in one program and " +
+                                  std::string(dtype_name(e.stored)) + shape_str(e.type.shape) + " in another");
     }
+  }
+  size_t index = backend_->add_program(p);
+  if (index != programs_.size()) throw std::logic_error("[session] backend and session disagree on program indices");
+  for (const ExternalBuffer& e : p.externals) {
+    if (buffers_.count(e.name)) continue;
     buffers_.emplace(e.name, e);
     initialise(e);
   }

@@ -62,6 +62,6 @@ float Trainer::step() {
   return loss;
 }
 
-int64_t Trainer::updates() const { return int64_t(session_.scalar(kStepName)); }
+int64_t Trainer::updates() const { return int64_t(session_.get_f64(kStepName).at(0)); }
 
 }  // namespace meganeura

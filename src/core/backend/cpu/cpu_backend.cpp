@@ -25,9 +25,9 @@ struct HostBuffer {
 
 struct Prepared {
   Program program;
-  std::unique_ptr<HostBuffer> arena;
+  std::vector<std::unique_ptr<HostBuffer>> arenas;
   std::vector<std::vector<cpu::Arg>> ins;  // per dispatch
-  std::vector<cpu::Arg> outs;
+  std::vector<std::vector<cpu::Arg>> outs;
 };
 
 class CpuBackend final : public Backend {
@@ -37,36 +37,39 @@ class CpuBackend final : public Backend {
   }
 
   std::string device_name() const override { return "cpu (" + std::to_string(cpu::thread_count()) + " threads)"; }
+  DeviceLimits limits() const override { return DeviceLimits{}; }  // host memory: no binding limit
 
   size_t add_program(const Program& p) override {
     auto prep = std::make_unique<Prepared>();
     prep->program = p;
     const Program& q = prep->program;
+    // Checks first: a refused program leaves no buffers behind.
+    for (const Dispatch& d : q.dispatches) validate(q, d);
     for (const ExternalBuffer& e : q.externals) {
       size_t bytes = size_t(e.type.numel()) * dtype_size(e.stored);
       auto it = buffers_.find(e.name);
-      if (it == buffers_.end()) {
-        buffers_.emplace(e.name, std::make_unique<HostBuffer>(bytes));
-        continue;
-      }
-      if (it->second->bytes != bytes) {
+      if (it != buffers_.end() && it->second->bytes != bytes) {
         throw std::invalid_argument("[cpu] buffer '" + e.name + "' is " + std::to_string(it->second->bytes) +
                                     " bytes in one program and " + std::to_string(bytes) + " in another");
       }
     }
-    prep->arena = std::make_unique<HostBuffer>(q.arena_bytes);
+    for (const ExternalBuffer& e : q.externals) {
+      if (!buffers_.count(e.name)) buffers_.emplace(e.name, std::make_unique<HostBuffer>(size_t(e.type.numel()) * dtype_size(e.stored)));
+    }
+    for (uint64_t bytes : q.arena_buffers) prep->arenas.push_back(std::make_unique<HostBuffer>(bytes));
     auto arg = [&](uint32_t t) {
       const ProgramTensor& pt = q.tensors.at(t);
       std::byte* base = pt.external() ? static_cast<std::byte*>(buffers_.at(pt.binding)->data.get())
-                                      : static_cast<std::byte*>(prep->arena->data.get()) + pt.offset;
+                                      : static_cast<std::byte*>(prep->arenas.at(pt.buffer)->data.get()) + pt.offset;
       return cpu::Arg{base, &pt};
     };
     for (const Dispatch& d : q.dispatches) {
-      validate(q, d);
       std::vector<cpu::Arg> in;
       for (uint32_t r : d.reads) in.push_back(arg(r));
       prep->ins.push_back(std::move(in));
-      prep->outs.push_back(arg(d.write));
+      std::vector<cpu::Arg> out;
+      for (uint32_t w : d.writes) out.push_back(arg(w));
+      prep->outs.push_back(std::move(out));
     }
     programs_.push_back(std::move(prep));
     return programs_.size() - 1;
@@ -90,8 +93,8 @@ class CpuBackend final : public Backend {
     const bool f64 = p.program.float_dtype == DType::f64;
     for (size_t i = 0; i < p.program.dispatches.size(); ++i) {
       const Dispatch& d = p.program.dispatches[i];
-      if (f64) execute<double>(d, p.ins[i], p.outs[i]);
-      else execute<float>(d, p.ins[i], p.outs[i]);
+      if (f64) execute<double>(d, p.ins[i], p.outs[i][0]);
+      else execute<float>(d, p.ins[i], p.outs[i][0]);
     }
   }
 
@@ -105,16 +108,20 @@ class CpuBackend final : public Backend {
   // Every float tensor a kernel touches must be in the program's compute dtype; only cast
   // converts between storage types.
   static void validate(const Program& p, const Dispatch& d) {
+    if (d.writes.size() != 1) {
+      throw std::invalid_argument("[cpu] " + std::string(op_name(d.op)) + " with " + std::to_string(d.writes.size()) +
+                                  " outputs: the reference kernels write one");
+    }
     if (d.op == Op::cast) return;
     auto ok = [&](uint32_t t) {
       DType s = p.tensors[t].stored;
       return !dtype_is_float(s) || s == p.float_dtype;
     };
-    bool good = ok(d.write);
+    bool good = ok(d.write());
     for (uint32_t r : d.reads) good &= ok(r);
     if (!good) {
       throw std::invalid_argument("[cpu] " + std::string(op_name(d.op)) + " on " +
-                                  std::string(dtype_name(p.tensors[d.write].stored)) +
+                                  std::string(dtype_name(p.tensors[d.write()].stored)) +
                                   " is not supported by the reference backend; cast to f32 first");
     }
   }

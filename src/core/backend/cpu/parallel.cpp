@@ -34,8 +34,16 @@ class Pool {
     ++generation_;
     lock.unlock();
     wake_.notify_all();
-    chunk(0, body);
+    // The caller's own chunk may throw: wait for the workers anyway, since they still use
+    // `body`, and report the first error once all are done.
+    std::exception_ptr mine;
+    try {
+      chunk(0, body);
+    } catch (...) {
+      mine = std::current_exception();
+    }
     lock.lock();
+    if (mine && !error_) error_ = mine;
     done_.wait(lock, [&] { return pending_ == 0; });
     body_ = nullptr;
     if (error_) std::rethrow_exception(error_);

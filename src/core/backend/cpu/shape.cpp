@@ -153,6 +153,13 @@ void index(const Dispatch& d, const std::vector<Arg>& in, const Arg& out) {
   }
 }
 
+// A scalar step counter as stored (f32, f64 in the oracle, or i32), exactly.
+double counter_value(const Arg& a) {
+  double v = 0;
+  convert(a.t->stored, a.data, DType::f64, &v, 1);
+  return v;
+}
+
 template <class T>
 void sequence(const Dispatch& d, const std::vector<Arg>& in, const Arg& out) {
   const T* x = in[0].as<T>();
@@ -201,7 +208,7 @@ void sequence(const Dispatch& d, const std::vector<Arg>& in, const Arg& out) {
     }
     case Op::lr_schedule: {
       const auto& a = std::get<ScheduleAttrs>(d.attrs);
-      const double t = double(x[0]) + 1;  // the step being taken, counting from 1
+      const double t = counter_value(in[0]) + 1;  // the step being taken, counting from 1
       double lr = a.base_lr;
       if (a.warmup > 0 && t <= double(a.warmup)) {
         lr = a.base_lr * t / double(a.warmup);
@@ -210,6 +217,20 @@ void sequence(const Dispatch& d, const std::vector<Arg>& in, const Arg& out) {
         lr = a.min_lr + (a.base_lr - a.min_lr) * 0.5 * (1 + std::cos(std::numbers::pi * progress));
       }
       y[0] = T(lr);
+      return;
+    }
+    case Op::bias_correction: {
+      const auto& a = std::get<BiasCorrectionAttrs>(d.attrs);
+      const double t = counter_value(in[0]) + 1;
+      // 1 - beta^t as -expm1(t ln beta): no cancellation when beta^t is close to 1.
+      const double c = a.beta > 0 ? -std::expm1(t * std::log(a.beta)) : 1.0;
+      y[0] = T(std::pow(c, a.power));
+      return;
+    }
+    case Op::increment: {
+      const int32_t n = in[0].as<int32_t>()[0];
+      if (n == INT32_MAX) kernel_error(d.op, "counter overflows i32");
+      out.as<int32_t>()[0] = n + 1;
       return;
     }
     default: kernel_error(d.op, "not a sequence op");

@@ -1,0 +1,352 @@
+// The Program's JSON form (to_json, from_json), its text dump and its hash.
+#include <nlohmann/json.hpp>
+
+#include <cmath>
+#include <set>
+#include <sstream>
+#include <stdexcept>
+
+#include "graph/op_table.h"
+#include "meganeura/program.h"
+
+namespace meganeura {
+
+using nlohmann::json;
+
+double Program::total_flops() const {
+  double f = 0;
+  for (const Dispatch& d : dispatches) f += d.flops;
+  return f;
+}
+double Program::total_bytes() const {
+  double b = 0;
+  for (const Dispatch& d : dispatches) b += d.bytes;
+  return b;
+}
+size_t Program::barrier_count() const {
+  size_t n = 0;
+  for (const Dispatch& d : dispatches) n += d.barrier;
+  return n;
+}
+const ExternalBuffer* Program::external(const std::string& name) const {
+  for (const ExternalBuffer& e : externals) {
+    if (e.name == name) return &e;
+  }
+  return nullptr;
+}
+
+namespace {
+
+// Doubles that JSON cannot hold (inf, nan) are written as strings.
+json number(double v) {
+  if (std::isfinite(v)) return v;
+  return std::isnan(v) ? "nan" : v > 0 ? "inf" : "-inf";
+}
+
+json limits_json(const DeviceLimits& l) {
+  return {{"max_binding_bytes", l.max_binding_bytes}, {"max_allocation_bytes", l.max_allocation_bytes},
+          {"offset_alignment", l.offset_alignment}};
+}
+
+}  // namespace
+
+std::string Program::to_json() const {
+  json ts = json::array();
+  for (const ProgramTensor& t : tensors) {
+    ts.push_back({{"dtype", dtype_name(t.type.dtype)}, {"stored", dtype_name(t.stored)},
+                  {"shape", t.type.shape}, {"role", role_name(t.role)}, {"binding", t.binding},
+                  {"buffer", t.buffer}, {"offset", t.offset}, {"bytes", t.bytes}, {"node", t.node},
+                  {"view_of", t.view_of}});
+  }
+  json ds = json::array();
+  for (const Dispatch& d : dispatches) {
+    json waits = json::array();
+    for (const Hazard& h : d.waits) waits.push_back({h.dispatch, hazard_name(h.kind)});
+    ds.push_back({{"op", op_name(d.op)}, {"attrs", json::parse(attrs_json(d.attrs))},
+                  {"reads", d.reads}, {"writes", d.writes}, {"flops", number(d.flops)}, {"bytes", number(d.bytes)},
+                  {"waits", waits}, {"barrier", d.barrier}});
+  }
+  json es = json::array();
+  for (const ExternalBuffer& e : externals) {
+    json values = json::array();
+    for (double v : e.const_data) values.push_back(number(v));
+    es.push_back({{"name", e.name}, {"role", role_name(e.role)}, {"dtype", dtype_name(e.type.dtype)},
+                  {"stored", dtype_name(e.stored)}, {"shape", e.type.shape},
+                  {"init", {int(e.init.kind), number(e.init.a)}}, {"values", values}});
+  }
+  return json{{"float_dtype", dtype_name(float_dtype)}, {"limits", limits_json(limits)},
+              {"arena_buffers", arena_buffers}, {"arena_bytes", arena_bytes},
+              {"graph_hash", graph_hash}, {"tensors", ts}, {"dispatches", ds}, {"externals", es},
+              {"memory", {{"logical", memory.logical_bytes}, {"planned", memory.planned_bytes},
+                          {"lower_bound", memory.lower_bound_bytes}, {"external", memory.external_bytes},
+                          {"inplace_reuses", memory.inplace_reuses}, {"views", memory.views}}}}
+      .dump();
+}
+
+uint64_t Program::hash() const { return fnv1a(to_json()); }
+
+// ---- from_json -----
+namespace {
+
+[[noreturn]] void bad(const std::string& path, const std::string& what) {
+  throw std::invalid_argument("[program] from_json: " + path + ": " + what);
+}
+
+const json& field(const json& j, const std::string& key, const std::string& path) {
+  if (!j.is_object()) bad(path, "expected an object");
+  auto it = j.find(key);
+  if (it == j.end()) bad(path + "." + key, "missing");
+  return *it;
+}
+
+uint64_t as_u64(const json& j, const std::string& path) {
+  if (!j.is_number_unsigned()) bad(path, "expected a non-negative integer, got " + j.dump());
+  return j.get<uint64_t>();
+}
+int64_t as_i64(const json& j, const std::string& path) {
+  if (!j.is_number_integer()) bad(path, "expected an integer, got " + j.dump());
+  return j.get<int64_t>();
+}
+uint32_t as_u32(const json& j, const std::string& path) {
+  uint64_t v = as_u64(j, path);
+  if (v > UINT32_MAX) bad(path, "out of range");
+  return uint32_t(v);
+}
+double as_double(const json& j, const std::string& path) {
+  if (j.is_number()) return j.get<double>();
+  if (j == "inf") return INFINITY;
+  if (j == "-inf") return -INFINITY;
+  if (j == "nan") return NAN;
+  bad(path, "expected a number, got " + j.dump());
+}
+bool as_bool(const json& j, const std::string& path) {
+  if (!j.is_boolean()) bad(path, "expected true or false, got " + j.dump());
+  return j.get<bool>();
+}
+std::string as_string(const json& j, const std::string& path) {
+  if (!j.is_string()) bad(path, "expected a string, got " + j.dump());
+  return j.get<std::string>();
+}
+const json& as_array(const json& j, const std::string& path) {
+  if (!j.is_array()) bad(path, "expected an array");
+  return j;
+}
+std::vector<int64_t> as_ints(const json& j, const std::string& path) {
+  std::vector<int64_t> v;
+  for (size_t i = 0; i < as_array(j, path).size(); ++i) v.push_back(as_i64(j[i], path + "[" + std::to_string(i) + "]"));
+  return v;
+}
+std::vector<uint32_t> as_indices(const json& j, const std::string& path) {
+  std::vector<uint32_t> v;
+  for (size_t i = 0; i < as_array(j, path).size(); ++i) v.push_back(as_u32(j[i], path + "[" + std::to_string(i) + "]"));
+  return v;
+}
+DType as_dtype(const json& j, const std::string& path) {
+  std::string s = as_string(j, path);
+  for (DType t : {DType::f32, DType::f16, DType::bf16, DType::i32, DType::u32, DType::f64}) {
+    if (dtype_name(t) == s) return t;
+  }
+  bad(path, "unknown dtype '" + s + "'");
+}
+Role as_role(const json& j, const std::string& path) {
+  std::string s = as_string(j, path);
+  for (Role r : {Role::input, Role::parameter, Role::state, Role::constant, Role::output, Role::temp}) {
+    if (role_name(r) == s) return r;
+  }
+  bad(path, "unknown role '" + s + "'");
+}
+Op as_op(const json& j, const std::string& path) {
+  std::string s = as_string(j, path);
+  for (const OpInfo& info : op_table()) {
+    if (info.name == s) return info.op;
+  }
+  bad(path, "unknown op '" + s + "'");
+}
+void pair2(const json& j, const std::string& key, const std::string& path, int64_t out[2]) {
+  auto v = as_ints(field(j, key, path), path + "." + key);
+  if (v.size() != 2) bad(path + "." + key, "expected two integers");
+  out[0] = v[0];
+  out[1] = v[1];
+}
+
+// Attributes are written without their type; the set of keys names it.
+Attrs attrs_from(const json& j, const std::string& path) {
+  if (!j.is_object()) bad(path, "expected an object");
+  std::set<std::string> keys;
+  for (auto& [k, v] : j.items()) keys.insert(k);
+  using K = std::set<std::string>;
+  auto f = [&](const char* k) { return field(j, k, path); };
+  auto p = [&](const char* k) { return path + "." + k; };
+  if (keys.empty()) return NoAttrs{};
+  if (keys == K{"scale", "shift"}) return AffineAttrs{as_double(f("scale"), p("scale")), as_double(f("shift"), p("shift"))};
+  if (keys == K{"to"}) return CastAttrs{as_dtype(f("to"), p("to"))};
+  if (keys == K{"max_norm"}) return ClipAttrs{as_double(f("max_norm"), p("max_norm"))};
+  if (keys == K{"axes", "keepdims"}) return ReduceAttrs{as_ints(f("axes"), p("axes")), as_bool(f("keepdims"), p("keepdims"))};
+  if (keys == K{"axis"}) return AxisAttrs{as_i64(f("axis"), p("axis"))};
+  if (keys == K{"trans_a", "trans_b"}) return MatmulAttrs{as_bool(f("trans_a"), p("trans_a")), as_bool(f("trans_b"), p("trans_b"))};
+  if (keys == K{"stride", "pad", "dilation", "groups", "grad_shape"}) {
+    ConvAttrs a;
+    pair2(j, "stride", path, a.stride);
+    pair2(j, "pad", path, a.pad);
+    pair2(j, "dilation", path, a.dilation);
+    a.groups = as_i64(f("groups"), p("groups"));
+    a.grad_shape = as_ints(f("grad_shape"), p("grad_shape"));
+    return a;
+  }
+  if (keys == K{"kernel", "stride", "pad", "grad_shape"}) {
+    PoolAttrs a;
+    pair2(j, "kernel", path, a.kernel);
+    pair2(j, "stride", path, a.stride);
+    pair2(j, "pad", path, a.pad);
+    a.grad_shape = as_ints(f("grad_shape"), p("grad_shape"));
+    return a;
+  }
+  if (keys == K{"shape"}) return ShapeAttrs{as_ints(f("shape"), p("shape"))};
+  if (keys == K{"perm"}) return PermuteAttrs{as_ints(f("perm"), p("perm"))};
+  if (keys == K{"starts", "ends"}) return SliceAttrs{as_ints(f("starts"), p("starts")), as_ints(f("ends"), p("ends"))};
+  if (keys == K{"before", "after"}) return PadAttrs{as_ints(f("before"), p("before")), as_ints(f("after"), p("after"))};
+  if (keys == K{"num_rows"}) return EmbeddingAttrs{as_i64(f("num_rows"), p("num_rows"))};
+  if (keys == K{"classes", "ignore_index"}) return OneHotAttrs{as_i64(f("classes"), p("classes")), as_i64(f("ignore_index"), p("ignore_index"))};
+  if (keys == K{"theta", "inverse"}) return RopeAttrs{as_double(f("theta"), p("theta")), as_bool(f("inverse"), p("inverse"))};
+  if (keys == K{"fill"}) return MaskAttrs{as_double(f("fill"), p("fill"))};
+  if (keys == K{"base_lr", "warmup", "total", "min_lr"}) {
+    return ScheduleAttrs{as_double(f("base_lr"), p("base_lr")), as_i64(f("warmup"), p("warmup")),
+                         as_i64(f("total"), p("total")), as_double(f("min_lr"), p("min_lr"))};
+  }
+  if (keys == K{"beta", "power"}) return BiasCorrectionAttrs{as_double(f("beta"), p("beta")), as_double(f("power"), p("power"))};
+  bad(path, "attributes " + j.dump() + " match no op's attribute set");
+}
+
+}  // namespace
+
+Program Program::from_json(const std::string& text) {
+  json root;
+  try {
+    root = json::parse(text);
+  } catch (const json::parse_error& e) {
+    throw std::invalid_argument(std::string("[program] from_json: not valid JSON: ") + e.what());
+  }
+  Program p;
+  const std::string r = "program";
+  p.float_dtype = as_dtype(field(root, "float_dtype", r), r + ".float_dtype");
+  const json& lim = field(root, "limits", r);
+  p.limits.max_binding_bytes = as_u64(field(lim, "max_binding_bytes", r + ".limits"), r + ".limits.max_binding_bytes");
+  p.limits.max_allocation_bytes = as_u64(field(lim, "max_allocation_bytes", r + ".limits"), r + ".limits.max_allocation_bytes");
+  p.limits.offset_alignment = as_u64(field(lim, "offset_alignment", r + ".limits"), r + ".limits.offset_alignment");
+  const json& bufs = as_array(field(root, "arena_buffers", r), r + ".arena_buffers");
+  for (size_t i = 0; i < bufs.size(); ++i) p.arena_buffers.push_back(as_u64(bufs[i], r + ".arena_buffers[" + std::to_string(i) + "]"));
+  p.arena_bytes = as_u64(field(root, "arena_bytes", r), r + ".arena_bytes");
+  p.graph_hash = as_u64(field(root, "graph_hash", r), r + ".graph_hash");
+
+  const json& ts = as_array(field(root, "tensors", r), r + ".tensors");
+  for (size_t i = 0; i < ts.size(); ++i) {
+    const json& t = ts[i];
+    const std::string path = "tensors[" + std::to_string(i) + "]";
+    auto at = [&](const char* k) -> const json& { return field(t, k, path); };
+    auto pk = [&](const char* k) { return path + "." + k; };
+    ProgramTensor x;
+    x.type.dtype = as_dtype(at("dtype"), pk("dtype"));
+    x.type.shape = as_ints(at("shape"), pk("shape"));
+    x.stored = as_dtype(at("stored"), pk("stored"));
+    x.role = as_role(at("role"), pk("role"));
+    x.binding = as_string(at("binding"), pk("binding"));
+    x.buffer = as_u32(at("buffer"), pk("buffer"));
+    x.offset = as_u64(at("offset"), pk("offset"));
+    x.bytes = as_u64(at("bytes"), pk("bytes"));
+    x.node = as_u32(at("node"), pk("node"));
+    int64_t v = as_i64(at("view_of"), pk("view_of"));
+    if (v < -1 || v > INT32_MAX) bad(pk("view_of"), "out of range");
+    x.view_of = int32_t(v);
+    p.tensors.push_back(std::move(x));
+  }
+  const json& ds = as_array(field(root, "dispatches", r), r + ".dispatches");
+  for (size_t i = 0; i < ds.size(); ++i) {
+    const json& d = ds[i];
+    const std::string path = "dispatches[" + std::to_string(i) + "]";
+    auto at = [&](const char* k) -> const json& { return field(d, k, path); };
+    auto pk = [&](const char* k) { return path + "." + k; };
+    Dispatch x{as_op(at("op"), pk("op")), attrs_from(at("attrs"), pk("attrs")), as_indices(at("reads"), pk("reads")),
+               as_indices(at("writes"), pk("writes")), 0, 0, {}, false};
+    x.flops = as_double(at("flops"), pk("flops"));
+    x.bytes = as_double(at("bytes"), pk("bytes"));
+    const json& waits = as_array(at("waits"), pk("waits"));
+    for (size_t k = 0; k < waits.size(); ++k) {
+      const std::string wp = pk("waits") + "[" + std::to_string(k) + "]";
+      if (!waits[k].is_array() || waits[k].size() != 2) bad(wp, "expected [dispatch, \"raw\"|\"war\"|\"waw\"]");
+      Hazard h{as_u32(waits[k][0], wp + "[0]")};
+      std::string kind = as_string(waits[k][1], wp + "[1]");
+      if (kind == "raw") h.kind = HazardKind::raw;
+      else if (kind == "war") h.kind = HazardKind::war;
+      else if (kind == "waw") h.kind = HazardKind::waw;
+      else bad(wp + "[1]", "unknown hazard kind '" + kind + "'");
+      x.waits.push_back(h);
+    }
+    x.barrier = as_bool(at("barrier"), pk("barrier"));
+    p.dispatches.push_back(std::move(x));
+  }
+  const json& es = as_array(field(root, "externals", r), r + ".externals");
+  for (size_t i = 0; i < es.size(); ++i) {
+    const json& e = es[i];
+    const std::string path = "externals[" + std::to_string(i) + "]";
+    auto at = [&](const char* k) -> const json& { return field(e, k, path); };
+    auto pk = [&](const char* k) { return path + "." + k; };
+    ExternalBuffer x;
+    x.name = as_string(at("name"), pk("name"));
+    x.role = as_role(at("role"), pk("role"));
+    x.type.dtype = as_dtype(at("dtype"), pk("dtype"));
+    x.type.shape = as_ints(at("shape"), pk("shape"));
+    x.stored = as_dtype(at("stored"), pk("stored"));
+    const json& init = at("init");
+    if (!init.is_array() || init.size() != 2) bad(pk("init"), "expected [kind, value]");
+    int64_t kind = as_i64(init[0], pk("init") + "[0]");
+    if (kind < 0 || kind > int64_t(Init::constant)) bad(pk("init") + "[0]", "unknown initialiser " + std::to_string(kind));
+    x.init = Init{Init::Kind(kind), as_double(init[1], pk("init") + "[1]")};
+    const json& values = as_array(at("values"), pk("values"));
+    for (size_t k = 0; k < values.size(); ++k) x.const_data.push_back(as_double(values[k], pk("values") + "[" + std::to_string(k) + "]"));
+    p.externals.push_back(std::move(x));
+  }
+  const json& m = field(root, "memory", r);
+  const std::string mp = r + ".memory";
+  p.memory.logical_bytes = as_u64(field(m, "logical", mp), mp + ".logical");
+  p.memory.planned_bytes = as_u64(field(m, "planned", mp), mp + ".planned");
+  p.memory.lower_bound_bytes = as_u64(field(m, "lower_bound", mp), mp + ".lower_bound");
+  p.memory.external_bytes = as_u64(field(m, "external", mp), mp + ".external");
+  p.memory.inplace_reuses = as_u32(field(m, "inplace_reuses", mp), mp + ".inplace_reuses");
+  p.memory.views = as_u32(field(m, "views", mp), mp + ".views");
+  return p;
+}
+
+// ---- dump -----
+std::string Program::dump() const {
+  std::ostringstream os;
+  os << "arena " << arena_bytes << " bytes in " << arena_buffers.size() << " buffer(s) (lower bound "
+     << memory.lower_bound_bytes << ", logical " << memory.logical_bytes << ")\n";
+  auto name = [&](uint32_t t) {
+    if (t >= tensors.size()) return "t" + std::to_string(t) + "?";
+    const ProgramTensor& x = tensors[t];
+    return x.role == Role::temp ? "t" + std::to_string(t) + "@" + std::to_string(x.buffer) + ":" + std::to_string(x.offset)
+                                : x.binding;
+  };
+  for (size_t i = 0; i < dispatches.size(); ++i) {
+    const Dispatch& d = dispatches[i];
+    if (d.barrier) os << "-- barrier\n";
+    os << '#' << i << ' ';
+    for (size_t k = 0; k < d.writes.size(); ++k) os << (k ? ", " : "") << name(d.writes[k]);
+    os << " = " << op_name(d.op) << '(';
+    for (size_t k = 0; k < d.reads.size(); ++k) os << (k ? ", " : "") << name(d.reads[k]);
+    os << ')';
+    std::string a = attrs_json(d.attrs);
+    if (a != "{}") os << ' ' << a;
+    if (!d.writes.empty() && d.writes[0] < tensors.size()) {
+      os << " : " << dtype_name(tensors[d.writes[0]].type.dtype) << shape_str(tensors[d.writes[0]].type.shape);
+    }
+    if (!d.waits.empty()) {
+      os << "  waits";
+      for (const Hazard& h : d.waits) os << ' ' << hazard_name(h.kind) << ":#" << h.dispatch;
+    }
+    os << '\n';
+  }
+  return os.str();
+}
+
+}  // namespace meganeura
