@@ -9,6 +9,8 @@
 
 #include "commands.h"
 #include "meganeura/checkpoint.h"
+#include "meganeura/passes.h"
+#include "meganeura/schedule.h"
 #include "meganeura/train.h"
 #include "tasks.h"
 
@@ -149,10 +151,16 @@ int run_program(const TrainArgs& a) {
     task->add_inference(s);
     p = s.program(0);
   } else {
-    p = plan(training_graph([&](Graph& g) { return task->build_loss(g); }, task->default_optimizer()));
+    p = plan(optimize(training_graph([&](Graph& g) { return task->build_loss(g); }, task->default_optimizer())));
   }
+  const Schedule sched = lower(p);
   if (a.json) {
-    std::cout << p.to_json() << "\n";
+    // the program, each dispatch with the kernel launch the schedule lowers it to
+    auto j = nlohmann::json::parse(p.to_json());
+    auto launches = nlohmann::json::parse(sched.to_json());
+    for (size_t i = 0; i < j["dispatches"].size(); ++i) j["dispatches"][i].update(launches["launches"][i]);
+    j["workspace_bytes"] = sched.workspace_bytes;
+    std::cout << j.dump() << "\n";
     return 0;
   }
   std::cout << p.dump();

@@ -5,6 +5,7 @@
 
 #include "backend/cpu/kernels.h"
 #include "graph/op_table.h"
+#include "meganeura/passes.h"
 
 namespace meganeura {
 
@@ -60,7 +61,7 @@ std::string Session::device_name() const { return backend_->device_name(); }
 size_t Session::add(const Graph& g) {
   PlanOptions po;
   po.float_dtype = options_.f64_oracle ? DType::f64 : DType::f32;
-  return add(plan(g, po));
+  return add(plan(optimize(g), po));  // the rewrite passes run between autodiff and the plan
 }
 
 size_t Session::add(Program p) {
