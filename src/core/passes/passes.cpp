@@ -270,11 +270,11 @@ class Fuser {
       if (!is_pointwise(g, n) || u_.pinned[id] || u_.consumers[id].empty()) continue;
       bool ok = true;
       for (NodeId c : u_.consumers[id]) ok &= is_pointwise(g, g.node(c)) || is_reduce_host(g, g.node(c));
-      // a node reading a matmul used nowhere else stays a host: it becomes that matmul's epilogue
-      // (inlined into several consumers, the matmul would be read by all of them)
+      // a node with several consumers reading a matmul used nowhere else stays a host: it becomes
+      // that matmul's epilogue (inlined into several consumers, all of them would read the product)
       for (NodeId k : n.inputs) {
         const Node& m = g.node(k);
-        if (epilogues && m.op == Op::matmul && u_.single(k) && m.type.shape == n.type.shape) ok = false;
+        if (epilogues && u_.count[id] > 1 && m.op == Op::matmul && u_.single(k) && m.type.shape == n.type.shape) ok = false;
       }
       inl_[id] = ok;
     }
@@ -316,7 +316,8 @@ class Fuser {
       }
       Program& p = it->second;
       const Node& n = g_.node(id);
-      const bool trivial = p.code.size() == n.inputs.size() + 1 && !reduce_host(id);
+      bool trivial = !reduce_host(id);  // nothing inlined: the node stays as it is
+      for (NodeId k : n.inputs) trivial &= inl_[k] != 1;
       NodeId mm = epilogues_ ? epilogue_matmul(id, p, leaf_hosts) : kNone;
       if (mm != kNone) {
         // the product becomes program input 0; node inputs are (a, b, other leaves...)

@@ -48,8 +48,9 @@ void linear(KernelLaunch& l, int64_t n) {
               u32((groups + 65534) / 65535 > 0 ? (groups + 65534) / 65535 : 1, "groups"), 1};
 }
 
-// Collapses `out` and the broadcast inputs (right-aligned) into at most kMaxRank dimensions.
-void elementwise_layout(PushConstants& p, const Shape& out, const std::vector<const Shape*>& ins) {
+// Collapses `out` and the broadcast inputs (right-aligned) into at most kMaxRank dimensions;
+// returns false (or throws, when `required`) if they do not fit.
+bool elementwise_layout(PushConstants& p, const Shape& out, const std::vector<const Shape*>& ins, bool required = true) {
   using L = ElementwiseLayout;
   if (ins.size() > kFusedMaxInputs) throw std::invalid_argument("[schedule] more than 8 elementwise inputs");
   std::vector<int64_t> ext;
@@ -73,6 +74,7 @@ void elementwise_layout(PushConstants& p, const Shape& out, const std::vector<co
     }
   }
   if (ext.size() > L::kMaxRank) {
+    if (!required) return false;
     throw std::invalid_argument("[schedule] broadcast of rank " + std::to_string(ext.size()) + " exceeds " +
                                 std::to_string(L::kMaxRank) + " for output " + shape_str(out));
   }
@@ -88,6 +90,7 @@ void elementwise_layout(PushConstants& p, const Shape& out, const std::vector<co
   p.set(L::kMasks, masks[0]);
   p.set(L::kMasks + 1, masks[1]);
   p.set(L::kInputs, uint32_t(ins.size()));
+  return true;
 }
 
 std::string code_hash(const Attrs& a) {
@@ -209,8 +212,9 @@ Schedule lower(const Program& p) {
       default: {
         l.kernel = std::string(fam == OpFamily::unary || fam == OpFamily::binary ? "elementwise." : "") + op;
         if (fam == OpFamily::binary) {
-          elementwise_layout(l.push, os, {&in_shape(0), &in_shape(1)});
-          if (in_shape(0) != os || in_shape(1) != os) l.kernel += ".broadcast";
+          // the primitive CPU kernel walks any broadcast; a layout is recorded when one fits
+          bool fits = elementwise_layout(l.push, os, {&in_shape(0), &in_shape(1)}, false);
+          if (in_shape(0) != os || in_shape(1) != os) l.kernel += fits ? ".broadcast" : ".broadcast_general";
         } else {
           l.push.set(ElementwiseLayout::kNumel, u32(numel(os), "elements"));
         }
