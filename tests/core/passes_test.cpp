@@ -43,11 +43,11 @@ void feed(Session& s, const Graph& g, int step, int64_t id_range) {
     if (n.op != Op::input || !s.buffers().count(n.name)) continue;
     const int64_t count = n.type.numel();
     if (n.type.dtype == DType::i32) {
-      std::vector<int32_t> v(size_t(count));
+      std::vector<int32_t> v(static_cast<size_t>(count));
       for (int64_t i = 0; i < count; ++i) v[size_t(i)] = int32_t((i * 7 + step * 3) % id_range);
       s.set(n.name, std::span<const int32_t>(v));
     } else {
-      std::vector<double> v(size_t(count));
+      std::vector<double> v(static_cast<size_t>(count));
       for (int64_t i = 0; i < count; ++i) v[size_t(i)] = 1.5 * std::sin(0.37 * double(i) + double(step));
       s.set(n.name, std::span<const double>(v));
     }
