@@ -105,6 +105,16 @@ bool is_pointwise(const Graph& g, const Node& n) {
   return ok && all_f32(g, n);
 }
 
+bool transcendental(Op op) {
+  switch (op) {
+    case Op::exp: case Op::log: case Op::sqrt: case Op::rsqrt: case Op::tanh: case Op::sigmoid: case Op::silu:
+    case Op::gelu_tanh: case Op::gelu_erf: case Op::gelu_tanh_grad: case Op::gelu_erf_grad:
+      return true;
+    default:
+      return false;
+  }
+}
+
 bool contiguous_axes(const std::vector<int64_t>& axes) {
   for (size_t k = 1; k < axes.size(); ++k) {
     if (axes[k] != axes[k - 1] + 1) return false;
@@ -265,10 +275,20 @@ struct Program {
 class Fuser {
  public:
   Fuser(const Graph& g, bool epilogues) : g_(g), u_(g), epilogues_(epilogues), inl_(g.size(), 0) {
+    // heavy: the node's program (its own op and what is inlined into it) calls a transcendental
+    // function. A heavy node is recomputed by no more than one consumer and never once per
+    // broadcast element: that costs more than the memory round trip it saves.
+    std::vector<char> heavy(g.size(), 0);
     for (NodeId id = 0; id < g.size(); ++id) {
       const Node& n = g.node(id);
       if (!is_pointwise(g, n) || u_.pinned[id] || u_.consumers[id].empty()) continue;
+      heavy[id] = transcendental(n.op);
+      for (NodeId k : n.inputs) heavy[id] |= inl_[k] && heavy[k];
       bool ok = true;
+      if (heavy[id]) {
+        ok = u_.count[id] == 1;
+        for (NodeId c : u_.consumers[id]) ok &= g.node(c).type.numel() <= n.type.numel() || is_reduce_host(g, g.node(c));
+      }
       for (NodeId c : u_.consumers[id]) ok &= is_pointwise(g, g.node(c)) || is_reduce_host(g, g.node(c));
       // a node with several consumers reading a matmul used nowhere else stays a host: it becomes
       // that matmul's epilogue (inlined into several consumers, all of them would read the product)

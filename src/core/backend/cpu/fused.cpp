@@ -16,7 +16,7 @@ namespace {
 constexpr int64_t kBlock = 256;  // elements evaluated per program step
 
 template <class T>
-void unary_block(const FusedInstr& f, T* x, int64_t n) {
+void unary_block(const FusedInstr& f, T* __restrict x, int64_t n) {
   constexpr double kSqrt2OverPi = 0.7978845608028654, kInvSqrt2 = 0.7071067811865476, kInvSqrt2Pi = 0.3989422804014327;
   switch (f.op) {
     case Op::copy: case Op::detach: return;
@@ -62,7 +62,7 @@ void unary_block(const FusedInstr& f, T* x, int64_t n) {
 }
 
 template <class T>
-void binary_block(Op op, T* a, const T* b, int64_t n) {
+void binary_block(Op op, T* __restrict a, const T* __restrict b, int64_t n) {  // distinct stack rows
   switch (op) {
     case Op::add: for (int64_t j = 0; j < n; ++j) a[j] = a[j] + b[j]; return;
     case Op::sub: for (int64_t j = 0; j < n; ++j) a[j] = a[j] - b[j]; return;
@@ -94,37 +94,53 @@ void evaluate(const std::vector<FusedInstr>& code, const PushConstants& p, const
     }
   }
   const int64_t inner = rank ? ext[rank - 1] : 1, rows = numel / inner;
-  const int64_t blocks_per_row = (inner + kBlock - 1) / kBlock, items = rows * blocks_per_row;
+  // A work item is up to kBlock elements: part of one long row, or several whole short rows
+  // (so each instruction's dispatch is paid for at least kBlock elements).
+  const int64_t rows_per_item = inner >= kBlock ? 1 : kBlock / inner;
+  const int64_t blocks_per_row = (inner + kBlock - 1) / kBlock;
+  const int64_t items = (rows + rows_per_item - 1) / rows_per_item * blocks_per_row;
+  bool full[kFusedMaxInputs] = {};  // spans every dimension: rows are contiguous in memory
+  for (int64_t i = 0; i < n_in; ++i) {
+    full[i] = true;
+    for (int64_t d = 0; d < rank; ++d) full[i] &= stride[i][d] != 0;
+  }
+  auto row_offset = [&](int64_t i, int64_t r) {
+    int64_t rem = r, o = 0;
+    for (int64_t d = rank - 2; d >= 0; --d) {
+      o += (rem % ext[d]) * stride[i][d];
+      rem /= ext[d];
+    }
+    return o;
+  };
   parallel_for(items, numel > kParallelMin ? 1 : INT64_MAX, [&](int64_t lo, int64_t hi) {
     alignas(64) T stack[kFusedMaxStack][kBlock];
     for (int64_t it = lo; it < hi; ++it) {
-      const int64_t r = it / blocks_per_row, j0 = (it % blocks_per_row) * kBlock;
-      const int64_t len = std::min(kBlock, inner - j0);
-      int64_t off[kFusedMaxInputs] = {};
-      for (int64_t i = 0; i < n_in; ++i) {
-        int64_t rem = r, o = 0;
-        for (int64_t d = rank - 2; d >= 0; --d) {
-          o += (rem % ext[d]) * stride[i][d];
-          rem /= ext[d];
-        }
-        off[i] = o + (rank ? stride[i][rank - 1] : 0) * j0;
-      }
+      const int64_t r0 = it / blocks_per_row * rows_per_item, j0 = (it % blocks_per_row) * kBlock;
+      const int64_t len = std::min(kBlock, inner - j0), nr = std::min(rows_per_item, rows - r0);
+      const int64_t total = len * nr;
       size_t sp = 0;
       for (const FusedInstr& f : code) {
         switch (f.kind) {
           case FusedInstr::input: {
-            const T* s = src[f.index] + off[f.index];
+            const int64_t i = f.index;
+            const T* s = src[i];
             T* x = stack[sp++];
-            if (rank && stride[f.index][rank - 1]) std::memcpy(x, s, size_t(len) * sizeof(T));
-            else std::fill(x, x + len, s[0]);
+            if (full[i]) {  // rows r0.. are contiguous: one copy
+              std::memcpy(x, s + r0 * inner + j0, size_t(total) * sizeof(T));
+            } else if (rank && stride[i][rank - 1]) {
+              for (int64_t k = 0; k < nr; ++k) std::memcpy(x + k * len, s + row_offset(i, r0 + k) + j0, size_t(len) * sizeof(T));
+            } else {
+              for (int64_t k = 0; k < nr; ++k) std::fill(x + k * len, x + (k + 1) * len, s[row_offset(i, r0 + k)]);
+            }
             break;
           }
-          case FusedInstr::constant: std::fill(stack[sp], stack[sp] + len, T(f.a)); ++sp; break;
-          case FusedInstr::unary: unary_block<T>(f, stack[sp - 1], len); break;
-          case FusedInstr::binary: binary_block<T>(f.op, stack[sp - 2], stack[sp - 1], len); --sp; break;
+          case FusedInstr::constant: std::fill(stack[sp], stack[sp] + total, T(f.a)); ++sp; break;
+          case FusedInstr::unary: unary_block<T>(f, stack[sp - 1], total); break;
+          case FusedInstr::binary: binary_block<T>(f.op, stack[sp - 2], stack[sp - 1], total); --sp; break;
         }
       }
-      std::memcpy(dst + r * inner + j0, stack[0], size_t(len) * sizeof(T));
+      // several rows per item only when a row is shorter than a block: then they are whole rows
+      std::memcpy(dst + r0 * inner + j0, stack[0], size_t(total) * sizeof(T));
     }
   });
 }
