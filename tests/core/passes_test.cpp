@@ -30,6 +30,7 @@ std::vector<NamedPass> passes() {
       {"dead_nodes", [](const Graph& g, PassStats* s) { return remove_dead_nodes(g, s); }},
       {"softmax", [](const Graph& g, PassStats* s) { return fuse_softmax(g, s); }},
       {"norms", [](const Graph& g, PassStats* s) { return fuse_norms(g, s); }},
+      {"batched_matmul_sums", [](const Graph& g, PassStats* s) { return fold_batched_matmul_sums(g, s); }},
       {"pointwise", [](const Graph& g, PassStats* s) { return fuse_pointwise(g, false, s); }},
       {"pointwise+epilogue", [](const Graph& g, PassStats* s) { return fuse_pointwise(g, true, s); }},
       {"all", [](const Graph& g, PassStats* s) { return optimize(g, {}, s); }},
@@ -200,6 +201,7 @@ TEST(Passes, PatternsFire) {
   EXPECT_GT(gpt.fused, 0u);
   EXPECT_GT(gpt.inlined, 100u);
   EXPECT_GT(gpt.epilogues, 0u);
+  EXPECT_EQ(gpt.folded, 15u);  // each weight matrix's gradient: 7 per layer and the tied output projection
   EXPECT_EQ(gpt.softmaxes, 2u);  // one per layer: the backward keeps the probabilities only
   optimize(all[2].build(), {}, &norms);
   EXPECT_EQ(norms.norms, 3u);  // layer norm, group norm (its inner layer norm), rms norm

@@ -61,17 +61,19 @@ class Rewriter {
     const Node& n = src_.node(id);
     return map_[id] = dst_.add_node(op, std::move(attrs), mapped(inputs), n.type, n.name).id;
   }
+  Graph& graph() { return dst_; }
+  void bind(NodeId id, NodeId to) { map_[id] = to; }
   Graph finish() {
     for (auto& [name, id] : src_.outputs()) dst_.output(name, dst_.tensor(at(id)));
     for (auto& [d, s] : src_.assignments()) dst_.assign(dst_.tensor(at(d)), dst_.tensor(at(s)));
     return std::move(dst_);
   }
 
- private:
-  NodeId at(NodeId id) const {
+ NodeId at(NodeId id) const {
     if (map_[id] == kNone) throw std::logic_error("[passes] node %" + std::to_string(id) + " used before it was copied");
     return map_[id];
   }
+ private:
   std::vector<NodeId> mapped(const std::vector<NodeId>& ids) const {
     std::vector<NodeId> r;
     for (NodeId k : ids) r.push_back(at(k));
@@ -260,6 +262,40 @@ Graph fuse_norms(const Graph& g, PassStats* stats) {
   return r.finish();
 }
 
+Graph fold_batched_matmul_sums(const Graph& g, PassStats* stats) {
+  Uses u(g);
+  Rewriter r(g);
+  for (NodeId id = 0; id < g.size(); ++id) {
+    const Node& n = g.node(id);
+    // sum over the batch axis of a batched A^T B (a shared weight's gradient) is one GEMM
+    // over the flattened batch: sum_b A_b^T B_b = [A_0; A_1; ...]^T [B_0; B_1; ...]
+    bool match = n.op == Op::sum && all_f32(g, n) && std::get<ReduceAttrs>(n.attrs).axes == std::vector<int64_t>{0} &&
+                 std::get<ReduceAttrs>(n.attrs).keepdims;
+    NodeId mm = match ? n.inputs[0] : kNone;
+    if (match) {
+      const Node& m = g.node(mm);
+      const auto* ma = std::get_if<MatmulAttrs>(&m.attrs);
+      match = m.op == Op::matmul && u.single(mm) && ma && ma->trans_a && !ma->trans_b && all_f32(g, m) &&
+              m.type.shape.size() == 3 && g.node(m.inputs[0]).type.shape.size() == 3 &&
+              g.node(m.inputs[1]).type.shape.size() == 3;
+    }
+    if (!match) {
+      r.copy(id);
+      continue;
+    }
+    const Node& m = g.node(mm);
+    const Shape& as = g.node(m.inputs[0]).type.shape;
+    const Shape& bs = g.node(m.inputs[1]).type.shape;
+    Graph& d = r.graph();
+    Tensor a2 = reshape(d.tensor(r.at(m.inputs[0])), {as[0] * as[1], as[2]});
+    Tensor b2 = reshape(d.tensor(r.at(m.inputs[1])), {bs[0] * bs[1], bs[2]});
+    Tensor prod = matmul(a2, b2, true, false);
+    r.bind(id, reshape(prod, n.type.shape).id);
+    if (stats) stats->folded++;
+  }
+  return r.finish();
+}
+
 // ---- pointwise fusion -----
 namespace {
 
@@ -443,31 +479,31 @@ class Fuser {
     return memo[id] = s;
   }
 
-  // Materialises the inlined node with the largest expansion below `host` (a direct operand
-  // when one is inlined, else the largest inlined node anywhere below it).
+  // Materialises one inlined node below `host`: the one with the largest program that fits the
+  // limits on its own (a long chain is cut into a few full programs, not one node at a time),
+  // else the one with the largest expansion. A reduce host's own input stays inlined.
   void materialise_child(NodeId host) {
     std::map<NodeId, size_t> memo;
     const Node& n = g_.node(host);
-    std::vector<NodeId> frontier = reduce_host(host) ? std::vector<NodeId>{n.inputs[0]} : n.inputs;
-    NodeId best = kNone;
-    size_t best_size = 0;
-    while (best == kNone && !frontier.empty()) {
-      std::vector<NodeId> next;
-      for (NodeId k : frontier) {
-        if (inl_[k] != 1) continue;
-        size_t s = size(k, memo);
-        if (s > best_size) best = k, best_size = s;
-        for (NodeId c : g_.node(k).inputs) next.push_back(c);
+    std::vector<NodeId> stack = reduce_host(host) ? g_.node(n.inputs[0]).inputs : n.inputs;
+    std::vector<char> seen(g_.size(), 0);
+    NodeId fit = kNone, big = kNone;
+    size_t fit_size = 0, big_size = 0;
+    while (!stack.empty()) {
+      NodeId k = stack.back();
+      stack.pop_back();
+      if (inl_[k] != 1 || seen[k]) continue;
+      seen[k] = 1;
+      size_t s = size(k, memo);
+      if (s > big_size) big = k, big_size = s;
+      if (s > fit_size && s <= 4 * kFusedMaxCode) {
+        Program p;
+        expand(g_.node(k), p);
+        if (p.fits() && p.code.size() > fit_size) fit = k, fit_size = p.code.size();
       }
-      // a reduce host's own input is always inlined: materialising it would unfuse the host
-      if (reduce_host(host) && best == n.inputs[0] && best_size > 1) {
-        best = kNone;
-        best_size = 0;
-        frontier = g_.node(n.inputs[0]).inputs;
-        continue;
-      }
-      frontier = std::move(next);
+      for (NodeId c : g_.node(k).inputs) stack.push_back(c);
     }
+    NodeId best = fit != kNone && fit_size > 1 ? fit : big;
     if (best == kNone) throw std::logic_error("[passes] a fused program exceeds its limits with nothing to split");
     inl_[best] = 0;
   }
@@ -525,6 +561,7 @@ Graph optimize(const Graph& g, const PassOptions& o, PassStats* stats) {
   Graph cur = remove_dead_nodes(g, nullptr);
   if (o.softmax) cur = remove_dead_nodes(fuse_softmax(cur, stats), nullptr);
   if (o.norms) cur = remove_dead_nodes(fuse_norms(cur, stats), nullptr);
+  if (o.batched_matmul_sums) cur = remove_dead_nodes(fold_batched_matmul_sums(cur, stats), nullptr);
   if (o.pointwise) cur = fuse_pointwise(cur, o.matmul_epilogue, stats);
   if (o.dead_nodes) return remove_dead_nodes(cur, stats);
   return cur;
