@@ -58,6 +58,23 @@ TEST(Cli, Version) {
   EXPECT_EQ(r.out.rfind("meganeura ", 0), 0u) << r.out;
 }
 
+// The training step after the rewrite passes, each dispatch with its kernel launch.
+TEST(Cli, ProgramJsonHasKernelLaunches) {
+  Result r = run("program --model chargpt --json");
+  ASSERT_EQ(r.status, 0) << r.err;
+  auto j = r.json();
+  const auto& ds = j["dispatches"];
+  EXPECT_LE(ds.size(), 300u);  // 852 without the passes
+  EXPECT_GT(ds.size(), 100u);
+  for (const auto& d : ds) {
+    ASSERT_TRUE(d.contains("kernel") && d.contains("push") && d.contains("groups") && d.contains("workgroup_size"))
+        << d.dump();
+    EXPECT_FALSE(d["kernel"].get<std::string>().empty());
+    EXPECT_LE(d["push"].size(), 32u);  // a 128-byte block
+    EXPECT_EQ(d["groups"].size(), 3u);
+  }
+}
+
 TEST(Cli, MlpReachesAccuracyAndInferenceAgrees) {
   Result t = run("train --model mlp --device cpu --json --out " + path("mlp.safetensors"));
   ASSERT_EQ(t.status, 0) << t.err;
