@@ -97,6 +97,8 @@ struct Case {
   int64_t id_range = 2;
 };
 
+void PrintTo(const Case& c, std::ostream* os) { *os << c.name; }
+
 models::CharGptConfig tiny_gpt() {
   models::CharGptConfig c;
   c.vocab = 11;
