@@ -54,6 +54,9 @@ enum class Op : uint8_t {
   rope, causal_mask,
   // optimisation
   lr_schedule, bias_correction, increment,
+  // fused: created by rewrite passes (passes.h) from the primitives above; never built by
+  // models and never differentiated (the passes run after autodiff)
+  fused_elementwise, fused_reduce, matmul_epilogue, norm, softmax_scaled,
   count_  // number of ops; keep last
 };
 constexpr size_t kOpCount = size_t(Op::count_);
@@ -99,11 +102,48 @@ struct BiasCorrectionAttrs {
   double power = -1;
   bool operator==(const BiasCorrectionAttrs&) const = default;
 };
+// One instruction of a fused elementwise program, run on a small stack per output element:
+// `input` pushes input `index` (broadcast to the output shape), `constant` pushes `a`, `unary`
+// and `binary` apply a primitive elementwise op (affine: scale a, shift b; clip_coef: max_norm a).
+struct FusedInstr {
+  enum Kind : uint8_t { input, constant, unary, binary };
+  Kind kind = input;
+  Op op = Op::copy;
+  uint32_t index = 0;
+  double a = 0, b = 0;
+  bool operator==(const FusedInstr&) const = default;
+};
+constexpr size_t kFusedMaxInputs = 8;   // inputs of one fused program
+constexpr size_t kFusedMaxStack = 8;    // stack depth of one fused program
+constexpr size_t kFusedMaxCode = 48;    // instructions of one fused program
+// fused_elementwise: `code` over the node's inputs, broadcast to the output shape.
+// fused_reduce: `code` evaluated over `domain` (inputs broadcast to it), then reduced by
+// `reduce` (sum, mean or max) over `axes` as the primitive reductions do.
+// matmul_epilogue: input 0 of `code` is the product of the node's inputs 0 and 1 (with
+// `matmul`'s transposes); input k >= 1 of `code` is node input k + 1.
+struct FusedAttrs {
+  std::vector<FusedInstr> code;
+  MatmulAttrs matmul;
+  Op reduce = Op::sum;
+  Shape domain;
+  std::vector<int64_t> axes;
+  bool keepdims = false;
+  bool operator==(const FusedAttrs&) const = default;
+};
+// norm over the last axis: y = (x - mean if center) * rsqrt(mean((x - mean)^2) + eps) [* gamma] [+ beta]
+struct NormAttrs { bool center = false; double eps = 1e-5; bool operator==(const NormAttrs&) const = default; };
+// softmax_scaled over the last axis: softmax(causal_mask(x * scale, fill)) (mask when causal)
+struct SoftmaxAttrs {
+  double scale = 1;
+  bool causal = false;
+  double fill = -1e30;
+  bool operator==(const SoftmaxAttrs&) const = default;
+};
 
 using Attrs = std::variant<NoAttrs, AffineAttrs, CastAttrs, ClipAttrs, ReduceAttrs, AxisAttrs,
                            MatmulAttrs, ConvAttrs, PoolAttrs, ShapeAttrs, PermuteAttrs, SliceAttrs,
                            PadAttrs, EmbeddingAttrs, OneHotAttrs, RopeAttrs, MaskAttrs,
-                           ScheduleAttrs, BiasCorrectionAttrs>;
+                           ScheduleAttrs, BiasCorrectionAttrs, FusedAttrs, NormAttrs, SoftmaxAttrs>;
 
 // How a parameter or state is initialised before training.
 struct Init {

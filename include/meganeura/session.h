@@ -33,7 +33,8 @@ class Session {
   Session(Session&&) noexcept;
   Session& operator=(Session&&) noexcept;
 
-  // Plans `g` with this session's options and adds it; returns the program index.
+  // Rewrites `g` with optimize() (passes.h), plans it with this session's options and adds it;
+  // returns the program index. add(plan(g)) adds a graph as it is.
   size_t add(const Graph& g);
   size_t add(Program p);
   const Program& program(size_t i = 0) const { return programs_.at(i); }

@@ -58,10 +58,10 @@ TEST(Cli, Version) {
   EXPECT_EQ(r.out.rfind("meganeura ", 0), 0u) << r.out;
 }
 
-// The chargpt training step as JSON: every dispatch lists its hazards (earlier dispatches with
-// the kind of each) and whether a barrier precedes it; consecutive independent dispatches
-// share barriers.
-TEST(Cli, ProgramJsonListsHazards) {
+// The chargpt training step as JSON after the rewrite passes: every dispatch has its kernel
+// launch and lists its hazards (earlier dispatches with the kind of each) and whether a barrier
+// precedes it; consecutive independent dispatches share barriers.
+TEST(Cli, ProgramJsonListsLaunchesAndHazards) {
   Result r = run("program --model chargpt --json");
   ASSERT_EQ(r.status, 0) << r.err;
   auto j = r.json();
@@ -82,6 +82,14 @@ TEST(Cli, ProgramJsonListsHazards) {
               double(barriers) / double(ds.size()));
   EXPECT_GT(waiting, ds.size() / 2);
   EXPECT_LE(double(barriers), 0.6 * double(ds.size()));
+  EXPECT_LE(ds.size(), 300u);  // 852 without the passes
+  for (const auto& d : ds) {
+    ASSERT_TRUE(d.contains("kernel") && d.contains("push") && d.contains("groups") && d.contains("workgroup_size"))
+        << d.dump();
+    EXPECT_FALSE(d["kernel"].get<std::string>().empty());
+    EXPECT_LE(d["push"].size(), 32u);  // a 128-byte block
+    EXPECT_EQ(d["groups"].size(), 3u);
+  }
 }
 
 TEST(Cli, MlpReachesAccuracyAndInferenceAgrees) {

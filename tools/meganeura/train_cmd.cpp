@@ -9,6 +9,8 @@
 
 #include "commands.h"
 #include "meganeura/checkpoint.h"
+#include "meganeura/passes.h"
+#include "meganeura/schedule.h"
 #include "meganeura/train.h"
 #include "tasks.h"
 
@@ -156,16 +158,22 @@ int run_program(const TrainArgs& a) {
     const auto t1 = Clock::now();
     PlanOptions po;
     po.verify = false;
-    p = plan(g, po);
+    p = plan(optimize(g), po);
     const auto t2 = Clock::now();
     verify(p);
     const auto t3 = Clock::now();
     if (!a.json) {
-      std::printf("compile: graph + autodiff + optimizer %.1f ms, plan %.1f ms, verify %.1f ms\n", ms(t0, t1), ms(t1, t2), ms(t2, t3));
+      std::printf("compile: graph + autodiff + optimizer %.1f ms, passes + plan %.1f ms, verify %.1f ms\n", ms(t0, t1), ms(t1, t2), ms(t2, t3));
     }
   }
+  const Schedule sched = lower(p);
   if (a.json) {
-    std::cout << p.to_json() << "\n";
+    // the program, each dispatch with the kernel launch the schedule lowers it to
+    auto j = nlohmann::json::parse(p.to_json());
+    auto launches = nlohmann::json::parse(sched.to_json());
+    for (size_t i = 0; i < j["dispatches"].size(); ++i) j["dispatches"][i].update(launches["launches"][i]);
+    j["workspace_bytes"] = sched.workspace_bytes;
+    std::cout << j.dump() << "\n";
     return 0;
   }
   std::cout << p.dump();

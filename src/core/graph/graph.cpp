@@ -166,6 +166,27 @@ struct AttrJson {
   json operator()(const ScheduleAttrs& a) const {
     return {{"base_lr", a.base_lr}, {"warmup", a.warmup}, {"total", a.total}, {"min_lr", a.min_lr}};
   }
+  json operator()(const FusedAttrs& a) const {
+    json code = json::array();
+    for (const FusedInstr& f : a.code) {
+      switch (f.kind) {
+        case FusedInstr::input: code.push_back("in" + std::to_string(f.index)); break;
+        case FusedInstr::constant: code.push_back(f.a); break;
+        case FusedInstr::unary:
+          if (f.op == Op::affine) code.push_back({op_name(f.op), f.a, f.b});
+          else if (f.op == Op::clip_coef) code.push_back({op_name(f.op), f.a});
+          else code.push_back(op_name(f.op));
+          break;
+        case FusedInstr::binary: code.push_back(op_name(f.op)); break;
+      }
+    }
+    return {{"code", code}, {"trans_a", a.matmul.trans_a}, {"trans_b", a.matmul.trans_b},
+            {"reduce", op_name(a.reduce)}, {"domain", a.domain}, {"axes", a.axes}, {"keepdims", a.keepdims}};
+  }
+  json operator()(const NormAttrs& a) const { return {{"center", a.center}, {"eps", a.eps}}; }
+  json operator()(const SoftmaxAttrs& a) const {
+    return {{"scale", a.scale}, {"causal", a.causal}, {"fill", a.fill}};
+  }
 };
 }  // namespace
 

@@ -73,6 +73,11 @@ constexpr std::array<OpInfo, kOpCount> kTable = {{
     row(lr_schedule, "lr_schedule", 1, F::optim, G::none),
     row(bias_correction, "bias_correction", 1, F::optim, G::none),
     row(increment, "increment", 1, F::optim, G::none, 0),
+    row(fused_elementwise, "fused_elementwise", -1, F::fused, G::fused, 0),
+    row(fused_reduce, "fused_reduce", -1, F::fused, G::fused),
+    row(matmul_epilogue, "matmul_epilogue", -1, F::fused, G::fused),
+    row(norm, "norm", -1, F::fused, G::fused),
+    row(softmax_scaled, "softmax_scaled", 1, F::fused, G::fused, 0),
 }};
 
 constexpr bool table_is_ordered() {
@@ -131,7 +136,30 @@ OpCost op_cost(const Graph& g, const Node& n) {
       c.flops = out * double(p.kernel[0] * p.kernel[1]);
       break;
     }
-    case Op::softmax: case Op::log_softmax: c.flops = 5 * out; break;
+    case Op::softmax: case Op::log_softmax: case Op::softmax_scaled: c.flops = 5 * out; break;
+    case Op::norm: c.flops = 4 * out; break;
+    case Op::fused_elementwise: {
+      double per = 0;
+      for (const FusedInstr& f : std::get<FusedAttrs>(n.attrs).code) per += f.kind >= FusedInstr::unary ? 1 : 0;
+      c.flops = per * out;
+      break;
+    }
+    case Op::fused_reduce: {
+      const auto& a = std::get<FusedAttrs>(n.attrs);
+      double per = 1;
+      for (const FusedInstr& f : a.code) per += f.kind >= FusedInstr::unary ? 1 : 0;
+      c.flops = per * double(numel(a.domain));
+      break;
+    }
+    case Op::matmul_epilogue: {
+      const auto& a = std::get<FusedAttrs>(n.attrs);
+      const Shape& as = g.node(n.inputs[0]).type.shape;
+      double k = double(a.matmul.trans_a ? as[as.size() - 2] : as.back());
+      double per = 0;
+      for (const FusedInstr& f : a.code) per += f.kind >= FusedInstr::unary ? 1 : 0;
+      c.flops = 2.0 * out * k + per * out;
+      break;
+    }
     case Op::sum: case Op::mean: case Op::max: c.flops = in_numel(0); break;
     case Op::gelu_tanh: case Op::gelu_erf: case Op::gelu_tanh_grad: case Op::gelu_erf_grad:
     case Op::silu: case Op::sigmoid: case Op::tanh: c.flops = 8 * out; break;

@@ -15,9 +15,10 @@ enum class GradKind : uint8_t {
   vjp,            // has a vjp rule; checked against finite differences
   none,           // output is piecewise constant or integer-valued: zero gradient by definition
   backward_only,  // only appears inside gradients; checked through `checked_by`'s check
+  fused,          // created by rewrite passes after autodiff; checked by the pass-equivalence tests
 };
 
-enum class OpFamily : uint8_t { leaf, unary, binary, reduce, linalg, conv, pool, movement, index, seq, optim };
+enum class OpFamily : uint8_t { leaf, unary, binary, reduce, linalg, conv, pool, movement, index, seq, optim, fused };
 
 struct OpInfo {
   Op op;

@@ -5,6 +5,7 @@
 
 #include "backend/cpu/kernels.h"
 #include "graph/op_table.h"
+#include "meganeura/passes.h"
 
 namespace meganeura {
 
@@ -62,7 +63,7 @@ size_t Session::add(const Graph& g) {
   po.float_dtype = options_.f64_oracle ? DType::f64 : DType::f32;
   po.limits = backend_->limits();
   po.verify = false;  // add(Program) verifies
-  return add(plan(g, po));
+  return add(plan(optimize(g), po));  // the rewrite passes run between autodiff and the plan
 }
 
 size_t Session::add(Program p) {

@@ -26,6 +26,8 @@ struct HostBuffer {
 struct Prepared {
   Program program;
   std::vector<std::unique_ptr<HostBuffer>> arenas;
+  Schedule schedule;                     // lowered once; the fused kernels read its launches
+  std::unique_ptr<HostBuffer> workspace;  // Schedule::workspace_bytes, shared by all launches
   std::vector<std::vector<cpu::Arg>> ins;  // per dispatch
   std::vector<std::vector<cpu::Arg>> outs;
 };
@@ -57,6 +59,8 @@ class CpuBackend final : public Backend {
       if (!buffers_.count(e.name)) buffers_.emplace(e.name, std::make_unique<HostBuffer>(size_t(e.type.numel()) * dtype_size(e.stored)));
     }
     for (uint64_t bytes : q.arena_buffers) prep->arenas.push_back(std::make_unique<HostBuffer>(bytes));
+    prep->schedule = lower(q);
+    prep->workspace = std::make_unique<HostBuffer>(prep->schedule.workspace_bytes);
     auto arg = [&](uint32_t t) {
       const ProgramTensor& pt = q.tensors.at(t);
       std::byte* base = pt.external() ? static_cast<std::byte*>(buffers_.at(pt.binding)->data.get())
@@ -91,11 +95,15 @@ class CpuBackend final : public Backend {
   void run(size_t index) override {
     Prepared& p = *programs_.at(index);
     const bool f64 = p.program.float_dtype == DType::f64;
+    std::byte* ws = static_cast<std::byte*>(p.workspace->data.get());
     for (size_t i = 0; i < p.program.dispatches.size(); ++i) {
       const Dispatch& d = p.program.dispatches[i];
-      if (f64) execute<double>(d, p.ins[i], p.outs[i][0]);
-      else execute<float>(d, p.ins[i], p.outs[i][0]);
+      const KernelLaunch& l = p.schedule.launches[i];
+      cpu::set_workspace(ws, l.workspace_bytes);
+      if (f64) execute<double>(d, l, p.ins[i], p.outs[i][0], ws);
+      else execute<float>(d, l, p.ins[i], p.outs[i][0], ws);
     }
+    cpu::set_workspace(nullptr, 0);
   }
 
  private:
@@ -127,8 +135,10 @@ class CpuBackend final : public Backend {
   }
 
   template <class T>
-  static void execute(const Dispatch& d, const std::vector<cpu::Arg>& in, const cpu::Arg& out) {
+  static void execute(const Dispatch& d, const KernelLaunch& l, const std::vector<cpu::Arg>& in,
+                      const cpu::Arg& out, std::byte* ws) {
     switch (op_info(d.op).family) {
+      case OpFamily::fused: cpu::fused<T>(d, l, in, out, l.workspace_bytes ? ws : nullptr); break;
       case OpFamily::unary:
         if (d.op == Op::cast) cpu::cast(d, in, out);
         else cpu::unary<T>(d, in, out);

@@ -10,6 +10,7 @@
 
 #include "graph/op_table.h"
 #include "meganeura/program.h"
+#include "meganeura/schedule.h"
 
 namespace meganeura::cpu {
 
@@ -31,6 +32,16 @@ template <class T> void movement(const Dispatch& d, const std::vector<Arg>& in, 
 template <class T> void index(const Dispatch& d, const std::vector<Arg>& in, const Arg& out);
 template <class T> void sequence(const Dispatch& d, const std::vector<Arg>& in, const Arg& out);
 void cast(const Dispatch& d, const std::vector<Arg>& in, const Arg& out);
+// The fused ops: sizes from the launch's push constants, scratch from `workspace`.
+template <class T>
+void fused(const Dispatch& d, const KernelLaunch& launch, const std::vector<Arg>& in, const Arg& out,
+           std::byte* workspace);
+template <class T> void matmul(const MatmulAttrs& a, const Arg& x, const Arg& y, const Arg& out);
+
+// The scratch the schedule planned for the dispatch being run (set by the backend around each
+// dispatch); kernels take their temporary buffers from it instead of allocating.
+void set_workspace(std::byte* data, size_t bytes);
+std::byte* workspace(Op op, size_t bytes);
 
 // Element strides of a row-major shape; broadcast dimensions of `in` against `out` get 0.
 std::vector<int64_t> broadcast_strides(const Shape& in, const Shape& out);

@@ -113,13 +113,14 @@ void col2im(const ConvGeom& g, const T* col, T* x) {
 // Calls fn(n, group, columns) for every image and group, with the im2col matrix
 // [cg*kh*kw, oh*ow] of that slice (the input itself for pointwise convolutions).
 template <class T, class F>
-void for_each_column_block(const ConvGeom& g, const T* x, F&& fn) {
-  std::vector<T> col(is_pointwise(g) ? 0 : size_t(g.cg * g.kh * g.kw * g.oh * g.ow));
+void for_each_column_block(Op op, const ConvGeom& g, const T* x, F&& fn) {
+  T* col = is_pointwise(g) ? nullptr
+                           : reinterpret_cast<T*>(workspace(op, size_t(g.cg * g.kh * g.kw * g.oh * g.ow) * sizeof(T)));
   for (int64_t n = 0; n < g.n; ++n) {
     for (int64_t gr = 0; gr < g.groups; ++gr) {
       const T* xg = x + (n * g.c + gr * g.cg) * g.h * g.w;
-      if (!col.empty()) im2col(g, xg, col.data());
-      fn(n, gr, col.empty() ? xg : col.data());
+      if (col) im2col(g, xg, col);
+      fn(n, gr, col ? col : xg);
     }
   }
 }
@@ -127,7 +128,7 @@ void for_each_column_block(const ConvGeom& g, const T* x, F&& fn) {
 template <class T>
 void conv_forward(const ConvGeom& g, const T* x, const T* w, T* y) {
   const int64_t k = g.cg * g.kh * g.kw, p = g.oh * g.ow;
-  for_each_column_block(g, x, [&](int64_t n, int64_t gr, const T* cols) {
+  for_each_column_block(Op::conv2d, g, x, [&](int64_t n, int64_t gr, const T* cols) {
     gemm(false, false, g.og, p, k, T(1), w + gr * g.og * k, k, cols, p, T(0), y + (n * g.o + gr * g.og) * p, p);
   });
 }
@@ -136,14 +137,14 @@ template <class T>
 void conv_backward_input(const ConvGeom& g, const T* dy, const T* w, T* dx) {
   const int64_t k = g.cg * g.kh * g.kw, p = g.oh * g.ow;
   std::fill(dx, dx + g.n * g.c * g.h * g.w, T(0));
-  std::vector<T> col(size_t(k * p));
+  T* col = is_pointwise(g) ? nullptr : reinterpret_cast<T*>(workspace(Op::conv2d_backward_input, size_t(k * p) * sizeof(T)));
   for (int64_t n = 0; n < g.n; ++n) {
     for (int64_t gr = 0; gr < g.groups; ++gr) {
       T* dxg = dx + (n * g.c + gr * g.cg) * g.h * g.w;
-      T* target = is_pointwise(g) ? dxg : col.data();
+      T* target = col ? col : dxg;
       gemm(true, false, k, p, g.og, T(1), w + gr * g.og * k, k, dy + (n * g.o + gr * g.og) * p, p,
            T(0), target, p);
-      if (!is_pointwise(g)) col2im(g, col.data(), dxg);
+      if (col) col2im(g, col, dxg);
     }
   }
 }
@@ -152,7 +153,7 @@ template <class T>
 void conv_backward_weight(const ConvGeom& g, const T* x, const T* dy, T* dw) {
   const int64_t k = g.cg * g.kh * g.kw, p = g.oh * g.ow;
   std::fill(dw, dw + g.o * k, T(0));
-  for_each_column_block(g, x, [&](int64_t n, int64_t gr, const T* cols) {
+  for_each_column_block(Op::conv2d_backward_weight, g, x, [&](int64_t n, int64_t gr, const T* cols) {
     gemm(false, true, g.og, k, p, T(1), dy + (n * g.o + gr * g.og) * p, p, cols, p, T(1), dw + gr * g.og * k, k);
   });
 }
@@ -161,7 +162,29 @@ void conv_backward_weight(const ConvGeom& g, const T* x, const T* dy, T* dw) {
 
 template <class T>
 void linalg(const Dispatch& d, const std::vector<Arg>& in, const Arg& out) {
-  const auto& a = std::get<MatmulAttrs>(d.attrs);
+  matmul<T>(std::get<MatmulAttrs>(d.attrs), in[0], in[1], out);
+}
+
+namespace {
+thread_local std::byte* g_workspace = nullptr;
+thread_local size_t g_workspace_bytes = 0;
+}  // namespace
+
+void set_workspace(std::byte* data, size_t bytes) {
+  g_workspace = data;
+  g_workspace_bytes = bytes;
+}
+std::byte* workspace(Op op, size_t bytes) {
+  if (bytes > g_workspace_bytes) {
+    kernel_error(op, "needs " + std::to_string(bytes) + " bytes of workspace, the schedule planned " +
+                         std::to_string(g_workspace_bytes));
+  }
+  return g_workspace;
+}
+
+template <class T>
+void matmul(const MatmulAttrs& a, const Arg& x, const Arg& y, const Arg& out) {
+  const Arg in[2] = {x, y};
   const Shape &as = in[0].shape(), &bs = in[1].shape(), &cs = out.shape();
   const int64_t m = cs[cs.size() - 2], n = cs.back();
   const int64_t k = a.trans_a ? as[as.size() - 2] : as.back();
@@ -252,6 +275,8 @@ void pool(const Dispatch& d, const std::vector<Arg>& in, const Arg& out) {
   });
 }
 
+template void matmul<float>(const MatmulAttrs&, const Arg&, const Arg&, const Arg&);
+template void matmul<double>(const MatmulAttrs&, const Arg&, const Arg&, const Arg&);
 template void linalg<float>(const Dispatch&, const std::vector<Arg>&, const Arg&);
 template void linalg<double>(const Dispatch&, const std::vector<Arg>&, const Arg&);
 template void conv<float>(const Dispatch&, const std::vector<Arg>&, const Arg&);

@@ -1,0 +1,43 @@
+// Rewrite passes: Graph -> Graph transformations that keep every output and assignment's value
+// and cut the number of dispatches. They run after autodiff and the optimizer (the fused ops
+// they create have no gradient rules) and before plan(): Session::add(const Graph&) applies
+// optimize() unless told not to. Each pass is also callable alone (the equivalence tests run
+// them one by one against the unrewritten graph).
+#pragma once
+
+#include <cstdint>
+
+#include "meganeura/graph.h"
+
+namespace meganeura {
+
+struct PassOptions {
+  bool dead_nodes = true;       // drop nodes no output or assignment needs
+  bool softmax = true;          // softmax(causal_mask(x * s)) -> softmax_scaled
+  bool norms = true;            // RMS / layer / group normalisation chains -> norm
+  bool batched_matmul_sums = true;  // sum over the batch of a batched A^T B -> one GEMM
+  bool pointwise = true;        // elementwise chains -> fused_elementwise / fused_reduce
+  bool matmul_epilogue = true;  // matmul followed by elementwise work -> matmul_epilogue
+};
+
+struct PassStats {
+  uint32_t removed = 0;      // dead nodes dropped
+  uint32_t softmaxes = 0;    // softmax_scaled created
+  uint32_t norms = 0;        // norm created
+  uint32_t fused = 0;        // fused_elementwise / fused_reduce created
+  uint32_t inlined = 0;      // elementwise nodes folded into a fused program
+  uint32_t epilogues = 0;    // matmul_epilogue created
+  uint32_t folded = 0;       // batched matmul + batch sum turned into one matmul
+};
+
+Graph remove_dead_nodes(const Graph& g, PassStats* stats = nullptr);
+Graph fuse_softmax(const Graph& g, PassStats* stats = nullptr);
+Graph fuse_norms(const Graph& g, PassStats* stats = nullptr);
+Graph fold_batched_matmul_sums(const Graph& g, PassStats* stats = nullptr);
+Graph fuse_pointwise(const Graph& g, bool matmul_epilogues, PassStats* stats = nullptr);
+
+// All enabled passes in order: softmax, norms, batched matmul sums, pointwise (+ epilogues),
+// dead nodes.
+Graph optimize(const Graph& g, const PassOptions& options = {}, PassStats* stats = nullptr);
+
+}  // namespace meganeura

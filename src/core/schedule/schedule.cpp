@@ -1,0 +1,250 @@
+// Lowering of Program dispatches to kernel launches (see schedule.h for the push layouts).
+#include "meganeura/schedule.h"
+
+#include <nlohmann/json.hpp>
+
+#include <cstdio>
+#include <cstring>
+#include <stdexcept>
+
+#include "graph/op_table.h"
+
+namespace meganeura {
+
+void PushConstants::set(size_t i, uint32_t v) {
+  if (i >= kWords) throw std::logic_error("[schedule] push-constant word " + std::to_string(i) + " out of range");
+  words[i] = v;
+  used = std::max<uint32_t>(used, uint32_t(i + 1));
+}
+void PushConstants::set_f64(size_t i, double v) {
+  uint64_t bits;
+  std::memcpy(&bits, &v, 8);
+  set(i, uint32_t(bits));
+  set(i + 1, uint32_t(bits >> 32));
+}
+double PushConstants::get_f64(size_t i) const {
+  uint64_t bits = uint64_t(words[i]) | (uint64_t(words[i + 1]) << 32);
+  double v;
+  std::memcpy(&v, &bits, 8);
+  return v;
+}
+
+namespace {
+
+constexpr uint32_t kGroup = 256;  // workgroup size of the one-dimensional kernels
+
+uint32_t u32(int64_t v, const char* what) {
+  if (v < 0 || v > int64_t(UINT32_MAX)) {
+    throw std::invalid_argument(std::string("[schedule] ") + what + " " + std::to_string(v) + " does not fit 32 bits");
+  }
+  return uint32_t(v);
+}
+
+// Linear launch over n items: x up to 65535 groups, the rest in y.
+void linear(KernelLaunch& l, int64_t n) {
+  int64_t groups = (n + kGroup - 1) / kGroup;
+  l.workgroup_size = {kGroup, 1, 1};
+  l.groups = {u32(std::min<int64_t>(std::max<int64_t>(groups, 1), 65535), "groups"),
+              u32((groups + 65534) / 65535 > 0 ? (groups + 65534) / 65535 : 1, "groups"), 1};
+}
+
+// Collapses `out` and the broadcast inputs (right-aligned) into at most kMaxRank dimensions;
+// returns false (or throws, when `required`) if they do not fit.
+bool elementwise_layout(PushConstants& p, const Shape& out, const std::vector<const Shape*>& ins, bool required = true) {
+  using L = ElementwiseLayout;
+  if (ins.size() > kFusedMaxInputs) throw std::invalid_argument("[schedule] more than 8 elementwise inputs");
+  std::vector<int64_t> ext;
+  std::vector<uint32_t> span;  // per dimension: bit i set when input i spans it
+  for (size_t d = 0; d < out.size(); ++d) {
+    if (out[d] == 1) continue;
+    uint32_t bits = 0;
+    for (size_t i = 0; i < ins.size(); ++i) {
+      const Shape& s = *ins[i];
+      int64_t k = int64_t(d) - int64_t(out.size() - s.size());
+      if (k >= 0 && s[size_t(k)] == out[d]) bits |= 1u << i;
+      else if (k >= 0 && s[size_t(k)] != 1) {
+        throw std::invalid_argument("[schedule] input " + shape_str(s) + " does not broadcast to " + shape_str(out));
+      }
+    }
+    if (!ext.empty() && span.back() == bits) {
+      ext.back() *= out[d];
+    } else {
+      ext.push_back(out[d]);
+      span.push_back(bits);
+    }
+  }
+  if (ext.size() > L::kMaxRank) {
+    if (!required) return false;
+    throw std::invalid_argument("[schedule] broadcast of rank " + std::to_string(ext.size()) + " exceeds " +
+                                std::to_string(L::kMaxRank) + " for output " + shape_str(out));
+  }
+  p.set(L::kNumel, u32(numel(out), "elements"));
+  p.set(L::kRank, uint32_t(ext.size()));
+  for (size_t d = 0; d < L::kMaxRank; ++d) p.set(L::kExtents + d, d < ext.size() ? u32(ext[d], "extent") : 1);
+  uint32_t masks[2] = {0, 0};
+  for (size_t i = 0; i < ins.size(); ++i) {
+    for (size_t d = 0; d < ext.size(); ++d) {
+      if (span[d] >> i & 1) masks[i / 4] |= 1u << ((i % 4) * 8 + d);
+    }
+  }
+  p.set(L::kMasks, masks[0]);
+  p.set(L::kMasks + 1, masks[1]);
+  p.set(L::kInputs, uint32_t(ins.size()));
+  return true;
+}
+
+std::string code_hash(const Attrs& a) {
+  char buf[17];
+  std::snprintf(buf, sizeof buf, "%016llx", static_cast<unsigned long long>(fnv1a(attrs_json(a))));
+  return buf;
+}
+
+void matmul_words(KernelLaunch& l, const MatmulAttrs& a, const Shape& as, const Shape& bs, const Shape& cs) {
+  const int64_t m = cs[cs.size() - 2], n = cs.back(), k = a.trans_a ? as[as.size() - 2] : as.back();
+  const int64_t batch = numel(cs) / std::max<int64_t>(m * n, 1);
+  const int64_t w[] = {m, n, k, batch, as.size() > 2, bs.size() > 2, a.trans_a, a.trans_b};
+  for (size_t i = 0; i < 8; ++i) l.push.set(push::kMatmul + i, u32(w[i], "matmul size"));
+  l.workgroup_size = {16, 16, 1};
+  l.groups = {u32((n + 15) / 16, "groups"), u32((m + 15) / 16, "groups"), u32(batch, "groups")};
+}
+
+uint32_t fbits(float f) {
+  uint32_t b;
+  std::memcpy(&b, &f, 4);
+  return b;
+}
+
+}  // namespace
+
+Schedule lower(const Program& p) {
+  Schedule s;
+  const uint64_t elem = dtype_size(p.float_dtype);
+  for (const Dispatch& d : p.dispatches) {
+    KernelLaunch l;
+    const ProgramTensor& out = p.tensors.at(d.write());
+    const Shape& os = out.type.shape;
+    auto in_shape = [&](size_t k) -> const Shape& { return p.tensors.at(d.reads.at(k)).type.shape; };
+    const std::string op(op_name(d.op));
+    const OpFamily fam = op_info(d.op).family;
+    switch (d.op) {
+      case Op::fused_elementwise: case Op::matmul_epilogue: case Op::fused_reduce: {
+        const auto& a = std::get<FusedAttrs>(d.attrs);
+        std::vector<const Shape*> ins;
+        size_t first = 0;
+        if (d.op == Op::matmul_epilogue) {
+          ins.push_back(&os);  // the product, in the output buffer
+          first = 2;
+          matmul_words(l, a.matmul, in_shape(0), in_shape(1), os);
+        }
+        for (size_t k = first; k < d.reads.size(); ++k) ins.push_back(&in_shape(k));
+        const Shape& domain = d.op == Op::fused_reduce ? a.domain : os;
+        elementwise_layout(l.push, domain, ins);
+        l.kernel = op + "." + code_hash(d.attrs);
+        l.spec = {{"inputs", SpecConstant::u32, uint32_t(ins.size())},
+                  {"code_length", SpecConstant::u32, uint32_t(a.code.size())}};
+        if (d.op == Op::fused_reduce) {
+          int64_t outer = 1, len = 1, inner = 1;
+          for (int64_t i = 0; i < int64_t(domain.size()); ++i) {
+            (i < a.axes.front() ? outer : i <= a.axes.back() ? len : inner) *= domain[size_t(i)];
+          }
+          l.push.set(push::kReduceOuter, u32(outer, "rows"));
+          l.push.set(push::kReduceLen, u32(len, "reduced length"));
+          l.push.set(push::kReduceInner, u32(inner, "inner"));
+          l.push.set(push::kReduceKind, a.reduce == Op::sum ? 0 : a.reduce == Op::mean ? 1 : 2);
+          l.workspace_bytes = uint64_t(numel(domain)) * elem;  // the program's values, then reduced
+          linear(l, outer * inner);
+        } else if (d.op == Op::fused_elementwise) {
+          linear(l, numel(os));
+        }
+        break;
+      }
+      case Op::norm: {
+        const auto& a = std::get<NormAttrs>(d.attrs);
+        const int64_t len = os.back();
+        l.kernel = a.center ? "norm.layer" : "norm.rms";
+        l.push.set(push::kRows, u32(numel(os) / std::max<int64_t>(len, 1), "rows"));
+        l.push.set(push::kLen, u32(len, "row length"));
+        l.push.set(push::kNormGamma, d.reads.size() > 1);
+        l.push.set(push::kNormBeta, d.reads.size() > 2);
+        l.push.set(push::kNormCenter, a.center);
+        l.push.set_f64(push::kNormEps, a.eps);
+        l.workgroup_size = {kGroup, 1, 1};
+        l.groups = {l.push.get(push::kRows), 1, 1};
+        break;
+      }
+      case Op::softmax_scaled: {
+        const auto& a = std::get<SoftmaxAttrs>(d.attrs);
+        const int64_t len = os.back();
+        l.kernel = a.causal ? "softmax.scaled_causal" : "softmax.scaled";
+        l.push.set(push::kRows, u32(numel(os) / std::max<int64_t>(len, 1), "rows"));
+        l.push.set(push::kLen, u32(len, "row length"));
+        l.push.set(push::kSoftmaxSq, os.size() >= 2 ? u32(os[os.size() - 2], "rows") : 1);
+        l.push.set(push::kSoftmaxCausal, a.causal);
+        l.push.set_f64(push::kSoftmaxScale, a.scale);
+        l.push.set_f64(push::kSoftmaxFill, a.fill);
+        l.spec = {{"scale", SpecConstant::f32, fbits(float(a.scale))}};
+        l.workgroup_size = {kGroup, 1, 1};
+        l.groups = {l.push.get(push::kRows), 1, 1};
+        break;
+      }
+      case Op::matmul: {
+        const auto& a = std::get<MatmulAttrs>(d.attrs);
+        l.kernel = std::string("gemm.") + (a.trans_a ? 't' : 'n') + (a.trans_b ? 't' : 'n');
+        matmul_words(l, a, in_shape(0), in_shape(1), os);
+        break;
+      }
+      case Op::conv2d: case Op::conv2d_backward_input: case Op::conv2d_backward_weight: {
+        const auto& a = std::get<ConvAttrs>(d.attrs);
+        // (x, w, y) shapes as the forward convolution sees them
+        const Shape& x = d.op == Op::conv2d ? in_shape(0) : d.op == Op::conv2d_backward_input ? os : in_shape(0);
+        const Shape& w = d.op == Op::conv2d_backward_weight ? os : in_shape(1);
+        const Shape& y = d.op == Op::conv2d ? os : d.op == Op::conv2d_backward_input ? in_shape(0) : in_shape(1);
+        const int64_t words[] = {x[0], x[1], x[2], x[3], w[0], w[2], w[3], y[2], y[3], a.groups};
+        for (size_t i = 0; i < 10; ++i) l.push.set(push::kConv + i, u32(words[i], "convolution size"));
+        const bool pointwise = w[2] == 1 && w[3] == 1 && a.stride[0] == 1 && a.stride[1] == 1 && a.pad[0] == 0 && a.pad[1] == 0;
+        l.kernel = op + (pointwise ? ".direct" : ".im2col");
+        // the im2col matrix of one image and group: [C/groups * KH * KW, OH * OW]
+        if (!pointwise) l.workspace_bytes = uint64_t(x[1] / a.groups * w[2] * w[3] * y[2] * y[3]) * elem;
+        l.workgroup_size = {16, 16, 1};
+        l.groups = {u32((y[2] * y[3] + 15) / 16, "groups"), u32((w[0] + 15) / 16, "groups"), u32(x[0], "groups")};
+        break;
+      }
+      default: {
+        l.kernel = std::string(fam == OpFamily::unary || fam == OpFamily::binary ? "elementwise." : "") + op;
+        if (fam == OpFamily::binary) {
+          // the primitive CPU kernel walks any broadcast; a layout is recorded when one fits
+          bool fits = elementwise_layout(l.push, os, {&in_shape(0), &in_shape(1)}, false);
+          if (in_shape(0) != os || in_shape(1) != os) l.kernel += fits ? ".broadcast" : ".broadcast_general";
+        } else {
+          l.push.set(ElementwiseLayout::kNumel, u32(numel(os), "elements"));
+        }
+        if (d.op == Op::affine) {
+          l.push.set_f64(ElementwiseLayout::kMasks, std::get<AffineAttrs>(d.attrs).scale);
+          l.push.set_f64(ElementwiseLayout::kMasks + 2, std::get<AffineAttrs>(d.attrs).shift);
+        }
+        linear(l, numel(os));
+      }
+    }
+    s.workspace_bytes = std::max(s.workspace_bytes, l.workspace_bytes);
+    s.launches.push_back(std::move(l));
+  }
+  return s;
+}
+
+std::string Schedule::to_json() const {
+  using nlohmann::json;
+  json ls = json::array();
+  for (const KernelLaunch& l : launches) {
+    json spec = json::array();
+    for (const SpecConstant& c : l.spec) {
+      spec.push_back({{"name", c.name}, {"type", c.type == SpecConstant::u32 ? "u32" : c.type == SpecConstant::i32 ? "i32" : "f32"},
+                      {"bits", c.bits}});
+    }
+    ls.push_back({{"kernel", l.kernel}, {"spec", spec},
+                  {"push", std::vector<uint32_t>(l.push.words.begin(), l.push.words.begin() + l.push.used)},
+                  {"workgroup_size", l.workgroup_size}, {"groups", l.groups}, {"workspace_bytes", l.workspace_bytes}});
+  }
+  return json{{"launches", ls}, {"workspace_bytes", workspace_bytes}}.dump();
+}
+
+}  // namespace meganeura
