@@ -7,6 +7,7 @@
 // reason, never dropped silently.
 #pragma once
 
+#include <ctime>
 #include <filesystem>
 #include <string>
 #include <vector>
@@ -31,7 +32,10 @@ struct AttachmentPlan {
 struct AttachRequest {
   std::filesystem::path log_path;
   uint64_t log_body_offset = 0;
-  double job_start = 0;  // wall clock; default outputs must be modified after it
+  // Default outputs must be modified at or after this time. It is the mtime of a file the
+  // wrapper wrote before launching the job, so it comes from the same (coarse) kernel clock
+  // as the job's own files' mtimes; a wall-clock reading could be a tick ahead of them.
+  timespec start_reference{};
   std::filesystem::path cwd;
   std::filesystem::path job_dir;  // never scanned for artifacts
 };

@@ -64,6 +64,9 @@ LogStore::LogStore(const std::filesystem::path& job_dir, const LogHeader& header
                                  header.start_time, kBodyMarker);
   write_all(fd_, head.data(), head.size(), 0, path_);
   if (fsync(fd_) != 0) fail("fsync", path_);
+  struct stat st {};
+  if (fstat(fd_, &st) != 0) fail("stat", path_);
+  created_mtime_ = st.st_mtim;
   int dfd = open(job_dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
   if (dfd < 0) fail("open directory", job_dir);
   int rc = fsync(dfd);

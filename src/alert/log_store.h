@@ -9,6 +9,7 @@
 #pragma once
 
 #include <cstdint>
+#include <ctime>
 #include <filesystem>
 #include <string>
 #include <string_view>
@@ -45,6 +46,9 @@ class LogStore {
   const std::filesystem::path& path() const { return path_; }
   uint64_t body_offset() const { return body_offset_; }
   uint64_t bytes_written() const { return line_start_ + line_.size(); }
+  // The log's mtime right after its header was written, before the job started: the
+  // reference for "files the job wrote", read from the kernel's file-timestamp clock.
+  const timespec& created_mtime() const { return created_mtime_; }
 
  private:
   void put(char c);
@@ -53,6 +57,7 @@ class LogStore {
   std::filesystem::path path_;
   int fd_ = -1;
   uint64_t body_offset_ = 0;
+  timespec created_mtime_{};
   uint64_t line_start_ = 0;   // file offset where the current (unterminated) line begins
   std::string line_;          // current line as a terminal would show it
   size_t cursor_ = 0;         // column of the next character within line_

@@ -305,7 +305,7 @@ int run_job(const RunOptions& o) {
     if (c.email_enabled()) {
       try {
         plan = collect_attachments(c.attach, {report.log_path, log->body_offset(),
-                                              report.start_time, report.cwd, job_dir});
+                                              log->created_mtime(), report.cwd, job_dir});
       } catch (const std::exception& e) {
         plan.skipped.push_back({report.log_path, 0, e.what()});
       }
