@@ -118,6 +118,10 @@ AttachmentPlan collect_attachments(const AttachConfig& config, const AttachReque
       return;
     }
     bool binary = !always_text && looks_binary(data);
+    auto mask = [&] {
+      if (!binary && req.redact != nullptr) req.redact->apply(data);
+    };
+    mask();
     if (binary && truncated) {
       plan.skipped.push_back({path.string(), size,
                               fmt::format("binary file over the per-file budget of {}",
@@ -132,6 +136,7 @@ AttachmentPlan collect_attachments(const AttachConfig& config, const AttachReque
     while (payload.size() > budget && !binary && raw_budget > 4096) {
       raw_budget = raw_budget * budget / payload.size() * 9 / 10;
       data = read_head_tail(path, offset, raw_budget, truncated);
+      mask();
       payload = compressed ? gzip_compress(data) : data;
     }
     if (payload.size() > budget) {

@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "alert/config.h"
+#include "alert/redact.h"
 #include "alert/report.h"
 
 namespace meganeura::alert {
@@ -38,6 +39,7 @@ struct AttachRequest {
   timespec start_reference{};
   std::filesystem::path cwd;
   std::filesystem::path job_dir;  // never scanned for artifacts
+  const Redactor* redact = nullptr;  // masks text attachments before compression
 };
 
 AttachmentPlan collect_attachments(const AttachConfig& config, const AttachRequest& request);

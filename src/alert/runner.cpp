@@ -1,6 +1,7 @@
 #include "alert/runner.h"
 
 #include <fcntl.h>
+#include <sys/stat.h>
 #include <fmt/format.h>
 #include <spawn.h>
 #include <sys/wait.h>
@@ -17,7 +18,9 @@
 #include "alert/classifier.h"
 #include "alert/log_store.h"
 #include "alert/mime.h"
+#include "alert/monitor.h"
 #include "alert/outbox.h"
+#include "alert/redact.h"
 #include "alert/report.h"
 #include "alert/supervisor.h"
 #include "alert/telemetry.h"
@@ -60,10 +63,12 @@ std::string ascii_header(std::string_view s) {
 
 // Builds the outbox entries for one report. Returns their ids.
 std::vector<std::string> enqueue(const Config& c, Report& report, const AttachmentPlan* plan,
-                                 bool dry_run) {
+                                 bool dry_run, const Redactor& redactor) {
   std::vector<std::string> ids;
+  // What leaves the machine is the redacted copy; statuses go back into `report`.
+  const Report sent = redactor.redacted(report);
   Outbox outbox(c.state_dir);
-  std::string subject = subject_line(report);
+  std::string subject = subject_line(sent);
   auto store = [&](const char* channel, nlohmann::json meta, const std::string& payload) {
     if (dry_run) {
       std::fwrite(payload.data(), 1, payload.size(), stdout);
@@ -83,7 +88,7 @@ std::vector<std::string> enqueue(const Config& c, Report& report, const Attachme
     }
   };
   if (c.email_enabled()) {
-    EmailParts parts{c.smtp.from, c.smtp.to, subject, render_text(report), render_html(report), {}};
+    EmailParts parts{c.smtp.from, c.smtp.to, subject, render_text(sent), render_html(sent), {}};
     if (plan != nullptr) parts.attachments = plan->blobs;
     nlohmann::json smtp = {{"url", c.smtp.url},           {"from", c.smtp.from},
                            {"to", c.smtp.to},             {"username", c.smtp.username},
@@ -92,16 +97,16 @@ std::vector<std::string> enqueue(const Config& c, Report& report, const Attachme
     store("email", {{"smtp", smtp}}, build_email(parts));
   }
   if (!c.webhook.url.empty()) {
-    nlohmann::json body = {{"text", render_short(report)}, {"gpualert", to_json(report)}};
+    nlohmann::json body = {{"text", render_short(sent)}, {"gpualert", to_json(sent)}};
     store("webhook", {{"url", c.webhook.url}, {"headers", {{"Content-Type", "application/json"}}}},
           body.dump());
   }
   if (!c.webhook.ntfy_url.empty()) {
-    bool ok = report.classification.id == "success";
+    bool ok = sent.classification.id == "success";
     nlohmann::json headers = {{"Title", ascii_header(subject)},
                               {"Priority", ok ? "default" : "high"},
                               {"Tags", ok ? "white_check_mark" : "warning"}};
-    store("ntfy", {{"url", c.webhook.ntfy_url}, {"headers", headers}}, render_short(report));
+    store("ntfy", {{"url", c.webhook.ntfy_url}, {"headers", headers}}, render_short(sent));
   }
   return ids;
 }
@@ -111,12 +116,17 @@ void settle_statuses(const Config& c, Report& report, const std::vector<std::str
                      const std::string& delivery) {
   Outbox outbox(c.state_dir);
   auto left = outbox.list();
+  auto dropped = outbox.given_up();
   size_t k = 0;
   for (auto& n : report.notifications) {
     if (n.status != "queued" || k >= ids.size()) continue;
     const std::string& id = ids[k++];
     auto it = std::find_if(left.begin(), left.end(), [&](const auto& e) { return e.id == id; });
-    if (it == left.end()) {
+    auto gone = std::find_if(dropped.begin(), dropped.end(), [&](const auto& e) { return e.id == id; });
+    if (gone != dropped.end()) {
+      n.status = gone->meta.value("partial", false) ? "sent" : "given up";
+      n.detail = gone->meta.value("given_up", "");
+    } else if (it == left.end()) {
       n.status = "sent";
     } else {
       n.detail = fmt::format("kept in outbox {} for retry: {}", it->dir.string(),
@@ -131,6 +141,62 @@ void write_report(const std::filesystem::path& path, const std::string& json) {
   if (std::rename(tmp.c_str(), path.c_str()) != 0)
     throw std::runtime_error(fmt::format("[gpualert] cannot write report '{}': {}", path.string(),
                                          std::strerror(errno)));
+}
+
+// Reports the jobs whose monitor died (see monitor.h) from what they left on disk, once
+// each: a line on stderr, a report.json in the job's directory, and a notification.
+// Returns the ids of the queued notifications.
+std::vector<std::string> report_lost_jobs(const RunOptions& o, const Redactor& redactor) {
+  const Config& c = o.config;
+  std::vector<std::string> ids;
+  for (const auto& lost : find_lost_jobs(c.state_dir, true)) {
+    Report r;
+    r.kind = "monitor_lost";
+    r.job_id = lost.job_id;
+    r.job_dir = lost.job_dir.string();
+    r.log_path = (lost.job_dir / "output.log").string();
+    std::string head = read_file(r.log_path, 0, 8192).value_or("");
+    std::string_view rest = head;
+    while (!rest.empty()) {
+      std::string_view line = next_line(rest);
+      auto field = [&](std::string_view key, std::string& out) {
+        if (line.rfind(key, 0) == 0) out = std::string(line.substr(key.size()));
+      };
+      field("# command: ", r.command);
+      field("# host: ", r.host);
+      field("# cwd: ", r.cwd);
+      if (line == kBodyMarker) break;
+    }
+    r.argv = {r.command};
+    struct stat st {};
+    double last = stat(r.log_path.c_str(), &st) == 0
+                      ? static_cast<double>(st.st_mtim.tv_sec) + st.st_mtim.tv_nsec * 1e-9
+                      : wall_now();
+    r.start_time = r.end_time = last;
+    r.exit_status = -1;
+    r.classification = {"monitor_lost", "Monitor lost",
+                        "gpualert was killed while the job ran (SIGKILL, the OOM killer, a node "
+                        "failure) and the job was ended with it; read its log and rerun.",
+                        1.0, {{0, "no report was written: the monitor died before the job ended"}}};
+    try {
+      r.last_lines = tail_lines(r.log_path, find_body_offset(r.log_path), kLastLines);
+    } catch (const std::exception&) {
+    }
+    r.notes.push_back(fmt::format("gpualert, the job's monitor, died while the job ran; the log "
+                                  "holds the output until {}", iso_time(last)));
+    std::fprintf(stderr, "gpualert: job %s (%s) lost its monitor; output until %s is in %s\n",
+                 r.job_id.c_str(), r.command.c_str(), iso_time(last).c_str(), r.log_path.c_str());
+    if (o.notify && c.any_channel()) {
+      auto more = enqueue(c, r, nullptr, o.dry_run, redactor);
+      ids.insert(ids.end(), more.begin(), more.end());
+    }
+    try {
+      write_report(lost.job_dir / "report.json", to_json(r).dump(2) + "\n");
+    } catch (const std::exception& e) {
+      std::fprintf(stderr, "%s\n", e.what());
+    }
+  }
+  return ids;
 }
 
 }  // namespace
@@ -192,7 +258,10 @@ int run_job(const RunOptions& o) {
   report.job_dir = job_dir.string();
 
   std::optional<LogStore> log;
+  Redactor redactor;
   try {
+    redactor = Redactor(c.redact);
+    check_private_dir(c.state_dir);
     log.emplace(job_dir, LogHeader{report.job_id, report.command, report.host, report.cwd,
                                    iso_time(wall_now())});
   } catch (const std::exception& e) {
@@ -200,6 +269,13 @@ int run_job(const RunOptions& o) {
     return kExitCannotStart;
   }
   report.log_path = log->path().string();
+  // Held until the report is written; if this process dies, the next run reports the job.
+  std::optional<MonitorLock> monitor;
+  try {
+    monitor.emplace(c.state_dir, report.job_id);
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "gpualert: %s; a crash of gpualert would go unreported\n", e.what());
+  }
   report.start_time = wall_now();  // refined from the supervisor's outcome below
 
   // Evidence baselines now; the samplers start once the child runs (overlapping its start).
@@ -214,6 +290,7 @@ int run_job(const RunOptions& o) {
   so.hang_after_s = o.hang_after_s;
   so.kill_on_hang = o.kill_on_hang;
   so.echo = o.echo;
+  so.env_remove = secret_env_names();
   if (o.telemetry)
     so.gpus_idle = [&telemetry] { return !telemetry.has_gpu_data() || telemetry.gpus_idle(); };
   so.on_hang = [&](double silent_s) {
@@ -229,7 +306,7 @@ int run_job(const RunOptions& o) {
                            "job's processes.",
                            0.8, {{0, fmt::format("no output for {}", format_duration(silent_s))}}};
     hang.last_lines = tail_lines(report.log_path, log->body_offset(), kLastLines);
-    auto ids = enqueue(c, hang, nullptr, o.dry_run);
+    auto ids = enqueue(c, hang, nullptr, o.dry_run, redactor);
     long pid = 0;
     if (!ids.empty())
       deliver_with_deadline(o.sender_exe, c.state_dir, o.config_path, ids, c.notify_timeout_s,
@@ -284,15 +361,37 @@ int run_job(const RunOptions& o) {
   facts.cgroup_oom_kills = report.telemetry.cgroup_oom_kills;
   facts.kernel_oom = report.telemetry.kernel_oom;
   facts.gpu_events = report.telemetry.gpu_events;
+  // A log that stopped (disk full, file size limit) is read together with the output
+  // kept in memory since, so the end of the job is still classified and shown.
+  std::optional<std::string> whole_output;
+  if (log->incomplete()) {
+    report.notes.push_back(fmt::format(
+        "the log on disk is incomplete ({}); the job went on and its later output was kept in "
+        "memory: {} (latest lines, attached as output-tail.log)",
+        log->error(), format_size(log->memory_tail().size())));
+    whole_output = read_file(report.log_path, log->body_offset()).value_or("") +
+                   "\n[... gpualert: the log file stopped here ...]\n" + log->memory_tail();
+  }
   try {
     Classifier classifier;
-    report.classification = classifier.classify_file(report.log_path, log->body_offset(), facts);
+    report.classification = whole_output
+        ? classifier.classify_text(*whole_output, facts)
+        : classifier.classify_file(report.log_path, log->body_offset(), facts);
   } catch (const std::exception& e) {
     report.classification = {"unknown", "Unknown failure", "Classification failed; read the log.",
                              0, {{0, e.what()}}};
   }
-  report.last_lines = tail_lines(report.log_path, log->body_offset(), kLastLines);
+  if (whole_output) {
+    std::vector<std::string> lines;
+    std::string_view rest = *whole_output;
+    while (!rest.empty()) lines.emplace_back(next_line(rest));
+    size_t from = lines.size() > kLastLines ? lines.size() - kLastLines : 0;
+    report.last_lines.assign(lines.begin() + static_cast<std::ptrdiff_t>(from), lines.end());
+  } else {
+    report.last_lines = tail_lines(report.log_path, log->body_offset(), kLastLines);
+  }
 
+  const std::vector<std::string> lost_ids = report_lost_jobs(o, redactor);
   const bool failed = report.classification.id != "success";
   if (!o.notify) {
     report.notifications.push_back({"all", "disabled", "--no-notify"});
@@ -305,14 +404,22 @@ int run_job(const RunOptions& o) {
     if (c.email_enabled()) {
       try {
         plan = collect_attachments(c.attach, {report.log_path, log->body_offset(),
-                                              log->created_mtime(), report.cwd, job_dir});
+                                              log->created_mtime(), report.cwd, job_dir,
+                                              &redactor});
       } catch (const std::exception& e) {
         plan.skipped.push_back({report.log_path, 0, e.what()});
+      }
+      if (log->incomplete() && !log->memory_tail().empty()) {
+        std::string tail = log->memory_tail();
+        redactor.apply(tail);
+        plan.attached.push_back({"(memory)", "output-tail.log", tail.size(), tail.size(), false, false});
+        plan.blobs.push_back({"output-tail.log", "text/plain; charset=utf-8", std::move(tail)});
       }
       report.attachments = plan.attached;
       report.skipped = plan.skipped;
     }
-    auto ids = enqueue(c, report, &plan, o.dry_run);
+    auto ids = enqueue(c, report, &plan, o.dry_run, redactor);
+    ids.insert(ids.end(), lost_ids.begin(), lost_ids.end());
     if (!o.dry_run) {
       // The sender delivers the new messages first, then any backlog of earlier runs.
       std::string result = deliver_with_deadline(o.sender_exe, c.state_dir, o.config_path, ids,
@@ -324,7 +431,8 @@ int run_job(const RunOptions& o) {
   if (o.notify && !o.dry_run && report.notifications.front().status == "disabled" &&
       !Outbox(c.state_dir).empty()) {
     // Nothing new to send, but earlier runs left messages: retry them now, bounded.
-    deliver_with_deadline(o.sender_exe, c.state_dir, o.config_path, {}, c.notify_timeout_s, true);
+    deliver_with_deadline(o.sender_exe, c.state_dir, o.config_path, lost_ids, c.notify_timeout_s,
+                          true);
   }
   // A hang notification still in flight gets the same bounded wait as the final one.
   for (long pid : background) wait_or_kill(static_cast<pid_t>(pid), c.notify_timeout_s);
@@ -336,6 +444,7 @@ int run_job(const RunOptions& o) {
   } catch (const std::exception& e) {
     std::fprintf(stderr, "%s\n", e.what());
   }
+  if (monitor) monitor->release();
   if (o.summary) {
     std::string notes;
     for (const auto& n : report.notifications)

@@ -183,6 +183,7 @@ TEST_P(RelayFailure, QueuedThenDeliveredByFlush) {
   int port = free_port();
   auto e = env(port);
   if (!f.user.empty()) {
+    e["GPUALERT_SMTP_TLS"] = "insecure";  // a login in clear text must be allowed explicitly
     e["GPUALERT_SMTP_USER"] = f.user;
     e["GPUALERT_SMTP_PASSWORD"] = "right-password";
   }

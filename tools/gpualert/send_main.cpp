@@ -7,6 +7,7 @@
 #include "alert/config.h"
 #include "alert/notifier.h"
 #include "alert/outbox.h"
+#include "alert/util.h"
 
 namespace ga = meganeura::alert;
 
@@ -25,6 +26,7 @@ int main(int argc, char** argv) {
     auto config = ga::load_config(config_path.empty() ? std::nullopt
                                                        : std::optional<std::filesystem::path>(config_path));
     if (!state_dir.empty()) config.state_dir = state_dir;
+    ga::check_private_dir(config.state_dir);
     ga::Outbox outbox(config.state_dir);
     auto r = ga::flush_outbox(outbox, config, fo);
     for (const auto& m : r.messages) std::fprintf(verbose ? stdout : stderr, "gpualert: %s\n", m.c_str());
