@@ -49,12 +49,20 @@ std::string Outbox::put(nlohmann::json meta, std::string_view payload) {
   meta["created"] = iso_time(wall_now());
   meta["created_epoch"] = wall_now();
   if (!meta.contains("attempts")) meta["attempts"] = 0;
-  write_file((tmp / "payload").string(), payload, true);
-  write_file((tmp / "meta.json").string(), meta.dump(2), true);
+  try {
+    write_file((tmp / "payload").string(), payload, true);
+    write_file((tmp / "meta.json").string(), meta.dump(2), true);
+  } catch (const std::exception&) {
+    std::filesystem::remove_all(tmp, ec);  // no half-written entry left behind
+    throw;
+  }
   sync_dir(tmp);
   std::filesystem::rename(tmp, dir_ / id, ec);
-  if (ec)
+  if (ec) {
+    std::error_code ignored;
+    std::filesystem::remove_all(tmp, ignored);
     throw std::runtime_error(fmt::format("[gpualert] outbox: cannot store message: {}", ec.message()));
+  }
   sync_dir(dir_);
   return id;
 }

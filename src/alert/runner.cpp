@@ -7,6 +7,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <chrono>
 #include <csignal>
@@ -61,9 +62,19 @@ std::string ascii_header(std::string_view s) {
   return out;
 }
 
-// Builds the outbox entries for one report. Returns their ids.
+// A message the outbox could not store (disk full, a file size limit): it is handed to the
+// sender through a pipe instead, so the notification still goes out, only without retries.
+struct Unqueued {
+  size_t notification;  // index in report.notifications
+  nlohmann::json meta;
+  std::string payload;
+};
+
+// Builds the outbox entries for one report. Returns their ids. Messages that cannot be
+// stored are appended to `unqueued` (when given) for direct delivery.
 std::vector<std::string> enqueue(const Config& c, Report& report, const AttachmentPlan* plan,
-                                 bool dry_run, const Redactor& redactor) {
+                                 bool dry_run, const Redactor& redactor,
+                                 std::vector<Unqueued>* unqueued) {
   std::vector<std::string> ids;
   // What leaves the machine is the redacted copy; statuses go back into `report`.
   const Report sent = redactor.redacted(report);
@@ -81,10 +92,13 @@ std::vector<std::string> enqueue(const Config& c, Report& report, const Attachme
     meta["subject"] = subject;
     meta["job_id"] = report.job_id;
     try {
-      ids.push_back(outbox.put(std::move(meta), payload));
+      ids.push_back(outbox.put(meta, payload));
       report.notifications.push_back({channel, "queued", ""});
     } catch (const std::exception& e) {
+      std::fprintf(stderr, "%s; the %s notification is sent without the outbox (no retry)\n",
+                   e.what(), channel);
       report.notifications.push_back({channel, "failed", e.what()});
+      if (unqueued != nullptr) unqueued->push_back({report.notifications.size() - 1, meta, payload});
     }
   };
   if (c.email_enabled()) {
@@ -187,7 +201,7 @@ std::vector<std::string> report_lost_jobs(const RunOptions& o, const Redactor& r
     std::fprintf(stderr, "gpualert: job %s (%s) lost its monitor; output until %s is in %s\n",
                  r.job_id.c_str(), r.command.c_str(), iso_time(last).c_str(), r.log_path.c_str());
     if (o.notify && c.any_channel()) {
-      auto more = enqueue(c, r, nullptr, o.dry_run, redactor);
+      auto more = enqueue(c, r, nullptr, o.dry_run, redactor, nullptr);
       ids.insert(ids.end(), more.begin(), more.end());
     }
     try {
@@ -242,6 +256,77 @@ std::string deliver_with_deadline(const std::string& sender_exe,
   int status = wait_or_kill(pid, deadline_s);
   if (status == -1) return fmt::format("delivery did not finish within {:.0f} s", deadline_s);
   return WIFEXITED(status) && WEXITSTATUS(status) == 0 ? "delivered" : "delivery failed";
+}
+
+// Starts the sender on one message given through a pipe (`gpualert-send --stdin`: a line of
+// meta JSON, then the payload). Returns an error, or "" with *pid set.
+static double mono_now() {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+
+static std::string deliver_from_memory(const std::string& sender_exe,
+                                const std::optional<std::filesystem::path>& config_path,
+                                const nlohmann::json& meta, const std::string& payload,
+                                double deadline_s, pid_t* pid_out) {
+  *pid_out = 0;
+  int fds[2];
+  if (pipe2(fds, O_CLOEXEC) != 0) return fmt::format("cannot create a pipe: {}", std::strerror(errno));
+  std::vector<std::string> args = {sender_exe, "--stdin", "--timeout",
+                                   fmt::format("{:.3f}", std::max(0.5, deadline_s - 0.5))};
+  if (config_path) {
+    args.push_back("--config");
+    args.push_back(config_path->string());
+  }
+  std::vector<char*> argv;
+  for (auto& a : args) argv.push_back(a.data());
+  argv.push_back(nullptr);
+  posix_spawn_file_actions_t fa;
+  posix_spawn_file_actions_init(&fa);
+  posix_spawn_file_actions_adddup2(&fa, fds[0], STDIN_FILENO);
+  posix_spawn_file_actions_addopen(&fa, STDOUT_FILENO, "/dev/null", O_WRONLY, 0);
+  posix_spawnattr_t attr;
+  posix_spawnattr_init(&attr);
+  sigset_t defaults;
+  sigemptyset(&defaults);
+  for (int sig : {SIGTERM, SIGINT, SIGHUP, SIGQUIT, SIGPIPE}) sigaddset(&defaults, sig);
+  posix_spawnattr_setsigdefault(&attr, &defaults);
+  posix_spawnattr_setflags(&attr, POSIX_SPAWN_SETPGROUP | POSIX_SPAWN_SETSIGDEF);
+  posix_spawnattr_setpgroup(&attr, 0);
+  pid_t pid = 0;
+  int rc = posix_spawn(&pid, sender_exe.c_str(), &fa, &attr, argv.data(), environ);
+  posix_spawn_file_actions_destroy(&fa);
+  posix_spawnattr_destroy(&attr);
+  close(fds[0]);
+  if (rc != 0) {
+    close(fds[1]);
+    return fmt::format("cannot start sender '{}': {}", sender_exe, std::strerror(rc));
+  }
+  *pid_out = pid;
+  // A sender that dies early must not kill us with SIGPIPE, nor one that stops reading hang us.
+  struct sigaction ign {}, saved {};
+  ign.sa_handler = SIG_IGN;
+  sigaction(SIGPIPE, &ign, &saved);
+  fcntl(fds[1], F_SETFL, O_NONBLOCK);
+  const std::string data = meta.dump() + "\n" + payload;
+  const double until = mono_now() + deadline_s;
+  std::string err;
+  for (size_t done = 0; done < data.size();) {
+    ssize_t n = write(fds[1], data.data() + done, data.size() - done);
+    if (n > 0) {
+      done += static_cast<size_t>(n);
+    } else if (n < 0 && errno != EAGAIN && errno != EINTR) {
+      err = fmt::format("cannot hand the message to the sender: {}", std::strerror(errno));
+      break;
+    } else if (mono_now() >= until) {
+      err = "the sender did not take the message in time";
+      break;
+    } else {
+      std::this_thread::sleep_for(std::chrono::milliseconds(2));
+    }
+  }
+  close(fds[1]);
+  sigaction(SIGPIPE, &saved, nullptr);
+  return err;
 }
 
 int run_job(const RunOptions& o) {
@@ -306,7 +391,7 @@ int run_job(const RunOptions& o) {
                            "job's processes.",
                            0.8, {{0, fmt::format("no output for {}", format_duration(silent_s))}}};
     hang.last_lines = tail_lines(report.log_path, log->body_offset(), kLastLines);
-    auto ids = enqueue(c, hang, nullptr, o.dry_run, redactor);
+    auto ids = enqueue(c, hang, nullptr, o.dry_run, redactor, nullptr);
     long pid = 0;
     if (!ids.empty())
       deliver_with_deadline(o.sender_exe, c.state_dir, o.config_path, ids, c.notify_timeout_s,
@@ -418,13 +503,40 @@ int run_job(const RunOptions& o) {
       report.attachments = plan.attached;
       report.skipped = plan.skipped;
     }
-    auto ids = enqueue(c, report, &plan, o.dry_run, redactor);
+    std::vector<Unqueued> unqueued;
+    auto ids = enqueue(c, report, &plan, o.dry_run, redactor, &unqueued);
     ids.insert(ids.end(), lost_ids.begin(), lost_ids.end());
     if (!o.dry_run) {
+      const double start = mono_now();
+      std::vector<pid_t> direct;
+      for (auto& u : unqueued) {
+        std::string why = report.notifications[u.notification].detail;
+        pid_t pid = 0;
+        std::string err = deliver_from_memory(o.sender_exe, o.config_path, u.meta, u.payload,
+                                              c.notify_timeout_s, &pid);
+        direct.push_back(pid);
+        if (!err.empty()) report.notifications[u.notification].detail = why + "; " + err;
+      }
       // The sender delivers the new messages first, then any backlog of earlier runs.
       std::string result = deliver_with_deadline(o.sender_exe, c.state_dir, o.config_path, ids,
                                                  c.notify_timeout_s, true);
       settle_statuses(c, report, ids, result);
+      for (size_t i = 0; i < direct.size(); ++i) {
+        if (direct[i] <= 0) continue;
+        int status = wait_or_kill(direct[i], std::max(0.0, c.notify_timeout_s - (mono_now() - start)));
+        NotificationStatus& n = report.notifications[unqueued[i].notification];
+        const int code = status != -1 && WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+        const std::string why = n.detail;
+        if (code == 0 || code == 3) {
+          n.status = "sent";
+          n.detail = fmt::format("not stored in the outbox ({}); delivered directly{}", why,
+                                 code == 3 ? ", some recipients refused it" : "");
+        } else {
+          n.detail = fmt::format("not stored in the outbox ({}); direct delivery {}", why,
+                                 status == -1 ? "timed out" : "failed");
+        }
+        std::fprintf(stderr, "gpualert: %s notification %s\n", n.channel.c_str(), n.detail.c_str());
+      }
     }
   }
 
