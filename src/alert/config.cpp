@@ -1,7 +1,6 @@
 #include "alert/config.h"
 
 #include <fmt/format.h>
-#include <pwd.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -14,16 +13,12 @@
 namespace meganeura::alert {
 namespace {
 
-// $HOME, else the password database. Never a shared directory: a state directory under
-// /tmp could be pre-created by another user.
+// $HOME, else the user's entry in /etc/passwd. Never a shared directory: a state directory
+// under /tmp could be pre-created by another user.
 std::optional<std::filesystem::path> home() {
   if (auto h = env("HOME")) return std::filesystem::path(*h);
-  std::vector<char> buf(16384);
-  passwd pw{};
-  passwd* found = nullptr;
-  if (getpwuid_r(geteuid(), &pw, buf.data(), buf.size(), &found) == 0 && found != nullptr &&
-      found->pw_dir != nullptr && found->pw_dir[0] == '/')
-    return std::filesystem::path(found->pw_dir);
+  std::string dir = passwd_home(read_file("/etc/passwd").value_or(""), geteuid());
+  if (!dir.empty()) return std::filesystem::path(dir);
   return std::nullopt;
 }
 

@@ -204,6 +204,26 @@ std::string_view next_line(std::string_view& rest) {
   return line;
 }
 
+std::string passwd_home(std::string_view passwd_text, unsigned long uid) {
+  while (!passwd_text.empty()) {
+    std::string_view line = next_line(passwd_text);
+    std::string_view field[7];
+    size_t n = 0;
+    while (n < 7) {
+      size_t colon = line.find(':');
+      field[n++] = line.substr(0, colon);
+      if (colon == std::string_view::npos) break;
+      line.remove_prefix(colon + 1);
+    }
+    if (n != 7 || field[2].empty() || field[2].size() > 10 ||
+        field[2].find_first_not_of("0123456789") != std::string_view::npos)
+      continue;  // comments, NIS "+" lines, anything malformed
+    if (std::stoul(std::string(field[2])) == uid && !field[5].empty() && field[5][0] == '/')
+      return std::string(field[5]);
+  }
+  return "";
+}
+
 std::optional<std::string> read_file(const std::string& path, uint64_t offset, size_t max) {
   int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC);
   if (fd < 0) return std::nullopt;

@@ -39,6 +39,11 @@ std::string hostname();
 // Takes the first line (without its '\n') off the front of `rest`.
 std::string_view next_line(std::string_view& rest);
 
+// The home directory of `uid` in passwd(5) text (name:pw:uid:gid:gecos:home:shell), or ""
+// when no well-formed line has that uid or its home is not absolute. Read directly, not
+// through getpwuid: NSS modules cannot be loaded into the static wrapper.
+std::string passwd_home(std::string_view passwd_text, unsigned long uid);
+
 // Small-file I/O with plain POSIX calls: the wrapper's run path stays off iostreams, whose
 // locale set-up is a noticeable part of a short job's start-up.
 // Reads `path` from `offset` to its end (at most `max` bytes); nullopt when unreadable.

@@ -44,6 +44,24 @@ std::string body_of(const ga::LogStore& log) {
 
 }  // namespace
 
+TEST(Util, PasswdHome) {
+  const std::string text =
+      "# comment\n"
+      "root:x:0:0:root:/root:/bin/bash\n"
+      "+nis::::::\n"
+      "short:x:1000\n"
+      "alice:x:1000:1000:Alice, Room 1:/home/alice:/bin/sh\n"
+      "rel:x:1001:1001::relative/home:/bin/sh\n"
+      "big:x:99999999999999999999:1::/home/big:/bin/sh\n"
+      "last:x:1002:1002::/home/last:/bin/sh";  // no final newline
+  EXPECT_EQ(ga::passwd_home(text, 0), "/root");
+  EXPECT_EQ(ga::passwd_home(text, 1000), "/home/alice") << "the malformed uid-1000 line is skipped";
+  EXPECT_EQ(ga::passwd_home(text, 1001), "") << "relative home refused";
+  EXPECT_EQ(ga::passwd_home(text, 1002), "/home/last");
+  EXPECT_EQ(ga::passwd_home(text, 4242), "");
+  EXPECT_EQ(ga::passwd_home("", 0), "");
+}
+
 TEST(LogStore, ProgressBarsEscapesAndPartialLines) {
   TempDir dir;
   ga::LogStore log(dir / "job", {"id", "cmd", "host", "/", "now"});
