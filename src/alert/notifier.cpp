@@ -230,10 +230,11 @@ Delivery send_entry(const nlohmann::json& meta, const std::string& payload, cons
 
 std::string entry_signature(const nlohmann::json& meta, const std::string& payload,
                             const std::string& key) {
-  // Everything that decides where the message and the credential go, and the message.
+  // Everything that decides where the message and the credential go, and the message; not
+  // the delivery bookkeeping a failed attempt updates.
   nlohmann::json what = meta;
   for (const char* k : {"id", "created", "attempts", "last_error", "last_attempt", "signature",
-                        "given_up"})
+                        "given_up", "permanent_failures"})
     what.erase(k);
   std::string data = what.dump() + '\n' + payload;
   unsigned char mac[EVP_MAX_MD_SIZE];
