@@ -21,6 +21,14 @@ constexpr size_t kMaxDefaultOutputs = 20;
 const std::set<std::string> kOutputExtensions = {".log", ".out", ".err", ".txt", ".json",
                                                  ".jsonl", ".csv", ".yaml", ".yml", ".md"};
 
+// Same clock as start_reference. A filesystem that keeps whole seconds only (zero
+// nanoseconds) is compared at that resolution, so it does not drop a file written in the
+// job's first second.
+bool modified_since(const timespec& mtime, const timespec& ref) {
+  if (mtime.tv_sec != ref.tv_sec) return mtime.tv_sec > ref.tv_sec;
+  return mtime.tv_nsec == 0 || mtime.tv_nsec >= ref.tv_nsec;
+}
+
 bool looks_binary(std::string_view data) {
   return data.substr(0, 8192).find('\0') != std::string_view::npos;
 }
@@ -110,6 +118,10 @@ AttachmentPlan collect_attachments(const AttachConfig& config, const AttachReque
       return;
     }
     bool binary = !always_text && looks_binary(data);
+    auto mask = [&] {
+      if (!binary && req.redact != nullptr) req.redact->apply(data);
+    };
+    mask();
     if (binary && truncated) {
       plan.skipped.push_back({path.string(), size,
                               fmt::format("binary file over the per-file budget of {}",
@@ -124,6 +136,7 @@ AttachmentPlan collect_attachments(const AttachConfig& config, const AttachReque
     while (payload.size() > budget && !binary && raw_budget > 4096) {
       raw_budget = raw_budget * budget / payload.size() * 9 / 10;
       data = read_head_tail(path, offset, raw_budget, truncated);
+      mask();
       payload = compressed ? gzip_compress(data) : data;
     }
     if (payload.size() > budget) {
@@ -171,8 +184,7 @@ AttachmentPlan collect_attachments(const AttachConfig& config, const AttachReque
       if (!kOutputExtensions.count(entry.path().extension().string())) continue;
       struct stat st {};
       if (stat(entry.path().c_str(), &st) != 0) continue;
-      double mtime = static_cast<double>(st.st_mtim.tv_sec) + st.st_mtim.tv_nsec * 1e-9;
-      if (mtime + 1e-3 < req.job_start) continue;
+      if (!modified_since(st.st_mtim, req.start_reference)) continue;
       if (entry.path().parent_path() == req.job_dir) continue;
       if (++count > kMaxDefaultOutputs) {
         plan.skipped.push_back({entry.path().string(), static_cast<uint64_t>(st.st_size),

@@ -7,11 +7,13 @@
 // reason, never dropped silently.
 #pragma once
 
+#include <ctime>
 #include <filesystem>
 #include <string>
 #include <vector>
 
 #include "alert/config.h"
+#include "alert/redact.h"
 #include "alert/report.h"
 
 namespace meganeura::alert {
@@ -31,9 +33,13 @@ struct AttachmentPlan {
 struct AttachRequest {
   std::filesystem::path log_path;
   uint64_t log_body_offset = 0;
-  double job_start = 0;  // wall clock; default outputs must be modified after it
+  // Default outputs must be modified at or after this time. It is the mtime of a file the
+  // wrapper wrote before launching the job, so it comes from the same (coarse) kernel clock
+  // as the job's own files' mtimes; a wall-clock reading could be a tick ahead of them.
+  timespec start_reference{};
   std::filesystem::path cwd;
   std::filesystem::path job_dir;  // never scanned for artifacts
+  const Redactor* redact = nullptr;  // masks text attachments before compression
 };
 
 AttachmentPlan collect_attachments(const AttachConfig& config, const AttachRequest& request);

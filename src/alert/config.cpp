@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <optional>
@@ -13,14 +14,20 @@
 namespace meganeura::alert {
 namespace {
 
-std::filesystem::path home() {
-  auto h = env("HOME");
-  return h ? std::filesystem::path(*h) : std::filesystem::path("/tmp");
+// $HOME, else the user's entry in /etc/passwd. Never a shared directory: a state directory
+// under /tmp could be pre-created by another user.
+std::optional<std::filesystem::path> home() {
+  if (auto h = env("HOME")) return std::filesystem::path(*h);
+  std::string dir = passwd_home(read_file("/etc/passwd").value_or(""), geteuid());
+  if (!dir.empty()) return std::filesystem::path(dir);
+  return std::nullopt;
 }
 
 std::filesystem::path default_state_dir() {
   if (auto x = env("XDG_STATE_HOME")) return std::filesystem::path(*x) / "gpualert";
-  return home() / ".local/state/gpualert";
+  if (auto h = home()) return *h / ".local/state/gpualert";
+  // No home at all: a per-user name, checked for ownership and mode before any use.
+  return fmt::format("/tmp/gpualert-{}", geteuid());
 }
 
 [[noreturn]] void bad(const std::filesystem::path& file, std::string_view key,
@@ -196,9 +203,9 @@ AsciiToml ascii_toml(std::string_view s) {
 void check_known_keys(const toml::table& t, const std::filesystem::path& file) {
   static const std::vector<std::pair<std::string, std::vector<std::string>>> kKnown = {
       {"smtp", {"url", "from", "to", "username", "password", "tls", "ca_file", "insecure"}},
-      {"webhook", {"url", "ntfy_url", "token"}},
+      {"webhook", {"url", "ntfy_url", "token", "ntfy_token"}},
       {"attach", {"globs", "default_outputs", "max_file", "max_total"}},
-      {"run", {"state_dir", "grace", "notify_timeout", "notify_on_success"}},
+      {"run", {"state_dir", "grace", "notify_timeout", "notify_on_success", "redact"}},
   };
   for (const auto& [key, node] : t) {
     const std::string_view name = key.str();  // clang 15 cannot capture a structured binding
@@ -219,7 +226,8 @@ void check_known_keys(const toml::table& t, const std::filesystem::path& file) {
 
 std::filesystem::path default_config_path() {
   if (auto x = env("XDG_CONFIG_HOME")) return std::filesystem::path(*x) / "gpualert/config.toml";
-  return home() / ".config/gpualert/config.toml";
+  if (auto h = home()) return *h / ".config/gpualert/config.toml";
+  return fmt::format("/nonexistent/gpualert-{}/config.toml", geteuid());
 }
 
 Config load_config(const std::optional<std::filesystem::path>& explicit_path) {
@@ -228,6 +236,7 @@ Config load_config(const std::optional<std::filesystem::path>& explicit_path) {
   std::filesystem::path path = explicit_path.value_or(default_config_path());
   std::error_code ec;
   bool exists = std::filesystem::exists(path, ec);
+  bool grace_set = false, notify_set = false;
   if (explicit_path && !exists)
     throw std::runtime_error(fmt::format("[gpualert] config '{}' does not exist", path.string()));
   if (exists) {
@@ -250,8 +259,11 @@ Config load_config(const std::optional<std::filesystem::path>& explicit_path) {
                                            e.source().begin.line, e.description()));
     }
     check_known_keys(t, path);
-    bool has_secret = t.at_path("smtp.password").node() != nullptr ||
-                      t.at_path("webhook.token").node() != nullptr;
+    // A webhook or ntfy URL is a credential too: whoever has it can post to the channel.
+    bool has_secret = false;
+    for (const char* key : {"smtp.password", "webhook.token", "webhook.ntfy_token", "webhook.url",
+                            "webhook.ntfy_url"})
+      has_secret |= t.at_path(key).node() != nullptr;
     struct stat st {};
     if (has_secret && stat(path.c_str(), &st) == 0 && (st.st_mode & 077) != 0)
       throw std::runtime_error(fmt::format(
@@ -270,15 +282,19 @@ Config load_config(const std::optional<std::filesystem::path>& explicit_path) {
     c.webhook.url = get_string(t, "webhook", "url", path, "");
     c.webhook.ntfy_url = get_string(t, "webhook", "ntfy_url", path, "");
     c.webhook.token = get_string(t, "webhook", "token", path, "");
+    c.webhook.ntfy_token = get_string(t, "webhook", "ntfy_token", path, "");
     c.attach.globs = get_list(t, "attach.globs", path);
     c.attach.default_outputs = get_bool(t, "attach.default_outputs", path, true);
     c.attach.max_file = get_size(t, "attach.max_file", path, c.attach.max_file);
     c.attach.max_total = get_size(t, "attach.max_total", path, c.attach.max_total);
     auto sd = get_string(t, "run", "state_dir", path, "");
     if (!sd.empty()) c.state_dir = sd;
+    grace_set = t.at_path("run.grace").node() != nullptr;
+    notify_set = t.at_path("run.notify_timeout").node() != nullptr;
     c.grace_s = get_duration(t, "run.grace", path, c.grace_s);
     c.notify_timeout_s = get_duration(t, "run.notify_timeout", path, c.notify_timeout_s);
     c.notify_on_success = get_bool(t, "run.notify_on_success", path, true);
+    c.redact = get_list(t, "run.redact", path);
     c.notes.push_back("file: " + path.string());
   }
   // Environment overrides the file.
@@ -291,10 +307,12 @@ Config load_config(const std::optional<std::filesystem::path>& explicit_path) {
   if (auto v = env("GPUALERT_WEBHOOK_URL")) c.webhook.url = *v;
   if (auto v = env("GPUALERT_NTFY_URL")) c.webhook.ntfy_url = *v;
   if (auto v = env("GPUALERT_WEBHOOK_TOKEN")) c.webhook.token = *v;
+  if (auto v = env("GPUALERT_NTFY_TOKEN")) c.webhook.ntfy_token = *v;
   if (auto v = env("GPUALERT_STATE_DIR")) c.state_dir = *v;
-  if (c.smtp.tls != "auto" && c.smtp.tls != "require" && c.smtp.tls != "none")
+  if (c.smtp.tls != "auto" && c.smtp.tls != "require" && c.smtp.tls != "none" &&
+      c.smtp.tls != "insecure")
     throw std::runtime_error(fmt::format(
-        "[gpualert] smtp.tls must be auto, require or none, not '{}'", c.smtp.tls));
+        "[gpualert] smtp.tls must be auto, require, none or insecure, not '{}'", c.smtp.tls));
   if (!c.smtp.url.empty() && c.smtp.url.rfind("smtp://", 0) != 0 &&
       c.smtp.url.rfind("smtps://", 0) != 0)
     throw std::runtime_error(fmt::format(
@@ -302,6 +320,15 @@ Config load_config(const std::optional<std::filesystem::path>& explicit_path) {
   if (!c.smtp.url.empty() && c.smtp.to.empty())
     c.notes.push_back("warning: smtp.url is set but there are no recipients (smtp.to)");
   if (c.smtp.from.empty()) c.smtp.from = fmt::format("gpualert@{}", hostname());
+  // Under Slurm, a cancelled or timed-out job gets SIGTERM and, KillWait (30 s by default)
+  // later, SIGKILL for every process: the grace period and the notification must both fit
+  // inside it, with room left to classify and write the report.
+  if (env("SLURM_JOB_ID")) {
+    if (!grace_set) c.grace_s = kSlurmGraceS;
+    if (!notify_set) c.notify_timeout_s = kSlurmNotifyTimeoutS;
+    c.notes.push_back(fmt::format("under Slurm: grace {} s + notification {} s fit in KillWait "
+                                  "(30 s by default)", c.grace_s, c.notify_timeout_s));
+  }
   return c;
 }
 
@@ -320,8 +347,9 @@ std::string describe_config(const Config& c) {
                      mask(c.smtp.password));
   out += fmt::format("tls = {}\nca_file = {}\ninsecure = {}\n", q(c.smtp.tls), q(c.smtp.ca_file),
                      c.smtp.insecure);
-  out += fmt::format("\n[webhook]\nurl = {}\nntfy_url = {}\ntoken = {}\n", q(c.webhook.url),
-                     q(c.webhook.ntfy_url), mask(c.webhook.token));
+  out += fmt::format("\n[webhook]\nurl = {}\nntfy_url = {}\ntoken = {}\nntfy_token = {}\n",
+                     q(mask_url(c.webhook.url)), q(mask_url(c.webhook.ntfy_url)),
+                     mask(c.webhook.token), mask(c.webhook.ntfy_token));
   out += fmt::format("\n[attach]\nglobs = [{}]\ndefault_outputs = {}\nmax_file = {}  # {}\nmax_total = {}  # {}\n",
                      globs, c.attach.default_outputs, c.attach.max_file, format_size(c.attach.max_file),
                      c.attach.max_total, format_size(c.attach.max_total));

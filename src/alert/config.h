@@ -24,16 +24,28 @@ struct SmtpConfig {
   std::vector<std::string> to;
   std::string username;  // empty: no authentication (a plain relay)
   std::string password;
-  std::string tls = "auto";  // auto (STARTTLS if offered), require, none; ignored for smtps
+  // auto: STARTTLS if offered, required when there is a login; require; none: never TLS,
+  // and then no login; insecure: no TLS, login in clear text allowed. Ignored for smtps.
+  std::string tls = "auto";
   std::string ca_file;       // extra CA bundle, e.g. a site's private CA
   bool insecure = false;     // skip certificate verification (test relays only)
 };
 
 struct WebhookConfig {
-  std::string url;       // generic JSON POST; the body carries a Slack-compatible "text"
-  std::string ntfy_url;  // https://ntfy.sh/<topic> or a self-hosted server
-  std::string token;     // bearer token for ntfy or the webhook (secret)
+  std::string url;         // generic JSON POST; a Slack-style URL is itself a credential
+  std::string ntfy_url;    // https://ntfy.sh/<topic> or a self-hosted server
+  std::string token;       // bearer token for the webhook only (secret)
+  std::string ntfy_token;  // bearer token for ntfy only (secret)
 };
+
+// Variables that carry gpualert's credentials. The job never sees them: a job that prints
+// its environment would otherwise put them into the log, the report and the notification.
+inline const std::vector<std::string>& secret_env_names() {
+  static const std::vector<std::string> kNames = {
+      "GPUALERT_SMTP_PASSWORD", "GPUALERT_WEBHOOK_TOKEN", "GPUALERT_NTFY_TOKEN",
+      "GPUALERT_WEBHOOK_URL", "GPUALERT_NTFY_URL"};
+  return kNames;
+}
 
 struct AttachConfig {
   std::vector<std::string> globs;        // extra artifacts (--attach)
@@ -41,6 +53,10 @@ struct AttachConfig {
   uint64_t max_file = 8ull << 20;        // per attachment, after compression
   uint64_t max_total = 20ull << 20;      // all attachments of one message
 };
+
+// Defaults under Slurm (SLURM_JOB_ID set), unless the config file sets them.
+inline constexpr double kSlurmGraceS = 10;
+inline constexpr double kSlurmNotifyTimeoutS = 12;
 
 struct Config {
   SmtpConfig smtp;
@@ -50,6 +66,7 @@ struct Config {
   double grace_s = 30;
   double notify_timeout_s = 30;     // hard deadline for sending at the end of a job
   bool notify_on_success = true;
+  std::vector<std::string> redact;  // RE2 patterns masked in everything sent
   std::optional<std::filesystem::path> file;  // the config file actually read
   std::vector<std::string> notes;             // where each setting came from, warnings
 

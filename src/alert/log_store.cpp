@@ -64,6 +64,9 @@ LogStore::LogStore(const std::filesystem::path& job_dir, const LogHeader& header
                                  header.start_time, kBodyMarker);
   write_all(fd_, head.data(), head.size(), 0, path_);
   if (fsync(fd_) != 0) fail("fsync", path_);
+  struct stat st {};
+  if (fstat(fd_, &st) != 0) fail("stat", path_);
+  created_mtime_ = st.st_mtim;
   int dfd = open(job_dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
   if (dfd < 0) fail("open directory", job_dir);
   int rc = fsync(dfd);
@@ -134,25 +137,55 @@ void LogStore::append(std::string_view bytes) {
     put(c);
   }
   // Keep the file equal to what has been seen, so a crash of the wrapper loses nothing.
-  if (dirty_from_ < line_.size() || line_.size() != written_len_) {
+  if (error_.empty() && (dirty_from_ < line_.size() || line_.size() != written_len_)) {
     size_t from = std::min(dirty_from_, line_.size());
-    write_all(fd_, line_.data() + from, line_.size() - from, line_start_ + from, path_);
-    if (line_.size() < written_len_ &&
-        ftruncate(fd_, static_cast<off_t>(line_start_ + line_.size())) != 0)
-      fail("truncate", path_);
+    write_at(line_.data() + from, line_.size() - from, line_start_ + from);
+    if (line_.size() < written_len_)
+      io(ftruncate(fd_, static_cast<off_t>(line_start_ + line_.size())) == 0, "truncate");
     written_len_ = line_.size();
     dirty_from_ = line_.size();
     dirty_ = true;
   }
 }
 
+bool LogStore::io(bool ok, const char* what) {
+  if (ok || !error_.empty()) return ok;
+  error_ = fmt::format("cannot {} '{}' at byte {}: {}", what, path_.string(),
+                       line_start_ - body_offset_, std::strerror(errno));
+  return false;
+}
+
+void LogStore::write_at(const char* data, size_t size, uint64_t offset) {
+  while (size > 0 && error_.empty()) {
+    ssize_t n = pwrite(fd_, data, size, static_cast<off_t>(offset));
+    if (n < 0 && errno == EINTR) continue;
+    if (!io(n > 0, "write")) return;
+    data += n;
+    size -= static_cast<size_t>(n);
+    offset += static_cast<uint64_t>(n);
+  }
+}
+
+std::string LogStore::memory_tail() const { return tail_; }
+
 void LogStore::flush_line(bool newline) {
   if (newline) line_.push_back('\n');
-  size_t from = std::min(dirty_from_, line_.size());
-  write_all(fd_, line_.data() + from, line_.size() - from, line_start_ + from, path_);
-  if (line_.size() < written_len_ &&
-      ftruncate(fd_, static_cast<off_t>(line_start_ + line_.size())) != 0)
-    fail("truncate", path_);
+  if (error_.empty()) {
+    size_t from = std::min(dirty_from_, line_.size());
+    write_at(line_.data() + from, line_.size() - from, line_start_ + from);
+    if (line_.size() < written_len_)
+      io(ftruncate(fd_, static_cast<off_t>(line_start_ + line_.size())) == 0, "truncate");
+  }
+  if (!error_.empty()) {
+    // The file stopped: keep the latest lines where the report can still use them.
+    tail_ += line_;
+    if (tail_.size() > kMemoryTail) {
+      size_t cut = tail_.find('\n', tail_.size() - kMemoryTail);
+      cut = cut == std::string::npos ? tail_.size() - kMemoryTail : cut + 1;
+      lost_bytes_ += cut;
+      tail_.erase(0, cut);
+    }
+  }
   line_start_ += line_.size();
   line_.clear();
   cursor_ = 0;
@@ -162,8 +195,8 @@ void LogStore::flush_line(bool newline) {
 }
 
 void LogStore::sync() {
-  if (!dirty_ || fd_ < 0) return;
-  if (fdatasync(fd_) != 0) fail("fsync", path_);
+  if (!dirty_ || fd_ < 0 || !error_.empty()) return;
+  io(fdatasync(fd_) == 0, "fsync");
   dirty_ = false;
 }
 
@@ -171,7 +204,7 @@ void LogStore::finish() {
   if (finished_ || fd_ < 0) return;
   finished_ = true;
   if (!line_.empty()) flush_line(true);
-  if (fsync(fd_) != 0) fail("fsync", path_);
+  if (error_.empty()) io(fsync(fd_) == 0, "fsync");
   dirty_ = false;
 }
 

@@ -9,6 +9,7 @@
 #pragma once
 
 #include <cstdint>
+#include <ctime>
 #include <filesystem>
 #include <string>
 #include <string_view>
@@ -36,6 +37,9 @@ class LogStore {
   LogStore(const LogStore&) = delete;
   LogStore& operator=(const LogStore&) = delete;
 
+  // Never throws once constructed: a write error (disk full, file size limit) stops the
+  // file where it is, and later output is kept in memory (the last kMemoryTail bytes of
+  // complete lines) so the report can still show and classify the end of the job.
   void append(std::string_view bytes);
   // fdatasync when something was written since the last sync.
   void sync();
@@ -43,16 +47,29 @@ class LogStore {
   void finish();
 
   const std::filesystem::path& path() const { return path_; }
+  bool incomplete() const { return !error_.empty(); }
+  // Why and where the file stopped ("" when complete).
+  const std::string& error() const { return error_; }
+  // Complete lines seen after the file stopped, at most kMemoryTail bytes (the latest).
+  std::string memory_tail() const;
+  static constexpr size_t kMemoryTail = 256 * 1024;
   uint64_t body_offset() const { return body_offset_; }
   uint64_t bytes_written() const { return line_start_ + line_.size(); }
+  // The log's mtime right after its header was written, before the job started: the
+  // reference for "files the job wrote", read from the kernel's file-timestamp clock.
+  const timespec& created_mtime() const { return created_mtime_; }
 
  private:
   void put(char c);
   void flush_line(bool newline);
+  // pwrite/ftruncate/fsync that record the first error instead of throwing.
+  bool io(bool ok, const char* what);
+  void write_at(const char* data, size_t size, uint64_t offset);
 
   std::filesystem::path path_;
   int fd_ = -1;
   uint64_t body_offset_ = 0;
+  timespec created_mtime_{};
   uint64_t line_start_ = 0;   // file offset where the current (unterminated) line begins
   std::string line_;          // current line as a terminal would show it
   size_t cursor_ = 0;         // column of the next character within line_
@@ -61,6 +78,9 @@ class LogStore {
   int escape_state_ = 0;      // 0 none, 1 after ESC, 2 inside CSI, 3 inside OSC
   bool dirty_ = false;
   bool finished_ = false;
+  std::string error_;
+  std::string tail_;          // complete lines after the file stopped (bounded)
+  uint64_t lost_bytes_ = 0;   // bytes of complete lines dropped from tail_
 };
 
 // Splits a log file into the child's output, skipping gpualert's own header when present.

@@ -1,14 +1,21 @@
 #include "alert/notifier.h"
 
 #include <curl/curl.h>
+#include <openssl/evp.h>
+#include <openssl/hmac.h>
 #include <fcntl.h>
 #include <fmt/format.h>
 #include <sys/file.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <map>
+#include <mutex>
+#include <thread>
 #include <chrono>
 #include <cstring>
+
+#include "alert/util.h"
 
 namespace meganeura::alert {
 namespace {
@@ -58,28 +65,66 @@ std::string curl_error(CURLcode rc, const char* errbuf, CURL* h) {
   return detail;
 }
 
-std::string send_email(const nlohmann::json& meta, const std::string& payload, const Config& config,
-                       double timeout_s) {
+// SMTP replies 5xx and HTTP 4xx (but for timeouts and rate limits) are final answers.
+bool permanent_code(long code, bool http) {
+  if (http) return code >= 400 && code < 500 && code != 408 && code != 425 && code != 429;
+  return code >= 500 && code < 600;
+}
+
+// Pairs each RCPT command with the server's reply, from libcurl's protocol trace.
+struct RcptTrace {
+  std::string pending;  // the recipient of the last RCPT sent
+  std::vector<std::pair<std::string, std::string>> refused;  // recipient, reply
+};
+
+int trace_smtp(CURL*, curl_infotype type, char* data, size_t size, void* user) {
+  auto* t = static_cast<RcptTrace*>(user);
+  std::string_view text(data, size);
+  if (type == CURLINFO_HEADER_OUT && text.rfind("RCPT TO:", 0) == 0) {
+    auto open = text.find('<'), close = text.find('>');
+    t->pending = open != std::string_view::npos && close != std::string_view::npos && close > open
+                     ? std::string(text.substr(open + 1, close - open - 1)) : std::string(text);
+  } else if (type == CURLINFO_HEADER_IN && !t->pending.empty() && text.size() >= 3) {
+    if (text[0] == '4' || text[0] == '5') {
+      std::string reply(text);
+      while (!reply.empty() && (reply.back() == '\n' || reply.back() == '\r')) reply.pop_back();
+      t->refused.emplace_back(t->pending, reply);
+    }
+    t->pending.clear();
+  }
+  return 0;
+}
+
+Delivery send_email(const nlohmann::json& meta, const std::string& payload, const Config& config,
+                    double timeout_s) {
   const auto& smtp = meta.at("smtp");
   Curl curl;
-  if (curl.get() == nullptr) return "cannot initialise libcurl";
+  if (curl.get() == nullptr) return {"cannot initialise libcurl"};
   CURL* h = curl.get();
   char errbuf[CURL_ERROR_SIZE] = {};
   common_options(h, timeout_s, errbuf);
   std::string url = smtp.at("url").get<std::string>();
   curl_easy_setopt(h, CURLOPT_URL, url.c_str());
   std::string tls = smtp.value("tls", "auto");
-  if (url.rfind("smtps://", 0) != 0)
-    curl_easy_setopt(h, CURLOPT_USE_SSL, tls == "require" ? static_cast<long>(CURLUSESSL_ALL)
-                                         : tls == "none"  ? static_cast<long>(CURLUSESSL_NONE)
-                                                          : static_cast<long>(CURLUSESSL_TRY));
+  std::string user = smtp.value("username", "");
+  // Credentials never travel in clear text: with a login, "auto" insists on STARTTLS (a
+  // relay that does not offer it, or a network that strips it, fails the delivery), and
+  // "none" refuses. Only tls = "insecure" says clear text is acceptable.
+  if (!user.empty() && tls == "none" && url.rfind("smtps://", 0) != 0)
+    return {"refusing to send the SMTP login without TLS (tls = \"none\"); use tls = \"require\", "
+           "or tls = \"insecure\" to allow it in clear text", true};
+  if (url.rfind("smtps://", 0) != 0) {
+    long use_ssl = tls == "require" || (tls == "auto" && !user.empty()) ? CURLUSESSL_ALL
+                   : tls == "none" || tls == "insecure"                  ? CURLUSESSL_NONE
+                                                                         : CURLUSESSL_TRY;
+    curl_easy_setopt(h, CURLOPT_USE_SSL, use_ssl);
+  }
   std::string ca = smtp.value("ca_file", "");
   if (!ca.empty()) curl_easy_setopt(h, CURLOPT_CAINFO, ca.c_str());
   if (smtp.value("insecure", false)) {
     curl_easy_setopt(h, CURLOPT_SSL_VERIFYPEER, 0L);
     curl_easy_setopt(h, CURLOPT_SSL_VERIFYHOST, 0L);
   }
-  std::string user = smtp.value("username", "");
   if (!user.empty()) {
     curl_easy_setopt(h, CURLOPT_USERNAME, user.c_str());
     curl_easy_setopt(h, CURLOPT_PASSWORD, config.smtp.password.c_str());
@@ -89,20 +134,40 @@ std::string send_email(const nlohmann::json& meta, const std::string& payload, c
   curl_slist* rcpt = nullptr;
   for (const auto& r : smtp.at("to")) rcpt = curl_slist_append(rcpt, ("<" + r.get<std::string>() + ">").c_str());
   curl_easy_setopt(h, CURLOPT_MAIL_RCPT, rcpt);
+  // A recipient the relay refuses does not cost the others their message.
+  curl_easy_setopt(h, CURLOPT_MAIL_RCPT_ALLLOWFAILS, 1L);
+  RcptTrace trace;
+  curl_easy_setopt(h, CURLOPT_DEBUGFUNCTION, trace_smtp);
+  curl_easy_setopt(h, CURLOPT_DEBUGDATA, &trace);
+  curl_easy_setopt(h, CURLOPT_VERBOSE, 1L);
   Upload up{&payload};
   curl_easy_setopt(h, CURLOPT_READFUNCTION, read_upload);
   curl_easy_setopt(h, CURLOPT_READDATA, &up);
   curl_easy_setopt(h, CURLOPT_UPLOAD, 1L);
   CURLcode rc = curl_easy_perform(h);
   curl_slist_free_all(rcpt);
-  if (rc != CURLE_OK) return curl_error(rc, errbuf, h);
-  return {};
+  Delivery d;
+  if (rc != CURLE_OK) {
+    long code = 0;
+    curl_easy_getinfo(h, CURLINFO_RESPONSE_CODE, &code);
+    d.error = curl_error(rc, errbuf, h);
+    for (const auto& [who, reply] : trace.refused) d.error += fmt::format("; <{}>: {}", who, reply);
+    d.permanent = permanent_code(code, false);
+    return d;
+  }
+  for (const auto& [who, reply] : trace.refused) {
+    d.rejected.push_back(who);
+    d.error += fmt::format("{}<{}>: {}", d.error.empty() ? "" : "; ", who, reply);
+  }
+  // Delivered to the others: the refusals are reported, not retried.
+  if (!d.rejected.empty()) d.error = "delivered, but refused for " + d.error;
+  return d;
 }
 
-std::string send_http(const nlohmann::json& meta, const std::string& payload, const Config& config,
-                      double timeout_s) {
+Delivery send_http(const nlohmann::json& meta, const std::string& payload, const Config& config,
+                   double timeout_s) {
   Curl curl;
-  if (curl.get() == nullptr) return "cannot initialise libcurl";
+  if (curl.get() == nullptr) return {"cannot initialise libcurl"};
   CURL* h = curl.get();
   char errbuf[CURL_ERROR_SIZE] = {};
   common_options(h, timeout_s, errbuf);
@@ -116,16 +181,33 @@ std::string send_http(const nlohmann::json& meta, const std::string& payload, co
   if (meta.contains("headers"))
     for (const auto& [k, v] : meta["headers"].items())
       headers = curl_slist_append(headers, fmt::format("{}: {}", k, v.get<std::string>()).c_str());
-  if (!config.webhook.token.empty())
-    headers = curl_slist_append(headers, ("Authorization: Bearer " + config.webhook.token).c_str());
+  // One credential per channel: the ntfy token never reaches the webhook, nor the reverse.
+  const std::string& token =
+      meta.value("channel", "") == "ntfy" ? config.webhook.ntfy_token : config.webhook.token;
+  if (!token.empty())
+    headers = curl_slist_append(headers, ("Authorization: Bearer " + token).c_str());
   curl_easy_setopt(h, CURLOPT_HTTPHEADER, headers);
   CURLcode rc = curl_easy_perform(h);
   long code = 0;
   curl_easy_getinfo(h, CURLINFO_RESPONSE_CODE, &code);
   curl_slist_free_all(headers);
-  if (rc != CURLE_OK) return curl_error(rc, errbuf, h);
-  if (code < 200 || code >= 300) return fmt::format("server replied HTTP {}", code);
+  if (rc != CURLE_OK) return {curl_error(rc, errbuf, h)};
+  if (code < 200 || code >= 300)
+    return {fmt::format("server replied HTTP {}", code), permanent_code(code, true)};
   return {};
+}
+
+// The credential that delivering `meta` would send, from the current config; empty when
+// the channel sends none.
+const std::string& credential_for(const nlohmann::json& meta, const Config& config) {
+  static const std::string kNone;
+  std::string channel = meta.value("channel", "");
+  if (channel == "email")
+    return meta.contains("smtp") && !meta["smtp"].value("username", "").empty()
+               ? config.smtp.password : kNone;
+  if (channel == "webhook") return config.webhook.token;
+  if (channel == "ntfy") return config.webhook.ntfy_token;
+  return kNone;
 }
 
 double mono_now() {
@@ -134,16 +216,34 @@ double mono_now() {
 
 }  // namespace
 
-std::string send_entry(const nlohmann::json& meta, const std::string& payload, const Config& config,
-                       double timeout_s) {
+Delivery send_entry(const nlohmann::json& meta, const std::string& payload, const Config& config,
+                    double timeout_s) {
   try {
     std::string channel = meta.value("channel", "");
     if (channel == "email") return send_email(meta, payload, config, timeout_s);
     if (channel == "webhook" || channel == "ntfy") return send_http(meta, payload, config, timeout_s);
-    return fmt::format("unknown channel '{}'", channel);
+    return {fmt::format("unknown channel '{}'", channel), true};
   } catch (const std::exception& e) {
-    return fmt::format("malformed outbox entry: {}", e.what());
+    return {fmt::format("malformed outbox entry: {}", e.what()), true};
   }
+}
+
+std::string entry_signature(const nlohmann::json& meta, const std::string& payload,
+                            const std::string& key) {
+  // Everything that decides where the message and the credential go, and the message; not
+  // the delivery bookkeeping a failed attempt updates.
+  nlohmann::json what = meta;
+  for (const char* k : {"id", "created", "attempts", "last_error", "last_attempt", "signature",
+                        "given_up", "permanent_failures"})
+    what.erase(k);
+  std::string data = what.dump() + '\n' + payload;
+  unsigned char mac[EVP_MAX_MD_SIZE];
+  unsigned int len = 0;
+  HMAC(EVP_sha256(), key.data(), static_cast<int>(key.size()),
+       reinterpret_cast<const unsigned char*>(data.data()), data.size(), mac, &len);
+  std::string hex;
+  for (unsigned int i = 0; i < len; ++i) hex += fmt::format("{:02x}", mac[i]);
+  return hex;
 }
 
 FlushResult flush_outbox(const Outbox& outbox, const Config& config, const FlushOptions& options) {
@@ -158,48 +258,129 @@ FlushResult flush_outbox(const Outbox& outbox, const Config& config, const Flush
   std::stable_partition(entries.begin(), entries.end(), [&](const OutboxEntry& e) {
     return std::find(options.only.begin(), options.only.end(), e.id) != options.only.end();
   });
+  // Entries handed over by the run that queued them are signed with the credential they
+  // will carry; any other entry that would carry a credential must bear a valid signature.
+  // A message planted in the outbox (its own destination) never receives a secret.
+  for (auto& entry : entries) {
+    if (std::find(options.only.begin(), options.only.end(), entry.id) == options.only.end() ||
+        entry.meta.contains("signature"))
+      continue;
+    const std::string& key = credential_for(entry.meta, config);
+    if (key.empty()) continue;
+    try {
+      entry.meta["signature"] = entry_signature(entry.meta, outbox.payload(entry), key);
+      outbox.write_meta(entry);
+    } catch (const std::exception& e) {
+      result.messages.push_back(fmt::format("{}: cannot sign: {}", entry.id, e.what()));
+    }
+  }
   const double deadline = mono_now() + options.timeout_s;
+  // One worker per destination; each sends its entries in order until the deadline.
+  std::map<std::string, std::vector<const OutboxEntry*>> by_destination;
   for (const auto& entry : entries) {
     bool requested =
         std::find(options.only.begin(), options.only.end(), entry.id) != options.only.end();
     if (options.only_these && !requested) continue;
+    std::string key = entry.meta.value("channel", "?") + " " +
+                      (entry.meta.contains("smtp") ? entry.meta["smtp"].value("url", "")
+                                                   : entry.meta.value("url", ""));
+    by_destination[key].push_back(&entry);
+  }
+  std::mutex mu;
+  auto send_one = [&](const OutboxEntry& entry) {
+    auto note = [&](auto&& fn) {
+      std::lock_guard<std::mutex> lock(mu);
+      fn();
+    };
     double left = deadline - mono_now();
     if (left < 0.2) {
-      result.messages.push_back(fmt::format("{}: not tried, out of time", entry.id));
-      ++result.failed;
-      continue;
+      note([&] {
+        result.messages.push_back(fmt::format("{}: not tried, out of time", entry.id));
+        ++result.failed;
+      });
+      return;
     }
     // A lock per entry: a flush started by another run never sends the same message twice.
     int fd = open(entry.dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-    if (fd < 0) continue;  // removed meanwhile
+    if (fd < 0) return;  // removed meanwhile
     if (flock(fd, LOCK_EX | LOCK_NB) != 0) {
       close(fd);
-      ++result.busy;
-      continue;
+      note([&] { ++result.busy; });
+      return;
     }
-    std::string error;
     if (!std::filesystem::exists(entry.dir / "payload")) {
       close(fd);
-      continue;  // sent by another process between list() and flock()
+      return;  // sent by another process between list() and flock()
     }
+    Delivery d;
     try {
-      error = send_entry(entry.meta, outbox.payload(entry), config, left);
+      std::string payload = outbox.payload(entry);
+      const std::string& key = credential_for(entry.meta, config);
+      if (!key.empty() && entry.meta.value("signature", "") != entry_signature(entry.meta, payload, key))
+        d = {"refused: not signed with the current credential for this channel (queued by someone "
+             "else, or with other credentials); not sent", true};
+      else
+        d = send_entry(entry.meta, payload, config, left);
     } catch (const std::exception& e) {
-      error = e.what();
+      d = {e.what()};
     }
     std::string what = fmt::format("{} {} ({})", entry.meta.value("channel", "?"), entry.id,
                                    entry.meta.value("subject", ""));
-    if (error.empty()) {
-      outbox.remove(entry);
-      ++result.sent;
-      result.messages.push_back("sent: " + what);
-    } else {
-      outbox.record_failure(entry, error);
-      ++result.failed;
-      result.messages.push_back(fmt::format("failed: {}: {}", what, error));
+    const bool delivered = d.error.empty() || !d.rejected.empty();
+    int attempts = entry.meta.value("attempts", 0) + 1;
+    int permanent = entry.meta.value("permanent_failures", 0) + (d.permanent ? 1 : 0);
+    double age = wall_now() - entry.meta.value("created_epoch", wall_now());
+    std::string give_up_reason;
+    if (!d.rejected.empty()) give_up_reason = d.error;
+    else if (!delivered && permanent >= kMaxPermanentAttempts)
+      give_up_reason = fmt::format("refused {} times for good: {}", permanent, d.error);
+    else if (!delivered && attempts >= kMaxAttempts)
+      give_up_reason = fmt::format("{} attempts failed, last: {}", attempts, d.error);
+    else if (!delivered && age >= kMaxAgeS)
+      give_up_reason = fmt::format("undelivered for {}, last: {}", format_duration(age), d.error);
+    try {
+      if (d.error.empty()) {
+        outbox.remove(entry);
+      } else if (!give_up_reason.empty()) {
+        OutboxEntry rest = entry;
+        if (!d.rejected.empty() && rest.meta.contains("smtp")) {
+          rest.meta["smtp"]["to"] = d.rejected;
+          rest.meta["partial"] = true;
+        }
+        rest.meta["attempts"] = attempts;
+        rest.meta["permanent_failures"] = permanent;
+        outbox.give_up(rest, give_up_reason);
+      } else {
+        OutboxEntry updated = entry;
+        updated.meta["permanent_failures"] = permanent;
+        outbox.record_failure(updated, d.error);
+      }
+    } catch (const std::exception& e) {
+      d.error += fmt::format(" (and the outbox could not be updated: {})", e.what());
     }
+    note([&] {
+      if (d.error.empty()) {
+        ++result.sent;
+        result.messages.push_back("sent: " + what);
+      } else if (!give_up_reason.empty()) {
+        delivered ? ++result.sent : ++result.failed;
+        ++result.given_up;
+        result.messages.push_back(fmt::format("{}gave up: {}: {}", delivered ? "sent, " : "", what,
+                                              give_up_reason));
+      } else {
+        ++result.failed;
+        result.messages.push_back(fmt::format("failed: {}: {}", what, d.error));
+      }
+    });
     close(fd);
+  };
+  std::vector<std::thread> workers;
+  for (const auto& [key, list] : by_destination) {
+    workers.emplace_back([&send_one, &list = list] {
+      for (const OutboxEntry* e : list) send_one(*e);
+    });
   }
+  for (auto& w : workers) w.join();
   return result;
 }
 

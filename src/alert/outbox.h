@@ -32,6 +32,12 @@ class Outbox {
   std::string payload(const OutboxEntry& entry) const;
   void remove(const OutboxEntry& entry) const;
   void record_failure(const OutboxEntry& entry, const std::string& error) const;
+  // Moves the entry (with entry.meta and the reason) to <state>/given-up/: never retried,
+  // listed by `gpualert outbox list`.
+  void give_up(const OutboxEntry& entry, const std::string& reason) const;
+  std::vector<OutboxEntry> given_up() const;
+  // Replaces the entry's meta.json atomically with entry.meta.
+  void write_meta(const OutboxEntry& entry) const;
   bool empty() const;
   const std::filesystem::path& dir() const { return dir_; }
 

@@ -27,6 +27,7 @@ std::string html_escape(std::string_view s) {
 
 std::string outcome(const Report& r) {
   if (r.kind == "hang") return "HANG (still running)";
+  if (r.kind == "monitor_lost") return "MONITOR LOST (ended with its monitor; status unknown)";
   if (r.signal) return fmt::format("killed by {} (exit status {})", signal_name(*r.signal), r.exit_status);
   return fmt::format("exit status {}", r.exit_status);
 }
@@ -144,6 +145,7 @@ nlohmann::json to_json(const Report& r) {
       {"attachments", attached},
       {"skipped_attachments", skipped},
       {"notifications", notes},
+      {"notes", r.notes},
   };
   return j;
 }
@@ -154,6 +156,8 @@ std::string subject_line(const Report& r) {
   std::string where = r.slurm.count("SLURM_JOB_ID") ? " slurm " + r.slurm.at("SLURM_JOB_ID") : "";
   if (r.kind == "hang")
     return fmt::format("[gpualert] HANG {} on {}{}: no output", cmd, r.host, where);
+  if (r.kind == "monitor_lost")
+    return fmt::format("[gpualert] LOST {} on {}{}: its monitor died", cmd, r.host, where);
   if (r.classification.id == "success")
     return fmt::format("[gpualert] OK {} on {}{} ({})", cmd, r.host, where,
                        format_duration(r.end_time - r.start_time));
@@ -177,6 +181,7 @@ std::string render_text(const Report& r) {
   if (r.received_signal)
     s += fmt::format("gpualert received {}\n", signal_name(*r.received_signal));
   if (r.timed_out) s += "The --timeout expired; the process group was ended.\n";
+  for (const auto& n : r.notes) s += "Note:      " + n + "\n";
   s += "\nEvidence:\n";
   for (const auto& e : r.classification.evidence)
     s += e.line ? fmt::format("  line {}: {}\n", e.line, e.text) : fmt::format("  {}\n", e.text);
@@ -218,6 +223,7 @@ std::string render_html(const Report& r) {
   row("Ended", iso_time(r.end_time));
   row("Duration", format_duration(r.end_time - r.start_time));
   row("Log", r.log_path);
+  for (const auto& n : r.notes) row("Note", n);
   s += "</table><h3>Evidence</h3><pre>";
   for (const auto& e : r.classification.evidence)
     s += html_escape(e.line ? fmt::format("line {}: {}\n", e.line, e.text) : e.text + "\n");
@@ -239,6 +245,7 @@ std::string render_short(const Report& r) {
   std::string s = subject_line(r) + "\n";
   s += fmt::format("{} | {} | {}\n", outcome(r), r.command, format_duration(r.end_time - r.start_time));
   s += "Remedy: " + r.classification.remedy + "\n";
+  for (const auto& n : r.notes) s += "Note: " + n + "\n";
   for (const auto& e : r.classification.evidence) {
     s += e.line ? fmt::format("line {}: {}\n", e.line, e.text) : e.text + "\n";
   }

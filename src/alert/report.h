@@ -58,6 +58,7 @@ struct Report {
   std::vector<AttachedFile> attachments;
   std::vector<SkippedFile> skipped;
   std::vector<NotificationStatus> notifications;
+  std::vector<std::string> notes;  // what the report cannot vouch for (an incomplete log, ...)
 };
 
 nlohmann::json to_json(const Report& report);

@@ -4,7 +4,10 @@
 #include <fmt/format.h>
 #include <poll.h>
 #include <pty.h>
-#include <spawn.h>
+#include <sched.h>
+#include <signal.h>
+#include <sys/mman.h>
+#include <sys/prctl.h>
 #include <sys/ioctl.h>
 #include <sys/wait.h>
 #include <termios.h>
@@ -16,6 +19,7 @@
 #include <csignal>
 #include <cstring>
 #include <stdexcept>
+#include <string_view>
 
 #include "alert/util.h"
 
@@ -119,31 +123,83 @@ struct SignalGuard {
   SignalGuard& operator=(const SignalGuard&) = delete;
 };
 
-// Starts the child with posix_spawn (vfork semantics: no page-table copy, which matters on
-// virtual machines where every page fault is expensive). The child becomes a session
-// leader and opens the terminal by name, which makes it its controlling terminal.
-// Returns 0 or the errno of the failed exec.
-int spawn_child(const char* slave_name, bool stdin_is_tty, const std::vector<char*>& argv,
-                pid_t* pid) {
-  posix_spawn_file_actions_t fa;
-  posix_spawn_file_actions_init(&fa);
-  posix_spawn_file_actions_addopen(&fa, STDOUT_FILENO, slave_name, O_RDWR, 0);
-  posix_spawn_file_actions_adddup2(&fa, STDOUT_FILENO, STDERR_FILENO);
-  if (stdin_is_tty) posix_spawn_file_actions_adddup2(&fa, STDOUT_FILENO, STDIN_FILENO);
-  posix_spawnattr_t attr;
-  posix_spawnattr_init(&attr);
-  sigset_t defaults, none;
-  sigemptyset(&defaults);
-  for (int s : kForwarded) sigaddset(&defaults, s);
-  for (int s : {SIGCHLD, SIGWINCH, SIGPIPE}) sigaddset(&defaults, s);
+struct SpawnArgs {
+  const char* slave_name;
+  bool stdin_is_tty;
+  char* const* argv;
+  char* const* envp;
+  pid_t parent;
+  int error;  // written by the child when exec fails (the memory is shared)
+};
+
+// Runs in the new process, on its own stack, sharing our memory until exec (vfork
+// semantics): only system calls here, no allocation.
+extern "C" int child_main(void* raw) {
+  auto* a = static_cast<SpawnArgs*>(raw);
+  // The job ends with its monitor: a SIGKILLed wrapper must not leave it running unobserved.
+  prctl(PR_SET_PDEATHSIG, SIGKILL);
+  if (getppid() != a->parent) _exit(127);  // the monitor died before the line above
+  struct sigaction dfl {};
+  dfl.sa_handler = SIG_DFL;
+  for (int s : kForwarded) sigaction(s, &dfl, nullptr);
+  for (int s : {SIGCHLD, SIGWINCH, SIGPIPE, SIGTSTP, SIGTTIN, SIGTTOU, SIGXFSZ})
+    sigaction(s, &dfl, nullptr);
+  // A session leader that opens a terminal makes it its controlling terminal.
+  if (setsid() < 0) {
+    a->error = errno;
+    _exit(127);
+  }
+  int fd = open(a->slave_name, O_RDWR);
+  if (fd < 0) {
+    a->error = errno;
+    _exit(127);
+  }
+  dup2(fd, STDOUT_FILENO);
+  dup2(fd, STDERR_FILENO);
+  if (a->stdin_is_tty) dup2(fd, STDIN_FILENO);
+  if (fd > STDERR_FILENO) close(fd);
+  sigset_t none;
   sigemptyset(&none);
-  posix_spawnattr_setsigdefault(&attr, &defaults);
-  posix_spawnattr_setsigmask(&attr, &none);
-  posix_spawnattr_setflags(&attr, POSIX_SPAWN_SETSID | POSIX_SPAWN_SETSIGDEF | POSIX_SPAWN_SETSIGMASK);
-  int rc = posix_spawnp(pid, argv[0], &fa, &attr, argv.data(), environ);
-  posix_spawn_file_actions_destroy(&fa);
-  posix_spawnattr_destroy(&attr);
-  return rc;
+  sigprocmask(SIG_SETMASK, &none, nullptr);
+  execvpe(a->argv[0], a->argv, a->envp);
+  a->error = errno;
+  _exit(127);
+}
+
+// Starts the child with clone(CLONE_VM | CLONE_VFORK), as posix_spawn does (no page-table
+// copy, which matters on virtual machines where every page fault is expensive), but with
+// room to set the parent-death signal. Returns 0 or the errno of the failed start.
+int spawn_child(const char* slave_name, bool stdin_is_tty, const std::vector<char*>& argv,
+                const std::vector<std::string>& env_remove, pid_t* pid) {
+  std::vector<char*> envp;
+  for (char** e = environ; *e != nullptr; ++e) {
+    std::string_view entry = *e;
+    bool drop = false;
+    for (const auto& name : env_remove)
+      drop |= entry.size() > name.size() && entry.compare(0, name.size(), name) == 0 &&
+              entry[name.size()] == '=';
+    if (!drop) envp.push_back(*e);
+  }
+  envp.push_back(nullptr);
+  SpawnArgs args{slave_name, stdin_is_tty, argv.data(), envp.data(), getpid(), 0};
+  constexpr size_t kStack = 64 * 1024;
+  void* stack = mmap(nullptr, kStack, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_STACK, -1, 0);
+  if (stack == MAP_FAILED) return errno;
+  // No handler of ours may run in the child before exec.
+  sigset_t all, old;
+  sigfillset(&all);
+  pthread_sigmask(SIG_SETMASK, &all, &old);
+  pid_t p = clone(child_main, static_cast<char*>(stack) + kStack, CLONE_VM | CLONE_VFORK | SIGCHLD, &args);
+  int clone_errno = errno;
+  pthread_sigmask(SIG_SETMASK, &old, nullptr);
+  munmap(stack, kStack);
+  if (p < 0) return clone_errno;
+  if (args.error != 0) {
+    waitpid(p, nullptr, 0);
+    return args.error;
+  }
+  *pid = p;
+  return 0;
 }
 
 bool echo_allowed(const SupervisorOptions& o) { return o.echo; }
@@ -194,7 +250,7 @@ ChildOutcome supervise(const SupervisorOptions& options, LogStore& log) {
   out.start_time = wall_now();
   const double t0 = mono_now();
   pid_t pid = 0;
-  int spawn_error = spawn_child(slave_name, stdin_is_tty, argv, &pid);
+  int spawn_error = spawn_child(slave_name, stdin_is_tty, argv, options.env_remove, &pid);
   close(slave);
   if (spawn_error != 0) {
     // Same wording and statuses as a shell, so the outcome reads the same.
@@ -249,6 +305,7 @@ ChildOutcome supervise(const SupervisorOptions& options, LogStore& log) {
   };
 
   bool hang_reported = false;
+  std::string pending_input;  // read from our stdin, not yet accepted by the job's terminal
   while (!child_done) {
     double now = mono_now();
     double wait_s = 0.2;
@@ -261,9 +318,12 @@ ChildOutcome supervise(const SupervisorOptions& options, LogStore& log) {
     int master_slot = -1, stdin_slot = -1;
     if (master_open) {
       master_slot = static_cast<int>(nfds);
-      fds[nfds++] = {master, POLLIN, 0};
+      // Keystrokes the job has not taken yet wait here; the loop never blocks on them.
+      short events = POLLIN;
+      if (!pending_input.empty()) events = static_cast<short>(events | POLLOUT);
+      fds[nfds++] = {master, events, 0};
     }
-    if (stdin_open) {
+    if (stdin_open && pending_input.empty()) {
       stdin_slot = static_cast<int>(nfds);
       fds[nfds++] = {STDIN_FILENO, POLLIN, 0};
     }
@@ -271,19 +331,26 @@ ChildOutcome supervise(const SupervisorOptions& options, LogStore& log) {
     if (rc < 0 && errno != EINTR)
       throw std::runtime_error(fmt::format("[gpualert] poll: {}", std::strerror(errno)));
 
-    if (master_slot >= 0 && fds[master_slot].revents != 0) {
+    if (master_slot >= 0 && (fds[master_slot].revents & ~POLLOUT) != 0) {
       drain_master();
       hang_reported = false;
     }
     if (stdin_slot >= 0 && fds[stdin_slot].revents != 0) {
       ssize_t n = read(STDIN_FILENO, buf.data(), buf.size());
       if (n > 0) {
-        try {
-          write_fully(master, buf.data(), static_cast<size_t>(n));
-        } catch (const std::exception&) {
-          stdin_open = false;
-        }
+        pending_input.assign(buf.data(), static_cast<size_t>(n));
       } else if (n == 0 || (errno != EINTR && errno != EAGAIN)) {
+        stdin_open = false;
+      }
+    }
+    // A job that does not read its input fills the terminal's input queue; what does not
+    // fit stays pending (and stdin unread) instead of stalling output, timeouts and signals.
+    if (!pending_input.empty() && master_open) {
+      ssize_t n = write(master, pending_input.data(), pending_input.size());
+      if (n > 0) {
+        pending_input.erase(0, static_cast<size_t>(n));
+      } else if (n < 0 && errno != EAGAIN && errno != EINTR) {
+        pending_input.clear();
         stdin_open = false;
       }
     }

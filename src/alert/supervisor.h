@@ -24,6 +24,8 @@ struct SupervisorOptions {
   std::optional<double> hang_after_s;
   bool kill_on_hang = false;
   bool echo = true;  // copy the child's output to our stdout as it arrives
+  // Environment variables the child must not see (gpualert's own secrets).
+  std::vector<std::string> env_remove;
   double sync_interval_s = 2;
   // Extra hang condition (GPU utilisation near zero); absent means "no GPU evidence".
   std::function<bool()> gpus_idle;

@@ -1,11 +1,13 @@
 #include "alert/util.h"
 
 #include <fcntl.h>
+#include <sys/stat.h>
 #include <fmt/format.h>
 #include <unistd.h>
 
 #include <array>
 #include <cctype>
+#include <cerrno>
 #include <charconv>
 #include <chrono>
 #include <csignal>
@@ -209,6 +211,26 @@ std::string_view next_line(std::string_view& rest) {
   return line;
 }
 
+std::string passwd_home(std::string_view passwd_text, unsigned long uid) {
+  while (!passwd_text.empty()) {
+    std::string_view line = next_line(passwd_text);
+    std::string_view field[7];
+    size_t n = 0;
+    while (n < 7) {
+      size_t colon = line.find(':');
+      field[n++] = line.substr(0, colon);
+      if (colon == std::string_view::npos) break;
+      line.remove_prefix(colon + 1);
+    }
+    if (n != 7 || field[2].empty() || field[2].size() > 10 ||
+        field[2].find_first_not_of("0123456789") != std::string_view::npos)
+      continue;  // comments, NIS "+" lines, anything malformed
+    if (std::stoul(std::string(field[2])) == uid && !field[5].empty() && field[5][0] == '/')
+      return std::string(field[5]);
+  }
+  return "";
+}
+
 std::optional<std::string> read_file(const std::string& path, uint64_t offset, size_t max) {
   int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC);
   if (fd < 0) return std::nullopt;
@@ -231,7 +253,8 @@ std::optional<std::string> read_file(const std::string& path, uint64_t offset, s
 }
 
 void write_file(const std::string& path, std::string_view data, bool sync) {
-  int fd = open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+  // O_NOFOLLOW: a symlink planted where gpualert writes must not redirect the write.
+  int fd = open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, 0600);
   if (fd < 0)
     throw std::runtime_error(fmt::format("[gpualert] cannot create '{}': {}", path, std::strerror(errno)));
   size_t done = 0;
@@ -250,6 +273,48 @@ void write_file(const std::string& path, std::string_view data, bool sync) {
   close(fd);
   if (rc != 0)
     throw std::runtime_error(fmt::format("[gpualert] cannot fsync '{}': {}", path, std::strerror(err)));
+}
+
+std::string mask_url(std::string_view url) {
+  if (url.empty()) return {};
+  size_t scheme = url.find("://");
+  size_t host_start = scheme == std::string_view::npos ? 0 : scheme + 3;
+  size_t path = url.find_first_of("/?#", host_start);
+  std::string_view host = url.substr(0, path);
+  // Credentials in the authority (user:pass@host) are masked too.
+  if (auto at = host.rfind('@'); at != std::string_view::npos && at >= host_start)
+    return std::string(url.substr(0, host_start)) + "****@" + std::string(host.substr(at + 1)) +
+           (path == std::string_view::npos ? "" : "/****");
+  return std::string(host) + (path == std::string_view::npos ? "" : "/****");
+}
+
+void check_private_dir(const std::filesystem::path& dir) {
+  std::filesystem::path partial;
+  for (const auto& part : dir) {
+    partial /= part;
+    if (mkdir(partial.c_str(), 0700) != 0 && errno != EEXIST)
+      throw std::runtime_error(fmt::format("[gpualert] cannot create directory '{}': {}",
+                                           partial.string(), std::strerror(errno)));
+  }
+  struct stat st {};
+  if (lstat(dir.c_str(), &st) != 0)
+    throw std::runtime_error(fmt::format("[gpualert] state directory '{}': {}", dir.string(),
+                                         std::strerror(errno)));
+  // Whoever can write here can plant messages that are sent with our credentials: the
+  // directory must be ours alone, and is never silently "fixed".
+  if (!S_ISDIR(st.st_mode))
+    throw std::runtime_error(fmt::format(
+        "[gpualert] state directory '{}' is not a directory (a symlink?); remove it", dir.string()));
+  if (st.st_uid != geteuid())
+    throw std::runtime_error(fmt::format(
+        "[gpualert] state directory '{}' belongs to uid {}, not to you (uid {}); another user "
+        "may have created it: choose another with --state-dir or GPUALERT_STATE_DIR",
+        dir.string(), st.st_uid, geteuid()));
+  if ((st.st_mode & 077) != 0)
+    throw std::runtime_error(fmt::format(
+        "[gpualert] state directory '{}' has mode {:o}; it must be private (mode 700): check its "
+        "outbox for messages you did not queue, then run chmod 700 {}",
+        dir.string(), st.st_mode & 0777, shell_quote(dir.string())));
 }
 
 }  // namespace meganeura::alert

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <filesystem>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -42,6 +43,11 @@ std::string hostname();
 // Takes the first line (without its '\n') off the front of `rest`.
 std::string_view next_line(std::string_view& rest);
 
+// The home directory of `uid` in passwd(5) text (name:pw:uid:gid:gecos:home:shell), or ""
+// when no well-formed line has that uid or its home is not absolute. Read directly, not
+// through getpwuid: NSS modules cannot be loaded into the static wrapper.
+std::string passwd_home(std::string_view passwd_text, unsigned long uid);
+
 // Small-file I/O with plain POSIX calls: the wrapper's run path stays off iostreams, whose
 // locale set-up is a noticeable part of a short job's start-up.
 // Reads `path` from `offset` to its end (at most `max` bytes); nullopt when unreadable.
@@ -52,6 +58,14 @@ std::optional<std::string> read_file(const std::string& path, uint64_t offset = 
 void write_file(const std::string& path, std::string_view data, bool sync);
 // The value of an environment variable, empty optional when unset or empty.
 std::optional<std::string> env(const char* name);
+
+// Creates `dir` (missing parts with mode 700) and checks that it is a real directory owned
+// by the effective user with no group or other access. Throws std::runtime_error otherwise.
+void check_private_dir(const std::filesystem::path& dir);
+
+// A URL with everything after its host replaced by "****": webhook URLs (Slack-style) and
+// ntfy topics are credentials in their path. "" stays "".
+std::string mask_url(std::string_view url);
 
 // Replaces every character outside the printable ASCII range, for one-line messages.
 std::string printable(std::string_view text, size_t max_len = 300);

@@ -1,6 +1,10 @@
 // Unit tests of the building blocks: log store, attachments, MIME, parsing helpers.
 #include <gtest/gtest.h>
+#include <fcntl.h>
+#include <sys/stat.h>
 #include <zlib.h>
+
+#include <set>
 
 #include "alert/attachments.h"
 #include "alert/log_store.h"
@@ -39,6 +43,24 @@ std::string body_of(const ga::LogStore& log) {
 }
 
 }  // namespace
+
+TEST(Util, PasswdHome) {
+  const std::string text =
+      "# comment\n"
+      "root:x:0:0:root:/root:/bin/bash\n"
+      "+nis::::::\n"
+      "short:x:1000\n"
+      "alice:x:1000:1000:Alice, Room 1:/home/alice:/bin/sh\n"
+      "rel:x:1001:1001::relative/home:/bin/sh\n"
+      "big:x:99999999999999999999:1::/home/big:/bin/sh\n"
+      "last:x:1002:1002::/home/last:/bin/sh";  // no final newline
+  EXPECT_EQ(ga::passwd_home(text, 0), "/root");
+  EXPECT_EQ(ga::passwd_home(text, 1000), "/home/alice") << "the malformed uid-1000 line is skipped";
+  EXPECT_EQ(ga::passwd_home(text, 1001), "") << "relative home refused";
+  EXPECT_EQ(ga::passwd_home(text, 1002), "/home/last");
+  EXPECT_EQ(ga::passwd_home(text, 4242), "");
+  EXPECT_EQ(ga::passwd_home("", 0), "");
+}
 
 TEST(LogStore, ProgressBarsEscapesAndPartialLines) {
   TempDir dir;
@@ -83,7 +105,7 @@ TEST(Attachments, OversizeLogIsCutAndCompressed) {
   cfg.max_file = 256 << 10;
   cfg.max_total = 1 << 20;
   cfg.default_outputs = false;
-  auto plan = ga::collect_attachments(cfg, {dir / "output.log", 0, 0, dir.path(), dir / "jobs"});
+  auto plan = ga::collect_attachments(cfg, {dir / "output.log", 0, {}, dir.path(), dir / "jobs"});
   ASSERT_EQ(plan.blobs.size(), 1u);
   EXPECT_EQ(plan.blobs[0].name, "output.log.gz");
   EXPECT_LE(plan.blobs[0].data.size(), cfg.max_file);
@@ -107,7 +129,7 @@ TEST(Attachments, SkippedFilesAreListedWithReasons) {
   cfg.max_total = 1 << 20;
   cfg.default_outputs = false;
   cfg.globs = {"weights.bin", "missing-*.pt", "a.txt"};
-  auto plan = ga::collect_attachments(cfg, {dir / "output.log", 0, 0, dir.path(), dir / "jobs"});
+  auto plan = ga::collect_attachments(cfg, {dir / "output.log", 0, {}, dir.path(), dir / "jobs"});
   std::map<std::string, std::string> reasons;
   for (const auto& s : plan.skipped) reasons[fs::path(s.path).filename().string()] = s.reason;
   ASSERT_TRUE(reasons.count("weights.bin"));
@@ -123,6 +145,44 @@ TEST(Attachments, SkippedFilesAreListedWithReasons) {
   bool has_a = false;
   for (const auto& a : plan.attached) has_a |= a.name == "a.txt.gz";
   EXPECT_TRUE(has_a);
+}
+
+// Default outputs are chosen against a reference from the file-timestamp clock, never the
+// wall clock: a file the job wrote in the same coarse tick as the reference is attached,
+// one last modified before it is not. Times are set explicitly, so the result does not
+// depend on the filesystem's clock or granularity.
+TEST(Attachments, DefaultOutputsUseTheFileTimestampClock) {
+  TempDir dir;
+  write_file(dir / "output.log", "ok\n");
+  write_file(dir / "metrics.json", "{}\n");
+  write_file(dir / "old.csv", "a,b\n");
+  write_file(dir / "later.txt", "x\n");
+  const timespec ref{1700000000, 500000000};
+  auto set_mtime = [&](const char* name, timespec t) {
+    timespec times[2] = {t, t};
+    ASSERT_EQ(utimensat(AT_FDCWD, (dir / name).c_str(), times, 0), 0) << name;
+  };
+  set_mtime("metrics.json", ref);                        // same tick as the job's start
+  set_mtime("old.csv", {ref.tv_sec - 1, 999999999});     // before it
+  set_mtime("later.txt", {ref.tv_sec + 1, 0});
+  ga::AttachConfig cfg;
+  auto plan = ga::collect_attachments(cfg, {dir / "output.log", 0, ref, dir.path(), dir / "jobs"});
+  std::set<std::string> names;
+  for (const auto& b : plan.blobs) names.insert(b.name);
+  EXPECT_TRUE(names.count("metrics.json"));
+  EXPECT_TRUE(names.count("later.txt"));
+  EXPECT_FALSE(names.count("old.csv"));
+}
+
+// The reference is the log's own mtime at creation: a file written afterwards is never
+// older, whatever the wall clock said.
+TEST(LogStore, CreatedMtimeIsTheLogsTimestamp) {
+  TempDir dir;
+  ga::LogStore log(dir / "job", {"id", "cmd", "host", "/", "now"});
+  struct stat st {};
+  ASSERT_EQ(stat((dir / "job/output.log").c_str(), &st), 0);
+  EXPECT_EQ(log.created_mtime().tv_sec, st.st_mtim.tv_sec);
+  EXPECT_EQ(log.created_mtime().tv_nsec, st.st_mtim.tv_nsec);
 }
 
 // A skipped artifact reaches the owner: it is listed in the message itself.

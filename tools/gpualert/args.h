@@ -46,7 +46,8 @@ class Args {
   }
 
   // Parses argv[begin, end). With `stop_at_word`, the first word that is not an option ends
-  // the parse (it is the command to run) and its index is returned through `stopped_at`.
+  // the parse (it is the command to run) and its index is returned through `stopped_at`;
+  // a "--" before it also ends the parse, the command starting after it.
   // Returns an exit status when the program should end now: 0 after --help, 2 after an
   // error, which is printed as one line on stderr.
   std::optional<int> parse(int begin, int end, char** argv, bool stop_at_word = false,
@@ -57,6 +58,11 @@ class Args {
       if (a == "--help" || a == "-h") {
         std::fputs(help().c_str(), stdout);
         return 0;
+      }
+      if (a == "--" && stop_at_word) {
+        // Ends our options: the command starts after it. A later "--" is the command's.
+        if (stopped_at != nullptr) *stopped_at = i + 1;
+        return check_positionals(next_positional);
       }
       if (a.size() > 2 && a.substr(0, 2) == "--") {
         std::string_view name = a, value;

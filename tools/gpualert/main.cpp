@@ -8,6 +8,8 @@
 //   gpualert eval CORPUS_DIR [--split train|heldout]
 #include <unistd.h>
 
+#include <csignal>
+
 #include <fmt/format.h>
 
 #include <cerrno>
@@ -22,6 +24,7 @@
 #include "alert/config.h"
 #include "alert/evaluate.h"
 #include "alert/log_store.h"
+#include "alert/monitor.h"
 #include "alert/outbox.h"
 #include "alert/runner.h"
 #include "alert/util.h"
@@ -124,14 +127,21 @@ int cmd_outbox(int argc, char** argv) {
   }
   auto config = ga::load_config(opt_path(config_path));
   if (!state_dir.empty()) config.state_dir = state_dir;
+  ga::check_private_dir(config.state_dir);
   ga::Outbox outbox(config.state_dir);
   if (action == "list") {
+    for (const auto& lost : ga::find_lost_jobs(config.state_dir, false))
+      std::printf("job %s lost its monitor (gpualert died while it ran); log %s\n",
+                  lost.job_id.c_str(), (lost.job_dir / "output.log").c_str());
+    for (const auto& e : outbox.given_up())
+      std::printf("%s  %-7s  given up: %s  (%s)\n", e.id.c_str(), e.meta.value("channel", "?").c_str(),
+                  e.meta.value("given_up", "").c_str(), e.meta.value("subject", "").c_str());
     auto entries = outbox.list();
     if (entries.empty()) std::printf("outbox %s is empty\n", outbox.dir().c_str());
     for (const auto& e : entries) {
       std::string to;
       if (e.meta.contains("smtp")) to = e.meta["smtp"].value("to", nlohmann::json::array()).dump();
-      else to = e.meta.value("url", "");
+      else to = ga::mask_url(e.meta.value("url", ""));
       std::printf("%s  %-7s  attempts %d  %s  -> %s\n", e.id.c_str(),
                   e.meta.value("channel", "?").c_str(), e.meta.value("attempts", 0),
                   e.meta.value("subject", "").c_str(), to.c_str());
@@ -205,7 +215,7 @@ int cmd_run(int argc, char** argv) {
            "Run a command unchanged, record its output, classify how it ended, and notify.\n"
            "The exit status is the command's own (or 128 + the signal that ended it).");
   std::string config_path, state_dir, timeout, hang_after, grace, notify_timeout, json_report;
-  std::vector<std::string> to, attach;
+  std::vector<std::string> to, attach, redact;
   std::string smtp_url, webhook, ntfy;
   bool kill_on_hang = false, no_notify = false, dry_run = false, quiet = false,
        no_telemetry = false, version = false;
@@ -220,6 +230,7 @@ int cmd_run(int argc, char** argv) {
       .option("--webhook", &webhook, "JSON webhook URL (Slack-compatible)", "URL")
       .option("--ntfy", &ntfy, "ntfy topic URL", "URL")
       .option("--attach", &attach, "attach files matching this glob", "GLOB")
+      .option("--redact", &redact, "mask matches of this RE2 pattern in everything sent", "REGEX")
       .option("--notify-timeout", &notify_timeout, "hard deadline for sending (default 30s)", "DURATION")
       .option("--json-report", &json_report, "write the final report as JSON to this file", "FILE")
       .flag("--no-notify", &no_notify, "record and classify only")
@@ -233,21 +244,10 @@ int cmd_run(int argc, char** argv) {
               "  gpualert config check\n"
               "  gpualert eval CORPUS_DIR [--split train|heldout]\n");
 
-  // Everything after "--" (or from the first word that is not an option) is the command,
-  // passed on untouched.
-  int split = argc;
-  for (int i = 1; i < argc; ++i) {
-    if (std::string_view(argv[i]) == "--") {
-      split = i;
-      break;
-    }
-  }
-  int command_at = split + 1;
-  if (split < argc) {
-    if (auto rc = app.parse(1, split, argv)) return *rc;
-  } else {
-    if (auto rc = app.parse(1, argc, argv, /*stop_at_word=*/true, &command_at)) return *rc;
-  }
+  // Options end at the first word that is not one (the command) or at a "--" before it;
+  // everything from the command on, including any later "--", is passed on untouched.
+  int command_at = argc;
+  if (auto rc = app.parse(1, argc, argv, /*stop_at_word=*/true, &command_at)) return *rc;
   if (version) {
     std::printf("gpualert %s\n", MEGANEURA_VERSION);
     return 0;
@@ -268,6 +268,7 @@ int cmd_run(int argc, char** argv) {
     if (!webhook.empty()) c.webhook.url = webhook;
     if (!ntfy.empty()) c.webhook.ntfy_url = ntfy;
     c.attach.globs.insert(c.attach.globs.end(), attach.begin(), attach.end());
+    c.redact.insert(c.redact.end(), redact.begin(), redact.end());
     if (!grace.empty()) c.grace_s = ga::parse_duration(grace);
     if (!notify_timeout.empty()) c.notify_timeout_s = ga::parse_duration(notify_timeout);
     if (!timeout.empty()) o.timeout_s = ga::parse_duration(timeout);
@@ -299,6 +300,8 @@ int cmd_run(int argc, char** argv) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  // A file size limit makes writes fail with EFBIG (handled) instead of killing the monitor.
+  signal(SIGXFSZ, SIG_IGN);
   try {
     if (argc > 1) {
       std::string_view sub = argv[1];
