@@ -24,7 +24,16 @@ struct SessionOptions {
   bool f64_oracle = false;  // plan every float tensor in double (reference backend only)
   uint64_t seed = 0;        // parameter initialisation
   int threads = 0;
+  // Vulkan: a device index or name substring ("" = the best of any type, lavapipe included).
+  std::string vulkan_device;
+  // Vulkan: the Khronos validation layer on; any message fails the call that caused it. Also
+  // switched on by MEGANEURA_VULKAN_VALIDATION=1.
+  bool vulkan_validation = false;
 };
+
+// Sets `o` from a --device value: "cpu", "auto" (discrete GPU > integrated GPU > CPU backend),
+// "vulkan" (any Vulkan device, CPU-emulated ones included) or a Vulkan device's index or name.
+void select_device(SessionOptions& o, const std::string& spec);
 
 class Session {
  public:
@@ -39,6 +48,8 @@ class Session {
   const Program& program(size_t i = 0) const { return programs_.at(i); }
   size_t program_count() const { return programs_.size(); }
   std::string device_name() const;
+  const Backend& backend() const { return *backend_; }
+  Backend& backend() { return *backend_; }
 
   void set(const std::string& name, std::span<const float> values);
   void set(const std::string& name, std::span<const double> values);

@@ -1,0 +1,67 @@
+// Kernels (one compute shader per family, embedded as SPIR-V at build time), their pipelines
+// keyed by kernel and specialisation constants, and the on-disk pipeline cache.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "backend/vulkan/context.h"
+
+namespace meganeura::vk {
+
+enum class Kernel : uint8_t { pointwise, reduce, softmax, matmul, movement, index, sequence, conv, pool, count_ };
+constexpr size_t kKernelCount = size_t(Kernel::count_);
+const char* kernel_name(Kernel k);
+std::span<const uint32_t> kernel_spirv(Kernel k);
+
+// Every pipeline shares one layout: kBindings storage buffers and a 128-byte push block.
+constexpr uint32_t kBindings = 3;
+constexpr uint32_t kPushBytes = 128;
+
+// A persisted VkPipelineCache. The file holds our header (magic, payload size, FNV-1a of the
+// payload) and the driver's blob, whose own header must name this device; anything else --
+// missing, truncated, corrupt, another device or driver -- is a miss and starts empty.
+class PipelineCache {
+ public:
+  PipelineCache(const Device& d, std::string dir);  // dir "": no persistence
+  ~PipelineCache();
+  PipelineCache(const PipelineCache&) = delete;
+  PipelineCache& operator=(const PipelineCache&) = delete;
+  VkPipelineCache handle() const { return cache_; }
+  // "loaded", "missing", "stale" or "corrupt": what happened to the file on creation.
+  const std::string& load_status() const { return status_; }
+  const std::string& path() const { return path_; }
+  void save();
+
+ private:
+  const Device& d_;
+  VkPipelineCache cache_ = VK_NULL_HANDLE;
+  std::string path_, status_ = "disabled";
+};
+
+std::string default_cache_dir();  // $XDG_CACHE_HOME/meganeura or ~/.cache/meganeura ("" if neither)
+
+class Pipelines {
+ public:
+  Pipelines(const Device& d, PipelineCache* cache);
+  ~Pipelines();
+  Pipelines(const Pipelines&) = delete;
+  Pipelines& operator=(const Pipelines&) = delete;
+  VkPipeline get(Kernel k, const std::vector<uint32_t>& spec);
+  VkPipelineLayout layout() const { return layout_; }
+  VkDescriptorSetLayout set_layout() const { return set_layout_; }
+  size_t created() const { return pipelines_.size(); }
+
+ private:
+  const Device& d_;
+  PipelineCache* cache_;
+  VkDescriptorSetLayout set_layout_ = VK_NULL_HANDLE;
+  VkPipelineLayout layout_ = VK_NULL_HANDLE;
+  VkShaderModule modules_[kKernelCount] = {};
+  std::map<std::pair<Kernel, std::vector<uint32_t>>, VkPipeline> pipelines_;
+};
+
+}  // namespace meganeura::vk
