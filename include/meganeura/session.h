@@ -20,6 +20,9 @@ enum class Device : uint8_t { cpu, vulkan, automatic };
 Device parse_device(const std::string& s);  // "cpu" | "vulkan" | "auto"
 
 struct SessionOptions {
+  // Positional form kept for brevity at call sites: {device, f64_oracle, seed, threads}.
+  SessionOptions(Device d = Device::cpu, bool oracle = false, uint64_t s = 0, int t = 0)
+      : device(d), f64_oracle(oracle), seed(s), threads(t) {}
   Device device = Device::cpu;
   bool f64_oracle = false;  // plan every float tensor in double (reference backend only)
   uint64_t seed = 0;        // parameter initialisation
@@ -29,6 +32,10 @@ struct SessionOptions {
   // Vulkan: the Khronos validation layer on; any message fails the call that caused it. Also
   // switched on by MEGANEURA_VULKAN_VALIDATION=1.
   bool vulkan_validation = false;
+  // Vulkan: time every dispatch with timestamp queries (see vulkan_profile()).
+  bool vulkan_profile = false;
+  // Vulkan: the pipeline cache directory ("" = $XDG_CACHE_HOME/meganeura); "-" disables it.
+  std::string vulkan_cache_dir;
 };
 
 // Sets `o` from a --device value: "cpu", "auto" (discrete GPU > integrated GPU > CPU backend),

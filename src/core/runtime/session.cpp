@@ -51,6 +51,9 @@ VulkanOptions vulkan_options(const SessionOptions& o, const std::string& device)
   v.device = device;
   const char* env = std::getenv("MEGANEURA_VULKAN_VALIDATION");
   v.validation = o.vulkan_validation || (env && std::string(env) == "1");
+  v.profile = o.vulkan_profile;
+  v.pipeline_cache = o.vulkan_cache_dir != "-";
+  if (v.pipeline_cache) v.cache_dir = o.vulkan_cache_dir;
   return v;
 }
 
