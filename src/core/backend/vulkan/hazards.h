@@ -14,6 +14,33 @@ struct ByteRange {
   bool overlaps(const ByteRange& o) const { return buffer == o.buffer && lo < o.hi && o.lo < hi; }
 };
 
+// One access set per launch, in program order.
+struct Access {
+  std::vector<ByteRange> reads;
+  ByteRange write;
+  uint32_t group = 0;
+};
+
+inline bool conflicts(const Access& later, const Access& earlier) {
+  if (later.write.overlaps(earlier.write) && later.group != earlier.group) return true;
+  for (const auto& r : later.reads) if (r.overlaps(earlier.write)) return true;
+  for (const auto& r : earlier.reads) if (r.overlaps(later.write)) return true;
+  return false;
+}
+
+// Level of each launch: one more than the deepest earlier launch it conflicts with. Emitting
+// launches level by level keeps every hazard ordered and needs one barrier per level, the
+// fewest a full-pipeline barrier allows for this dependency graph.
+inline std::vector<uint32_t> hazard_levels(const std::vector<Access>& a) {
+  std::vector<uint32_t> level(a.size(), 0);
+  for (size_t i = 0; i < a.size(); ++i) {
+    for (size_t j = i; j-- > 0;) {
+      if (level[j] + 1 > level[i] && conflicts(a[i], a[j])) level[i] = level[j] + 1;
+    }
+  }
+  return level;
+}
+
 class HazardTracker {
  public:
   // True when a barrier must precede an access with these sets; `group` marks launches of one

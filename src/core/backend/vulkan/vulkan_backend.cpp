@@ -101,6 +101,7 @@ class VulkanBackend final : public Backend {
     prep->arena_id = next_id_++;
     fresh.push_back(prep->arena.get());
     prep->launches = lower_program(q, dc_);
+    schedule(*prep);
     zero(fresh);
     prepare_descriptors(*prep);
     record(*prep);
@@ -265,6 +266,33 @@ class VulkanBackend final : public Backend {
     return {p.arena.get(), p.arena_id, pt.offset, bytes};
   }
 
+  Access access(const Prepared& p, const Launch& l) {
+    Access a;
+    for (uint32_t t : l.reads) {
+      Resolved r = resolve(p, t);
+      a.reads.push_back({r.id, r.offset, r.offset + r.bytes});
+    }
+    Resolved w = resolve(p, l.write);
+    a.write = {w.id, w.offset, w.offset + w.bytes};
+    a.group = l.dispatch;
+    return a;
+  }
+
+  // Orders launches by hazard level (stable within a level), so independent work shares
+  // barriers; ordering between conflicting launches is kept.
+  void schedule(Prepared& p) {
+    std::vector<Access> acc;
+    for (const Launch& l : p.launches) acc.push_back(access(p, l));
+    auto level = hazard_levels(acc);
+    std::vector<size_t> order(p.launches.size());
+    for (size_t i = 0; i < order.size(); ++i) order[i] = i;
+    std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) { return level[a] < level[b]; });
+    std::vector<Launch> sorted;
+    sorted.reserve(order.size());
+    for (size_t i : order) sorted.push_back(std::move(p.launches[i]));
+    p.launches = std::move(sorted);
+  }
+
   void prepare_descriptors(Prepared& p) {
     const uint32_t sets = uint32_t(std::max<size_t>(p.launches.size(), 1));
     VkDescriptorPoolSize size{VK_DESCRIPTOR_TYPE_STORAGE_BUFFER, sets * kBindings};
@@ -337,19 +365,13 @@ class VulkanBackend final : public Backend {
       const size_t end = (p.launches.size() * (c + 1)) / chunks;
       for (; next < end; ++next) {
         const Launch& l = p.launches[next];
-        std::vector<ByteRange> reads;
-        for (uint32_t t : l.reads) {
-          Resolved r = resolve(p, t);
-          reads.push_back({r.id, r.offset, r.offset + r.bytes});
-        }
-        Resolved w = resolve(p, l.write);
-        ByteRange wr{w.id, w.offset, w.offset + w.bytes};
-        if (hazards.needs_barrier(reads, wr, l.dispatch)) {
+        const Access a = access(p, l);
+        if (hazards.needs_barrier(a.reads, a.write, a.group)) {
           barrier(cmd, kCompute, VK_ACCESS_SHADER_WRITE_BIT, kCompute, kRW);
           p.barriers++;
           hazards.clear();
         }
-        hazards.add(reads, wr, l.dispatch);
+        hazards.add(a.reads, a.write, a.group);
         VkPipeline pipe = pipelines_->get(l.kernel, l.spec);
         if (pipe != bound) api().vkCmdBindPipeline(cmd, VK_PIPELINE_BIND_POINT_COMPUTE, pipe);
         bound = pipe;
