@@ -244,12 +244,16 @@ class Lowerer {
     const uint64_t outputs = uint64_t(numel(keep)), count = uint64_t(numel(red));
     Push pc{l};
     pc.u(outputs); pc.u(count); pc.u(d.op == Op::max); pc.u(d.op == Op::mean);
-    pc.u(keep.size()); pc.u(red.size()); pc.u(0); pc.u(0);
+    // Short reductions over many outputs: one invocation each, a compensated serial sum (error
+    // bounded independently of the length); long ones: a workgroup each with a tree.
+    const bool serial = count <= 256 && outputs >= 64;
+    pc.u(keep.size()); pc.u(red.size()); pc.u(serial); pc.u(0);
     pc.array(keep); pc.array(keep_st); pc.array(red); pc.array(red_st);
     l.bindings[0] = d.reads[0];
     l.bindings[1] = d.write;
     l.spec = {dc_.workgroup};
-    grid(l, outputs, dc_);
+    if (serial) grid(l, (outputs + dc_.workgroup - 1) / dc_.workgroup, dc_);
+    else grid(l, outputs, dc_);
     out.push_back(std::move(l));
   }
 

@@ -9,7 +9,7 @@ layout(std430, binding = 1) writeonly buffer Y { float y[]; };
 
 layout(push_constant) uniform P {
   uint outputs, count, is_max, is_mean;
-  uint keep_rank, red_rank, pad0, pad1;
+  uint keep_rank, red_rank, serial, pad1;  // serial: one invocation per output (short reductions)
   uint keep_shape[6];
   uint keep_stride[6];
   uint red_shape[6];
@@ -18,16 +18,23 @@ layout(push_constant) uniform P {
 
 shared float partial[gl_WorkGroupSize.x];
 
-void main() {
-  uint o = flat_group();
-  if (o >= pc.outputs) return;  // uniform per workgroup
+uint base_of(uint o) {
   uint base = 0, rem = o;
   for (int k = int(pc.keep_rank) - 1; k >= 0; --k) {
     base += (rem % pc.keep_shape[k]) * pc.keep_stride[k];
     rem /= pc.keep_shape[k];
   }
+  return base;
+}
+
+void main() {
+  const bool serial = pc.serial != 0;
+  uint o = serial ? flat_index() : flat_group();
+  if (o >= pc.outputs) return;  // uniform per workgroup unless serial (which has no barriers)
+  uint base = base_of(o);
   float acc = pc.is_max != 0 ? -1.0 / 0.0 : 0.0, comp = 0.0;
-  for (uint j = gl_LocalInvocationID.x; j < pc.count; j += gl_WorkGroupSize.x) {
+  const uint first = serial ? 0 : gl_LocalInvocationID.x, step = serial ? 1 : gl_WorkGroupSize.x;
+  for (uint j = first; j < pc.count; j += step) {
     uint off = base, r = j;
     for (int k = int(pc.red_rank) - 1; k >= 0; --k) {
       off += (r % pc.red_shape[k]) * pc.red_stride[k];
@@ -41,6 +48,10 @@ void main() {
       comp = (s - acc) - t;
       acc = s;
     }
+  }
+  if (serial) {
+    y[o] = pc.is_mean != 0 ? acc / float(pc.count) : acc;
+    return;
   }
   partial[gl_LocalInvocationID.x] = acc;
   barrier();
