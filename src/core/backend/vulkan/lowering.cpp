@@ -273,13 +273,14 @@ class Lowerer {
     Push pc{l};
     pc.u(m); pc.u(n); pc.u(k); pc.u(a.trans_a); pc.u(a.trans_b); pc.u(uint64_t(as.back())); pc.u(uint64_t(bs.back()));
     pc.u(sa); pc.u(sb); pc.u(sc);
-    const uint32_t t = dc_.tile_mn, tt = dc_.thread_tile;
-    l.spec = {(t / tt) * (t / tt), t, t, dc_.tile_k, tt, tt};
+    const uint32_t t = dc_.tile_mn, tt = 4;
+    l.spec = {(t / tt) * (t / tt), t, t, dc_.tile_k};
     l.bindings[0] = d.reads[0];
     l.bindings[1] = d.reads[1];
     l.bindings[2] = d.write;
     l.groups[0] = uint32_t((n + t - 1) / t);
     l.groups[1] = uint32_t((m + t - 1) / t);
+
     l.groups[2] = uint32_t(batch);
     if (l.groups[1] > dc_.max_groups_y || l.groups[2] > dc_.max_groups_z || l.groups[0] > dc_.max_groups_x) {
       unsupported(d.op, "the product is larger than the device's dispatch grid");

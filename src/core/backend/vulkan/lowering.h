@@ -27,7 +27,7 @@ struct Launch {
 // Tile and workgroup choices for a class of device (not for one driver).
 struct DeviceClass {
   uint32_t workgroup = 256;       // elementwise and reductions
-  uint32_t tile_mn = 64, tile_k = 16, thread_tile = 4;
+  uint32_t tile_mn = 64, tile_k = 16;  // matmul tiles (4x4 register blocks per invocation)
   uint32_t max_groups_x = 65535, max_groups_y = 65535, max_groups_z = 65535;
 };
 DeviceClass device_class(const VulkanDeviceInfo& info);

@@ -6,8 +6,8 @@ layout(local_size_x_id = 0) in;
 layout(constant_id = 1) const uint BM = 64;
 layout(constant_id = 2) const uint BN = 64;
 layout(constant_id = 3) const uint BK = 16;
-layout(constant_id = 4) const uint TM = 4;
-layout(constant_id = 5) const uint TN = 4;
+const uint TM = 4;  // register block; literal so the accumulator stays in registers
+const uint TN = 4;
 
 layout(std430, binding = 0) readonly buffer A { float a[]; };
 layout(std430, binding = 1) readonly buffer B { float b[]; };
