@@ -55,6 +55,8 @@ class Session {
   const Program& program(size_t i = 0) const { return programs_.at(i); }
   size_t program_count() const { return programs_.size(); }
   std::string device_name() const;
+  // Why --device auto chose what it chose when that was a fallback (empty otherwise).
+  const std::string& device_note() const { return device_note_; }
   const Backend& backend() const { return *backend_; }
   Backend& backend() { return *backend_; }
 
@@ -78,6 +80,7 @@ class Session {
   const ExternalBuffer& buffer(const std::string& name) const;
   SessionOptions options_;
   std::unique_ptr<Backend> backend_;
+  std::string device_note_;
   std::vector<Program> programs_;
   std::map<std::string, ExternalBuffer> buffers_;
 };

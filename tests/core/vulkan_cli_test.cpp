@@ -37,10 +37,10 @@ fs::path dir() {
   return d;
 }
 
-Result run(const std::string& args) {
+Result run(const std::string& args, const std::string& env = "") {
   const fs::path err = dir() / "stderr.txt";
   // A private cache directory: no state shared with the user or with earlier runs.
-  const std::string cmd = "MEGANEURA_VULKAN_VALIDATION=1 XDG_CACHE_HOME=" + (dir() / "cache").string() + " " +
+  const std::string cmd = env + " MEGANEURA_VULKAN_VALIDATION=1 XDG_CACHE_HOME=" + (dir() / "cache").string() + " " +
                           std::string(MEGANEURA_BINARY_DIR) + "/bin/meganeura " + args + " 2>" + err.string();
   Result r;
   FILE* p = ::popen(cmd.c_str(), "r");
@@ -93,6 +93,22 @@ TEST(VulkanCli, AutoFallsBackToTheCpuSayingSo) {
   ASSERT_EQ(r.status, 0) << r.err;
   EXPECT_NE(r.err.find("using the CPU backend"), std::string::npos) << r.err;
   EXPECT_EQ(r.json()["device"].get<std::string>().rfind("cpu", 0), 0u);
+}
+
+// A loader without any driver (its ICD list points nowhere): a clear message for vulkan,
+// and auto runs on the CPU saying why.
+TEST(VulkanCli, NoDriverIsAClearMessage) {
+  const std::string no_driver = "VK_ICD_FILENAMES=/nonexistent/icd.json VK_DRIVER_FILES=/nonexistent/icd.json";
+  Result v = run("train --model mlp --steps 2 --device vulkan", no_driver);
+  EXPECT_NE(v.status, 0);
+  EXPECT_TRUE(v.err.find("no Vulkan device") != std::string::npos || v.err.find("no Vulkan loader") != std::string::npos ||
+              v.err.find("VK_ERROR_INCOMPATIBLE_DRIVER") != std::string::npos) << v.err;
+  Result a = run("train --model mlp --steps 2 --device auto --json", no_driver);
+  ASSERT_EQ(a.status, 0) << a.err;
+  EXPECT_NE(a.err.find("using the CPU backend"), std::string::npos) << a.err;
+  Result d = run("devices --json", no_driver);
+  ASSERT_EQ(d.status, 0) << d.err;
+  EXPECT_EQ(d.json()["auto"], "cpu");
 }
 
 TEST(VulkanCli, UnknownDeviceNamesTheDevices) {

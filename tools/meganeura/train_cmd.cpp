@@ -95,7 +95,9 @@ int run_train(const TrainArgs& a) {
     start = trainer.updates() * opt.accumulation;
     if (start > steps) throw std::runtime_error("checkpoint is at step " + std::to_string(start) + ", past --steps " + std::to_string(steps));
   }
-  std::fprintf(stderr, "training %s on %s: steps %lld..%lld\n", task->name().c_str(), trainer.session().device_name().c_str(),
+  const std::string& note = trainer.session().device_note();
+  std::fprintf(stderr, "training %s on %s%s: steps %lld..%lld\n", task->name().c_str(), trainer.session().device_name().c_str(),
+               note.empty() ? "" : (" (" + note + ")").c_str(),
                static_cast<long long>(start + 1), static_cast<long long>(steps));
   Progress progress(start, steps);
   nlohmann::json losses = nlohmann::json::array();
@@ -133,6 +135,7 @@ int run_infer(const TrainArgs& a) {
     throw std::runtime_error("checkpoint " + a.resume + " is of a different model than " + a.model);
   }
   nlohmann::json out = {{"model", task->name()}, {"device", session.device_name()}, {"checkpoint", a.resume}};
+  if (!session.device_note().empty()) out["device_note"] = session.device_note();
   if (meta.count("step")) out["trained_steps"] = std::stoll(meta["step"]);
   out.update(task->evaluate(session));
   if (out.contains("test_loss")) out["final_loss"] = out["test_loss"];

@@ -57,7 +57,7 @@ VulkanOptions vulkan_options(const SessionOptions& o, const std::string& device)
   return v;
 }
 
-std::unique_ptr<Backend> make_backend(const SessionOptions& o) {
+std::unique_ptr<Backend> make_backend(const SessionOptions& o, std::string& note) {
   switch (o.device) {
     case Device::cpu:
       return make_cpu_backend(CpuOptions{o.threads});
@@ -66,7 +66,7 @@ std::unique_ptr<Backend> make_backend(const SessionOptions& o) {
       // better than the reference backend.
       std::string why;
       if (!o.f64_oracle && vulkan_gpu_available(&why)) return make_vulkan_backend(vulkan_options(o, "gpu"));
-      if (!o.f64_oracle) std::fprintf(stderr, "meganeura: %s; using the CPU backend\n", why.c_str());
+      if (!o.f64_oracle) note = why + "; using the CPU backend";
       return make_cpu_backend(CpuOptions{o.threads});
     }
     case Device::vulkan:
@@ -81,7 +81,7 @@ Session::Session(SessionOptions options) : options_(options) {
   if (options.f64_oracle && options.device == Device::vulkan) {
     throw std::invalid_argument("[session] the f64 oracle runs on the reference CPU backend only");
   }
-  backend_ = make_backend(options);
+  backend_ = make_backend(options, device_note_);
 }
 Session::~Session() = default;
 Session::Session(Session&&) noexcept = default;

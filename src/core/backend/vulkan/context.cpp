@@ -113,7 +113,11 @@ Instance::Instance(bool validation) {
   ci.ppEnabledExtensionNames = enabled.data();
   ci.enabledLayerCount = uint32_t(layers.size());
   ci.ppEnabledLayerNames = layers.data();
-  VK_CHECK(api_.vkCreateInstance(&ci, nullptr, &instance_));
+  VkResult created = api_.vkCreateInstance(&ci, nullptr, &instance_);
+  if (created == VK_ERROR_INCOMPATIBLE_DRIVER) {
+    throw Unavailable("[vulkan] no Vulkan driver: the loader found none for this machine (VK_ERROR_INCOMPATIBLE_DRIVER)");
+  }
+  VK_CHECK(created);
   load_instance(api_, instance_);
   if (validation) VK_CHECK(api_.vkCreateDebugUtilsMessengerEXT(instance_, &dm, nullptr, &messenger_));
 }
