@@ -65,15 +65,16 @@ Tensor attention(Tensor q, Tensor k, Tensor v, bool causal, std::optional<double
                                 shape_str(k.shape()) + ", v " + shape_str(v.shape()) +
                                 " (query heads must be a multiple of key/value heads)");
   }
-  auto expand = [&](Tensor t) {  // grouped-query: share each key/value head across hq/hkv queries
-    if (hq == hkv) return t;
-    Tensor e = broadcast_to(reshape(t, {b, hkv, 1, sk, t.dim(3)}), {b, hkv, hq / hkv, sk, t.dim(3)});
-    return reshape(e, {b, hq, sk, t.dim(3)});
-  };
+  // Grouped-query: query head h uses key/value head h / (hq / hkv). Folding the group into the
+  // query rows ([B, Hkv, G*Sq, D], a view) makes each key/value head one shared matmul operand,
+  // so K and V are never copied per query head.
+  const int64_t grp = hq / hkv, sq = q.dim(2);
   double s = scale.value_or(1.0 / std::sqrt(double(q.dim(3))));
-  Tensor scores = matmul(q, expand(k), false, true) * s;
-  if (causal) scores = causal_mask(scores);
-  return matmul(softmax(scores, -1), expand(v));
+  Tensor qg = reshape(q, {b, hkv, grp * sq, q.dim(3)});
+  Tensor scores = matmul(qg, k, false, true) * s;  // [B, Hkv, G*Sq, Sk]
+  if (causal) scores = reshape(causal_mask(reshape(scores, {b, hkv, grp, sq, sk})), {b, hkv, grp * sq, sk});
+  Tensor out = matmul(softmax(scores, -1), v);  // [B, Hkv, G*Sq, Dv]
+  return reshape(out, {b, hq, sq, v.dim(3)});
 }
 
 Tensor cross_entropy(Tensor logits, Tensor targets, int64_t ignore_index) {
@@ -81,8 +82,7 @@ Tensor cross_entropy(Tensor logits, Tensor targets, int64_t ignore_index) {
     throw std::invalid_argument("[cross_entropy] expects logits [N,C] and targets [N], got " +
                                 shape_str(logits.shape()) + " and " + shape_str(targets.shape()));
   }
-  Tensor oh = one_hot(targets, logits.dim(1), ignore_index);
-  return neg(sum(oh * log_softmax(logits, -1))) / sum(oh);
+  return softmax_cross_entropy(logits, targets, ignore_index);
 }
 
 Tensor mse(Tensor pred, Tensor target) {

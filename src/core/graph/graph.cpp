@@ -165,6 +165,7 @@ struct AttrJson {
   json operator()(const ScheduleAttrs& a) const {
     return {{"base_lr", a.base_lr}, {"warmup", a.warmup}, {"total", a.total}, {"min_lr", a.min_lr}};
   }
+  json operator()(const GatherAttrs& a) const { return {{"axis", a.axis}, {"size", a.size}}; }
 };
 }  // namespace
 

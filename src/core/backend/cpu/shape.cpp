@@ -149,6 +149,9 @@ void index(const Dispatch& d, const std::vector<Arg>& in, const Arg& out) {
       }
       return;
     }
+    case Op::where: case Op::gather: case Op::gather_backward: case Op::softmax_cross_entropy:
+    case Op::softmax_cross_entropy_backward:
+      return workload_index<T>(d, in, out);
     default: kernel_error(d.op, "not an index op");
   }
 }
