@@ -1,5 +1,6 @@
 // `meganeura train --workload W`: any of the five workloads as a training task on synthetic
-// data (a fresh deterministic batch per step).
+// data: one fixed batch drawn from the seed, which the model fits, so a falling loss shows the
+// whole training step (forward, backward, optimizer) working. Evaluation uses the same batch.
 #include <memory>
 
 #include "meganeura/workloads.h"
@@ -33,7 +34,7 @@ class WorkloadTask final : public Task {
       if (auto v = models::special_init(id_, *shape_graph_, id)) s.set(shape_graph_->node(id).name, std::span<const double>(*v));
     }
   }
-  void feed(Session& s, int64_t step) const override { feed_batch(s, seed_ * 1000003 + uint64_t(step)); }
+  void feed(Session& s, int64_t) const override { feed_batch(s, seed_); }
   void add_inference(Session& s) override {
     Graph g;
     models::Workload w = models::build_workload(g, id_, scale_);
@@ -41,7 +42,7 @@ class WorkloadTask final : public Task {
     program_ = s.add(g);
   }
   nlohmann::json evaluate(Session& s) const override {
-    feed_batch(s, 0xE7A1);
+    feed_batch(s, seed_);
     s.run(program_);
     return {{"eval_loss", s.scalar("eval_loss")}, {"scale", models::scale_name(scale_)}};
   }
