@@ -55,6 +55,7 @@ enum class Op : uint8_t {
   where, gather, gather_backward, softmax_cross_entropy, softmax_cross_entropy_backward,
   // sequence models
   rope, causal_mask,
+  attention_fused, attention_fused_backward,
   // optimisation
   lr_schedule,
   count_  // number of ops; keep last
@@ -97,11 +98,17 @@ struct ScheduleAttrs {
 };
 // gather / gather_backward: indices select along `axis`, whose full length is `size`.
 struct GatherAttrs { int64_t axis = 0, size = 0; bool operator==(const GatherAttrs&) const = default; };
+struct AttentionAttrs {
+  bool causal = false;
+  double scale = 1;
+  Shape q, k, v;  // the operand shapes the packed output and gradients are laid out for
+  bool operator==(const AttentionAttrs&) const = default;
+};
 
 using Attrs = std::variant<NoAttrs, AffineAttrs, CastAttrs, ClipAttrs, ReduceAttrs, AxisAttrs,
                            MatmulAttrs, ConvAttrs, PoolAttrs, ShapeAttrs, PermuteAttrs, SliceAttrs,
                            PadAttrs, EmbeddingAttrs, OneHotAttrs, RopeAttrs, MaskAttrs,
-                           ScheduleAttrs, GatherAttrs>;
+                           ScheduleAttrs, GatherAttrs, AttentionAttrs>;
 
 // How a parameter or state is initialised before training.
 struct Init {
@@ -271,6 +278,15 @@ Tensor rope(Tensor x, double theta = 10000, bool inverse = false);
 // Sets entries above the diagonal of the last two axes (aligned to the bottom right) to fill.
 Tensor causal_mask(Tensor x, double fill = -1e30);
 Tensor lr_schedule(Tensor step, const ScheduleAttrs& a);
+
+// Attention in query tiles with the row log-sum-exp saved for backward, never a full score
+// matrix: one dispatch whose 1-D output packs [out (B*Hq*Sq*Dv) | lse (B*Hq*Sq)] (one tensor
+// per dispatch today; a multi-output dispatch would write the two separately). The backward
+// recomputes each tile's probabilities from the saved lse and packs [dq | dk | dv].
+// attention() uses it for long sequences; call it directly only to test it.
+Tensor attention_fused_packed(Tensor q, Tensor k, Tensor v, bool causal, double scale);
+Tensor attention_fused_backward(Tensor q, Tensor k, Tensor v, Tensor packed, Tensor grad_packed,
+                                const AttentionAttrs& a);
 
 // ---- Compositions (user-level ops built from primitives) -----
 Tensor layer_norm(Tensor x, std::optional<Tensor> gamma, std::optional<Tensor> beta,

@@ -198,6 +198,13 @@ std::vector<Case> cases() {
                  return name == "v" ? positive(name, i, rng) : std::normal_distribution<double>(0, 1)(rng);
                }, {}});
   c.push_back({"timestep_embedding", Op::sin, [](G& g) { return timestep_embedding(P(g, "t", {3}), 8, 100.0); }, nullptr, {}});
+  c.push_back({"attention_fused/causal_gqa", Op::attention_fused, [](G& g) {
+                 // Both parts of the packed output (out and lse) feed the loss.
+                 return attention_fused_packed(P(g, "q", {1, 4, 5, 3}), P(g, "k", {1, 2, 7, 3}), P(g, "v", {1, 2, 7, 2}), true, 0.6);
+               }, nullptr, {}});
+  c.push_back({"attention_fused/cross", Op::attention_fused, [](G& g) {
+                 return attention_fused_packed(P(g, "q", {2, 2, 3, 4}), P(g, "k", {2, 2, 4, 4}), P(g, "v", {2, 2, 4, 3}), false, 0.5);
+               }, nullptr, {}});
   c.push_back({"mse", Op::mean, [](G& g) { return mse(P(g, "p", {3, 4}), P(g, "t", {3, 4})); }, nullptr, {}});
   return c;
 }

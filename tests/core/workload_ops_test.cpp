@@ -233,5 +233,20 @@ TEST(WorkloadOps, GroupedQueryAttentionCopiesNoKeysOrValues) {
   }
 }
 
+// Whisper-length attention (1,500 tokens) in training: no tensor of the graph, forward or
+// backward, holds a score matrix (Sq x Sk) of even one head.
+TEST(WorkloadOps, LongAttentionMaterialisesNoScoreMatrix) {
+  Graph g;
+  const int64_t s = 1500;
+  Tensor q = g.parameter("q", {1, 6, s, 64}, Init{Init::normal, 1});
+  Tensor k = g.parameter("k", {1, 6, s, 64}, Init{Init::normal, 1});
+  Tensor v = g.parameter("v", {1, 6, s, 64}, Init{Init::normal, 1});
+  Tensor loss = sum(attention(q, k, v, false));
+  grad(loss, {q, k, v});
+  for (size_t i = 0; i < g.size(); ++i) {
+    EXPECT_LT(g.node(NodeId(i)).type.numel(), s * s) << op_name(g.node(NodeId(i)).op) << " at node " << i;
+  }
+}
+
 }  // namespace
 }  // namespace meganeura

@@ -132,6 +132,13 @@ Grads rule(Graph& G, const Node& n, Tensor y, Tensor g) {
       return {gather_backward(g, in(1), a.axis, a.size), std::nullopt};
     }
     case Op::gather_backward: return {gather(g, std::get<GatherAttrs>(n.attrs).axis, in(1)), std::nullopt};
+    case Op::attention_fused: {
+      const auto& a = std::get<AttentionAttrs>(n.attrs);
+      Tensor packed = attention_fused_backward(x, in(1), in(2), y, g, a);
+      const int64_t nq = numel(a.q), nk = numel(a.k), nv = numel(a.v);
+      return {reshape(slice_axis(packed, 0, 0, nq), a.q), reshape(slice_axis(packed, 0, nq, nq + nk), a.k),
+              reshape(slice_axis(packed, 0, nq + nk, nq + nk + nv), a.v)};
+    }
     case Op::softmax_cross_entropy:
       return {softmax_cross_entropy_backward(x, in(1), g, std::get<OneHotAttrs>(n.attrs).ignore_index), std::nullopt};
     default:

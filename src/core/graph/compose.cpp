@@ -53,6 +53,10 @@ Tensor group_norm(Tensor x, int64_t groups, std::optional<Tensor> gamma, std::op
 
 Tensor swiglu(Tensor gate, Tensor up) { return silu(gate) * up; }
 
+// Score matrices of at least this many entries per head go through the tiled attention op;
+// below it the composition (two matmuls and a softmax) is as small and fuses on GPUs.
+constexpr int64_t kTiledAttentionMin = 1024;
+
 Tensor attention(Tensor q, Tensor k, Tensor v, bool causal, std::optional<double> scale) {
   if (q.rank() != 4 || k.rank() != 4 || v.rank() != 4) {
     throw std::invalid_argument("[attention] expects q, k, v of rank 4 [B,H,S,D], got " + shape_str(q.shape()) +
@@ -70,6 +74,12 @@ Tensor attention(Tensor q, Tensor k, Tensor v, bool causal, std::optional<double
   // so K and V are never copied per query head.
   const int64_t grp = hq / hkv, sq = q.dim(2);
   double s = scale.value_or(1.0 / std::sqrt(double(q.dim(3))));
+  if (sq * sk >= kTiledAttentionMin) {
+    // Long sequences: one tiled dispatch, no score matrix per head in forward or backward.
+    Tensor packed = attention_fused_packed(q, k, v, causal, s);
+    const int64_t n = b * hq * sq * v.dim(3);
+    return reshape(slice_axis(packed, 0, 0, n), {b, hq, sq, v.dim(3)});
+  }
   Tensor qg = reshape(q, {b, hkv, grp * sq, q.dim(3)});
   Tensor scores = matmul(qg, k, false, true) * s;  // [B, Hkv, G*Sq, Sk]
   if (causal) scores = reshape(causal_mask(reshape(scores, {b, hkv, grp, sq, sk})), {b, hkv, grp * sq, sk});

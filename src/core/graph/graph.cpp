@@ -166,6 +166,9 @@ struct AttrJson {
     return {{"base_lr", a.base_lr}, {"warmup", a.warmup}, {"total", a.total}, {"min_lr", a.min_lr}};
   }
   json operator()(const GatherAttrs& a) const { return {{"axis", a.axis}, {"size", a.size}}; }
+  json operator()(const AttentionAttrs& a) const {
+    return {{"causal", a.causal}, {"scale", a.scale}, {"q", a.q}, {"k", a.k}, {"v", a.v}};
+  }
 };
 }  // namespace
 

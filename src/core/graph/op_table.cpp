@@ -80,6 +80,8 @@ constexpr std::array<OpInfo, kOpCount> kTable = {{
         softmax_cross_entropy),
     row(rope, "rope", 1, F::seq, G::vjp),
     row(causal_mask, "causal_mask", 1, F::seq, G::vjp, 0),
+    row(attention_fused, "attention_fused", 3, F::seq, G::vjp),
+    row(attention_fused_backward, "attention_fused_backward", 5, F::seq, G::backward_only, -1, attention_fused),
     row(lr_schedule, "lr_schedule", 1, F::optim, G::none),
 }};
 
@@ -145,6 +147,14 @@ OpCost op_cost(const Graph& g, const Node& n) {
     case Op::silu: case Op::sigmoid: case Op::tanh: c.flops = 8 * out; break;
     case Op::rope: c.flops = 4 * out; break;
     case Op::sin: case Op::cos: c.flops = 8 * out; break;
+    case Op::attention_fused: case Op::attention_fused_backward: {
+      const auto& a = std::get<AttentionAttrs>(n.attrs);
+      const double pairs = double(a.q[0] * a.q[1] * a.q[2] * a.k[2]);
+      const double d = double(a.q[3]), dv = double(a.v[3]);
+      // forward: scores and P V; backward: scores again, dP, dQ, dK and dV
+      c.flops = 2.0 * pairs * (n.op == Op::attention_fused ? d + dv : 3 * d + 2 * dv);
+      break;
+    }
     case Op::softmax_cross_entropy: c.flops = 5 * in_numel(0); break;
     case Op::softmax_cross_entropy_backward: c.flops = 5 * out; break;
     case Op::embedding_backward: c.flops = double(g.node(n.inputs[0]).type.numel()); break;

@@ -121,6 +121,31 @@ Tensor softmax_cross_entropy_backward(Tensor logits, Tensor targets, Tensor g, i
   return G.add_node(op, OneHotAttrs{logits.dim(1), ignore_index}, {logits.id, targets.id, g.id}, logits.type());
 }
 
+Tensor attention_fused_packed(Tensor q, Tensor k, Tensor v, bool causal, double scale) {
+  constexpr Op op = Op::attention_fused;
+  Graph& g = same_graph(op, {q, k, v});
+  require_float(op, q);
+  if (q.rank() != 4 || k.rank() != 4 || v.rank() != 4 || k.dim(0) != q.dim(0) || v.dim(0) != q.dim(0) ||
+      v.dim(1) != k.dim(1) || v.dim(2) != k.dim(2) || k.dim(3) != q.dim(3) || q.dim(1) % k.dim(1) ||
+      q.dtype() != k.dtype() || q.dtype() != v.dtype()) {
+    fail(op, "incompatible q " + shape_str(q.shape()) + ", k " + shape_str(k.shape()) + ", v " + shape_str(v.shape()));
+  }
+  AttentionAttrs a{causal, scale, q.shape(), k.shape(), v.shape()};
+  const int64_t rows = q.dim(0) * q.dim(1) * q.dim(2);
+  return g.add_node(op, a, {q.id, k.id, v.id}, TensorType{q.dtype(), {rows * v.dim(3) + rows}});
+}
+
+Tensor attention_fused_backward(Tensor q, Tensor k, Tensor v, Tensor packed, Tensor grad_packed,
+                                const AttentionAttrs& a) {
+  constexpr Op op = Op::attention_fused_backward;
+  Graph& g = same_graph(op, {q, k, v, packed, grad_packed});
+  if (q.shape() != a.q || k.shape() != a.k || v.shape() != a.v || packed.shape() != grad_packed.shape()) {
+    fail(op, "operands do not match the forward attention");
+  }
+  const int64_t n = q.type().numel() + k.type().numel() + v.type().numel();
+  return g.add_node(op, a, {q.id, k.id, v.id, packed.id, grad_packed.id}, TensorType{q.dtype(), {n}});
+}
+
 Tensor arange(Graph& g, int64_t n, double start, double step, DType dtype) {
   if (n < 0) throw std::invalid_argument("[arange] length must be non-negative, got " + std::to_string(n));
   std::vector<double> values(static_cast<size_t>(n));

@@ -32,6 +32,8 @@ template <class T> void index(const Dispatch& d, const std::vector<Arg>& in, con
 template <class T> void sequence(const Dispatch& d, const std::vector<Arg>& in, const Arg& out);
 // where, gather, gather_backward and the fused cross-entropy (workload_ops.cpp).
 template <class T> void workload_index(const Dispatch& d, const std::vector<Arg>& in, const Arg& out);
+// Query-tiled attention and its backward (attention_ops.cpp).
+template <class T> void attention_tiled(const Dispatch& d, const std::vector<Arg>& in, const Arg& out);
 void cast(const Dispatch& d, const std::vector<Arg>& in, const Arg& out);
 
 // Element strides of a row-major shape; broadcast dimensions of `in` against `out` get 0.
