@@ -38,8 +38,10 @@ enum class Op : uint8_t {
   // unary elementwise
   copy, detach, neg, exp, log, sqrt, rsqrt, abs, tanh, sigmoid, relu, gelu_tanh, gelu_erf,
   silu, affine, cast, sign, positive_mask, gelu_tanh_grad, gelu_erf_grad, clip_coef,
+  sin, cos,
   // binary elementwise with broadcasting
   add, sub, mul, div, equal,
+  maximum, less,
   // reductions and normalisers
   sum, mean, max, softmax, log_softmax,
   // linear algebra and convolution
@@ -50,8 +52,10 @@ enum class Op : uint8_t {
   reshape, permute, slice, pad, concat, broadcast_to,
   // indexing
   embedding, embedding_backward, one_hot,
+  where, gather, gather_backward, softmax_cross_entropy, softmax_cross_entropy_backward,
   // sequence models
   rope, causal_mask,
+  attention_fused, attention_fused_backward,
   // optimisation
   lr_schedule, bias_correction, increment,
   // fused: created by rewrite passes (passes.h) from the primitives above; never built by
@@ -94,6 +98,14 @@ struct ScheduleAttrs {
   int64_t total = 0;       // 0: constant after warm-up; else cosine decay to min_lr at `total`
   double min_lr = 0;
   bool operator==(const ScheduleAttrs&) const = default;
+};
+// gather / gather_backward: indices select along `axis`, whose full length is `size`.
+struct GatherAttrs { int64_t axis = 0, size = 0; bool operator==(const GatherAttrs&) const = default; };
+struct AttentionAttrs {
+  bool causal = false;
+  double scale = 1;
+  Shape q, k, v;  // the operand shapes the packed output and gradients are laid out for
+  bool operator==(const AttentionAttrs&) const = default;
 };
 
 // Adam's bias correction (1 - beta^t)^power for the step t being taken, computed in double.
@@ -143,7 +155,8 @@ struct SoftmaxAttrs {
 using Attrs = std::variant<NoAttrs, AffineAttrs, CastAttrs, ClipAttrs, ReduceAttrs, AxisAttrs,
                            MatmulAttrs, ConvAttrs, PoolAttrs, ShapeAttrs, PermuteAttrs, SliceAttrs,
                            PadAttrs, EmbeddingAttrs, OneHotAttrs, RopeAttrs, MaskAttrs,
-                           ScheduleAttrs, BiasCorrectionAttrs, FusedAttrs, NormAttrs, SoftmaxAttrs>;
+                           ScheduleAttrs, BiasCorrectionAttrs, FusedAttrs, NormAttrs, SoftmaxAttrs,
+                           GatherAttrs, AttentionAttrs>;
 
 // How a parameter or state is initialised before training.
 struct Init {
@@ -236,12 +249,18 @@ Tensor sign(Tensor x);
 Tensor positive_mask(Tensor x);                            // 1 where x > 0, else 0
 Tensor gelu_grad(Tensor x, bool tanh_approximation);       // d gelu / dx
 Tensor clip_coef(Tensor norm, double max_norm);            // min(1, max_norm / (norm + 1e-6))
+Tensor sin(Tensor x);
+Tensor cos(Tensor x);
 
 Tensor add(Tensor a, Tensor b);
 Tensor sub(Tensor a, Tensor b);
 Tensor mul(Tensor a, Tensor b);
 Tensor div(Tensor a, Tensor b);
 Tensor equal(Tensor a, Tensor b);  // 1 where equal, else 0
+Tensor maximum(Tensor a, Tensor b);  // elementwise; ties send the gradient to a
+Tensor less(Tensor a, Tensor b);     // 1 where a < b, else 0
+// cond != 0 ? a : b, all three broadcast together; cond is a float mask (from less, equal).
+Tensor where(Tensor cond, Tensor a, Tensor b);
 inline Tensor operator+(Tensor a, Tensor b) { return add(a, b); }
 inline Tensor operator-(Tensor a, Tensor b) { return sub(a, b); }
 inline Tensor operator*(Tensor a, Tensor b) { return mul(a, b); }
@@ -292,6 +311,15 @@ Tensor sum_to(Tensor x, const Shape& shape);  // reverses broadcasting
 Tensor embedding(Tensor table, Tensor ids);  // table [V, D], ids i32 [...] -> [..., D]
 Tensor embedding_backward(Tensor dy, Tensor ids, int64_t num_rows);  // scatter-add
 Tensor one_hot(Tensor ids, int64_t classes, int64_t ignore_index = -100);
+// Selects entries along `axis` by i32 indices [n]: the output has n there (index_select).
+Tensor gather(Tensor x, int64_t axis, Tensor indices);
+Tensor gather_backward(Tensor dy, Tensor indices, int64_t axis, int64_t size);  // scatter-add
+// Mean token cross-entropy in one op: logits [N, C], targets i32 [N] -> scalar. Its backward
+// is (softmax - target) * g / count in one [N, C] tensor: no one-hot, no log-softmax copy.
+Tensor softmax_cross_entropy(Tensor logits, Tensor targets, int64_t ignore_index = -100);
+Tensor softmax_cross_entropy_backward(Tensor logits, Tensor targets, Tensor g, int64_t ignore_index);
+// start, start + step, ... (n values) as a constant.
+Tensor arange(Graph& g, int64_t n, double start = 0, double step = 1, DType dtype = DType::f32);
 
 // Rotary position embedding over the last dimension (halves rotated), positions along axis -2.
 Tensor rope(Tensor x, double theta = 10000, bool inverse = false);
@@ -301,6 +329,15 @@ Tensor lr_schedule(Tensor step, const ScheduleAttrs& a);  // step: f32 or i32 sc
 // (1 - beta^(step+1))^power in double, rounded once to f32: no cancellation for beta near 1.
 Tensor bias_correction(Tensor step, double beta, double power);
 Tensor increment(Tensor counter);  // i32 scalar + 1, exact (an f32 counter stops at 2^24)
+
+// Attention in query tiles with the row log-sum-exp saved for backward, never a full score
+// matrix: one dispatch whose 1-D output packs [out (B*Hq*Sq*Dv) | lse (B*Hq*Sq)] (one tensor
+// per dispatch today; a multi-output dispatch would write the two separately). The backward
+// recomputes each tile's probabilities from the saved lse and packs [dq | dk | dv].
+// attention() uses it for long sequences; call it directly only to test it.
+Tensor attention_fused_packed(Tensor q, Tensor k, Tensor v, bool causal, double scale);
+Tensor attention_fused_backward(Tensor q, Tensor k, Tensor v, Tensor packed, Tensor grad_packed,
+                                const AttentionAttrs& a);
 
 // ---- Compositions (user-level ops built from primitives) -----
 Tensor layer_norm(Tensor x, std::optional<Tensor> gamma, std::optional<Tensor> beta,
@@ -316,5 +353,19 @@ Tensor attention(Tensor q, Tensor k, Tensor v, bool causal, std::optional<double
 // logits [N, C], targets i32 [N]; mean over targets != ignore_index.
 Tensor cross_entropy(Tensor logits, Tensor targets, int64_t ignore_index = -100);
 Tensor mse(Tensor pred, Tensor target);
+
+// Batch normalisation over x [N, C, ...] per channel C.
+// Training mode: normalises with the batch's statistics (biased variance) and updates the
+// running averages through `assign` (running = (1 - momentum) * running + momentum * batch,
+// the variance unbiased), as PyTorch's BatchNorm does. The states must be [C].
+Tensor batch_norm_train(Tensor x, Tensor gamma, Tensor beta, Tensor running_mean, Tensor running_var,
+                        double momentum = 0.1, double eps = 1e-5);
+// Inference mode: folded into a per-channel scale = gamma / sqrt(var + eps) and shift =
+// beta - mean * scale, so the normalisation is one multiply-add.
+Tensor batch_norm_inference(Tensor x, Tensor gamma, Tensor beta, Tensor running_mean, Tensor running_var,
+                            double eps = 1e-5);
+// Sinusoidal embedding of timesteps t [N] -> [N, dim]: [cos(t * f_i), sin(t * f_i)] with
+// f_i = max_period^(-i / (dim/2)) (the diffusion/flow-matching convention, cos first).
+Tensor timestep_embedding(Tensor t, int64_t dim, double max_period = 10000);
 
 }  // namespace meganeura

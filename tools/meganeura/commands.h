@@ -10,6 +10,9 @@ namespace meganeura::cli {
 void add_train_command(CLI::App& app);
 void add_infer_command(CLI::App& app);
 void add_program_command(CLI::App& app);
+// models, run and gate: the matched workloads.
+void add_workload_commands(CLI::App& app);
+void add_bench_command(CLI::App& app);
 // Lends the energy commands the dispatches of our compiled training steps.
 energy::EnergyCliHooks energy_hooks();
 

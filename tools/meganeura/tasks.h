@@ -22,6 +22,8 @@ class Task {
   // Training graph: inputs and the scalar loss.
   virtual Tensor build_loss(Graph& g) const = 0;
   virtual void feed(Session& s, int64_t step) const = 0;
+  // Initial values beyond the seeded Init kinds (after the session is created, before resuming).
+  virtual void initialise(Session&) const {}
   // Adds the inference-only programs (forward graphs, no loss or optimizer) to `s`; they share
   // its parameters by name. Then evaluate() runs them.
   virtual void add_inference(Session& s) = 0;
@@ -38,5 +40,7 @@ struct ModelOptions {
 };
 
 std::unique_ptr<Task> make_task(const std::string& model, uint64_t seed, const ModelOptions& options = {});
+// One of the matched workloads (smollm2, smolvla, unet, resnet50, whisper) at scale full | ci.
+std::unique_ptr<Task> make_workload_task(const std::string& id, const std::string& scale, uint64_t seed);
 
 }  // namespace meganeura::cli

@@ -19,6 +19,7 @@ namespace {
 
 struct TrainArgs {
   std::string model = "mlp", device = "auto", out, resume, optimizer;
+  std::string workload, scale = "ci";  // train: a matched workload instead of --model
   int64_t steps = 0;
   uint64_t seed = 1;
   double lr = 0;
@@ -71,7 +72,7 @@ void print(const nlohmann::json& out, bool json) {
 }
 
 int run_train(const TrainArgs& a) {
-  auto task = make_task(a.model, a.seed, a.sizes);
+  auto task = a.workload.empty() ? make_task(a.model, a.seed, a.sizes) : make_workload_task(a.workload, a.scale, a.seed);
   OptimizerConfig opt = task->default_optimizer();
   if (!a.optimizer.empty()) opt.kind = parse_optimizer(a.optimizer);
   if (a.lr > 0) opt.lr = a.lr;
@@ -88,6 +89,7 @@ int run_train(const TrainArgs& a) {
   so.seed = a.seed;
   Trainer trainer([&](Graph& g) { return task->build_loss(g); }, opt, so);
   const std::string model_hash = std::to_string(task->model_hash());
+  task->initialise(trainer.session());
   int64_t start = 0;
   if (!a.resume.empty()) {
     auto meta = load_checkpoint(trainer.session(), a.resume);
@@ -201,6 +203,9 @@ void add_train_command(CLI::App& app) {
   auto a = std::make_shared<TrainArgs>();
   CLI::App* c = app.add_subcommand("train", "train a built-in model and write a checkpoint");
   add_model_options(c, *a);
+  c->add_option("--workload", a->workload, "train a matched workload instead: smollm2 | smolvla | unet | resnet50 | whisper")
+      ->check(CLI::IsMember({"smollm2", "smolvla", "unet", "resnet50", "whisper"}));
+  c->add_option("--scale", a->scale, "workload scale: full | ci")->check(CLI::IsMember({"full", "ci"}));
   c->add_option("--steps", a->steps, "total training steps (default: the model's)")->check(CLI::PositiveNumber);
   c->add_option("--out", a->out, "checkpoint to write (safetensors)");
   c->add_option("--resume", a->resume, "checkpoint to resume from");

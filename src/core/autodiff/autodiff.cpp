@@ -116,6 +116,31 @@ Grads rule(Graph& G, const Node& n, Tensor y, Tensor g) {
       return {rope(g, a.theta, !a.inverse)};
     }
     case Op::causal_mask: return {causal_mask(g, 0.0)};
+    case Op::sin: return {g * cos(x)};
+    case Op::cos: return {-(g * sin(x))};
+    case Op::maximum: {  // ties go to a (as in the kernel, which keeps a unless a < b)
+      Tensor b_wins = less(x, in(1));
+      Tensor zero = G.constant({0.0}, {}, g.dtype());
+      return {sum_to(where(b_wins, zero, g), x.shape()), sum_to(where(b_wins, g, zero), in(1).shape())};
+    }
+    case Op::where: {
+      Tensor zero = G.constant({0.0}, {}, g.dtype());
+      return {std::nullopt, sum_to(where(x, g, zero), in(1).shape()), sum_to(where(x, zero, g), in(2).shape())};
+    }
+    case Op::gather: {
+      const auto& a = std::get<GatherAttrs>(n.attrs);
+      return {gather_backward(g, in(1), a.axis, a.size), std::nullopt};
+    }
+    case Op::gather_backward: return {gather(g, std::get<GatherAttrs>(n.attrs).axis, in(1)), std::nullopt};
+    case Op::attention_fused: {
+      const auto& a = std::get<AttentionAttrs>(n.attrs);
+      Tensor packed = attention_fused_backward(x, in(1), in(2), y, g, a);
+      const int64_t nq = numel(a.q), nk = numel(a.k), nv = numel(a.v);
+      return {reshape(slice_axis(packed, 0, 0, nq), a.q), reshape(slice_axis(packed, 0, nq, nq + nk), a.k),
+              reshape(slice_axis(packed, 0, nq + nk, nq + nk + nv), a.v)};
+    }
+    case Op::softmax_cross_entropy:
+      return {softmax_cross_entropy_backward(x, in(1), g, std::get<OneHotAttrs>(n.attrs).ignore_index), std::nullopt};
     default:
       throw std::logic_error("[autodiff] no vjp rule for " + std::string(op_name(n.op)));
   }

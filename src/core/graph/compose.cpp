@@ -53,6 +53,10 @@ Tensor group_norm(Tensor x, int64_t groups, std::optional<Tensor> gamma, std::op
 
 Tensor swiglu(Tensor gate, Tensor up) { return silu(gate) * up; }
 
+// Score matrices of at least this many entries per head go through the tiled attention op;
+// below it the composition (two matmuls and a softmax) is as small and fuses on GPUs.
+constexpr int64_t kTiledAttentionMin = 1024;
+
 Tensor attention(Tensor q, Tensor k, Tensor v, bool causal, std::optional<double> scale) {
   if (q.rank() != 4 || k.rank() != 4 || v.rank() != 4) {
     throw std::invalid_argument("[attention] expects q, k, v of rank 4 [B,H,S,D], got " + shape_str(q.shape()) +
@@ -65,15 +69,28 @@ Tensor attention(Tensor q, Tensor k, Tensor v, bool causal, std::optional<double
                                 shape_str(k.shape()) + ", v " + shape_str(v.shape()) +
                                 " (query heads must be a multiple of key/value heads)");
   }
-  auto expand = [&](Tensor t) {  // grouped-query: share each key/value head across hq/hkv queries
-    if (hq == hkv) return t;
-    Tensor e = broadcast_to(reshape(t, {b, hkv, 1, sk, t.dim(3)}), {b, hkv, hq / hkv, sk, t.dim(3)});
-    return reshape(e, {b, hq, sk, t.dim(3)});
-  };
+  // Grouped-query: query head h uses key/value head h / (hq / hkv). Folding the group into the
+  // query rows ([B, Hkv, G*Sq, D], a view) makes each key/value head one shared matmul operand,
+  // so K and V are never copied per query head.
+  const int64_t grp = hq / hkv, sq = q.dim(2);
   double s = scale.value_or(1.0 / std::sqrt(double(q.dim(3))));
-  Tensor scores = matmul(q, expand(k), false, true) * s;
-  if (causal) scores = causal_mask(scores);
-  return matmul(softmax(scores, -1), expand(v));
+  if (sq * sk >= kTiledAttentionMin) {
+    // Long sequences: one tiled dispatch, no score matrix per head in forward or backward.
+    Tensor packed = attention_fused_packed(q, k, v, causal, s);
+    const int64_t n = b * hq * sq * v.dim(3);
+    return reshape(slice_axis(packed, 0, 0, n), {b, hq, sq, v.dim(3)});
+  }
+  if (grp == 1) {
+    Tensor scores = matmul(q, k, false, true) * s;
+    return matmul(softmax(causal ? causal_mask(scores) : scores, -1), v);
+  }
+  // The mask needs each row's query position, so it sees the group as its own axis; the scale
+  // comes after the reshape so that softmax(mask(x * s)) stays one pattern for the passes.
+  Tensor qg = reshape(q, {b, hkv, grp * sq, q.dim(3)});
+  Tensor scores = reshape(matmul(qg, k, false, true), {b, hkv, grp, sq, sk}) * s;
+  Tensor p = softmax(causal ? causal_mask(scores) : scores, -1);
+  Tensor out = matmul(reshape(p, {b, hkv, grp * sq, sk}), v);  // [B, Hkv, G*Sq, Dv]
+  return reshape(out, {b, hq, sq, v.dim(3)});
 }
 
 Tensor cross_entropy(Tensor logits, Tensor targets, int64_t ignore_index) {
@@ -81,8 +98,7 @@ Tensor cross_entropy(Tensor logits, Tensor targets, int64_t ignore_index) {
     throw std::invalid_argument("[cross_entropy] expects logits [N,C] and targets [N], got " +
                                 shape_str(logits.shape()) + " and " + shape_str(targets.shape()));
   }
-  Tensor oh = one_hot(targets, logits.dim(1), ignore_index);
-  return neg(sum(oh * log_softmax(logits, -1))) / sum(oh);
+  return softmax_cross_entropy(logits, targets, ignore_index);
 }
 
 Tensor mse(Tensor pred, Tensor target) {

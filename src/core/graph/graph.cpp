@@ -187,6 +187,10 @@ struct AttrJson {
   json operator()(const SoftmaxAttrs& a) const {
     return {{"scale", a.scale}, {"causal", a.causal}, {"fill", a.fill}};
   }
+  json operator()(const GatherAttrs& a) const { return {{"axis", a.axis}, {"size", a.size}}; }
+  json operator()(const AttentionAttrs& a) const {
+    return {{"causal", a.causal}, {"scale", a.scale}, {"q", a.q}, {"k", a.k}, {"v", a.v}};
+  }
 };
 }  // namespace
 

@@ -40,11 +40,15 @@ constexpr std::array<OpInfo, kOpCount> kTable = {{
     row(gelu_tanh_grad, "gelu_tanh_grad", 1, F::unary, G::backward_only, 0, gelu_tanh),
     row(gelu_erf_grad, "gelu_erf_grad", 1, F::unary, G::backward_only, 0, gelu_erf),
     row(clip_coef, "clip_coef", 1, F::optim, G::none, 0),
+    row(sin, "sin", 1, F::unary, G::vjp, 0),
+    row(cos, "cos", 1, F::unary, G::vjp, 0),
     row(add, "add", 2, F::binary, G::vjp, 0),
     row(sub, "sub", 2, F::binary, G::vjp, 0),
     row(mul, "mul", 2, F::binary, G::vjp, 0),
     row(div, "div", 2, F::binary, G::vjp, 0),
     row(equal, "equal", 2, F::binary, G::none, 0),
+    row(maximum, "maximum", 2, F::binary, G::vjp, 0),
+    row(less, "less", 2, F::binary, G::none, 0),
     row(sum, "sum", 1, F::reduce, G::vjp),
     row(mean, "mean", 1, F::reduce, G::vjp),
     row(max, "max", 1, F::reduce, G::vjp),
@@ -68,8 +72,16 @@ constexpr std::array<OpInfo, kOpCount> kTable = {{
     row(embedding, "embedding", 2, F::index, G::vjp),
     row(embedding_backward, "embedding_backward", 2, F::index, G::vjp),
     row(one_hot, "one_hot", 1, F::index, G::none),
+    row(where, "where", 3, F::index, G::vjp),
+    row(gather, "gather", 2, F::index, G::vjp),
+    row(gather_backward, "gather_backward", 2, F::index, G::vjp),
+    row(softmax_cross_entropy, "softmax_cross_entropy", 2, F::index, G::vjp),
+    row(softmax_cross_entropy_backward, "softmax_cross_entropy_backward", 3, F::index, G::backward_only, -1,
+        softmax_cross_entropy),
     row(rope, "rope", 1, F::seq, G::vjp),
     row(causal_mask, "causal_mask", 1, F::seq, G::vjp, 0),
+    row(attention_fused, "attention_fused", 3, F::seq, G::vjp),
+    row(attention_fused_backward, "attention_fused_backward", 5, F::seq, G::backward_only, -1, attention_fused),
     row(lr_schedule, "lr_schedule", 1, F::optim, G::none),
     row(bias_correction, "bias_correction", 1, F::optim, G::none),
     row(increment, "increment", 1, F::optim, G::none, 0),
@@ -164,6 +176,17 @@ OpCost op_cost(const Graph& g, const Node& n) {
     case Op::gelu_tanh: case Op::gelu_erf: case Op::gelu_tanh_grad: case Op::gelu_erf_grad:
     case Op::silu: case Op::sigmoid: case Op::tanh: c.flops = 8 * out; break;
     case Op::rope: c.flops = 4 * out; break;
+    case Op::sin: case Op::cos: c.flops = 8 * out; break;
+    case Op::attention_fused: case Op::attention_fused_backward: {
+      const auto& a = std::get<AttentionAttrs>(n.attrs);
+      const double pairs = double(a.q[0] * a.q[1] * a.q[2] * a.k[2]);
+      const double d = double(a.q[3]), dv = double(a.v[3]);
+      // forward: scores and P V; backward: scores again, dP, dQ, dK and dV
+      c.flops = 2.0 * pairs * (n.op == Op::attention_fused ? d + dv : 3 * d + 2 * dv);
+      break;
+    }
+    case Op::softmax_cross_entropy: c.flops = 5 * in_numel(0); break;
+    case Op::softmax_cross_entropy_backward: c.flops = 5 * out; break;
     case Op::embedding_backward: c.flops = double(g.node(n.inputs[0]).type.numel()); break;
     default:
       c.flops = (info.family == OpFamily::unary || info.family == OpFamily::binary) ? out : 0;

@@ -110,7 +110,7 @@ bool is_pointwise(const Graph& g, const Node& n) {
 bool transcendental(Op op) {
   switch (op) {
     case Op::exp: case Op::log: case Op::sqrt: case Op::rsqrt: case Op::tanh: case Op::sigmoid: case Op::silu:
-    case Op::gelu_tanh: case Op::gelu_erf: case Op::gelu_tanh_grad: case Op::gelu_erf_grad:
+    case Op::gelu_tanh: case Op::gelu_erf: case Op::gelu_tanh_grad: case Op::gelu_erf_grad: case Op::sin: case Op::cos:
       return true;
     default:
       return false;

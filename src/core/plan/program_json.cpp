@@ -214,6 +214,11 @@ Attrs attrs_from(const json& j, const std::string& path) {
                          as_i64(f("total"), p("total")), as_double(f("min_lr"), p("min_lr"))};
   }
   if (keys == K{"beta", "power"}) return BiasCorrectionAttrs{as_double(f("beta"), p("beta")), as_double(f("power"), p("power"))};
+  if (keys == K{"axis", "size"}) return GatherAttrs{as_i64(f("axis"), p("axis")), as_i64(f("size"), p("size"))};
+  if (keys == K{"causal", "scale", "q", "k", "v"}) {
+    return AttentionAttrs{as_bool(f("causal"), p("causal")), as_double(f("scale"), p("scale")), as_ints(f("q"), p("q")),
+                          as_ints(f("k"), p("k")), as_ints(f("v"), p("v"))};
+  }
   bad(path, "attributes " + j.dump() + " match no op's attribute set");
 }
 

@@ -59,6 +59,8 @@ T apply_unary(Op op, const Attrs& attrs, T x) {
     case Op::sign: return x > T(0) ? T(1) : x < T(0) ? T(-1) : T(0);
     case Op::positive_mask: return x > T(0) ? T(1) : T(0);
     case Op::clip_coef: return std::min(T(1), T(std::get<ClipAttrs>(attrs).max_norm) / (x + T(1e-6)));
+    case Op::sin: return std::sin(x);
+    case Op::cos: return std::cos(x);
     default: kernel_error(op, "not a unary op");
   }
 }
@@ -90,6 +92,8 @@ void with_binary_op(Op op, Body&& body) {
     case Op::mul: return body([](T a, T b) { return a * b; });
     case Op::div: return body([](T a, T b) { return a / b; });
     case Op::equal: return body([](T a, T b) { return a == b ? T(1) : T(0); });
+    case Op::maximum: return body([](T a, T b) { return a < b ? b : a; });
+    case Op::less: return body([](T a, T b) { return a < b ? T(1) : T(0); });
     default: kernel_error(op, "not a binary op");
   }
 }

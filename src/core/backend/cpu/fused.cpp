@@ -57,6 +57,8 @@ void unary_block(const FusedInstr& f, T* __restrict x, int64_t n) {
     case Op::sign: for (int64_t j = 0; j < n; ++j) x[j] = x[j] > T(0) ? T(1) : x[j] < T(0) ? T(-1) : T(0); return;
     case Op::positive_mask: for (int64_t j = 0; j < n; ++j) x[j] = x[j] > T(0) ? T(1) : T(0); return;
     case Op::clip_coef: for (int64_t j = 0; j < n; ++j) x[j] = std::min(T(1), T(f.a) / (x[j] + T(1e-6))); return;
+    case Op::sin: for (int64_t j = 0; j < n; ++j) x[j] = std::sin(x[j]); return;
+    case Op::cos: for (int64_t j = 0; j < n; ++j) x[j] = std::cos(x[j]); return;
     default: kernel_error(f.op, "not an elementwise op of a fused program");
   }
 }
@@ -69,6 +71,8 @@ void binary_block(Op op, T* __restrict a, const T* __restrict b, int64_t n) {  /
     case Op::mul: for (int64_t j = 0; j < n; ++j) a[j] = a[j] * b[j]; return;
     case Op::div: for (int64_t j = 0; j < n; ++j) a[j] = a[j] / b[j]; return;
     case Op::equal: for (int64_t j = 0; j < n; ++j) a[j] = a[j] == b[j] ? T(1) : T(0); return;
+    case Op::maximum: for (int64_t j = 0; j < n; ++j) a[j] = a[j] < b[j] ? b[j] : a[j]; return;
+    case Op::less: for (int64_t j = 0; j < n; ++j) a[j] = a[j] < b[j] ? T(1) : T(0); return;
     default: kernel_error(op, "not a binary op of a fused program");
   }
 }

@@ -31,6 +31,10 @@ template <class T> void pool(const Dispatch& d, const std::vector<Arg>& in, cons
 template <class T> void movement(const Dispatch& d, const std::vector<Arg>& in, const Arg& out);
 template <class T> void index(const Dispatch& d, const std::vector<Arg>& in, const Arg& out);
 template <class T> void sequence(const Dispatch& d, const std::vector<Arg>& in, const Arg& out);
+// where, gather, gather_backward and the fused cross-entropy (workload_ops.cpp).
+template <class T> void workload_index(const Dispatch& d, const std::vector<Arg>& in, const Arg& out);
+// Query-tiled attention and its backward (attention_ops.cpp).
+template <class T> void attention_tiled(const Dispatch& d, const std::vector<Arg>& in, const Arg& out);
 void cast(const Dispatch& d, const std::vector<Arg>& in, const Arg& out);
 // The fused ops: sizes from the launch's push constants, scratch from `workspace`.
 template <class T>

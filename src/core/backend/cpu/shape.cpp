@@ -149,6 +149,9 @@ void index(const Dispatch& d, const std::vector<Arg>& in, const Arg& out) {
       }
       return;
     }
+    case Op::where: case Op::gather: case Op::gather_backward: case Op::softmax_cross_entropy:
+    case Op::softmax_cross_entropy_backward:
+      return workload_index<T>(d, in, out);
     default: kernel_error(d.op, "not an index op");
   }
 }
@@ -162,6 +165,7 @@ double counter_value(const Arg& a) {
 
 template <class T>
 void sequence(const Dispatch& d, const std::vector<Arg>& in, const Arg& out) {
+  if (d.op == Op::attention_fused || d.op == Op::attention_fused_backward) return attention_tiled<T>(d, in, out);
   const T* x = in[0].as<T>();
   T* y = out.as<T>();
   const Shape& s = out.shape();

@@ -1,0 +1,113 @@
+#!/usr/bin/python3
+"""Times one workload on both sides in one run: `meganeura bench --json` and the PyTorch
+reference (eager, BENCH.md protocol: 5 warm-ups, at least 20 samples, median and IQR, raw
+samples kept), prints ours / PyTorch ratios and writes bench/results/<workload>-<scale>.json
+with the machine, both versions and the BLAS PyTorch loaded.
+
+Usage: bench/side_by_side.py --workload W [--scale ci|full] [--meganeura build/bin/meganeura]
+Timing keeps oneDNN enabled (PyTorch's default, its fastest); the gates disable it."""
+import argparse
+import json
+import os
+import platform
+import resource
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+import torch
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.join(HERE, "reference"))
+import models  # noqa: E402
+import st_io  # noqa: E402
+import reference  # noqa: E402
+
+
+def measure(f, warmup, samples):
+    for _ in range(warmup):
+        f()
+    t = []
+    for _ in range(samples):
+        t0 = time.perf_counter()
+        f()
+        t.append((time.perf_counter() - t0) * 1e3)
+    q = statistics.quantiles(t, n=4)
+    return {"median_ms": statistics.median(t), "iqr_ms": q[2] - q[0], "samples_ms": t}
+
+
+def blas_name():
+    try:
+        with open(f"/proc/{os.getpid()}/maps") as f:
+            libs = {line.split()[-1] for line in f if "blas" in line.lower()}
+        return sorted(os.path.basename(x) for x in libs)
+    except OSError:
+        return []
+
+
+def torch_side(workload, scale, weights, inputs, warmup, samples):
+    torch.set_num_threads(os.cpu_count())
+    reference.strict_f32(True)
+    model = models.build(workload, scale)
+    reference.load(model, st_io.read(weights))
+    model.eval()
+    inp = {k: torch.from_numpy(v) if v.dtype.kind != "f" else torch.from_numpy(v).float() for k, v in st_io.read(inputs).items()}
+    phases = {}
+    with torch.no_grad():
+        phases["full"] = measure(lambda: model.run(inp), warmup, samples)
+
+    def train():
+        model.zero_grad(set_to_none=True)
+        model.run(inp)[1].backward()
+
+    phases["train"] = measure(train, warmup, samples)
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
+
+    def step():
+        opt.zero_grad(set_to_none=True)
+        model.run(inp)[1].backward()
+        opt.step()
+
+    phases["step"] = measure(step, warmup, samples)
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+    return {"phases": phases, "peak_rss_bytes": peak, "version": torch.__version__, "blas": blas_name(),
+            "threads": torch.get_num_threads(), "mkldnn": True}
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--workload", required=True, choices=sorted(models.BUILDERS))
+    ap.add_argument("--scale", default="ci", choices=["ci", "full"])
+    ap.add_argument("--meganeura", default=os.path.join(HERE, "..", "build", "bin", "meganeura"))
+    ap.add_argument("--samples", type=int, default=20)
+    ap.add_argument("--warmup", type=int, default=5)
+    ap.add_argument("--out", default=os.path.join(HERE, "results"))
+    a = ap.parse_args()
+    with tempfile.TemporaryDirectory() as d:
+        w, i = os.path.join(d, "w.safetensors"), os.path.join(d, "i.safetensors")
+        subprocess.run([a.meganeura, "run", "--workload", a.workload, "--scale", a.scale, "--dump",
+                        os.path.join(d, "o.safetensors"), "--write-weights", w, "--write-inputs", i], check=True,
+                       stdout=subprocess.DEVNULL)
+        ours = json.loads(subprocess.run([a.meganeura, "bench", "--workload", a.workload, "--scale", a.scale, "--json",
+                                          "--samples", str(a.samples), "--warmup", str(a.warmup)],
+                                         check=True, capture_output=True, text=True).stdout)
+        theirs = torch_side(a.workload, a.scale, w, i, a.warmup, a.samples)
+    ratios = {p: ours["phases"][p]["median_ms"] / theirs["phases"][p]["median_ms"] for p in theirs["phases"]}
+    result = {"workload": a.workload, "scale": a.scale,
+              "machine": {"cpu": ours["machine"]["cpu"], "cores": ours["machine"]["cores"], "system": platform.platform()},
+              "meganeura": ours, "pytorch": theirs, "ratios_ours_over_pytorch": ratios}
+    os.makedirs(a.out, exist_ok=True)
+    path = os.path.join(a.out, f"{a.workload}-{a.scale}.json")
+    with open(path, "w") as f:
+        json.dump(result, f, indent=1)
+    for p, r in ratios.items():
+        print(f"{a.workload} {a.scale} {p:6s} ours {ours['phases'][p]['median_ms']:9.2f} ms  "
+              f"pytorch {theirs['phases'][p]['median_ms']:9.2f} ms  ratio {r:6.2f}")
+    print(f"training arena {ours['train_arena_bytes'] / 1e6:.1f} MB; peak RSS ours {ours['peak_rss_bytes'] / 1e6:.1f} MB, "
+          f"pytorch {theirs['peak_rss_bytes'] / 1e6:.1f} MB; results in {path}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,31 @@
+// Model weights in the ecosystem's files: one safetensors file, or a sharded set described by
+// `model.safetensors.index.json` ({"weight_map": {tensor name: shard file}}). Tensors are
+// matched to a graph's parameters and states by name; f32, f64, f16 and bf16 are converted to
+// the session's storage type. A missing or mis-shaped tensor is an error naming it; tensors
+// the graph does not use (a tied lm_head, a decoder) are ignored.
+#pragma once
+
+#include <filesystem>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "meganeura/safetensors.h"
+#include "meganeura/session.h"
+
+namespace meganeura {
+
+// `path`: a .safetensors file, an index .json, or a directory holding either
+// model.safetensors.index.json or model.safetensors. Reads only the tensors `names` lists
+// (all when empty).
+std::map<std::string, io::TensorRecord> read_weights(const std::filesystem::path& path,
+                                                     const std::vector<std::string>& names = {});
+
+// Loads every parameter and state of `g` from `path` into `s` (strict: each must be present
+// with the graph's shape). Returns the number of tensors loaded.
+size_t load_weights(Session& s, const Graph& g, const std::filesystem::path& path);
+
+// Writes every parameter and state of `g` from `s` as f32 (single file).
+void save_weights(const Session& s, const Graph& g, const std::filesystem::path& path);
+
+}  // namespace meganeura

@@ -1,0 +1,107 @@
+// The workload commands end to end: `models --json`, `train --workload` on every workload at
+// ci scale, and `run` dumps with strict weight loading.
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+#include <sys/wait.h>
+
+#include <array>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <string>
+
+#include "meganeura/safetensors.h"
+
+namespace fs = std::filesystem;
+
+namespace {
+
+struct Result {
+  int status = -1;
+  std::string out, err;
+};
+
+fs::path temp_dir() {
+  fs::path d = fs::temp_directory_path() / ("meganeura_wcli_" + std::to_string(::getpid()));
+  fs::create_directories(d);
+  return d;
+}
+
+Result run(const std::string& args) {
+  static const fs::path dir = temp_dir();
+  const fs::path err = dir / "stderr.txt";
+  const std::string cmd = std::string(MEGANEURA_BINARY_DIR) + "/bin/meganeura " + args + " 2>" + err.string();
+  Result r;
+  FILE* p = ::popen(cmd.c_str(), "r");
+  std::array<char, 4096> buf{};
+  size_t n;
+  while ((n = std::fread(buf.data(), 1, buf.size(), p)) > 0) r.out.append(buf.data(), n);
+  int st = ::pclose(p);
+  r.status = WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+  std::ifstream f(err);
+  r.err.assign(std::istreambuf_iterator<char>(f), {});
+  return r;
+}
+
+const char* kIds[] = {"smollm2", "smolvla", "unet", "resnet50", "whisper"};
+
+TEST(WorkloadCli, ModelsJsonListsPublishedCounts) {
+  Result r = run("models --json");
+  ASSERT_EQ(r.status, 0) << r.err;
+  auto j = nlohmann::json::parse(r.out);
+  // BENCH.md's parameter counts; 0.5% is the agreed tolerance.
+  const std::map<std::string, double> published = {
+      {"smollm2", 134.5e6}, {"smolvla", 99.85e6}, {"unet", 10.93e6}, {"resnet50", 25.53e6}, {"whisper", 8.21e6}};
+  ASSERT_EQ(j.size(), published.size());
+  for (const auto& w : j) {
+    const double n = published.at(w["id"].get<std::string>());
+    EXPECT_LT(std::abs(w["parameters_full"].get<double>() - n) / n, 0.005) << w.dump();
+    EXPECT_LT(w["parameters_ci"].get<double>(), 1e6) << w.dump();
+  }
+}
+
+TEST(WorkloadCli, TrainEveryWorkloadAtCiScale) {
+  for (const char* id : kIds) {
+    Result r = run(std::string("train --workload ") + id + " --scale ci --device cpu --steps 12 --json");
+    ASSERT_EQ(r.status, 0) << id << ": " << r.err;
+    auto j = nlohmann::json::parse(r.out);
+    EXPECT_EQ(j["model"], id);
+    const auto& losses = j["losses"];
+    ASSERT_EQ(losses.size(), 12u);
+    // One fixed batch: twelve AdamW steps must fit it measurably.
+    EXPECT_LT(losses.back().get<double>(), 0.97 * losses.front().get<double>()) << id << ": " << losses.dump();
+    EXPECT_NE(r.err.find("step 12/12"), std::string::npos) << r.err;
+  }
+}
+
+TEST(WorkloadCli, RunDumpsEveryGradientAndLoadsWeightsStrictly) {
+  const fs::path d = temp_dir();
+  const std::string w = (d / "w.safetensors").string(), i = (d / "i.safetensors").string(), o = (d / "o.safetensors").string();
+  Result r = run("run --workload whisper --scale ci --dump " + o + " --write-weights " + w + " --write-inputs " + i);
+  ASSERT_EQ(r.status, 0) << r.err;
+  auto dump = meganeura::io::read_safetensors(o);
+  auto weights = meganeura::io::read_safetensors(w);
+  EXPECT_TRUE(dump.tensors.count("loss"));
+  EXPECT_TRUE(dump.tensors.count("last_hidden_state"));
+  for (auto& [name, t] : weights.tensors) {
+    ASSERT_TRUE(dump.tensors.count("grad." + name)) << name;
+    EXPECT_EQ(dump.tensors.at("grad." + name).shape, t.shape) << name;
+  }
+  // Same files in, same loss out.
+  const std::string o2 = (d / "o2.safetensors").string();
+  r = run("run --workload whisper --scale ci --json --weights " + w + " --inputs " + i + " --dump " + o2);
+  ASSERT_EQ(r.status, 0) << r.err;
+  EXPECT_EQ(meganeura::io::read_safetensors(o2).tensors.at("loss").data, dump.tensors.at("loss").data);
+  // A checkpoint missing one tensor: the error names it.
+  weights.tensors.erase("encoder.layers.1.fc2.bias");
+  meganeura::io::NamedTensorViews views;
+  for (auto& [name, t] : weights.tensors) views.emplace_back(name, t.view());
+  const std::string partial = (d / "partial.safetensors").string();
+  meganeura::io::write_safetensors(partial, views);
+  r = run("run --workload whisper --scale ci --weights " + partial + " --dump " + o2);
+  EXPECT_NE(r.status, 0);
+  EXPECT_NE(r.err.find("'encoder.layers.1.fc2.bias' is missing"), std::string::npos) << r.err;
+  fs::remove_all(d);
+}
+
+}  // namespace

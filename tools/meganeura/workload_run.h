@@ -1,0 +1,70 @@
+// Running a workload once (forward, loss, every gradient) and comparing two such runs.
+#pragma once
+
+#include <nlohmann/json.hpp>
+
+#include <map>
+#include <ostream>
+#include <string>
+#include <vector>
+
+#include "meganeura/session.h"
+#include "meganeura/workloads.h"
+
+namespace meganeura::cli {
+
+struct WorkloadRunOptions {
+  std::string workload;
+  models::Scale scale = models::Scale::ci;
+  Device device = Device::cpu;
+  uint64_t seed = 1;
+  bool f64 = false;
+  std::string weights, inputs;              // read when set
+  std::string write_weights, write_inputs;  // written when set
+};
+
+struct DumpTensor {
+  Shape shape;
+  std::vector<float> values;
+};
+using Dump = std::map<std::string, DumpTensor>;
+
+struct RunOutcome {
+  Dump tensors;  // outputs by name, "loss", "grad.<parameter>"
+  float loss = 0;
+  int64_t parameters = 0;
+  std::string device;
+};
+
+// Builds the workload with its gradients, initialises (seeded, or from weights), feeds inputs
+// (synthetic, or from a file) and runs once.
+RunOutcome run_workload(const WorkloadRunOptions& o);
+// Sets the inputs of `w` in `s` from a safetensors file; each must be present with its shape.
+void set_inputs_from_file(Session& s, const models::Workload& w, const std::string& path);
+
+void write_dump(const std::string& path, const Dump& d);
+Dump read_dump(const std::string& path);
+
+struct GateReport {
+  struct Worst {
+    double value = 0;
+    std::string name;
+    bool pass = true;
+  };
+  Worst output_rel_l2, loss_rel, grad_rel_l2, grad_cosine;
+  size_t gradients = 0;
+  bool pass = true;
+  nlohmann::json to_json() const;
+  void print(std::ostream& os) const;
+};
+// `ours` against `reference`: outputs rel L2 < 1%, loss rel < 1%, every gradient rel L2 < 5% and
+// cosine > 0.99. A tensor the reference has but we lack (or the other way) fails the gate.
+GateReport compare(const Dump& ours, const Dump& reference);
+
+// Deliberate corruption for negative controls: "flip-grad:<parameter>" (or "flip-grad" for
+// the first) negates a gradient, "scale-output:<factor>" scales every forward output.
+void apply_negative_control(Dump& d, const std::string& spec);
+
+std::string shell_quote(const std::string& s);
+
+}  // namespace meganeura::cli
