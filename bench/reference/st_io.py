@@ -10,6 +10,15 @@ _NAMES = {np.dtype(v): k for k, v in _DTYPES.items()}
 
 
 def read(path):
+    """One safetensors file, or a sharded checkpoint's model.safetensors.index.json."""
+    if str(path).endswith(".json"):
+        import os
+        with open(path) as f:
+            index = json.load(f)
+        out = {}
+        for shard in sorted(set(index["weight_map"].values())):
+            out.update(read(os.path.join(os.path.dirname(str(path)), shard)))
+        return {k: out[k] for k in index["weight_map"]}
     with open(path, "rb") as f:
         blob = f.read()
     (n,) = struct.unpack("<Q", blob[:8])
