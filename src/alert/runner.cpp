@@ -396,9 +396,6 @@ int run_job(const RunOptions& o) {
   // The job's processes, seen about once a second, and its cgroup: kernel OOM reports
   // count only when they name one of them.
   JobScope scope;
-  if (auto self = read_file("/proc/self/cgroup"))
-    for (std::string_view rest = *self; !rest.empty();)
-      if (auto line = next_line(rest); line.substr(0, 3) == "0::") scope.cgroup = std::string(line.substr(3));
   long job_pid = 0;
   double last_scan = 0;
   // Nothing thrown here may abandon a running child: a failure only loses telemetry.
@@ -445,7 +442,13 @@ int run_job(const RunOptions& o) {
   report.hang_detected = outcome.hang_detected;
   if (o.telemetry) report.telemetry = telemetry.stop();
   else report.telemetry.gpu_note = "telemetry disabled";
-  // The machine's kernel log and GPU events also tell of other jobs: keep this job's.
+  // The machine's kernel log and GPU events also tell of other jobs: keep this job's. The
+  // job shares our cgroup, read only when there is something to match (a short job's
+  // start-up is part of its wall time).
+  if (!report.telemetry.kernel_oom.empty())
+    if (auto self = read_file("/proc/self/cgroup"))
+      for (std::string_view rest = *self; !rest.empty();)
+        if (auto line = next_line(rest); line.substr(0, 3) == "0::") scope.cgroup = std::string(line.substr(3));
   report.telemetry.kernel_oom = job_kernel_oom(report.telemetry.kernel_oom, scope);
   report.telemetry.gpu_events = job_gpu_events(report.telemetry.gpu_events, std::getenv("CUDA_VISIBLE_DEVICES"));
 
