@@ -8,8 +8,10 @@
 #include <algorithm>
 #include <cstring>
 #include <mutex>
+#include <optional>
 #include <stdexcept>
 
+#include "alert/evidence.h"
 #include "alert/rules.h"
 #include "alert/util.h"
 
@@ -18,12 +20,35 @@ namespace {
 
 constexpr size_t kEvidencePerRule = 4;  // first three matches plus the last one
 constexpr size_t kMaxEvidenceChars = 400;
+// The end of the output that is read first: the last traceback and what follows it, and at
+// least this many last lines (where a crash, a launcher or the scheduler says why it ended).
+constexpr uint64_t kTailLines = 50;
+// Evidence found only before that end (with nothing decisive in it) is context: it still
+// names the cause, with less confidence.
+constexpr double kEarlyEvidenceFactor = 0.8;
 
 struct RuleHits {
   uint64_t count = 0;
   std::vector<Evidence> first;
   Evidence last;
 };
+
+// Where tracebacks start, and where a launcher reported a failed child (torchrun's
+// ChildFailedError, a CalledProcessError): such a traceback only points at an earlier one.
+struct Landmarks {
+  static constexpr size_t kKept = 64;
+  std::vector<uint64_t> tracebacks;  // the last kKept, in order
+  std::vector<uint64_t> launchers;
+  static void note(std::vector<uint64_t>& v, uint64_t line) {
+    if (!v.empty() && v.back() == line) return;
+    if (v.size() == kKept) v.erase(v.begin());
+    v.push_back(line);
+  }
+};
+
+constexpr std::string_view kTracebackPattern = R"(Traceback \(most recent call last\))";
+constexpr std::string_view kLauncherPattern =
+    R"(ChildFailedError|CalledProcessError|ProcessExitedException|ProcessRaisedException|exits with return code)";
 
 // Reads lines from a plain or gzip file (gzread handles both transparently).
 class LineReader {
@@ -96,7 +121,7 @@ void note_last_line(std::string_view line, uint64_t number, Evidence& last) {
 
 struct Classifier::Impl {
   std::vector<Rule> rules;
-  mutable std::vector<int> set_index_to_rule;
+  mutable std::vector<int> set_index_to_rule;  // -1, -2: the traceback and launcher landmarks
   mutable std::unique_ptr<RE2::Set> set;
   mutable std::once_flag compiled;
 
@@ -114,16 +139,25 @@ struct Classifier::Impl {
         throw std::logic_error(fmt::format("[gpualert] rule '{}': bad pattern: {}", r.id, err));
       set_index_to_rule.push_back(static_cast<int>(i));
     }
+    for (auto [pattern, index] : {std::pair{kTracebackPattern, -1}, std::pair{kLauncherPattern, -2}}) {
+      if (set->Add(pattern, nullptr) < 0) throw std::logic_error("[gpualert] bad landmark pattern");
+      set_index_to_rule.push_back(index);
+    }
     if (!set->Compile()) throw std::logic_error("[gpualert] cannot compile the rule set");
   }
 
   void scan_line(std::string_view line, uint64_t number, std::vector<RuleHits>& hits,
-                 std::vector<int>& matched) const {
+                 Landmarks& marks, std::vector<int>& matched) const {
     std::call_once(compiled, [this] { compile(); });
     matched.clear();
     if (!set->Match(line, &matched)) return;
     for (int m : matched) {
-      auto& h = hits[static_cast<size_t>(set_index_to_rule[static_cast<size_t>(m)])];
+      const int index = set_index_to_rule[static_cast<size_t>(m)];
+      if (index < 0) {
+        Landmarks::note(index == -1 ? marks.tracebacks : marks.launchers, number);
+        continue;
+      }
+      auto& h = hits[static_cast<size_t>(index)];
       Evidence ev{number, std::string(line.substr(0, kMaxEvidenceChars))};
       if (h.first.size() < kEvidencePerRule - 1) h.first.push_back(ev);
       h.last = std::move(ev);
@@ -131,8 +165,27 @@ struct Classifier::Impl {
     }
   }
 
-  Classification decide(const std::vector<RuleHits>& hits, const Evidence& last_line,
-                        const SystemFacts& f) const;
+  // Where the end of the output starts: the first line of the last traceback (of the one
+  // before it when the last one is a launcher's report of a failed child; the whole log
+  // when there is no other), or the kTailLines-th line from the end, whichever comes first.
+  static uint64_t tail_start(const Landmarks& marks, uint64_t lines) {
+    uint64_t start = lines > kTailLines ? lines - kTailLines + 1 : 1;
+    const auto& tb = marks.tracebacks;
+    for (size_t k = tb.size(); k-- > 0;) {
+      start = std::min(start, tb[k]);
+      const uint64_t next = k + 1 < tb.size() ? tb[k + 1] : UINT64_MAX;
+      bool launcher = std::any_of(marks.launchers.begin(), marks.launchers.end(),
+                                  [&](uint64_t l) { return l >= tb[k] && l < next; });
+      if (!launcher) break;
+      if (k == 0) return 1;  // only a launcher's report: the cause is anywhere before it
+    }
+    return start;
+  }
+
+  Classification decide(const std::vector<RuleHits>& hits, const Landmarks& marks,
+                        const Evidence& last_line, uint64_t lines, const SystemFacts& f) const;
+  std::optional<Classification> pick(const std::vector<RuleHits>& hits, const Evidence& last_line,
+                                     const SystemFacts& f, std::optional<uint64_t> tail) const;
 };
 
 Classifier::Classifier() : impl_(std::make_unique<Impl>()) { impl_->rules = rule_table(); }
@@ -147,16 +200,35 @@ std::vector<ClassInfo> Classifier::classes() {
   return out;
 }
 
-Classification Classifier::Impl::decide(const std::vector<RuleHits>& hits,
-                                        const Evidence& last_line, const SystemFacts& f) const {
+// First the end of the output, the death signal and the system's evidence about this job;
+// only when they name nothing specific, the whole log (earlier lines are context).
+Classification Classifier::Impl::decide(const std::vector<RuleHits>& hits, const Landmarks& marks,
+                                        const Evidence& last_line, uint64_t lines,
+                                        const SystemFacts& f) const {
+  if (auto c = pick(hits, last_line, f, tail_start(marks, lines))) return *c;
+  if (auto c = pick(hits, last_line, f, std::nullopt)) return *c;
+  throw std::logic_error("[gpualert] the rule table has no catch-all");
+}
+
+// With `tail`, a rule matches by text only when it matched at or after that line, and the
+// generic outcomes (exit 0, unknown) wait for the second, whole-log pass. Death by a signal
+// is decisive in both: an interrupted Python prints a traceback on its way out.
+std::optional<Classification> Classifier::Impl::pick(const std::vector<RuleHits>& hits,
+                                                     const Evidence& last_line,
+                                                     const SystemFacts& f,
+                                                     std::optional<uint64_t> tail) const {
   bool from_shell = false;
   const std::optional<int> sig = effective_signal(f, from_shell);
   const bool failed = f.signal.has_value() || (f.exit_code && *f.exit_code != 0);
   const bool oom = f.cgroup_oom_kills > 0 || !f.kernel_oom.empty();
+  std::vector<std::string> hw_events, app_events;
+  for (const auto& e : f.gpu_events)
+    (is_application_xid(xid_of(e)) ? app_events : hw_events).push_back(e);
 
   for (size_t i = 0; i < rules.size(); ++i) {
     const Rule& r = rules[i];
     if (r.when == When::kFailed && !failed) continue;
+    const bool generic = r.fact == Fact::kExitZero || r.fact == Fact::kAlways;
     bool fact = false;
     std::vector<Evidence> fact_evidence;
     switch (r.fact) {
@@ -164,8 +236,12 @@ Classification Classifier::Impl::decide(const std::vector<RuleHits>& hits,
       case Fact::kHangKilled: fact = f.hang_killed; break;
       case Fact::kTerminated: fact = f.terminated_by_request; break;
       case Fact::kGpuEvent:
-        fact = !f.gpu_events.empty();
-        for (const auto& e : f.gpu_events) fact_evidence.push_back({0, "NVML: " + e});
+        fact = !hw_events.empty();
+        for (const auto& e : hw_events) fact_evidence.push_back({0, "NVML: " + e});
+        break;
+      case Fact::kGpuAppEvent:
+        fact = !app_events.empty();
+        for (const auto& e : app_events) fact_evidence.push_back({0, "NVML: " + e + " (raised by the application)"});
         break;
       case Fact::kOomKill:
         fact = oom;
@@ -180,7 +256,8 @@ Classification Classifier::Impl::decide(const std::vector<RuleHits>& hits,
     }
     bool by_signal = sig && std::find(r.signals.begin(), r.signals.end(), *sig) != r.signals.end();
     const RuleHits& h = hits[i];
-    bool by_text = h.count > 0;
+    bool by_text = h.count > 0 && (!tail || h.last.line >= *tail);
+    if (tail && generic) fact = false;
     if (!(fact || by_signal || by_text)) continue;
 
     Classification c;
@@ -208,14 +285,16 @@ Classification Classifier::Impl::decide(const std::vector<RuleHits>& hits,
     double conf = r.confidence;
     if ((by_text && (by_signal || fact)) && r.fact != Fact::kAlways) conf = std::min(0.99, conf + 0.04);
     else if (!by_text && by_signal && from_shell) conf -= 0.1;
+    if (!tail && by_text && !fact && !by_signal && !r.pattern.empty()) conf *= kEarlyEvidenceFactor;
     c.confidence = conf;
     return c;
   }
-  throw std::logic_error("[gpualert] the rule table has no catch-all");
+  return std::nullopt;
 }
 
 Classification Classifier::classify_text(std::string_view body, const SystemFacts& facts) const {
   std::vector<RuleHits> hits(impl_->rules.size());
+  Landmarks marks;
   std::vector<int> matched;
   uint64_t number = 0;
   bool line_ended = true;
@@ -226,18 +305,19 @@ Classification Classifier::classify_text(std::string_view body, const SystemFact
     const size_t len = std::min(nl == std::string_view::npos ? body.size() : nl, kMaxLogLineBytes);
     std::string_view line = body.substr(0, len);
     if (line_ended) ++number;
-    impl_->scan_line(line, number, hits, matched);
+    impl_->scan_line(line, number, hits, marks, matched);
     note_last_line(line, number, last);
     // A piece of exactly the limit leaves its '\n' for the next (empty) piece, as the reader does.
     line_ended = len == nl && len < kMaxLogLineBytes;
     body.remove_prefix(line_ended ? len + 1 : len);
   }
-  return impl_->decide(hits, last, facts);
+  return impl_->decide(hits, marks, last, number, facts);
 }
 
 Classification Classifier::classify_file(const std::filesystem::path& log, uint64_t body_offset,
                                          const SystemFacts& facts) const {
   std::vector<RuleHits> hits(impl_->rules.size());
+  Landmarks marks;
   std::vector<int> matched;
   LineReader reader(log, body_offset);
   std::string line;
@@ -246,11 +326,11 @@ Classification Classifier::classify_file(const std::filesystem::path& log, uint6
   Evidence last;
   while (reader.next(line, ended)) {
     if (line_ended) ++number;
-    impl_->scan_line(line, number, hits, matched);
+    impl_->scan_line(line, number, hits, marks, matched);
     note_last_line(line, number, last);
     line_ended = ended;
   }
-  return impl_->decide(hits, last, facts);
+  return impl_->decide(hits, marks, last, number, facts);
 }
 
 }  // namespace meganeura::alert

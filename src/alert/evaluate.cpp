@@ -33,8 +33,8 @@ std::vector<LabelledLog> read_labels(const std::filesystem::path& labels_file) {
     std::stringstream ss(line);
     std::string col;
     while (std::getline(ss, col, '\t')) cols.push_back(col);
-    if (cols.size() != 5)
-      throw std::runtime_error(fmt::format("[gpualert] {}:{}: expected 5 tab-separated columns, got {}",
+    if (cols.size() != 5 && cols.size() != 6)
+      throw std::runtime_error(fmt::format("[gpualert] {}:{}: expected 5 or 6 tab-separated columns, got {}",
                                            labels_file.string(), number, cols.size()));
     LabelledLog l;
     l.file = cols[0];
@@ -52,6 +52,10 @@ std::vector<LabelledLog> read_labels(const std::filesystem::path& labels_file) {
       while (std::getline(fs, col, ',')) l.facts.push_back(col);
     }
     l.split = cols[4];
+    if (cols.size() == 6) l.source = cols[5];
+    if (l.split == "public" && l.source.empty())
+      throw std::runtime_error(fmt::format("[gpualert] {}:{}: a public log needs its source in a sixth column",
+                                           labels_file.string(), number));
     out.push_back(std::move(l));
   }
   return out;
@@ -137,6 +141,7 @@ EvalResult evaluate_corpus(const std::filesystem::path& corpus_dir, const std::s
     }
     auto c = classifier.classify_file(log_path, body, facts);
     ++result.total;
+    ++result.confusion[l.expected][c.id];
     if (c.id == l.expected) {
       ++result.correct;
       ++result.per_class[l.expected].tp;
@@ -162,6 +167,20 @@ std::string format_eval(const EvalResult& r) {
   for (const auto& [id, c] : r.per_class)
     s += fmt::format("{:<16} {:>5} {:>5} {:>5} {:>9.3f} {:>7.3f} {:>6.3f}\n", id, c.tp, c.fp, c.fn,
                      c.precision(), c.recall(), c.f1());
+  // Columns: every class that was expected or predicted, abbreviated to fit.
+  std::vector<std::string> cols;
+  for (const auto& [id, c] : r.per_class) cols.push_back(id);
+  s += fmt::format("confusion (rows expected, columns predicted)\n{:<16}", "");
+  for (const auto& c : cols) s += fmt::format(" {:>5}", c.substr(0, 5));
+  s += "\n";
+  for (const auto& [expected, row] : r.confusion) {
+    s += fmt::format("{:<16}", expected);
+    for (const auto& c : cols) {
+      auto it = row.find(c);
+      s += it == row.end() ? fmt::format(" {:>5}", ".") : fmt::format(" {:>5}", it->second);
+    }
+    s += "\n";
+  }
   s += fmt::format("logs {}  correct {}  accuracy {:.4f}  classes {}  macro-F1 {:.4f}\n", r.total,
                    r.correct, r.total ? double(r.correct) / r.total : 0.0, r.per_class.size(),
                    r.macro_f1);

@@ -5,7 +5,8 @@
 // labels.tsv: file <TAB> class <TAB> status <TAB> facts <TAB> split, where status is
 // "exit:N" or "signal:NAME", facts is "-" or a comma list of recorded system evidence
 // ("oom_kill", "xid:79", "ecc"), split is "train" or "heldout". Lines starting with '#'
-// are comments.
+// are comments. An optional sixth column names where the log came from; it is required
+// for the split "public" (failure output as people posted it in public bug reports).
 #pragma once
 
 #include <filesystem>
@@ -23,6 +24,7 @@ struct LabelledLog {
   std::optional<int> signal;
   std::vector<std::string> facts;
   std::string split;
+  std::string source;
 };
 
 struct ClassScore {
@@ -41,6 +43,7 @@ struct EvalResult {
   size_t total = 0;
   size_t correct = 0;
   std::vector<std::string> mistakes;  // "file: expected X, got Y"
+  std::map<std::string, std::map<std::string, int>> confusion;  // expected -> predicted -> count
 };
 
 std::vector<LabelledLog> read_labels(const std::filesystem::path& labels_file);
@@ -50,6 +53,8 @@ std::vector<LabelledLog> read_labels(const std::filesystem::path& labels_file);
 EvalResult evaluate_corpus(const std::filesystem::path& corpus_dir, const std::string& self_exe,
                            const std::string& split);
 
+// Per-class scores, the confusion matrix (rows: expected class, columns: predicted), the
+// summary line and the mistakes.
 std::string format_eval(const EvalResult& result);
 
 // The replay child: writes the log to stdout in uneven chunks, then ends as recorded.

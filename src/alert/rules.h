@@ -14,7 +14,8 @@ enum class Fact {
   kNone,
   kHangKilled,        // gpualert ended the job after --hang-after with --kill-on-hang
   kTerminated,        // SIGTERM/SIGHUP to the wrapper, or --timeout
-  kGpuEvent,          // NVML Xid / ECC event during the job
+  kGpuEvent,          // NVML Xid / ECC event on the job's GPUs (application Xids excluded)
+  kGpuAppEvent,       // NVML Xid the application itself caused (13, 31, 43)
   kOomKill,           // cgroup memory.events oom_kill rose, or the kernel reported a kill
   kAnySignal,         // death by any signal
   kExitZero,          // exit status 0

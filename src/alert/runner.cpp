@@ -24,6 +24,7 @@
 #include "alert/redact.h"
 #include "alert/report.h"
 #include "alert/supervisor.h"
+#include "alert/evidence.h"
 #include "alert/telemetry.h"
 #include "alert/util.h"
 
@@ -392,8 +393,15 @@ int run_job(const RunOptions& o) {
                             false, &pid);
     if (pid > 0) background.push_back(pid);
   };
+  // The job's processes, seen about once a second, and its cgroup: kernel OOM reports
+  // count only when they name one of them.
+  JobScope scope;
+  long job_pid = 0;
+  double last_scan = 0;
   // Nothing thrown here may abandon a running child: a failure only loses telemetry.
-  so.on_started = [&] {
+  so.on_started = [&](long pid) {
+    job_pid = pid;
+    scope.pids.insert(pid);
     if (!o.telemetry) return;
     try {
       telemetry.start();
@@ -403,10 +411,14 @@ int run_job(const RunOptions& o) {
   };
   // Reap background senders as they finish (only ours: the job's child is reaped by the
   // supervisor itself).
-  so.on_tick = [&background] {
+  so.on_tick = [&] {
     std::erase_if(background, [](long pid) {
       return waitpid(static_cast<pid_t>(pid), nullptr, WNOHANG) != 0;
     });
+    if (o.telemetry && job_pid > 0 && mono_now() - last_scan >= 1.0 && scope.pids.size() < 65536) {
+      for (long p : session_members(job_pid)) scope.pids.insert(p);
+      last_scan = mono_now();
+    }
   };
 
   ChildOutcome outcome;
@@ -430,6 +442,15 @@ int run_job(const RunOptions& o) {
   report.hang_detected = outcome.hang_detected;
   if (o.telemetry) report.telemetry = telemetry.stop();
   else report.telemetry.gpu_note = "telemetry disabled";
+  // The machine's kernel log and GPU events also tell of other jobs: keep this job's. The
+  // job shares our cgroup, read only when there is something to match (a short job's
+  // start-up is part of its wall time).
+  if (!report.telemetry.kernel_oom.empty())
+    if (auto self = read_file("/proc/self/cgroup"))
+      for (std::string_view rest = *self; !rest.empty();)
+        if (auto line = next_line(rest); line.substr(0, 3) == "0::") scope.cgroup = std::string(line.substr(3));
+  report.telemetry.kernel_oom = job_kernel_oom(report.telemetry.kernel_oom, scope);
+  report.telemetry.gpu_events = job_gpu_events(report.telemetry.gpu_events, std::getenv("CUDA_VISIBLE_DEVICES"));
 
   SystemFacts facts;
   facts.exit_code = outcome.exit_code;

@@ -65,9 +65,16 @@ void write_fully(int fd, const char* data, size_t size) {
   }
 }
 
+// True when our process group owns the terminal on `fd` (a shell's foreground job).
+bool in_foreground(int fd) { return tcgetpgrp(fd) == getpgrp(); }
+
 // Puts the user's terminal in a raw-input mode so keystrokes (including Ctrl-C) go to the
 // child's pseudo-terminal, which applies the line discipline itself. Output processing is
-// kept so that our own newlines still return the carriage.
+// kept so that our own newlines still return the carriage. The suspend key (Ctrl-Z) still
+// signals us: the job's process group lives in a session of its own, where the kernel
+// drops a terminal's stop signals, so we stop the job and ourselves as a shell expects.
+// Only a foreground process may change the terminal (a background one would be stopped
+// by SIGTTOU), so a job started with '&' leaves it alone.
 class RawTerminal {
  public:
   explicit RawTerminal(int fd) : fd_(fd) {
@@ -75,13 +82,15 @@ class RawTerminal {
     termios raw = saved_;
     raw.c_iflag &= ~static_cast<tcflag_t>(IGNBRK | BRKINT | PARMRK | ISTRIP | INLCR | IGNCR |
                                           ICRNL | IXON);
-    raw.c_lflag &= ~static_cast<tcflag_t>(ECHO | ECHONL | ICANON | ISIG | IEXTEN);
+    raw.c_lflag &= ~static_cast<tcflag_t>(ECHO | ECHONL | ICANON | IEXTEN);
+    raw.c_cc[VINTR] = _POSIX_VDISABLE;
+    raw.c_cc[VQUIT] = _POSIX_VDISABLE;
     raw.c_cc[VMIN] = 1;
     raw.c_cc[VTIME] = 0;
     active_ = tcsetattr(fd_, TCSANOW, &raw) == 0;
   }
   ~RawTerminal() {
-    if (active_) tcsetattr(fd_, TCSANOW, &saved_);
+    if (active_ && in_foreground(fd_)) tcsetattr(fd_, TCSANOW, &saved_);
   }
   RawTerminal(const RawTerminal&) = delete;
   RawTerminal& operator=(const RawTerminal&) = delete;
@@ -93,7 +102,7 @@ class RawTerminal {
 };
 
 struct SignalGuard {
-  std::array<struct sigaction, kForwarded.size() + 3> saved{};
+  std::array<struct sigaction, kForwarded.size() + 5> saved{};
   SignalGuard() {
     if (pipe2(g_signal_pipe, O_CLOEXEC | O_NONBLOCK) != 0)
       throw std::runtime_error(fmt::format("[gpualert] pipe: {}", std::strerror(errno)));
@@ -105,6 +114,8 @@ struct SignalGuard {
     for (int s : kForwarded) sigaction(s, &sa, &saved[i++]);
     sigaction(SIGCHLD, &sa, &saved[i++]);
     sigaction(SIGWINCH, &sa, &saved[i++]);
+    sigaction(SIGTSTP, &sa, &saved[i++]);
+    sigaction(SIGCONT, &sa, &saved[i++]);
     struct sigaction ign {};
     ign.sa_handler = SIG_IGN;
     sigaction(SIGPIPE, &ign, &saved[i++]);
@@ -114,6 +125,8 @@ struct SignalGuard {
     for (int s : kForwarded) sigaction(s, &saved[i++], nullptr);
     sigaction(SIGCHLD, &saved[i++], nullptr);
     sigaction(SIGWINCH, &saved[i++], nullptr);
+    sigaction(SIGTSTP, &saved[i++], nullptr);
+    sigaction(SIGCONT, &saved[i++], nullptr);
     sigaction(SIGPIPE, &saved[i++], nullptr);
     close(g_signal_pipe[0]);
     close(g_signal_pipe[1]);
@@ -142,7 +155,7 @@ extern "C" int child_main(void* raw) {
   struct sigaction dfl {};
   dfl.sa_handler = SIG_DFL;
   for (int s : kForwarded) sigaction(s, &dfl, nullptr);
-  for (int s : {SIGCHLD, SIGWINCH, SIGPIPE, SIGTSTP, SIGTTIN, SIGTTOU, SIGXFSZ})
+  for (int s : {SIGCHLD, SIGWINCH, SIGPIPE, SIGTSTP, SIGCONT, SIGTTIN, SIGTTOU, SIGXFSZ})
     sigaction(s, &dfl, nullptr);
   // A session leader that opens a terminal makes it its controlling terminal.
   if (setsid() < 0) {
@@ -236,8 +249,11 @@ ChildOutcome supervise(const SupervisorOptions& options, LogStore& log) {
   argv.push_back(nullptr);
 
   SignalGuard guard;
+  // Started in the background ('&'), we neither touch the terminal nor read from it (that
+  // would stop us with SIGTTOU/SIGTTIN) until a shell brings us to the foreground.
+  bool foreground = stdin_is_tty && in_foreground(STDIN_FILENO);
   std::optional<RawTerminal> raw;
-  if (stdin_is_tty) raw.emplace(STDIN_FILENO);
+  if (foreground) raw.emplace(STDIN_FILENO);
 
   set_nonblocking_cloexec(master);
   fcntl(slave, F_SETFD, FD_CLOEXEC);
@@ -265,7 +281,7 @@ ChildOutcome supervise(const SupervisorOptions& options, LogStore& log) {
     return out;
   }
   out.child_pid = pid;
-  if (options.on_started) options.on_started();
+  if (options.on_started) options.on_started(pid);
 
   bool echo = options.echo;
   bool stdin_open = stdin_is_tty;
@@ -304,6 +320,43 @@ ChildOutcome supervise(const SupervisorOptions& options, LogStore& log) {
     }
   };
 
+  int status = 0;
+  auto record_end = [&] {
+    child_done = true;
+    // Everything the child wrote before exiting is already in the terminal buffer.
+    drain_master();
+    if (WIFEXITED(status)) {
+      out.exit_code = WEXITSTATUS(status);
+      out.exit_status = *out.exit_code;
+    } else if (WIFSIGNALED(status)) {
+      out.term_signal = WTERMSIG(status);
+      out.exit_status = 128 + *out.term_signal;
+    }
+  };
+  // Job control as a shell sees it: SIGCONT (fg, bg, kill -CONT) continues the job; back
+  // in the foreground the terminal is raw again and our input flows to the job.
+  auto continue_job = [&] {
+    foreground = stdin_is_tty && in_foreground(STDIN_FILENO);
+    if (foreground && !raw) raw.emplace(STDIN_FILENO);
+    kill(-pid, SIGCONT);
+    last_output = mono_now();  // time spent stopped is not silence
+  };
+  // Ctrl-Z or SIGTSTP: the job stops (SIGSTOP, which its own session cannot drop), the
+  // terminal gets its settings back, and we stop until continued. `stop_job` is false when
+  // the job already stopped by itself. We do not wait for the job's stop: a shell in the
+  // middle of vfork() stops only once its child has, which may be after we continue it.
+  bool own_stop_unreported = false;  // the job's report of our SIGSTOP is still to come
+  auto suspend = [&](bool stop_job) {
+    if (stop_job) {
+      kill(-pid, SIGSTOP);
+      own_stop_unreported = true;
+    }
+    drain_master();
+    raw.reset();
+    kill(getpid(), SIGSTOP);
+    continue_job();
+  };
+
   bool hang_reported = false;
   std::string pending_input;  // read from our stdin, not yet accepted by the job's terminal
   while (!child_done) {
@@ -323,7 +376,7 @@ ChildOutcome supervise(const SupervisorOptions& options, LogStore& log) {
       if (!pending_input.empty()) events = static_cast<short>(events | POLLOUT);
       fds[nfds++] = {master, events, 0};
     }
-    if (stdin_open && pending_input.empty()) {
+    if (stdin_open && foreground && pending_input.empty()) {
       stdin_slot = static_cast<int>(nfds);
       fds[nfds++] = {STDIN_FILENO, POLLIN, 0};
     }
@@ -360,6 +413,14 @@ ChildOutcome supervise(const SupervisorOptions& options, LogStore& log) {
       for (ssize_t i = 0; i < n; ++i) {
         int sig = sigs[i];
         if (sig == SIGCHLD) continue;  // handled by waitpid below
+        if (sig == SIGTSTP) {
+          suspend(true);
+          continue;
+        }
+        if (sig == SIGCONT) {
+          continue_job();
+          continue;
+        }
         if (sig == SIGWINCH) {
           winsize w{};
           if (ioctl(STDOUT_FILENO, TIOCGWINSZ, &w) == 0) ioctl(master, TIOCSWINSZ, &w);
@@ -375,19 +436,18 @@ ChildOutcome supervise(const SupervisorOptions& options, LogStore& log) {
       }
     }
 
-    int status = 0;
-    pid_t r = waitpid(pid, &status, WNOHANG);
-    if (r == pid) {
-      child_done = true;
-      // Everything the child wrote before exiting is already in the terminal buffer.
-      drain_master();
-      if (WIFEXITED(status)) {
-        out.exit_code = WEXITSTATUS(status);
-        out.exit_status = *out.exit_code;
-      } else if (WIFSIGNALED(status)) {
-        out.term_signal = WTERMSIG(status);
-        out.exit_status = 128 + *out.term_signal;
+    if (child_done) break;
+    pid_t r = waitpid(pid, &status, WNOHANG | WUNTRACED);
+    if (r == pid && WIFSTOPPED(status)) {
+      if (own_stop_unreported) {
+        // The stop we asked for, reported late: we already run again, so must the job.
+        own_stop_unreported = false;
+        kill(-pid, SIGCONT);
+      } else {
+        suspend(false);  // stopped from elsewhere: we stop with it, as its shell would
       }
+    } else if (r == pid) {
+      record_end();
       break;
     }
 

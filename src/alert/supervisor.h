@@ -6,6 +6,9 @@
 // Signals sent to the wrapper (INT, TERM, HUP, QUIT, USR1, USR2) go to the child's whole
 // process group. After SIGTERM, SIGHUP, a timeout or a hang kill, the group gets `grace_s`
 // seconds before SIGKILL; grandchildren left behind after such an ending are killed too.
+// Job control works as for the command itself: Ctrl-Z or SIGTSTP stops the job (with
+// SIGSTOP: a session of its own drops terminal stop signals) and then the wrapper, SIGCONT
+// continues both; started in the background, the wrapper leaves the terminal alone.
 #pragma once
 
 #include <functional>
@@ -33,9 +36,10 @@ struct SupervisorOptions {
   std::function<void(double silent_s)> on_hang;
   // Called from the supervision loop roughly every 200 ms (reaping helpers, etc.).
   std::function<void()> on_tick;
-  // Called once the child runs, before the first wait: work placed here (starting
-  // samplers, compiling the rules) overlaps the child's own start-up.
-  std::function<void()> on_started;
+  // Called once the child runs (with its pid, which is also its session and process group
+  // id), before the first wait: work placed here (starting samplers, compiling the rules)
+  // overlaps the child's own start-up.
+  std::function<void(long child_pid)> on_started;
 };
 
 struct ChildOutcome {

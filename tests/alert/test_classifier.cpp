@@ -1,16 +1,20 @@
 // The classifier's rules, and the reference tool's classification weaknesses one by one.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <csignal>
 #include <nlohmann/json.hpp>
 #include <set>
 
 #include "alert/classifier.h"
+#include "alert/evaluate.h"
+#include "alert/evidence.h"
 #include "test_helpers.h"
 
 using namespace alert_test;
 using meganeura::alert::Classifier;
 using meganeura::alert::SystemFacts;
+namespace ga = meganeura::alert;
 
 namespace {
 
@@ -167,14 +171,156 @@ TEST(Classifier, OfflineClassifyCommand) {
 // The labelled corpus through the real wrapper path: a child replays each log under the
 // supervisor and ends with the recorded status or signal.
 TEST(Corpus, MacroF1AtLeast099) {
-  auto r = run(command({kGpualert, "eval", kTestDir + "/corpus", "--min-macro-f1", "0.99"}));
+  auto r = run(command({kGpualert, "eval", kTestDir + "/corpus", "--set", "inhouse", "--min-macro-f1", "0.99"}));
   std::cout << r.out;
   EXPECT_EQ(r.status, 0) << r.out << r.err;
   EXPECT_NE(r.out.find("classes 23"), std::string::npos) << "every class is in the corpus";
 }
 
 TEST(Corpus, HeldOutSplit) {
-  auto r = run(command({kGpualert, "eval", kTestDir + "/corpus", "--split", "heldout", "--min-macro-f1", "0.99"}));
+  auto r = run(command({kGpualert, "eval", kTestDir + "/corpus", "--set", "inhouse", "--split", "heldout",
+                        "--min-macro-f1", "0.99"}));
   std::cout << r.out;
   EXPECT_EQ(r.status, 0) << r.out << r.err;
+}
+
+// Failure output as people posted it in public bug reports (tests/alert/corpus/public),
+// scored apart from the in-house corpus.
+TEST(Corpus, PublicSetReportedSeparately) {
+  auto r = run(command({kGpualert, "eval", kTestDir + "/corpus", "--set", "public", "--min-macro-f1", "0.95"}));
+  std::cout << r.out;
+  EXPECT_EQ(r.status, 0) << r.out << r.err;
+  EXPECT_NE(r.out.find("== public corpus"), std::string::npos);
+  EXPECT_EQ(r.out.find("== in-house corpus"), std::string::npos);
+  EXPECT_NE(r.out.find("confusion (rows expected, columns predicted)"), std::string::npos);
+  EXPECT_NE(r.out.find("macro-F1:  public "), std::string::npos) << "summary line names the set";
+  // Every public log carries its source.
+  auto labels = ga::read_labels(kTestDir + "/corpus/public/labels.tsv");
+  ASSERT_GE(labels.size(), 50u);
+  for (const auto& l : labels) EXPECT_EQ(l.source.rfind("https://", 0), 0u) << l.file;
+}
+
+TEST(Corpus, PublicLogWithoutSourceIsRejected) {
+  TempDir dir;
+  write_file(dir / "labels.tsv", "a.log\tsegfault\tsignal:SIGSEGV\t-\tpublic\n");
+  EXPECT_THROW(ga::read_labels(dir / "labels.tsv"), std::runtime_error);
+}
+
+// An early harmless line must not outrank the final exception.
+TEST(Classifier, EndOfOutputOutranksEarlyMatches) {
+  Classifier c;
+  std::string log = "memory watchdog: out of memory threshold 70 GiB (ok)\n" + progress(200) +
+                    "Traceback (most recent call last):\n"
+                    "  File \"train.py\", line 9, in <module>\n"
+                    "    batch = cache[key]\n"
+                    "KeyError: 'shard_7'\n";
+  auto r = c.classify_text(log, exited(1));
+  EXPECT_EQ(r.id, "traceback");
+  // A warning about a missing optional file early, a segfault at the end.
+  EXPECT_EQ(c.classify_text("warning: extras.yaml: No such file or directory\n" + progress(100) +
+                            "Fatal Python error: Segmentation fault\n", exited(139)).id, "segfault");
+  // Without anything decisive at the end, the early error is still the cause, with less confidence.
+  auto early = c.classify_text(progress(10) + "ZeroDivisionError: division by zero\n" + progress(300), exited(1));
+  EXPECT_EQ(early.id, "div_zero");
+  auto late = c.classify_text(progress(10) + "ZeroDivisionError: division by zero\n", exited(1));
+  EXPECT_LT(early.confidence, late.confidence);
+}
+
+// Messages as real tools print them.
+TEST(Classifier, RealWording) {
+  Classifier c;
+  struct Case {
+    const char* text;
+    SystemFacts facts;
+    const char* want;
+  };
+  const Case cases[] = {
+      {"{'loss': nan, 'grad_norm': nan, 'learning_rate': 4.9e-05, 'epoch': 0.12}\n"
+       "{'train_runtime': 812.4, 'train_loss': nan, 'epoch': 1.0}\n", exited(0), "nan_loss"},
+      {"epoch 9 done\nbest_val_loss: inf\ntraining finished\n", exited(0), "success"},
+      {"srun: error: node17: task 0: Out Of Memory\n", exited(1), "oom_killer"},
+      {"slurmstepd: error: Exceeded step memory limit at some point.\n", exited(1), "oom_killer"},
+      {"RuntimeError: DataLoader worker (pid 4242) is killed by signal: Segmentation fault.\n", exited(1), "segfault"},
+      {"RuntimeError: DataLoader worker (pid 4242) is killed by signal: Bus error. It is possible that "
+       "dataloader's workers are out of shared memory.\n", exited(1), "ram_oom"},
+      {"RuntimeError: No CUDA GPUs are available\n", exited(1), "cuda_runtime"},
+      {"RuntimeError: CUDA driver error: out of memory\n", exited(1), "cuda_oom"},
+      {"cupy.cuda.memory.OutOfMemoryError: Out of memory allocating 1,073,741,824 bytes (allocated so far: 0 bytes).\n",
+       exited(1), "cuda_oom"},
+      {"jaxlib.xla_extension.XlaRuntimeError: RESOURCE_EXHAUSTED: Failed to allocate request for 2.00GiB "
+       "(2147483648B) on device ordinal 0\n", exited(1), "cuda_oom"},
+      {"INTERNAL: external/xla/xla/service/gpu/nccl_utils.cc:297: NCCL operation ncclCommInitRank(&comm, "
+       "nranks, id, rank) failed: unhandled system error\n", exited(1), "nccl"},
+      {"Root Cause (first observed failure):\n  exitcode  : -9 (pid: 1234)\n"
+       "  traceback : Signal 9 (SIGKILL) received by PID 1234\n", exited(1), "killed"},
+      {"torch.distributed.DistStoreError: Timed out after 1801 seconds waiting for clients. 1/2 clients joined.\n",
+       exited(1), "nccl"},
+      {"torch.distributed.elastic.multiprocessing.api.SignalException: Process 1234 got signal: 15\n",
+       exited(1), "time_limit"},
+      {"slurmstepd: error: *** JOB 77 ON gpu03 CANCELLED AT 2024-05-01T10:00:00 DUE TO NODE FAILURE, SEE "
+       "SLURMCTLD LOG FOR DETAILS ***\n", killed_by(SIGKILL), "time_limit"},
+      {"ValueError: No available memory for the cache blocks. Try increasing `gpu_memory_utilization` when "
+       "initializing the engine.\n", exited(1), "cuda_oom"},
+      {"OSError: [Errno 122] disk quota exceeded\n", exited(1), "disk_full"},
+  };
+  for (const auto& k : cases) EXPECT_EQ(c.classify_text(k.text, k.facts).id, k.want) << k.text;
+}
+
+TEST(Classifier, ApplicationXidIsNotHardware) {
+  Classifier c;
+  SystemFacts app = exited(1);
+  app.gpu_events = {"Xid 13 on GPU 0"};
+  auto r = c.classify_text("RuntimeError: CUDA error: an illegal memory access was encountered\n", app);
+  EXPECT_EQ(r.id, "cuda_runtime");
+  SystemFacts hw = exited(1);
+  hw.gpu_events = {"Xid 79 on GPU 0"};
+  EXPECT_EQ(c.classify_text("RuntimeError: CUDA error: an illegal memory access was encountered\n", hw).id,
+            "gpu_hardware");
+  EXPECT_EQ(c.classify_text("NVRM: Xid (PCI:0000:3b:00): 43, pid=4242, Ch 00000010\n", exited(1)).id,
+            "cuda_runtime");
+  EXPECT_EQ(c.classify_text("NVRM: Xid (PCI:0000:3b:00): 79, GPU has fallen off the bus.\n", exited(1)).id,
+            "gpu_hardware");
+  EXPECT_EQ(ga::xid_of("NVRM: Xid (PCI:0000:3b:00): 31, pid=7"), 31);
+  EXPECT_EQ(ga::xid_of("Xid 79 on GPU 2"), 79);
+  EXPECT_EQ(ga::xid_of("double-bit ECC error on GPU 1"), -1);
+}
+
+TEST(Evidence, KernelOomKeptOnlyForTheJob) {
+  ga::JobScope scope;
+  scope.pids = {4242, 4243};
+  scope.cgroup = "/slurm/uid_1000/job_42";
+  const std::vector<std::string> lines = {
+      "Out of memory: Killed process 4243 (python) total-vm:81234kB, anon-rss:70000kB",
+      "Out of memory: Killed process 999 (java) total-vm:81234kB, anon-rss:70000kB",
+      "oom-kill:constraint=CONSTRAINT_MEMCG,nodemask=(null),cpuset=/,mems_allowed=0,oom_memcg=/slurm/uid_1000/job_42,"
+      "task_memcg=/slurm/uid_1000/job_42/step_0,task=python3,pid=5000,uid=1000",
+      "oom-kill:constraint=CONSTRAINT_MEMCG,nodemask=(null),cpuset=/,mems_allowed=0,oom_memcg=/slurm/uid_1000/job_421,"
+      "task_memcg=/slurm/uid_1000/job_421/step_0,task=python3,pid=5001,uid=1000",
+      "Memory cgroup out of memory: Killed process 4242 (python3) total-vm:1kB",
+  };
+  auto kept = ga::job_kernel_oom(lines, scope);
+  ASSERT_EQ(kept.size(), 3u);
+  EXPECT_NE(kept[0].find("process 4243"), std::string::npos);
+  EXPECT_NE(kept[1].find("pid=5000"), std::string::npos);
+  EXPECT_NE(kept[2].find("process 4242"), std::string::npos);
+  // The root cgroup would make everything ours: it is never used to match.
+  ga::JobScope root;
+  root.cgroup = "/";
+  EXPECT_TRUE(ga::job_kernel_oom(lines, root).empty());
+}
+
+TEST(Evidence, GpuEventsOfTheJobsGpus) {
+  const std::vector<std::string> events = {"Xid 79 on GPU 0", "double-bit ECC error on GPU 2", "Xid 48 on GPU 3"};
+  EXPECT_EQ(ga::job_gpu_events(events, nullptr).size(), 3u);
+  auto two = ga::job_gpu_events(events, "2,3");
+  ASSERT_EQ(two.size(), 2u);
+  EXPECT_EQ(two[0], "double-bit ECC error on GPU 2");
+  EXPECT_TRUE(ga::job_gpu_events(events, "").empty());
+  EXPECT_EQ(ga::job_gpu_events(events, "GPU-8c5c1e3a-aaaa-bbbb-cccc-000000000000").size(), 3u)
+      << "UUIDs give no index map: every event is kept";
+}
+
+TEST(Evidence, SessionMembersListsOurOwnSession) {
+  auto members = ga::session_members(getsid(0));
+  EXPECT_NE(std::find(members.begin(), members.end(), static_cast<long>(getpid())), members.end());
 }

@@ -12,35 +12,14 @@ using namespace alert_test;
 
 namespace {
 
-class Faults : public ::testing::Test {
+class Faults : public AlertFixture {
  protected:
-  TempDir dir;
-  std::map<std::string, std::string> env(int smtp_port) const {
-    return {{"XDG_STATE_HOME", (dir / "state").string()},
-            {"XDG_CONFIG_HOME", (dir / "config").string()},
-            {"GPUALERT_SMTP_URL", "smtp://127.0.0.1:" + std::to_string(smtp_port)},
-            {"GPUALERT_TO", "owner@example.test"},
-            {"GPUALERT_SMTP_TLS", "none"}};
-  }
+  std::map<std::string, std::string> env(int smtp_port) const { return smtp_env(smtp_port); }
   RunSpec job(const std::map<std::string, std::string>& e, std::vector<std::string> options,
               std::vector<std::string> cmd) const {
-    RunSpec s;
-    s.argv = {kGpualert, "--json-report", (dir / "report.json").string()};
-    s.argv.insert(s.argv.end(), options.begin(), options.end());
-    s.argv.push_back("--");
-    s.argv.insert(s.argv.end(), cmd.begin(), cmd.end());
-    s.env = e;
-    s.cwd = dir.path().string();
-    return s;
+    return job_spec(e, options, cmd);
   }
-  nlohmann::json report() const { return nlohmann::json::parse(read_file(dir / "report.json")); }
-  size_t count(const char* sub) const {
-    std::error_code ec;
-    size_t n = 0;
-    for (const auto& entry : fs::directory_iterator(dir / "state/gpualert" / sub, ec))
-      n += entry.path().filename().string().rfind(".tmp", 0) != 0;
-    return n;
-  }
+  size_t count(const char* sub) const { return state_entries(sub); }
 };
 
 bool process_gone(pid_t pid) {

@@ -10,11 +10,14 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <gtest/gtest.h>
+
 #include <chrono>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <nlohmann/json.hpp>
 #include <optional>
 #include <stdexcept>
 #include <string>
@@ -319,6 +322,43 @@ class SmtpServer {
   }
   fs::path maildir_;
   PythonServer server_;
+};
+
+// What the notification, secrets and fault tests share: a private state and config
+// directory, a relay on loopback named by the environment, and the job's command line.
+class AlertFixture : public ::testing::Test {
+ protected:
+  TempDir dir;
+
+  std::map<std::string, std::string> smtp_env(int port, const std::string& to = "owner@example.test",
+                                               const std::string& scheme = "smtp") const {
+    return {{"XDG_STATE_HOME", (dir / "state").string()},
+            {"XDG_CONFIG_HOME", (dir / "config").string()},
+            {"GPUALERT_SMTP_URL", scheme + "://127.0.0.1:" + std::to_string(port)},
+            {"GPUALERT_TO", to},
+            {"GPUALERT_SMTP_TLS", "none"}};
+  }
+  // gpualert --json-report DIR/report.json OPTIONS -- CMD, run in DIR.
+  RunSpec job_spec(const std::map<std::string, std::string>& e, const std::vector<std::string>& options,
+                   const std::vector<std::string>& cmd) const {
+    RunSpec s;
+    s.argv = {kGpualert, "--json-report", (dir / "report.json").string()};
+    s.argv.insert(s.argv.end(), options.begin(), options.end());
+    s.argv.push_back("--");
+    s.argv.insert(s.argv.end(), cmd.begin(), cmd.end());
+    s.env = e;
+    s.cwd = dir.path().string();
+    return s;
+  }
+  nlohmann::json report() const { return nlohmann::json::parse(read_file(dir / "report.json")); }
+  // Entries of DIR/state/gpualert/SUB, without files still being written.
+  size_t state_entries(const char* sub) const {
+    std::error_code ec;
+    size_t n = 0;
+    for (const auto& entry : fs::directory_iterator(dir / "state/gpualert" / sub, ec))
+      n += entry.path().filename().string().rfind(".tmp", 0) != 0;
+    return n;
+  }
 };
 
 }  // namespace alert_test

@@ -23,40 +23,22 @@ Mail parse(const fs::path& eml, const fs::path& out_dir) {
   return {nlohmann::json::parse(r.out), out_dir};
 }
 
-class Notify : public ::testing::Test {
+class Notify : public AlertFixture {
  protected:
-  TempDir dir;
   std::map<std::string, std::string> env(int port, const std::string& scheme = "smtp") const {
-    return {{"XDG_STATE_HOME", (dir / "state").string()},
-            {"XDG_CONFIG_HOME", (dir / "config").string()},
-            {"GPUALERT_SMTP_URL", scheme + "://127.0.0.1:" + std::to_string(port)},
-            {"GPUALERT_TO", "owner@example.test,team@example.test"},
-            {"GPUALERT_SMTP_TLS", "none"}};
+    return smtp_env(port, "owner@example.test,team@example.test", scheme);
   }
   RunResult job(const std::map<std::string, std::string>& e, std::vector<std::string> options,
                 std::vector<std::string> cmd) {
-    RunSpec s;
-    s.argv = {kGpualert, "--json-report", "report.json", "--notify-timeout", "4"};
-    s.argv.insert(s.argv.end(), options.begin(), options.end());
-    s.argv.push_back("--");
-    s.argv.insert(s.argv.end(), cmd.begin(), cmd.end());
-    s.env = e;
-    s.cwd = dir.path().string();
-    return run(s);
+    options.insert(options.begin(), {"--notify-timeout", "4"});
+    return run(job_spec(e, options, cmd));
   }
-  nlohmann::json report() const { return nlohmann::json::parse(read_file(dir / "report.json")); }
   RunResult outbox(const std::map<std::string, std::string>& e, const std::string& what) const {
     RunSpec s = command({kGpualert, "outbox", what}, e);
     s.timeout_s = 60;
     return run(s);
   }
-  size_t outbox_size() const {
-    std::error_code ec;
-    size_t n = 0;
-    for (const auto& entry : fs::directory_iterator(dir / "state/gpualert/outbox", ec))
-      n += entry.path().filename().string().rfind(".tmp", 0) != 0;
-    return n;
-  }
+  size_t outbox_size() const { return state_entries("outbox"); }
 };
 
 const std::string kArtifact = [] {

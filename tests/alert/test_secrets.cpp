@@ -12,26 +12,13 @@ using namespace alert_test;
 
 namespace {
 
-class Secrets : public ::testing::Test {
+class Secrets : public AlertFixture {
  protected:
-  TempDir dir;
-  std::map<std::string, std::string> env(int smtp_port) const {
-    return {{"XDG_STATE_HOME", (dir / "state").string()},
-            {"XDG_CONFIG_HOME", (dir / "config").string()},
-            {"GPUALERT_SMTP_URL", "smtp://127.0.0.1:" + std::to_string(smtp_port)},
-            {"GPUALERT_TO", "owner@example.test"},
-            {"GPUALERT_SMTP_TLS", "none"}};
-  }
+  std::map<std::string, std::string> env(int smtp_port) const { return smtp_env(smtp_port); }
   RunResult job(const std::map<std::string, std::string>& e, std::vector<std::string> options,
                 std::vector<std::string> cmd) {
-    RunSpec s;
-    s.argv = {kGpualert, "--json-report", "report.json", "--notify-timeout", "5"};
-    s.argv.insert(s.argv.end(), options.begin(), options.end());
-    s.argv.push_back("--");
-    s.argv.insert(s.argv.end(), cmd.begin(), cmd.end());
-    s.env = e;
-    s.cwd = dir.path().string();
-    return run(s);
+    options.insert(options.begin(), {"--notify-timeout", "5"});
+    return run(job_spec(e, options, cmd));
   }
   // Every file under `root`, concatenated: what a leak check searches.
   static std::string all_files(const fs::path& root) {
@@ -41,13 +28,7 @@ class Secrets : public ::testing::Test {
       if (f.is_regular_file()) all += read_file(f.path()) + "\n";
     return all;
   }
-  size_t outbox_size() const {
-    std::error_code ec;
-    size_t n = 0;
-    for (const auto& entry : fs::directory_iterator(dir / "state/gpualert/outbox", ec))
-      n += entry.path().filename().string().rfind(".tmp", 0) != 0;
-    return n;
-  }
+  size_t outbox_size() const { return state_entries("outbox"); }
 };
 
 }  // namespace
@@ -108,7 +89,7 @@ TEST_F(Secrets, LoginNeverTravelsInClearText) {
     auto r = job(e, {}, {"/bin/sh", "-c", "exit 1"});
     EXPECT_EQ(r.status, 1) << tls;
     EXPECT_EQ(smtp.messages().size(), 0u) << "tls = " << tls << ": logged in without TLS";
-    auto rep = nlohmann::json::parse(read_file(dir / "report.json"));
+    auto rep = report();
     EXPECT_EQ(rep["notifications"][0]["status"], "queued") << tls;
   }
   EXPECT_EQ(outbox_size(), 2u);

@@ -5,7 +5,7 @@
 //   gpualert classify LOGFILE [--exit-status N | --signal NAME] [--json]
 //   gpualert outbox list|flush
 //   gpualert config check
-//   gpualert eval CORPUS_DIR [--split train|heldout]
+//   gpualert eval CORPUS_DIR [--set all|inhouse|public] [--split train|heldout]
 #include <unistd.h>
 
 #include <csignal>
@@ -180,19 +180,42 @@ int cmd_config(int argc, char** argv) {
   return 0;
 }
 
+// The in-house corpus (CORPUS_DIR/labels.tsv) and, reported apart, the public one
+// (CORPUS_DIR/public/labels.tsv: failure output as people posted it, with its source).
 int cmd_eval(int argc, char** argv) {
-  Args app("gpualert eval", "CORPUS_DIR [--split train|heldout] [--min-macro-f1 X]",
-           "Evaluate the classifier on a labelled corpus through the wrapper.");
-  std::string dir, split, min_text;
-  app.positional("CORPUS_DIR", &dir, "directory with labels.tsv and the logs")
-      .option("--split", &split, "only this split (train or heldout)", "NAME")
-      .option("--min-macro-f1", &min_text, "exit 1 when macro-F1 is below this", "X");
+  Args app("gpualert eval",
+           "CORPUS_DIR [--set all|inhouse|public] [--split train|heldout] [--min-macro-f1 X]",
+           "Evaluate the classifier on the labelled corpora through the wrapper.");
+  std::string dir, split, min_text, set = "all";
+  app.positional("CORPUS_DIR", &dir, "directory with labels.tsv, the logs and public/")
+      .option("--set", &set, "which corpus: all (default), inhouse or public", "NAME")
+      .option("--split", &split, "only this split of the in-house corpus (train or heldout)", "NAME")
+      .option("--min-macro-f1", &min_text, "exit 1 when a corpus's macro-F1 is below this", "X");
   if (auto rc = app.parse(1, argc, argv)) return *rc;
+  if (set != "all" && set != "inhouse" && set != "public") {
+    std::fprintf(stderr, "[gpualert] eval: --set must be all, inhouse or public, not '%s'\n", set.c_str());
+    return 2;
+  }
   double min_f1 = 0;
   if (!min_text.empty() && !parse_number("--min-macro-f1", min_text, &min_f1)) return 2;
-  auto r = ga::evaluate_corpus(dir, self_exe(), split);
-  std::printf("%s", ga::format_eval(r).c_str());
-  return r.macro_f1 + 1e-12 >= min_f1 ? 0 : 1;
+  const std::filesystem::path root = dir;
+  const bool has_public = std::filesystem::exists(root / "public" / "labels.tsv");
+  if (set == "public" && !has_public) {
+    std::fprintf(stderr, "[gpualert] eval: no public corpus at '%s'\n", (root / "public" / "labels.tsv").c_str());
+    return 2;
+  }
+  bool ok = true;
+  std::string summary;
+  auto run_one = [&](const char* name, const std::filesystem::path& d, const std::string& sp) {
+    auto r = ga::evaluate_corpus(d, self_exe(), sp);
+    std::printf("== %s corpus (%s) ==\n%s", name, d.c_str(), ga::format_eval(r).c_str());
+    summary += fmt::format("  {} {:.4f} ({} logs)", name, r.macro_f1, r.total);
+    ok &= r.macro_f1 + 1e-12 >= min_f1;
+  };
+  if (set != "public") run_one("in-house", root, split);
+  if (set != "inhouse" && has_public) run_one("public", root / "public", "");
+  std::printf("macro-F1:%s\n", summary.c_str());
+  return ok ? 0 : 1;
 }
 
 int cmd_replay(int argc, char** argv) {
@@ -242,7 +265,7 @@ int cmd_run(int argc, char** argv) {
               "  gpualert classify LOGFILE [--exit-status N | --signal NAME] [--json]\n"
               "  gpualert outbox list|flush\n"
               "  gpualert config check\n"
-              "  gpualert eval CORPUS_DIR [--split train|heldout]\n");
+              "  gpualert eval CORPUS_DIR [--set all|inhouse|public] [--split train|heldout]\n");
 
   // Options end at the first word that is not one (the command) or at a "--" before it;
   // everything from the command on, including any later "--", is passed on untouched.

@@ -444,7 +444,7 @@ SYNTH = {
     "cuda_runtime": lambda v: (["exit:1", "signal:SIGABRT"][v % 2], "-"),
     "device_mismatch": lambda v: ("exit:1", "-"),
     "gpu_hardware": lambda v: (["exit:1", "signal:SIGKILL", "exit:1", "exit:1", "exit:255"][v % 5],
-                               ["-", "-", "-", "xid:13", "-"][v % 5]),
+                               ["-", "-", "-", "xid:79", "-"][v % 5]),
     "nan_loss": lambda v: (["exit:0", "exit:1", "exit:0", "exit:0"][v % 4], "-"),
     "ram_oom": lambda v: ("exit:1", "-"),
     "oom_killer": lambda v: ("signal:SIGKILL", "-"),
