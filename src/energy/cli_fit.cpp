@@ -35,6 +35,8 @@ nlohmann::json run_fit(const FitOptions& o) {
   std::vector<std::string> notes = data.notes;
   const std::vector<RunRecord> usable = reference_usable(data.records, &notes);
 
+  // An infinite ridge strength (null) keeps that half of the model at the table's defaults.
+  auto strength = [](double l) { return std::isfinite(l) ? nlohmann::json(l) : nlohmann::json(nullptr); };
   nlohmann::json j;
   j["data"] = o.csv;
   j["rows"] = data.records.size();
@@ -49,8 +51,6 @@ nlohmann::json run_fit(const FitOptions& o) {
   j["physical"]["r2_in_sample"] = phys.r2;
   j["physical"]["time_r2_in_sample"] = std::isfinite(phys.time_r2) ? nlohmann::json(phys.time_r2) : nlohmann::json(nullptr);
   j["physical"]["runs_with_duration"] = phys.timed;
-  // An infinite strength (null) keeps that half of the model at the table's defaults.
-  auto strength = [](double l) { return std::isfinite(l) ? nlohmann::json(l) : nlohmann::json(nullptr); };
   j["physical"]["lambda_time"] = strength(phys.lambda_time);
   j["physical"]["lambda_energy"] = strength(phys.lambda_energy);
   j["physical"]["hardware_table"] = table.origin();
@@ -69,7 +69,8 @@ nlohmann::json run_fit(const FitOptions& o) {
   nlohmann::json logo = nlohmann::json::array();
   for (const GpuHeldOut& g : leave_one_gpu_out(data.records, table, o.min_gpu_runs)) {
     logo.push_back({{"gpu", g.gpu}, {"train_n", g.train_n}, {"fitted", held_out_json(g.fitted)},
-                    {"defaults", held_out_json(g.defaults)}});
+                    {"defaults", held_out_json(g.defaults)}, {"lambda_time", strength(g.lambda_time)},
+                    {"lambda_energy", strength(g.lambda_energy)}});
     if (g.fitted.r2 < g.defaults.r2) {
       notes.push_back("leaving out " + g.gpu + ": the fitted model scores below the defaults");
     }

@@ -504,14 +504,15 @@ std::vector<GpuHeldOut> leave_one_gpu_out(const std::vector<RunRecord>& records,
       if (other != gpu) train.insert(train.end(), rows.begin(), rows.end());
     }
     if (train.size() < 5) continue;
-    const PhysicalParams p = fit_nested(d, train, defaults, FoldBy::kGpu);
+    const auto [lt, le] = choose_lambdas(d, train, defaults, FoldBy::kGpu);
+    const PhysicalParams p = fit_on(d, train, defaults, lt, le).params;
     std::vector<double> meas, fitted, def;
     for (int i : test) {
       meas.push_back(d[i].joules);
       fitted.push_back(predict_j(d[i], p));
       def.push_back(predict_j(d[i], defaults));
     }
-    out.push_back({gpu, score(meas, fitted), score(meas, def), int(train.size())});
+    out.push_back({gpu, score(meas, fitted), score(meas, def), int(train.size()), lt, le});
   }
   return out;
 }

@@ -53,6 +53,7 @@ struct GpuHeldOut {
   std::string gpu;
   HeldOut fitted, defaults;
   int train_n = 0;
+  double lambda_time = 0, lambda_energy = 0;  // chosen by the inner GPU-disjoint folds
 };
 
 struct CrossValidation {

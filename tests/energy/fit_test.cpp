@@ -190,6 +190,7 @@ TEST(FitPhysical, LeaveOneGpuOutPredictsAnUnseenGpu) {
     EXPECT_EQ(g.train_n, 200) << g.gpu;
     EXPECT_GT(g.fitted.r2, 0.95) << g.gpu;
     EXPECT_GT(g.fitted.r2, g.defaults.r2) << g.gpu;  // data made far from the defaults
+    EXPECT_TRUE(std::isfinite(g.lambda_time) || std::isfinite(g.lambda_energy)) << g.gpu;
   }
 }
 
@@ -243,6 +244,7 @@ TEST(FitPhysical, LeaveOneGpuOutShrinksToTheDefaultsWhenTheFitDoesNotCarryOver) 
   for (const GpuHeldOut& g : logo) {
     EXPECT_DOUBLE_EQ(g.fitted.r2, g.defaults.r2) << g.gpu;
     EXPECT_DOUBLE_EQ(g.fitted.rmse_ln, g.defaults.rmse_ln) << g.gpu;
+    EXPECT_TRUE(std::isinf(g.lambda_time) && std::isinf(g.lambda_energy)) << g.gpu;
   }
   // Fitted on all three with GPU-disjoint inner folds: both strengths infinite.
   const PhysicalFit all = fit_physical(runs, table(), -1, -1, FoldBy::kGpu);
