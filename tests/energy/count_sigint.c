@@ -8,6 +8,7 @@
  * --detach leaves the terminal's foreground process group, so a Ctrl-C typed at the terminal
  * can reach this process only if someone forwards it; a child left behind in the foreground
  * group (the witness) appends "int" to WITNESS when the terminal's SIGINT arrives. */
+#define _POSIX_C_SOURCE 200809L
 #include <fcntl.h>
 #include <signal.h>
 #include <string.h>
