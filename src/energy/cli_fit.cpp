@@ -1,5 +1,6 @@
 #include <cmath>
 #include <filesystem>
+#include <set>
 
 #include "energy/cli.h"
 #include "energy/fit.h"
@@ -34,6 +35,8 @@ nlohmann::json run_fit(const FitOptions& o) {
   std::vector<std::string> notes = data.notes;
   const std::vector<RunRecord> usable = reference_usable(data.records, &notes);
 
+  // An infinite ridge strength (null) keeps that half of the model at the table's defaults.
+  auto strength = [](double l) { return std::isfinite(l) ? nlohmann::json(l) : nlohmann::json(nullptr); };
   nlohmann::json j;
   j["data"] = o.csv;
   j["rows"] = data.records.size();
@@ -48,8 +51,8 @@ nlohmann::json run_fit(const FitOptions& o) {
   j["physical"]["r2_in_sample"] = phys.r2;
   j["physical"]["time_r2_in_sample"] = std::isfinite(phys.time_r2) ? nlohmann::json(phys.time_r2) : nlohmann::json(nullptr);
   j["physical"]["runs_with_duration"] = phys.timed;
-  j["physical"]["lambda_time"] = phys.lambda_time;
-  j["physical"]["lambda_energy"] = phys.lambda_energy;
+  j["physical"]["lambda_time"] = strength(phys.lambda_time);
+  j["physical"]["lambda_energy"] = strength(phys.lambda_energy);
   j["physical"]["hardware_table"] = table.origin();
   j["physical_defaults"] = physical_params_json(PhysicalParams::from_table(table));
 
@@ -66,7 +69,8 @@ nlohmann::json run_fit(const FitOptions& o) {
   nlohmann::json logo = nlohmann::json::array();
   for (const GpuHeldOut& g : leave_one_gpu_out(data.records, table, o.min_gpu_runs)) {
     logo.push_back({{"gpu", g.gpu}, {"train_n", g.train_n}, {"fitted", held_out_json(g.fitted)},
-                    {"defaults", held_out_json(g.defaults)}});
+                    {"defaults", held_out_json(g.defaults)}, {"lambda_time", strength(g.lambda_time)},
+                    {"lambda_energy", strength(g.lambda_energy)}});
     if (g.fitted.r2 < g.defaults.r2) {
       notes.push_back("leaving out " + g.gpu + ": the fitted model scores below the defaults");
     }
@@ -74,19 +78,32 @@ nlohmann::json run_fit(const FitOptions& o) {
   j["leave_one_gpu_out"] = logo;
 
   if (!o.test_csv.empty()) {
-    // Fit on DATA only (ridge strengths by group-disjoint CV inside it), score the other file.
+    // Fit on DATA only and score the other file. The test file is meant to hold other GPUs, so
+    // the ridge strengths come from folds that leave whole GPUs of DATA out (configuration
+    // families when DATA has a single GPU): a fit that does not carry over between the GPUs
+    // of DATA shrinks back to the defaults.
     const Dataset test = load(o.test_csv);
+    std::set<std::string> gpus;
+    for (const RunRecord& r : data.records) gpus.insert(table.find(r.gpu).key);
+    const FoldBy by = gpus.size() > 1 ? FoldBy::kGpu : FoldBy::kGroup;
+    const PhysicalFit across = fit_physical(data.records, table, -1, -1, by);
     std::vector<double> meas, fitted, def;
     const PhysicalParams defaults = PhysicalParams::from_table(table);
     for (const RunRecord& r : test.records) {
       meas.push_back(r.energy_kwh);
-      fitted.push_back(predict_physical_kwh(r, table, phys.params));
+      fitted.push_back(predict_physical_kwh(r, table, across.params));
       def.push_back(predict_physical_kwh(r, table, defaults));
     }
-    const nlohmann::json h = held_out_json(score(meas, fitted));
+    const HeldOut fitted_score = score(meas, fitted), default_score = score(meas, def);
+    const nlohmann::json h = held_out_json(fitted_score);
     j["test"] = {{"data", o.test_csv}, {"test_r2", h["heldout_r2"]}, {"test_rmse_ln", h["heldout_rmse_ln"]},
-                 {"test_mape", h["heldout_mape"]}, {"n", h["n"]}, {"defaults", held_out_json(score(meas, def))}};
+                 {"test_mape", h["heldout_mape"]}, {"n", h["n"]}, {"folds_by", by == FoldBy::kGpu ? "gpu" : "group"},
+                 {"lambda_time", strength(across.lambda_time)}, {"lambda_energy", strength(across.lambda_energy)},
+                 {"defaults", held_out_json(default_score)}};
     for (const char* k : {"test_r2", "test_rmse_ln", "test_mape"}) j[k] = j["test"][k];
+    if (fitted_score.r2 < default_score.r2) {
+      notes.push_back("on " + o.test_csv + " the fitted physical model scores below the hardware-table defaults");
+    }
   }
 
   nlohmann::json preds = nlohmann::json::array();

@@ -155,7 +155,9 @@ using EnergyVec = std::array<double, kEnergy>;
 // Efficiencies are bounded by the datasheet: 1/efficiency >= 1 for compute, memory and link.
 constexpr TimeVec kTimeLower = {0, 0, 0, 1, 1, 0, 1, 0};
 constexpr std::array<bool, kTime> kBusy = {false, false, false, true, true, true, true, false};
-constexpr double kLambdas[] = {1e-4, 1e-2, 1, 100};
+// Ridge strengths tried by the inner cross-validation; infinity keeps the defaults exactly, so
+// a fit that does not carry over to the inner held-out folds shrinks all the way back to them.
+constexpr double kLambdas[] = {1e-4, 1e-2, 1, 100, 1e4, INFINITY};
 
 struct Design {
   RunFeatures f;
@@ -163,6 +165,7 @@ struct Design {
   double joules = 0;
   std::optional<double> seconds;
   std::string group;
+  std::string gpu;  // hardware-table key
 };
 
 TimeVec time_features(const RunFeatures& f) {
@@ -268,6 +271,7 @@ std::vector<Design> designs_of(const std::vector<RunRecord>& records, const Hard
     d.joules = r.energy_kwh * 3.6e6;
     d.seconds = r.duration_s;
     d.group = r.group;
+    d.gpu = table.find(r.gpu).key;
     out.push_back(d);
   }
   return out;
@@ -297,57 +301,85 @@ FitDetail fit_on(const std::vector<Design>& d, const std::vector<int>& rows, con
   out.timed = int(xt.size());
   // Measured durations of the training runs teach the time coefficients; predictions never
   // read one. Without durations the time model keeps its defaults.
-  if (xt.size() >= 5) tau = fit_relative(xt, yt, tau, kTimeLower, lambda_time);
-  set_time(out.params, tau);
+  if (xt.size() >= 5 && std::isfinite(lambda_time)) {
+    tau = fit_relative(xt, yt, tau, kTimeLower, lambda_time);
+    set_time(out.params, tau);
+  }
   std::vector<EnergyVec> xe;
   std::vector<double> ye;
   for (int i : rows) xe.push_back(energy_features(d[i], tau)), ye.push_back(d[i].joules);
-  set_energy(out.params, fit_relative(xe, ye, energy_coefficients(defaults), EnergyVec{}, lambda_energy));
+  if (std::isfinite(lambda_energy)) {
+    set_energy(out.params, fit_relative(xe, ye, energy_coefficients(defaults), EnergyVec{}, lambda_energy));
+  }
   return out;
 }
 
-// Group-disjoint folds over `rows`: groups sorted, assigned round-robin.
-std::vector<std::vector<int>> group_folds(const std::vector<Design>& d, const std::vector<int>& rows, int folds) {
+const std::string& key_of(const Design& d, FoldBy by) { return by == FoldBy::kGpu ? d.gpu : d.group; }
+
+// Disjoint folds over `rows` by configuration family or by GPU: keys sorted, assigned
+// round-robin.
+std::vector<std::vector<int>> group_folds(const std::vector<Design>& d, const std::vector<int>& rows, int folds,
+                                          FoldBy by = FoldBy::kGroup) {
   std::set<std::string> set;
-  for (int i : rows) set.insert(d[i].group);
+  for (int i : rows) set.insert(key_of(d[i], by));
   const std::vector<std::string> groups(set.begin(), set.end());
   const int k = std::min<int>(folds, int(groups.size()));
   std::map<std::string, int> fold_of;
   for (size_t i = 0; i < groups.size(); ++i) fold_of[groups[i]] = int(i) % std::max(k, 1);
   std::vector<std::vector<int>> out(std::max(k, 1));
-  for (int i : rows) out[fold_of[d[i].group]].push_back(i);
+  for (int i : rows) out[fold_of[key_of(d[i], by)]].push_back(i);
   return out;
 }
 
-// Ridge strengths by group-disjoint cross-validation inside `rows` (the inner loop of nested CV).
+// Ridge strengths by cross-validation inside `rows` (the inner loop of nested CV), its folds
+// disjoint in the same key as the outer evaluation: configuration families, or GPUs (every
+// training GPU left out in turn). The criterion is the worst inner fold's relative regret
+// against the defaults (its mean squared ln error over theirs, minus one), so a pair of
+// strengths is chosen only if its fit beats the defaults on every inner held-out fold, a GPU
+// with few runs counting as much as one with many; otherwise the defaults are kept (both
+// strengths infinite), as they are without two keys to split on.
 std::pair<double, double> choose_lambdas(const std::vector<Design>& d, const std::vector<int>& rows,
-                                         const PhysicalParams& defaults) {
-  const auto folds = group_folds(d, rows, 4);
-  if (folds.size() < 2) return {1.0, 1.0};
-  double best = INFINITY;
-  std::pair<double, double> choice{1.0, 1.0};
-  for (double lt : kLambdas) {
-    for (double le : kLambdas) {
-      double sse = 0;
-      for (size_t f = 0; f < folds.size(); ++f) {
-        std::vector<int> train;
-        for (size_t g = 0; g < folds.size(); ++g) {
-          if (g != f) train.insert(train.end(), folds[g].begin(), folds[g].end());
-        }
-        const PhysicalParams p = fit_on(d, train, defaults, lt, le).params;
-        for (int i : folds[f]) {
-          const double pred = predict_j(d[i], p);
-          sse += pred > 0 ? std::pow(std::log(pred / d[i].joules), 2) : 1e6;
-        }
+                                         const PhysicalParams& defaults, FoldBy by) {
+  const auto folds = group_folds(d, rows, by == FoldBy::kGpu ? 1 << 20 : 4, by);
+  if (folds.size() < 2) return {INFINITY, INFINITY};
+  // Mean squared ln error of each inner held-out fold for one pair of strengths.
+  auto fold_errors = [&](double lt, double le) {
+    std::vector<double> mse;
+    for (size_t f = 0; f < folds.size(); ++f) {
+      std::vector<int> train;
+      for (size_t g = 0; g < folds.size(); ++g) {
+        if (g != f) train.insert(train.end(), folds[g].begin(), folds[g].end());
       }
-      if (sse < best) best = sse, choice = {lt, le};
+      const PhysicalParams p = fit_on(d, train, defaults, lt, le).params;
+      double sse = 0;
+      for (int i : folds[f]) {
+        const double pred = predict_j(d[i], p);
+        sse += pred > 0 ? std::pow(std::log(pred / d[i].joules), 2) : 1e6;
+      }
+      mse.push_back(sse / double(folds[f].size()));
+    }
+    return mse;
+  };
+  const std::vector<double> base = fold_errors(INFINITY, INFINITY);
+  // A fit must cut every inner fold's error by at least 1% to be chosen over the defaults: a
+  // smaller gain on the training GPUs is within what moves either way on an unseen one.
+  double best = -0.01;
+  std::pair<double, double> choice{INFINITY, INFINITY};
+  // From the strongest pull down, so that a tie keeps the pair closer to the defaults.
+  for (auto lt = std::rbegin(kLambdas); lt != std::rend(kLambdas); ++lt) {
+    for (auto le = std::rbegin(kLambdas); le != std::rend(kLambdas); ++le) {
+      const std::vector<double> mse = fold_errors(*lt, *le);
+      double crit = -INFINITY;
+      for (size_t f = 0; f < mse.size(); ++f) crit = std::max(crit, (mse[f] - base[f]) / std::max(base[f], 1e-12));
+      if (crit < best) best = crit, choice = {*lt, *le};
     }
   }
   return choice;
 }
 
-PhysicalParams fit_nested(const std::vector<Design>& d, const std::vector<int>& rows, const PhysicalParams& defaults) {
-  const auto [lt, le] = choose_lambdas(d, rows, defaults);
+PhysicalParams fit_nested(const std::vector<Design>& d, const std::vector<int>& rows, const PhysicalParams& defaults,
+                          FoldBy by) {
+  const auto [lt, le] = choose_lambdas(d, rows, defaults, by);
   return fit_on(d, rows, defaults, lt, le).params;
 }
 
@@ -358,13 +390,13 @@ double predict_physical_kwh(const RunRecord& r, const HardwareTable& table, cons
 }
 
 PhysicalFit fit_physical(const std::vector<RunRecord>& records, const HardwareTable& table,
-                         double lambda_time, double lambda_energy) {
+                         double lambda_time, double lambda_energy, FoldBy by) {
   if (records.size() < 5) fail("need at least 5 runs to fit the physical model");
   const std::vector<Design> d = designs_of(records, table);
   std::vector<int> all(records.size());
   for (size_t i = 0; i < all.size(); ++i) all[i] = int(i);
   const PhysicalParams defaults = PhysicalParams::from_table(table);
-  if (lambda_time < 0 || lambda_energy < 0) std::tie(lambda_time, lambda_energy) = choose_lambdas(d, all, defaults);
+  if (lambda_time < 0 || lambda_energy < 0) std::tie(lambda_time, lambda_energy) = choose_lambdas(d, all, defaults, by);
   const FitDetail fd = fit_on(d, all, defaults, lambda_time, lambda_energy);
   PhysicalFit fit;
   fit.params = fd.params;
@@ -433,7 +465,7 @@ CrossValidation cross_validate(const std::vector<RunRecord>& records, const Hard
       cv.notes.push_back("fold " + std::to_string(f + 1) + ": too few training runs with a known efficiency "
                          "to fit the reference model; its held-out runs are not scored for it");
     }
-    const PhysicalParams phys = fit_nested(d, train, defaults);
+    const PhysicalParams phys = fit_nested(d, train, defaults, FoldBy::kGroup);
     for (int i : split[f]) {
       const RunRecord& r = records[i];
       const double pk = predict_j(d[i], phys) / 3.6e6;
@@ -472,14 +504,15 @@ std::vector<GpuHeldOut> leave_one_gpu_out(const std::vector<RunRecord>& records,
       if (other != gpu) train.insert(train.end(), rows.begin(), rows.end());
     }
     if (train.size() < 5) continue;
-    const PhysicalParams p = fit_nested(d, train, defaults);
+    const auto [lt, le] = choose_lambdas(d, train, defaults, FoldBy::kGpu);
+    const PhysicalParams p = fit_on(d, train, defaults, lt, le).params;
     std::vector<double> meas, fitted, def;
     for (int i : test) {
       meas.push_back(d[i].joules);
       fitted.push_back(predict_j(d[i], p));
       def.push_back(predict_j(d[i], defaults));
     }
-    out.push_back({gpu, score(meas, fitted), score(meas, def), int(train.size())});
+    out.push_back({gpu, score(meas, fitted), score(meas, def), int(train.size()), lt, le});
   }
   return out;
 }

@@ -53,6 +53,7 @@ struct GpuHeldOut {
   std::string gpu;
   HeldOut fitted, defaults;
   int train_n = 0;
+  double lambda_time = 0, lambda_energy = 0;  // chosen by the inner GPU-disjoint folds
 };
 
 struct CrossValidation {
@@ -81,10 +82,17 @@ std::vector<RunRecord> reference_usable(const std::vector<RunRecord>& records,
                                         std::vector<std::string>* skipped = nullptr);
 
 ReferenceFit fit_reference(const std::vector<RunRecord>& records);
+
+// What the folds of a cross-validation keep apart: configuration families, or whole GPUs.
+enum class FoldBy { kGroup, kGpu };
+
 // Fits the physical model; `lambda_time`/`lambda_energy` < 0 choose the ridge strengths by
-// group-disjoint cross-validation inside `records` (otherwise they are used as given).
+// cross-validation inside `records` with folds disjoint by `by` (otherwise they are used as
+// given; infinity keeps the table's defaults for that half of the model). The ridge pulls
+// every coefficient towards the hardware table's default, so large strengths return the
+// defaults.
 PhysicalFit fit_physical(const std::vector<RunRecord>& records, const HardwareTable& table,
-                         double lambda_time = -1, double lambda_energy = -1);
+                         double lambda_time = -1, double lambda_energy = -1, FoldBy by = FoldBy::kGroup);
 double predict_physical_kwh(const RunRecord& r, const HardwareTable& table, const PhysicalParams& p);
 
 // Group-disjoint k-fold cross-validation of both models on the same splits (groups are

@@ -52,11 +52,12 @@ struct ModelDefaults {
   double step_overhead_ms = 8.0;
   double comm_overlap = 0.3;
   double link_latency_us = 100.0;
-  double busy_fraction = 0.8;
+  double busy_fraction = 0.3;
   double startup_s = 10.0;             // process start, device context, model and data set-up
   double fixed_power_fraction = 0.2;   // share of (max - idle) drawn during fixed, launch-bound time
-  double idle_scale = 1.0;      // fitted scales on the table's powers (1 until fitted)
-  double dynamic_scale = 1.0;
+  double idle_scale = 1.0;      // fitted scale on the table's idle power (1 until fitted)
+  double dynamic_scale = 0.7;   // share of (max - idle) spent per FLOP and byte; with busy_fraction, 1
+
   double interval_ln = 0.35;    // half-width of the reported interval in ln space
 };
 

@@ -59,8 +59,8 @@ struct PhysicalParams {
   double host_power_w = 200;   // per node
   double rank_power_w = 30;    // per GPU: the host process (one CPU core, data loading) driving it
   double idle_scale = 1.0;
-  double dynamic_scale = 1.0;
-  double busy_fraction = 0.8;
+  double dynamic_scale = 0.7;
+  double busy_fraction = 0.3;
   double startup_s = 10.0;
   double fixed_power_fraction = 0.2;
   double interval_ln = 0.35;  // half-width of the reported interval in ln space

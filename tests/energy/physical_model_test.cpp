@@ -88,6 +88,7 @@ TEST(PhysicalModel, PricesDispatchesByRoofline) {
   p.host_power_w = 100;
   p.rank_power_w = 0;
   p.busy_fraction = 0;
+  p.dynamic_scale = 1;
   p.fixed_power_fraction = 0.5;
   const std::vector<WorkItem> work = {{"big", "matmul", 989.4e12, 3.35e9, 0},
                                       {"tiny", "elementwise", 0, 1e3, 1}};
@@ -101,7 +102,7 @@ TEST(PhysicalModel, PricesDispatchesByRoofline) {
   EXPECT_NEAR(r.dispatches[1].time_s, t_tiny, 1e-15);
   EXPECT_EQ(r.dispatches[1].bound, "launch");
   // Idle 70 W throughout, half the 630 W range during the launch only (busy_fraction 0),
-  // 0.7 * 630 W / peak per FLOP and 0.3 * 630 W / bandwidth per byte.
+  // 0.7 * 630 W / peak per FLOP and 0.3 * 630 W / bandwidth per byte (dynamic_scale 1).
   const double e_big = 70 * t_big + 0.5 * 630 * 10e-6 + 0.7 * 630 * 1.0 + 0.3 * 630 * 1e-3;
   const double e_tiny = 70 * t_tiny + 0.5 * 630 * 10e-6 + 0.3 * 630 * 1e3 / 3.35e12;
   EXPECT_NEAR(r.dispatches[0].energy_j, e_big, 1e-9);
@@ -127,6 +128,38 @@ TEST(PhysicalModel, LaunchBoundProgramsRunNearIdlePower) {
   EXPECT_LT(device_w, 0.3 * h100.max_w);
   EXPECT_GT(device_w, h100.idle_w);
   EXPECT_NEAR(r.joules_per_token, r.total_energy_j / 4096, 1e-12);
+}
+
+// With the shipped defaults (busy_fraction 0.3, dynamic_scale 0.7, compute and memory
+// efficiency 0.45 and 0.75, launch 20 us at 0.2 of the range) on an H100 (idle 70 W, max 700 W,
+// 989.4 TFLOP/s bf16, 3350 GB/s): a one-second memory-bound dispatch draws idle + (0.3 +
+// 0.7 * 0.3 * 0.75) of the 630 W range, a one-second compute-bound one idle + (0.3 + 0.7 * 0.7
+// * 0.45), and no busy second is priced above the board's rating. Expected values by hand
+// from those numbers.
+TEST(PhysicalModel, BusyPowerStaysWithinTheBoardRange) {
+  const PhysicalParams p = PhysicalParams::from_table(table());
+  ASSERT_DOUBLE_EQ(p.busy_fraction + p.dynamic_scale, 1.0);
+  const DeviceSpec& h100 = table().find("h100-sxm");
+  const double launch_j = 70 * 20e-6 + 0.2 * 630 * 20e-6;
+  const WorkItem memory{"copy", "elementwise", 0, 3350e9 * 0.75, 0};
+  const PhysicalPrediction m = predict_work({memory}, h100, p, "bf16");
+  EXPECT_NEAR(m.time_s, 1 + 20e-6, 1e-12);
+  EXPECT_NEAR(m.device_energy_j, 70 + (0.3 + 0.7 * 0.3 * 0.75) * 630 + launch_j, 1e-9);
+  EXPECT_EQ(m.dispatches[0].bound, "memory");
+  const WorkItem compute{"gemm", "matmul", 989.4e12 * 0.45, 0, 0};
+  const PhysicalPrediction c = predict_work({compute}, h100, p, "bf16");
+  EXPECT_NEAR(c.device_energy_j, 70 + (0.3 + 0.7 * 0.7 * 0.45) * 630 + launch_j, 1e-9);
+  // The most a dispatch can draw: compute at full efficiency, idle + (0.3 + 0.7 * 0.7) of the
+  // range = 567.7 W, under the 700 W rating (the roofline adds compute and memory time, so
+  // FLOPs and bytes never both run at their roofs at once).
+  PhysicalParams full = p;
+  full.compute_efficiency = 1;
+  full.dispatch_overhead_s = 0;
+  const WorkItem peak{"gemm", "matmul", 989.4e12, 0, 0};
+  const PhysicalPrediction f = predict_work({peak}, h100, full, "bf16");
+  EXPECT_NEAR(f.time_s, 1.0, 1e-12);
+  EXPECT_NEAR(f.device_energy_j, 70 + (0.3 + 0.7 * 0.7) * 630, 1e-9);
+  EXPECT_LT(f.device_energy_j, h100.max_w);
 }
 
 // Tensor parallelism splits the weights, and with them their optimizer state, N ways once:
