@@ -14,6 +14,8 @@
 #include <oneapi/dnnl/dnnl.hpp>
 #include <random>
 #include <span>
+#include <string>
+#include <unordered_map>
 #include <vector>
 
 #include "backend/cpu/gemm.h"
@@ -25,17 +27,23 @@ using Clock = std::chrono::steady_clock;
 
 namespace {
 
-// Median wall time of `reps` runs after one warm-up.
-double median_s(int reps, const std::function<void()>& f) {
-  f();
-  std::vector<double> t;
-  for (int i = 0; i < reps; ++i) {
-    const auto t0 = Clock::now();
-    f();
-    t.push_back(std::chrono::duration<double>(Clock::now() - t0).count());
+// Median wall times of the variants over `reps` rounds after one warm-up round; each round runs
+// every variant once, alternating, so that load changes on a shared machine hit all alike.
+std::vector<double> medians_s(int reps, const std::vector<std::function<void()>>& fs) {
+  std::vector<std::vector<double>> t(fs.size());
+  for (int r = -1; r < reps; ++r) {
+    for (size_t i = 0; i < fs.size(); ++i) {
+      const auto t0 = Clock::now();
+      fs[i]();
+      if (r >= 0) t[i].push_back(std::chrono::duration<double>(Clock::now() - t0).count());
+    }
   }
-  std::sort(t.begin(), t.end());
-  return t[t.size() / 2];
+  std::vector<double> m;
+  for (auto& v : t) {
+    std::sort(v.begin(), v.end());
+    m.push_back(v[v.size() / 2]);
+  }
+  return m;
 }
 
 std::vector<float> randn(int64_t n, uint64_t seed) {
@@ -54,15 +62,17 @@ void bench_gemm(int threads, int64_t max_n) {
     const int reps = n >= 2048 ? 5 : n >= 1024 ? 9 : 21;
     const double flop = 2.0 * double(n) * double(n) * double(n);
     auto ours = [&](cpu::F32Gemm lib) {
-      cpu::set_f32_gemm(lib);
-      return median_s(reps, [&] { cpu::gemm(false, false, n, n, n, 1.f, a.data(), n, b.data(), n, 0.f, c.data(), n); });
+      return [&, lib] {
+        cpu::set_f32_gemm(lib);
+        cpu::gemm(false, false, n, n, n, 1.f, a.data(), n, b.data(), n, 0.f, c.data(), n);
+      };
     };
-    const double t_blas = ours(cpu::F32Gemm::openblas), t_dnnl = ours(cpu::F32Gemm::onednn);
-    omp_set_num_threads(threads);
-    const double t_omp = median_s(reps, [&] {
+    const std::vector<double> t = medians_s(reps, {ours(cpu::F32Gemm::openblas), ours(cpu::F32Gemm::onednn), [&] {
+      omp_set_num_threads(threads);
       dnnl_sgemm('N', 'N', n, n, n, 1.f, a.data(), n, b.data(), n, 0.f, c.data(), n);
-    });
-    omp_set_num_threads(1);
+      omp_set_num_threads(1);
+    }});
+    const double t_blas = t[0], t_dnnl = t[1], t_omp = t[2];
     std::printf("| %lld | %.2f ms (%.0f GFLOP/s) | %.2f ms (%.0f GFLOP/s) | %.2f ms (%.0f GFLOP/s) | %.2f |\n",
                 (long long)n, t_blas * 1e3, flop / t_blas * 1e-9, t_dnnl * 1e3, flop / t_dnnl * 1e-9, t_omp * 1e3,
                 flop / t_omp * 1e-9, t_blas / t_dnnl);
@@ -71,39 +81,92 @@ void bench_gemm(int threads, int64_t max_n) {
 
 struct Layer { const char* name; int64_t n, c, h, w, o, k, s, p; };
 
-// oneDNN's convolution primitive on plain NCHW/OIHW memory, forward only (what the backend
-// would get without carrying blocked layouts between ops); primitive created once.
-double onednn_conv_forward(const Layer& l, int64_t oh, int64_t ow, int reps, int threads) {
-  using namespace dnnl;
-  engine eng(engine::kind::cpu, 0);
-  stream st(eng);
-  using tag = memory::format_tag;
-  memory::desc src({l.n, l.c, l.h, l.w}, memory::data_type::f32, tag::nchw);
-  memory::desc wei({l.o, l.c, l.k, l.k}, memory::data_type::f32, tag::oihw);
-  memory::desc dst({l.n, l.o, oh, ow}, memory::data_type::f32, tag::nchw);
-  convolution_forward::desc d(prop_kind::forward_training, algorithm::convolution_direct, src, wei, dst,
-                              {l.s, l.s}, {l.p, l.p}, {l.p, l.p});
-  convolution_forward::primitive_desc pd(d, eng);
-  std::vector<float> x = randn(l.n * l.c * l.h * l.w, 3), w = randn(l.o * l.c * l.k * l.k, 4);
-  std::vector<float> y(size_t(l.n * l.o * oh * ow));
-  memory xm(src, eng, x.data()), wm(wei, eng, w.data()), ym(dst, eng, y.data());
-  convolution_forward conv(pd);
-  omp_set_num_threads(threads);
-  const double t = median_s(reps, [&] {
-    conv.execute(st, {{DNNL_ARG_SRC, xm}, {DNNL_ARG_WEIGHTS, wm}, {DNNL_ARG_DST, ym}});
+// oneDNN's convolution primitives, created once. plain: on NCHW/OIHW memory as the backend's
+// tensors are; blocked: oneDNN's preferred layouts, with the reorders from and to NCHW/OIHW
+// that the backend would need around each op counted in the time.
+struct OnednnConv {
+  dnnl::engine eng{dnnl::engine::kind::cpu, 0};
+  dnnl::stream st{eng};
+  std::vector<std::vector<float>> bufs;
+  std::vector<std::function<void()>> steps;
+  std::string impl;
+  int threads = 1;
+
+  OnednnConv(const Layer& l, int64_t oh, int64_t ow, int dir, bool blocked, int threads_) : threads(threads_) {
+    using namespace dnnl;
+    using tag = memory::format_tag;
+    const memory::dims xd{l.n, l.c, l.h, l.w}, wd{l.o, l.c, l.k, l.k}, yd{l.n, l.o, oh, ow};
+    const memory::dims stride{l.s, l.s}, pad{l.p, l.p};
+    auto md = [&](const memory::dims& d, tag t) { return memory::desc(d, memory::data_type::f32, blocked ? tag::any : t); };
+    convolution_forward::primitive_desc fwd(
+        convolution_forward::desc(prop_kind::forward_training, algorithm::convolution_direct, md(xd, tag::nchw),
+                                  md(wd, tag::oihw), md(yd, tag::nchw), stride, pad, pad),
+        eng);
+    // The op's two inputs and its output: (plain dims and tag, the primitive's desc, argument).
+    struct Io { memory::dims dims; tag t; memory::desc want; int arg; };
+    std::vector<Io> io;
+    primitive prim;
+    if (dir == 0) {
+      io = {{xd, tag::nchw, fwd.src_desc(), DNNL_ARG_SRC}, {wd, tag::oihw, fwd.weights_desc(), DNNL_ARG_WEIGHTS},
+            {yd, tag::nchw, fwd.dst_desc(), DNNL_ARG_DST}};
+      prim = convolution_forward(fwd);
+      impl = fwd.impl_info_str();
+    } else if (dir == 1) {
+      convolution_backward_data::primitive_desc pd(
+          convolution_backward_data::desc(algorithm::convolution_direct, md(xd, tag::nchw), md(wd, tag::oihw),
+                                          md(yd, tag::nchw), stride, pad, pad),
+          eng, fwd);
+      io = {{yd, tag::nchw, pd.diff_dst_desc(), DNNL_ARG_DIFF_DST}, {wd, tag::oihw, pd.weights_desc(), DNNL_ARG_WEIGHTS},
+            {xd, tag::nchw, pd.diff_src_desc(), DNNL_ARG_DIFF_SRC}};
+      prim = convolution_backward_data(pd);
+      impl = pd.impl_info_str();
+    } else {
+      convolution_backward_weights::primitive_desc pd(
+          convolution_backward_weights::desc(algorithm::convolution_direct, md(xd, tag::nchw), md(wd, tag::oihw),
+                                             md(yd, tag::nchw), stride, pad, pad),
+          eng, fwd);
+      io = {{xd, tag::nchw, pd.src_desc(), DNNL_ARG_SRC}, {yd, tag::nchw, pd.diff_dst_desc(), DNNL_ARG_DIFF_DST},
+            {wd, tag::oihw, pd.diff_weights_desc(), DNNL_ARG_DIFF_WEIGHTS}};
+      prim = convolution_backward_weights(pd);
+      impl = pd.impl_info_str();
+    }
+    std::unordered_map<int, memory> args;
+    std::vector<std::function<void()>> after;
+    for (size_t i = 0; i < io.size(); ++i) {
+      const memory::desc plain(io[i].dims, memory::data_type::f32, io[i].t);
+      bufs.push_back(randn(int64_t(plain.get_size() / sizeof(float)), 7 + i));
+      memory user(plain, eng, bufs.back().data());
+      if (io[i].want == plain) {
+        args[io[i].arg] = user;
+        continue;
+      }
+      memory inner(io[i].want, eng);
+      args[io[i].arg] = inner;
+      if (i < 2) {
+        reorder r(user, inner);
+        steps.push_back([this, r, user, inner]() mutable { r.execute(st, user, inner); });
+      } else {
+        reorder r(inner, user);
+        after.push_back([this, r, user, inner]() mutable { r.execute(st, inner, user); });
+      }
+    }
+    steps.push_back([this, prim, args]() mutable { prim.execute(st, args); });
+    for (auto& f : after) steps.push_back(f);
+  }
+  void run() {
+    omp_set_num_threads(threads);
+    for (auto& f : steps) f();
     st.wait();
-  });
-  omp_set_num_threads(1);
-  std::printf("    (oneDNN picked %s)\n", pd.impl_info_str());
-  return t;
-}
+    omp_set_num_threads(1);
+  }
+};
 
 void bench_conv(int threads) {
   const Layer layers[] = {{"3x3 64->64 56x56", 8, 64, 56, 56, 64, 3, 1, 1},
                           {"1x1 256->64 56x56", 8, 256, 56, 56, 64, 1, 1, 0},
                           {"7x7/2 3->64 224x224 (stem)", 8, 3, 224, 224, 64, 7, 2, 3}};
-  std::printf("\n| conv (batch 8) | direction | im2col+OpenBLAS | im2col+oneDNN sgemm | ratio | oneDNN conv primitive (NCHW) |\n");
-  std::printf("| --- | --- | --- | --- | --- | --- |\n");
+  std::printf("\n| conv (batch 8) | direction | im2col+OpenBLAS | im2col+oneDNN sgemm | ratio | oneDNN primitive, NCHW | oneDNN primitive, blocked + reorders |\n");
+  std::printf("| --- | --- | --- | --- | --- | --- | --- |\n");
   for (const Layer& l : layers) {
     const int64_t oh = (l.h + 2 * l.p - l.k) / l.s + 1, ow = (l.w + 2 * l.p - l.k) / l.s + 1;
     const Shape xs{l.n, l.c, l.h, l.w}, ws{l.o, l.c, l.k, l.k}, ys{l.n, l.o, oh, ow};
@@ -134,15 +197,13 @@ void bench_conv(int threads) {
       s.set("a", std::span<const float>(va));
       s.set("b", std::span<const float>(vb));
       const int reps = 7;
-      cpu::set_f32_gemm(cpu::F32Gemm::openblas);
-      const double t_blas = median_s(reps, [&] { s.run(); });
-      cpu::set_f32_gemm(cpu::F32Gemm::onednn);
-      const double t_dnnl = median_s(reps, [&] { s.run(); });
+      OnednnConv plain(l, oh, ow, dir, false, threads), blocked(l, oh, ow, dir, true, threads);
+      const std::vector<double> t = medians_s(reps, {[&] { cpu::set_f32_gemm(cpu::F32Gemm::openblas); s.run(); },
+                                                     [&] { cpu::set_f32_gemm(cpu::F32Gemm::onednn); s.run(); },
+                                                     [&] { plain.run(); }, [&] { blocked.run(); }});
       const char* names[] = {"forward", "backward input", "backward weight"};
-      char prim[64] = "-";
-      if (dir == 0) std::snprintf(prim, sizeof prim, "%.1f ms", onednn_conv_forward(l, oh, ow, reps, threads) * 1e3);
-      std::printf("| %s | %s | %.1f ms | %.1f ms | %.2f | %s |\n", l.name, names[dir], t_blas * 1e3, t_dnnl * 1e3,
-                  t_blas / t_dnnl, prim);
+      std::printf("| %s | %s | %.1f ms | %.1f ms | %.2f | %.1f ms (%s) | %.1f ms (%s) |\n", l.name, names[dir],
+                  t[0] * 1e3, t[1] * 1e3, t[0] / t[1], t[2] * 1e3, plain.impl.c_str(), t[3] * 1e3, blocked.impl.c_str());
       std::fflush(stdout);
     }
   }
