@@ -1,5 +1,6 @@
-// The f32 GEMM (oneDNN) and the f32 matmul and convolution kernels built on it, elementwise
-// against f64 loops written here, independently of the kernels.
+// The f32 GEMM (oneDNN), and the f32 matmul and convolution kernels (oneDNN's sgemm and
+// convolution primitives), elementwise against f64 loops written here, independently of the
+// kernels.
 // Tolerance: a length-L f32 dot product of f32-rounded inputs is within (L + 2) * u * sum|a_k b_k|
 // of the exact one (u = 2^-24, the standard forward bound for any summation order, blocked or
 // not); each check allows twice that per element, plus 1e-6 for alpha/beta scaling.
@@ -86,13 +87,16 @@ TEST(GemmF32, OneDnnAgainstF64) {
 struct Harness {
   Graph g;
   std::map<std::string, Vec> values;
+  int threads = 0;
   Tensor in(const std::string& name, Shape s) {
     values[name] = randn(numel(s), values.size() * 31 + 7);
     return g.input(name, s);
   }
   std::vector<float> eval(Tensor y) {
     g.output("y", y);
-    Session s;
+    SessionOptions so;
+    so.threads = threads;
+    Session s(so);
     s.add(g);
     for (auto& [k, v] : values) s.set(k, std::span<const double>(v));
     s.run();
@@ -151,15 +155,18 @@ void for_each_term(const ConvCase& c, int64_t oh, int64_t ow, const std::functio
               }
 }
 
+// 3x3/7x7 kernels without groups or dilation run on oneDNN's convolution primitives, the rest on
+// im2col + oneDNN sgemm. Three threads: batches of 1 (one part, oneDNN threading it), 2 (two
+// parts, one thread idle) and 5 (uneven parts; weight gradients summed over parts).
 TEST(GemmF32, ConvolutionAllDirectionsAgainstF64) {
-  for (ConvCase c : {ConvCase{2, 3, 9, 8, 4, 3, 3, 1, 1, 1, 1},    // 3x3 same padding
+  for (ConvCase c : {ConvCase{5, 4, 9, 7, 6, 3, 3, 2, 1, 1, 1},  // oneDNN, uneven batch split {ConvCase{2, 3, 9, 8, 4, 3, 3, 1, 1, 1, 1},    // 3x3 same padding
                      ConvCase{1, 4, 11, 10, 6, 3, 3, 2, 1, 2, 2},  // stride, dilation, groups
                      ConvCase{2, 6, 7, 7, 6, 3, 3, 1, 1, 1, 6},    // depthwise
                      ConvCase{2, 8, 6, 5, 4, 1, 1, 1, 0, 1, 1},    // pointwise (no im2col)
                      ConvCase{1, 8, 9, 9, 4, 1, 1, 2, 0, 1, 1},    // strided 1x1
                      ConvCase{1, 3, 20, 18, 8, 7, 7, 2, 3, 1, 1},  // stem-like 7x7 stride 2
                      ConvCase{1, 5, 8, 9, 3, 3, 2, 1, 1, 1, 1},    // non-square kernel
-                     ConvCase{1, 32, 24, 24, 64, 3, 3, 1, 1, 1, 1}}) {  // GEMMs split over the pool
+                     ConvCase{1, 32, 24, 24, 64, 3, 3, 1, 1, 1, 1}}) {  // large: blocked layouts
     const int64_t oh = (c.h + 2 * c.p - c.d * (c.kh - 1) - 1) / c.s + 1;
     const int64_t ow = (c.w + 2 * c.p - c.d * (c.kw - 1) - 1) / c.s + 1;
     const Shape xs{c.n, c.c, c.h, c.w}, ws{c.o, c.c / c.g, c.kh, c.kw}, ys{c.n, c.o, oh, ow};
@@ -173,6 +180,7 @@ TEST(GemmF32, ConvolutionAllDirectionsAgainstF64) {
                              " d=" + std::to_string(c.d) + " g=" + std::to_string(c.g);
     {  // forward: each output sums cg*kh*kw terms
       Harness r;
+      r.threads = 3;
       Tensor x = r.in("x", xs), w = r.in("w", ws);
       std::vector<float> got = r.eval(conv2d(x, w, Conv2dOptions{c.s, c.s, c.p, c.p, c.d, c.d, c.g}));
       const Vec &X = r.values["x"], &W = r.values["w"];
@@ -185,6 +193,7 @@ TEST(GemmF32, ConvolutionAllDirectionsAgainstF64) {
     }
     {  // gradient of the input: each element sums at most og*kh*kw terms
       Harness r;
+      r.threads = 3;
       Tensor dy = r.in("dy", ys), w = r.in("w", ws);
       ConvAttrs a = at;
       a.grad_shape = xs;
@@ -199,6 +208,7 @@ TEST(GemmF32, ConvolutionAllDirectionsAgainstF64) {
     }
     {  // gradient of the weight: each element sums n*oh*ow terms
       Harness r;
+      r.threads = 3;
       Tensor x = r.in("x", xs), dy = r.in("dy", ys);
       ConvAttrs a = at;
       a.grad_shape = ws;

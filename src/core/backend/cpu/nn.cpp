@@ -1,14 +1,16 @@
 #include <cstdint>
 // Matmul, convolution and pooling. GEMMs go through gemm.h (oneDNN for f32, OpenBLAS for the
 // f64 oracle); convolution is im2col + GEMM, with 1x1 stride-1 convolutions reading the input
-// directly.
+// directly, except f32 convolutions that oneDNN's primitives run faster (onednn_conv.h).
 
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <type_traits>
 
 #include "backend/cpu/gemm.h"
 #include "backend/cpu/kernels.h"
+#include "backend/cpu/onednn_conv.h"
 #include "backend/cpu/parallel.h"
 
 namespace meganeura::cpu {
@@ -183,6 +185,18 @@ void matmul(const MatmulAttrs& a, const Arg& x, const Arg& y, const Arg& out) {
 template <class T>
 void conv(const Dispatch& d, const std::vector<Arg>& in, const Arg& out) {
   const auto& a = std::get<ConvAttrs>(d.attrs);
+  if constexpr (std::is_same_v<T, float>) {
+    if (f32_gemm() == F32Gemm::onednn) {
+      const bool bi = d.op == Op::conv2d_backward_input, bw = d.op == Op::conv2d_backward_weight;
+      const Shape& xs = bi ? out.shape() : in[0].shape();
+      const Shape& ws = bw ? out.shape() : in[1].shape();
+      const Shape& ys = bi ? in[0].shape() : bw ? in[1].shape() : out.shape();
+      if (onednn_conv_applies(d.op, xs, ws, a)) {
+        onednn_conv(d.op, xs, ws, ys, a, in[0].as<float>(), in[1].as<float>(), out.as<float>());
+        return;
+      }
+    }
+  }
   switch (d.op) {
     case Op::conv2d:
       conv_forward(geometry(in[0].shape(), in[1].shape(), out.shape(), a), in[0].as<T>(), in[1].as<T>(), out.as<T>());
