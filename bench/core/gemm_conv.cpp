@@ -1,7 +1,8 @@
 // f32 GEMM and convolution throughput of the CPU backend: OpenBLAS against oneDNN for the
 // GEMMs (both through the backend's pool split, plus oneDNN threading itself over OpenMP),
-// and the convolution ops (im2col + GEMM on either library, against oneDNN's own NCHW
-// convolution primitive for reference). Prints one table line per case: medians over the
+// and the convolution ops: im2col + GEMM on either library, the backend as it runs now (oneDNN
+// primitives where they apply, batch split over the pool), and oneDNN's primitives called
+// directly, threaded by OpenMP. Prints one table line per case: medians over the
 // repetitions and the ratios. Usage: bench_core_gemm_conv [threads] [max gemm size]
 #include <omp.h>
 #include <oneapi/dnnl/dnnl.h>
@@ -19,6 +20,7 @@
 #include <vector>
 
 #include "backend/cpu/gemm.h"
+#include "backend/cpu/onednn_conv.h"
 #include "backend/cpu/parallel.h"
 #include "meganeura/session.h"
 
@@ -165,8 +167,9 @@ void bench_conv(int threads) {
   const Layer layers[] = {{"3x3 64->64 56x56", 8, 64, 56, 56, 64, 3, 1, 1},
                           {"1x1 256->64 56x56", 8, 256, 56, 56, 64, 1, 1, 0},
                           {"7x7/2 3->64 224x224 (stem)", 8, 3, 224, 224, 64, 7, 2, 3}};
-  std::printf("\n| conv (batch 8) | direction | im2col+OpenBLAS | im2col+oneDNN sgemm | ratio | oneDNN primitive, NCHW | oneDNN primitive, blocked + reorders |\n");
-  std::printf("| --- | --- | --- | --- | --- | --- | --- |\n");
+  std::printf("\n| conv (batch 8) | direction | im2col+OpenBLAS (before) | im2col+oneDNN sgemm | backend now | before/now |"
+              " oneDNN primitive, NCHW, OpenMP | oneDNN primitive, blocked + reorders, OpenMP |\n");
+  std::printf("| --- | --- | --- | --- | --- | --- | --- | --- |\n");
   for (const Layer& l : layers) {
     const int64_t oh = (l.h + 2 * l.p - l.k) / l.s + 1, ow = (l.w + 2 * l.p - l.k) / l.s + 1;
     const Shape xs{l.n, l.c, l.h, l.w}, ws{l.o, l.c, l.k, l.k}, ys{l.n, l.o, oh, ow};
@@ -198,12 +201,21 @@ void bench_conv(int threads) {
       s.set("b", std::span<const float>(vb));
       const int reps = 7;
       OnednnConv plain(l, oh, ow, dir, false, threads), blocked(l, oh, ow, dir, true, threads);
-      const std::vector<double> t = medians_s(reps, {[&] { cpu::set_f32_gemm(cpu::F32Gemm::openblas); s.run(); },
-                                                     [&] { cpu::set_f32_gemm(cpu::F32Gemm::onednn); s.run(); },
-                                                     [&] { plain.run(); }, [&] { blocked.run(); }});
+      auto backend = [&](cpu::F32Gemm lib, bool primitives) {
+        return [&, lib, primitives] {
+          cpu::set_f32_gemm(lib);
+          cpu::set_onednn_conv(primitives);
+          s.run();
+        };
+      };
+      const std::vector<double> t = medians_s(reps, {backend(cpu::F32Gemm::openblas, false), backend(cpu::F32Gemm::onednn, false),
+                                                     backend(cpu::F32Gemm::onednn, true), [&] { plain.run(); },
+                                                     [&] { blocked.run(); }});
+      cpu::set_onednn_conv(true);
       const char* names[] = {"forward", "backward input", "backward weight"};
-      std::printf("| %s | %s | %.1f ms | %.1f ms | %.2f | %.1f ms (%s) | %.1f ms (%s) |\n", l.name, names[dir],
-                  t[0] * 1e3, t[1] * 1e3, t[0] / t[1], t[2] * 1e3, plain.impl.c_str(), t[3] * 1e3, blocked.impl.c_str());
+      std::printf("| %s | %s | %.1f ms | %.1f ms | %.1f ms | %.2f | %.1f ms (%s) | %.1f ms (%s) |\n", l.name, names[dir],
+                  t[0] * 1e3, t[1] * 1e3, t[2] * 1e3, t[0] / t[2], t[3] * 1e3, plain.impl.c_str(), t[4] * 1e3,
+                  blocked.impl.c_str());
       std::fflush(stdout);
     }
   }

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <array>
+#include <atomic>
 #include <map>
 #include <memory>
 #include <oneapi/dnnl/dnnl.hpp>
@@ -116,13 +117,17 @@ Entry& entry(Op op, const Shape& xs, const Shape& ws, const Shape& ys, const Con
   return *it->second;
 }
 
+std::atomic<bool> g_enabled{true};
+
 }  // namespace
+
+void set_onednn_conv(bool on) { g_enabled = on; }
 
 bool onednn_conv_applies(Op op, const Shape& x, const Shape& w, const ConvAttrs& a) {
   // 1x1 kernels read the input directly as a GEMM operand and measured as fast or faster. The
   // data gradient of a few-channel input (an RGB stem) gets oneDNN's GEMM-based fallback
   // with reorders around it, measured slower than im2col + GEMM.
-  if (x.size() != 4 || w.size() != 4) return false;
+  if (!g_enabled || x.size() != 4 || w.size() != 4) return false;
   if (op == Op::conv2d_backward_input && x[1] < 8) return false;
   return a.groups == 1 && a.dilation[0] == 1 && a.dilation[1] == 1 &&
          (w[2] > 1 || w[3] > 1);

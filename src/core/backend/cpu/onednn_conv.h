@@ -7,6 +7,9 @@
 
 namespace meganeura::cpu {
 
+// Turns the primitives off (process-wide; on unless changed), for benchmarks against im2col.
+void set_onednn_conv(bool on);
+
 // Whether onednn_conv handles this convolution op (x: the input's shape, w: the weight's).
 bool onednn_conv_applies(Op op, const Shape& x, const Shape& w, const ConvAttrs& a);
 
