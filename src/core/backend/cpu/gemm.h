@@ -1,7 +1,8 @@
 // Row-major GEMM for the CPU kernels: C[m,n] = alpha * op(A)[m,k] op(B)[k,n] + beta * C.
-// f32 runs on oneDNN's sgemm (3-5x OpenBLAS's sgemm on AVX2/AVX-512 at transformer and
-// convolution sizes); f64, the oracle the f32 results are checked against, stays on
-// OpenBLAS's dgemm so that the two never share a kernel.
+// f32 runs on oneDNN's sgemm (the library that also supplies the convolution primitives,
+// onednn_conv.h; README's benchmark compares it with OpenBLAS's sgemm); f64, the oracle the
+// f32 results are checked against, stays on OpenBLAS's dgemm so that the two never share a
+// kernel.
 #pragma once
 
 #include <cstdint>
