@@ -11,7 +11,7 @@ namespace meganeura::cpu {
 
 enum class F32Gemm { onednn, openblas };
 // Which library runs the f32 GEMMs (process-wide; oneDNN unless changed). The OpenBLAS choice
-// exists for benchmarks and cross-checks.
+// exists for benchmarks and cross-checks; it also keeps f32 convolutions on im2col + GEMM.
 void set_f32_gemm(F32Gemm lib);
 F32Gemm f32_gemm();
 
