@@ -1,54 +1,20 @@
 #include <cstdint>
-// Matmul, convolution and pooling. GEMMs go to the system BLAS (OpenBLAS); convolution is
-// im2col + GEMM, with 1x1 stride-1 convolutions reading the input directly.
-#include <cblas.h>
+// Matmul, convolution and pooling. GEMMs go through gemm.h (oneDNN for f32, OpenBLAS for the
+// f64 oracle); convolution is im2col + GEMM, with 1x1 stride-1 convolutions reading the input
+// directly, except f32 convolutions that oneDNN's primitives run faster (onednn_conv.h).
 
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <type_traits>
 
+#include "backend/cpu/gemm.h"
 #include "backend/cpu/kernels.h"
+#include "backend/cpu/onednn_conv.h"
 #include "backend/cpu/parallel.h"
 
 namespace meganeura::cpu {
 namespace {
-
-// BLAS runs single-threaded; large GEMMs are split into row (or column) blocks over our own
-// pool. OpenBLAS's threads spin in sched_yield between calls and took 44% of a transformer
-// step's samples while our elementwise loops ran.
-void blas(bool ta, bool tb, int64_t m, int64_t n, int64_t k, float alpha, const float* a, int64_t lda,
-          const float* b, int64_t ldb, float beta, float* c, int64_t ldc) {
-  cblas_sgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans, int(m),
-              int(n), int(k), alpha, a, int(lda), b, int(ldb), beta, c, int(ldc));
-}
-void blas(bool ta, bool tb, int64_t m, int64_t n, int64_t k, double alpha, const double* a,
-          int64_t lda, const double* b, int64_t ldb, double beta, double* c, int64_t ldc) {
-  cblas_dgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans, int(m),
-              int(n), int(k), alpha, a, int(lda), b, int(ldb), beta, c, int(ldc));
-}
-
-// Row-major C[m,n] = alpha * op(A)[m,k] op(B)[k,n] + beta * C.
-template <class T>
-void gemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, T alpha, const T* a, int64_t lda,
-          const T* b, int64_t ldb, T beta, T* c, int64_t ldc) {
-  static const bool single = [] {
-    openblas_set_num_threads(1);
-    return true;
-  }();
-  (void)single;
-  const int64_t min_work = int64_t(1) << 21;
-  if (m * n * k < min_work || thread_count() == 1) {
-    blas(ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
-  } else if (m >= 4 * thread_count()) {
-    parallel_for(m, 1, [&](int64_t i0, int64_t i1) {
-      blas(ta, tb, i1 - i0, n, k, alpha, ta ? a + i0 : a + i0 * lda, lda, b, ldb, beta, c + i0 * ldc, ldc);
-    });
-  } else {
-    parallel_for(n, 1, [&](int64_t j0, int64_t j1) {
-      blas(ta, tb, m, j1 - j0, k, alpha, a, lda, tb ? b + j0 * ldb : b + j0, ldb, beta, c + j0, ldc);
-    });
-  }
-}
 
 struct ConvGeom {
   int64_t n, c, h, w, o, kh, kw, oh, ow, groups, cg, og;
@@ -198,15 +164,39 @@ void matmul(const MatmulAttrs& a, const Arg& x, const Arg& y, const Arg& out) {
     gemm(false, a.trans_b, batch * m, n, k, T(1), A, lda, B, ldb, T(0), C, n);
     return;
   }
-  for (int64_t i = 0; i < batch; ++i) {
-    gemm(a.trans_a, a.trans_b, m, n, k, T(1), A + (a_batched ? i * m * k : 0), lda,
-         B + (b_batched ? i * k * n : 0), ldb, T(0), C + i * m * n, n);
+  auto one = [&](int64_t i, bool serial) {
+    const T* ai = A + (a_batched ? i * m * k : 0);
+    const T* bi = B + (b_batched ? i * k * n : 0);
+    if (serial) gemm_serial(a.trans_a, a.trans_b, m, n, k, T(1), ai, lda, bi, ldb, T(0), C + i * m * n, n);
+    else gemm(a.trans_a, a.trans_b, m, n, k, T(1), ai, lda, bi, ldb, T(0), C + i * m * n, n);
+  };
+  // Many small products (attention's per-head GEMMs): one whole product per pool thread.
+  // Products large enough to split on their own keep the row/column split.
+  const int64_t work = m * n * k;
+  if (batch > 1 && work < (int64_t(1) << 21) && batch * work >= (int64_t(1) << 18)) {
+    parallel_for(batch, 1, [&](int64_t b0, int64_t b1) {
+      for (int64_t i = b0; i < b1; ++i) one(i, true);
+    });
+    return;
   }
+  for (int64_t i = 0; i < batch; ++i) one(i, false);
 }
 
 template <class T>
 void conv(const Dispatch& d, const std::vector<Arg>& in, const Arg& out) {
   const auto& a = std::get<ConvAttrs>(d.attrs);
+  if constexpr (std::is_same_v<T, float>) {
+    if (f32_gemm() == F32Gemm::onednn) {
+      const bool bi = d.op == Op::conv2d_backward_input, bw = d.op == Op::conv2d_backward_weight;
+      const Shape& xs = bi ? out.shape() : in[0].shape();
+      const Shape& ws = bw ? out.shape() : in[1].shape();
+      const Shape& ys = bi ? in[0].shape() : bw ? in[1].shape() : out.shape();
+      if (onednn_conv_applies(d.op, xs, ws, a)) {
+        onednn_conv(d.op, xs, ws, ys, a, in[0].as<float>(), in[1].as<float>(), out.as<float>());
+        return;
+      }
+    }
+  }
   switch (d.op) {
     case Op::conv2d:
       conv_forward(geometry(in[0].shape(), in[1].shape(), out.shape(), a), in[0].as<T>(), in[1].as<T>(), out.as<T>());

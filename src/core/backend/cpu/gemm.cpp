@@ -1,0 +1,95 @@
+#include "backend/cpu/gemm.h"
+
+#include <cblas.h>
+#include <omp.h>
+#include <oneapi/dnnl/dnnl.h>
+
+#include <atomic>
+#include <stdexcept>
+#include <string>
+
+#include "backend/cpu/parallel.h"
+
+namespace meganeura::cpu {
+namespace {
+
+std::atomic<F32Gemm> g_f32_gemm{F32Gemm::onednn};
+
+// OpenBLAS's threads spin in sched_yield between calls (they took 44% of a transformer step's
+// samples while our elementwise loops ran): it runs single-threaded, once, process-wide.
+void openblas_single() {
+  static const bool once = [] {
+    openblas_set_num_threads(1);
+    return true;
+  }();
+  (void)once;
+}
+
+}  // namespace
+
+void set_f32_gemm(F32Gemm lib) { g_f32_gemm = lib; }
+F32Gemm f32_gemm() { return g_f32_gemm; }
+
+void gemm_serial(bool ta, bool tb, int64_t m, int64_t n, int64_t k, float alpha, const float* a,
+                 int64_t lda, const float* b, int64_t ldb, float beta, float* c, int64_t ldc) {
+  if (m <= 0 || n <= 0) return;
+  if (g_f32_gemm == F32Gemm::openblas) {
+    openblas_single();
+    cblas_sgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans, int(m),
+                int(n), int(k), alpha, a, int(lda), b, int(ldb), beta, c, int(ldc));
+    return;
+  }
+  // oneDNN (built on OpenMP) parallelises over omp_get_max_threads(), a per-thread setting:
+  // one thread here, since the pool already provides the parallelism.
+  if (omp_get_max_threads() != 1) omp_set_num_threads(1);
+  if (k == 0) {  // oneDNN rejects leading dimensions of 0: C = beta * C by hand
+    for (int64_t i = 0; i < m; ++i)
+      for (int64_t j = 0; j < n; ++j) c[i * ldc + j] = beta == 0.f ? 0.f : beta * c[i * ldc + j];
+    return;
+  }
+  const dnnl_status_t s = dnnl_sgemm(ta ? 'T' : 'N', tb ? 'T' : 'N', m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+  if (s != dnnl_success) {
+    throw std::runtime_error("[matmul] oneDNN sgemm failed (status " + std::to_string(int(s)) + ") for " +
+                             std::to_string(m) + "x" + std::to_string(n) + "x" + std::to_string(k));
+  }
+}
+
+void gemm_serial(bool ta, bool tb, int64_t m, int64_t n, int64_t k, double alpha, const double* a,
+                 int64_t lda, const double* b, int64_t ldb, double beta, double* c, int64_t ldc) {
+  if (m <= 0 || n <= 0) return;
+  openblas_single();
+  cblas_dgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans, int(m),
+              int(n), int(k), alpha, a, int(lda), b, int(ldb), beta, c, int(ldc));
+}
+
+namespace {
+
+template <class T>
+void split_gemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, T alpha, const T* a, int64_t lda,
+                const T* b, int64_t ldb, T beta, T* c, int64_t ldc) {
+  const int64_t min_work = int64_t(1) << 21;
+  if (m * n * k < min_work || thread_count() == 1) {
+    gemm_serial(ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+  } else if (m >= 4 * thread_count()) {
+    parallel_for(m, 1, [&](int64_t i0, int64_t i1) {
+      gemm_serial(ta, tb, i1 - i0, n, k, alpha, ta ? a + i0 : a + i0 * lda, lda, b, ldb, beta, c + i0 * ldc, ldc);
+    });
+  } else {
+    parallel_for(n, 1, [&](int64_t j0, int64_t j1) {
+      gemm_serial(ta, tb, m, j1 - j0, k, alpha, a, lda, tb ? b + j0 * ldb : b + j0, ldb, beta, c + j0, ldc);
+    });
+  }
+}
+
+}  // namespace
+
+void gemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, float alpha, const float* a, int64_t lda,
+          const float* b, int64_t ldb, float beta, float* c, int64_t ldc) {
+  split_gemm(ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+}
+void gemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, double alpha, const double* a,
+          int64_t lda, const double* b, int64_t ldb, double beta, double* c, int64_t ldc) {
+  split_gemm(ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+}
+
+}  // namespace meganeura::cpu
