@@ -10,37 +10,20 @@
 #include <fstream>
 #include <string>
 
+#include "cli_run.h"
 #include "meganeura/safetensors.h"
 
 namespace fs = std::filesystem;
 
 namespace {
 
-struct Result {
-  int status = -1;
-  std::string out, err;
-};
+using cli_run::Result;
 
-fs::path temp_dir() {
-  fs::path d = fs::temp_directory_path() / ("meganeura_wcli_" + std::to_string(::getpid()));
-  fs::create_directories(d);
-  return d;
-}
+fs::path temp_dir() { return cli_run::temp_dir("meganeura_wcli_"); }
 
 Result run(const std::string& args) {
   static const fs::path dir = temp_dir();
-  const fs::path err = dir / "stderr.txt";
-  const std::string cmd = std::string(MEGANEURA_BINARY_DIR) + "/bin/meganeura " + args + " 2>" + err.string();
-  Result r;
-  FILE* p = ::popen(cmd.c_str(), "r");
-  std::array<char, 4096> buf{};
-  size_t n;
-  while ((n = std::fread(buf.data(), 1, buf.size(), p)) > 0) r.out.append(buf.data(), n);
-  int st = ::pclose(p);
-  r.status = WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
-  std::ifstream f(err);
-  r.err.assign(std::istreambuf_iterator<char>(f), {});
-  return r;
+  return cli_run::run(args, dir);
 }
 
 const char* kIds[] = {"smollm2", "smolvla", "unet", "resnet50", "whisper"};

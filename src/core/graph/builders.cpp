@@ -4,25 +4,15 @@
 #include <numeric>
 #include <stdexcept>
 
+#include "graph/builder_checks.h"
 #include "graph/op_table.h"
 #include "meganeura/graph.h"
 
 namespace meganeura {
 namespace {
 
-[[noreturn]] void fail(Op op, const std::string& msg) {
-  throw std::invalid_argument("[" + std::string(op_name(op)) + "] " + msg);
-}
-
-Graph& graph_of(Op op, std::initializer_list<Tensor> ts) {
-  Graph* g = nullptr;
-  for (const Tensor& t : ts) {
-    if (!t.graph) fail(op, "input tensor is not attached to a graph");
-    if (g && g != t.graph) fail(op, "inputs come from different graphs");
-    g = t.graph;
-  }
-  return *g;
-}
+using builder::fail;
+using builder::graph_of;
 
 int64_t norm_axis(Op op, int64_t axis, int64_t rank) {
   int64_t a = axis < 0 ? axis + rank : axis;

@@ -3,25 +3,15 @@
 #include <algorithm>
 #include <stdexcept>
 
+#include "graph/builder_checks.h"
 #include "graph/op_table.h"
 #include "meganeura/graph.h"
 
 namespace meganeura {
 namespace {
 
-[[noreturn]] void fail(Op op, const std::string& msg) {
-  throw std::invalid_argument("[" + std::string(op_name(op)) + "] " + msg);
-}
-
-Graph& same_graph(Op op, std::initializer_list<Tensor> ts) {
-  Graph* g = nullptr;
-  for (const Tensor& t : ts) {
-    if (!t.graph) fail(op, "input tensor is not attached to a graph");
-    if (g && g != t.graph) fail(op, "inputs come from different graphs");
-    g = t.graph;
-  }
-  return *g;
-}
+using builder::fail;
+using builder::graph_of;
 
 void require_float(Op op, Tensor x) {
   if (!dtype_is_float(x.dtype())) fail(op, "expects a floating-point input, got " + std::string(dtype_name(x.dtype())));
@@ -50,7 +40,7 @@ Shape broadcast3(Op op, const std::vector<Shape>& shapes) {
 }
 
 Tensor elementwise2(Op op, Tensor a, Tensor b) {
-  Graph& g = same_graph(op, {a, b});
+  Graph& g = graph_of(op, {a, b});
   require_float(op, a);
   if (a.dtype() != b.dtype()) fail(op, "dtypes differ");
   return g.add_node(op, NoAttrs{}, {a.id, b.id}, TensorType{a.dtype(), broadcast3(op, {a.shape(), b.shape()})});
@@ -60,18 +50,18 @@ Tensor elementwise2(Op op, Tensor a, Tensor b) {
 
 Tensor sin(Tensor x) {
   require_float(Op::sin, x);
-  return same_graph(Op::sin, {x}).add_node(Op::sin, NoAttrs{}, {x.id}, x.type());
+  return graph_of(Op::sin, {x}).add_node(Op::sin, NoAttrs{}, {x.id}, x.type());
 }
 Tensor cos(Tensor x) {
   require_float(Op::cos, x);
-  return same_graph(Op::cos, {x}).add_node(Op::cos, NoAttrs{}, {x.id}, x.type());
+  return graph_of(Op::cos, {x}).add_node(Op::cos, NoAttrs{}, {x.id}, x.type());
 }
 Tensor maximum(Tensor a, Tensor b) { return elementwise2(Op::maximum, a, b); }
 Tensor less(Tensor a, Tensor b) { return elementwise2(Op::less, a, b); }
 
 Tensor where(Tensor cond, Tensor a, Tensor b) {
   constexpr Op op = Op::where;
-  Graph& g = same_graph(op, {cond, a, b});
+  Graph& g = graph_of(op, {cond, a, b});
   require_float(op, a);
   if (cond.dtype() != a.dtype() || a.dtype() != b.dtype()) fail(op, "condition and both branches must share a float dtype");
   Shape out = broadcast3(op, {cond.shape(), a.shape(), b.shape()});
@@ -80,7 +70,7 @@ Tensor where(Tensor cond, Tensor a, Tensor b) {
 
 Tensor gather(Tensor x, int64_t axis, Tensor indices) {
   constexpr Op op = Op::gather;
-  Graph& g = same_graph(op, {x, indices});
+  Graph& g = graph_of(op, {x, indices});
   require_ids(op, indices, "indices");
   if (indices.rank() != 1) fail(op, "indices must be one-dimensional, got " + shape_str(indices.shape()));
   int64_t a = axis < 0 ? axis + x.rank() : axis;
@@ -92,7 +82,7 @@ Tensor gather(Tensor x, int64_t axis, Tensor indices) {
 
 Tensor gather_backward(Tensor dy, Tensor indices, int64_t axis, int64_t size) {
   constexpr Op op = Op::gather_backward;
-  Graph& g = same_graph(op, {dy, indices});
+  Graph& g = graph_of(op, {dy, indices});
   require_ids(op, indices, "indices");
   if (axis < 0 || axis >= dy.rank() || indices.rank() != 1 || dy.dim(axis) != indices.dim(0) || size < 1) {
     fail(op, "gradient " + shape_str(dy.shape()) + " does not match indices " + shape_str(indices.shape()) +
@@ -105,7 +95,7 @@ Tensor gather_backward(Tensor dy, Tensor indices, int64_t axis, int64_t size) {
 
 Tensor softmax_cross_entropy(Tensor logits, Tensor targets, int64_t ignore_index) {
   constexpr Op op = Op::softmax_cross_entropy;
-  Graph& g = same_graph(op, {logits, targets});
+  Graph& g = graph_of(op, {logits, targets});
   require_float(op, logits);
   require_ids(op, targets, "targets");
   if (logits.rank() != 2 || targets.rank() != 1 || targets.dim(0) != logits.dim(0)) {
@@ -116,14 +106,14 @@ Tensor softmax_cross_entropy(Tensor logits, Tensor targets, int64_t ignore_index
 
 Tensor softmax_cross_entropy_backward(Tensor logits, Tensor targets, Tensor g, int64_t ignore_index) {
   constexpr Op op = Op::softmax_cross_entropy_backward;
-  Graph& G = same_graph(op, {logits, targets, g});
+  Graph& G = graph_of(op, {logits, targets, g});
   if (g.rank() != 0 || logits.rank() != 2) fail(op, "expects logits [N,C] and a scalar upstream gradient");
   return G.add_node(op, OneHotAttrs{logits.dim(1), ignore_index}, {logits.id, targets.id, g.id}, logits.type());
 }
 
 Tensor attention_fused_packed(Tensor q, Tensor k, Tensor v, bool causal, double scale) {
   constexpr Op op = Op::attention_fused;
-  Graph& g = same_graph(op, {q, k, v});
+  Graph& g = graph_of(op, {q, k, v});
   require_float(op, q);
   if (q.rank() != 4 || k.rank() != 4 || v.rank() != 4 || k.dim(0) != q.dim(0) || v.dim(0) != q.dim(0) ||
       v.dim(1) != k.dim(1) || v.dim(2) != k.dim(2) || k.dim(3) != q.dim(3) || q.dim(1) % k.dim(1) ||
@@ -138,7 +128,7 @@ Tensor attention_fused_packed(Tensor q, Tensor k, Tensor v, bool causal, double 
 Tensor attention_fused_backward(Tensor q, Tensor k, Tensor v, Tensor packed, Tensor grad_packed,
                                 const AttentionAttrs& a) {
   constexpr Op op = Op::attention_fused_backward;
-  Graph& g = same_graph(op, {q, k, v, packed, grad_packed});
+  Graph& g = graph_of(op, {q, k, v, packed, grad_packed});
   if (q.shape() != a.q || k.shape() != a.k || v.shape() != a.v || packed.shape() != grad_packed.shape()) {
     fail(op, "operands do not match the forward attention");
   }
