@@ -4,7 +4,10 @@
 #include <nlohmann/json.hpp>
 
 #include <chrono>
+#include <cmath>
 #include <cstdio>
+#include <fstream>
+#include <iterator>
 #include <set>
 
 #include "meganeura/session.h"
@@ -274,6 +277,56 @@ TEST(PlanDevice, MalformedJsonNamesTheField) {
   Program bad = Program::from_json(k.dump());
   e = error_of([&] { Session().add(bad); });
   EXPECT_NE(e.find("[verify] dispatch #4"), std::string::npos) << e;
+}
+
+std::string read_text(const std::string& path) {
+  std::ifstream in(std::string(MEGANEURA_SOURCE_DIR) + "/tests/fuzz/" + path);
+  EXPECT_TRUE(in) << path;
+  return {std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
+}
+std::string fixture(const std::string& name) { return read_text("regressions/program_json/" + name); }
+
+// The fuzz seeds `meganeura program --json` made: optimised programs with fused, norm and
+// softmax dispatches read back, verify and round-trip; their dispatches are exactly the tool's.
+TEST(PlanDevice, PlannedModelProgramsReadBackFromJson) {
+  for (const char* name : {"mlp_train", "mlp_inference", "chargpt_train", "chargpt_inference"}) {
+    const std::string text = read_text(std::string("corpus/program_json/") + name);
+    Program p = Program::from_json(text);
+    EXPECT_NO_THROW(verify(p)) << name;
+    EXPECT_EQ(Program::from_json(p.to_json()).to_json(), p.to_json()) << name;
+    EXPECT_EQ(nlohmann::json::parse(p.to_json())["dispatches"], nlohmann::json::parse(text)["dispatches"]) << name;
+    size_t fused = 0;
+    for (const Dispatch& d : p.dispatches) fused += std::holds_alternative<FusedAttrs>(d.attrs);
+    EXPECT_GT(fused, 0u) << name;
+  }
+}
+
+TEST(PlanDevice, NonFiniteAttributesRoundTrip) {
+  Program p = Program::from_json(read_text("corpus/program_json/view_chain"));
+  const auto* a = std::get_if<AffineAttrs>(&p.dispatches[0].attrs);
+  ASSERT_NE(a, nullptr);
+  EXPECT_TRUE(std::isinf(a->scale) && a->scale > 0);
+  EXPECT_TRUE(std::isnan(a->shift));
+  Program q = Program::from_json(p.to_json());
+  const auto* b = std::get_if<AffineAttrs>(&q.dispatches[0].attrs);
+  ASSERT_NE(b, nullptr);
+  EXPECT_TRUE(std::isinf(b->scale) && b->scale > 0);
+  EXPECT_TRUE(std::isnan(b->shift));
+}
+
+// Hostile programs (the fuzz target's reproducers): a named error, never undefined behaviour.
+TEST(PlanDevice, ShapesWhoseSizeOverflowsAreRefused) {
+  std::string e = error_of([] { Program::from_json(fixture("shape-element-count-overflows")); });
+  EXPECT_NE(e.find("[program] from_json: tensors[2].shape: more than kMaxProgramTensorElements"), std::string::npos) << e;
+  e = error_of([] { Program::from_json(fixture("negative-dimension")); });
+  EXPECT_NE(e.find("[program] from_json: externals[0].shape: negative dimension -4"), std::string::npos) << e;
+}
+
+TEST(PlanDevice, VerifyFollowsViewChainsOnlyWithinTheTable) {
+  Program p = Program::from_json(fixture("view-of-a-view-out-of-range"));
+  ASSERT_EQ(p.tensors.size(), 5u);
+  std::string e = error_of([&] { verify(p); });
+  EXPECT_NE(e.find("[verify] tensor t4: view of t9, which does not exist"), std::string::npos) << e;
 }
 
 }  // namespace

@@ -3,8 +3,10 @@
 
 Real inputs sit beside them: job logs taken from tests/alert/corpus, the reference study's
 CSV columns, the documented config example, and a checkpoint saved by the checkpoint target
-itself (MEGANEURA_FUZZ_WRITE_SEED=path build-fuzz/bin/fuzz_checkpoint -runs=0)."""
+itself (MEGANEURA_FUZZ_WRITE_SEED=path build-fuzz/bin/fuzz_checkpoint -runs=0), and the
+planned programs of the built-in models: make_seeds.py build/bin/meganeura."""
 import json
+import sys
 import os
 import shutil
 import struct
@@ -121,3 +123,74 @@ put("args", "run", b"--config\0/etc/g.toml\0--hang-after=30m\0--attach\0*.log\0-
 put("args", "values", b"1h30m\0" + b"250ms\0" + b"25MiB\0" + b"SIGSEGV\0" + b"9\0" + b"1e5\0" + b"--\0-x")
 put("args", "help", b"--help")
 put("args", "missing_value", b"--config")
+
+# ---- Program JSON ------------------------------------------------------------------
+# Hand-made: the smallest program that verifies (y = -exp(x) through one arena temporary),
+# and near-misses of it. Real programs come from `meganeura program --json` (below).
+def tensor(role, binding, dtype="f32", shape=(4,), buffer=0, offset=0, view_of=-1):
+    return {"dtype": dtype, "stored": dtype, "shape": list(shape), "role": role, "binding": binding,
+            "buffer": buffer, "offset": offset, "bytes": 16, "node": 0, "view_of": view_of}
+
+
+def external(name, role):
+    return {"name": name, "role": role, "dtype": "f32", "stored": "f32", "shape": [4],
+            "init": [0, 0.0], "values": []}
+
+
+def program(tensors, dispatches, externals, arena=(256,)):
+    return json.dumps({
+        "float_dtype": "f32",
+        "limits": {"max_binding_bytes": 1 << 30, "max_allocation_bytes": 1 << 31, "offset_alignment": 256},
+        "arena_buffers": list(arena), "arena_bytes": sum(arena), "graph_hash": 12345,
+        "tensors": tensors, "dispatches": dispatches, "externals": externals,
+        "memory": {"logical": 16, "planned": 256, "lower_bound": 16, "external": 32,
+                   "inplace_reuses": 0, "views": 0}}, indent=1)
+
+
+def dispatch(op, reads, writes, waits=(), barrier=False, attrs=None):
+    return {"op": op, "attrs": attrs or {}, "reads": reads, "writes": writes, "flops": 4,
+            "bytes": 32, "waits": [list(w) for w in waits], "barrier": barrier}
+
+
+exp_neg_tensors = [tensor("input", "x"), tensor("output", "y"), tensor("temp", "")]
+exp_neg_externals = [external("x", "input"), external("y", "output")]
+put("program_json", "exp_neg", program(
+    exp_neg_tensors,
+    [dispatch("exp", [0], [2]), dispatch("neg", [2], [1], waits=[(0, "raw")], barrier=True)],
+    exp_neg_externals))
+put("program_json", "missing_wait", program(
+    exp_neg_tensors, [dispatch("exp", [0], [2]), dispatch("neg", [2], [1])], exp_neg_externals))
+put("program_json", "view_chain", program(
+    exp_neg_tensors + [tensor("temp", "", view_of=4), tensor("temp", "", view_of=3)],
+    [dispatch("affine", [0], [2], attrs={"scale": "inf", "shift": "nan"}),
+     dispatch("neg", [4], [1], waits=[(0, "raw")], barrier=True)],
+    exp_neg_externals))
+put("program_json", "huge_shape", program(
+    [tensor("input", "x", shape=(1 << 40, 1 << 40)), tensor("temp", "", shape=(-1, 4))],
+    [dispatch("exp", [0], [1])], [external("x", "input")]))
+put("program_json", "not_json", '{"float_dtype": "f32", "limits": [')
+
+
+def real_programs(meganeura):
+    """Programs the planner makes for the built-in models, as Program::to_json writes them
+    (`meganeura program --json` adds each dispatch's kernel launch; those keys are dropped)."""
+    import subprocess
+    keys = {"op", "attrs", "reads", "writes", "flops", "bytes", "waits", "barrier"}
+    runs = {
+        "mlp_train": ["--model", "mlp", "--width", "8", "--layers", "1"],
+        "mlp_inference": ["--model", "mlp", "--width", "8", "--layers", "1", "--inference"],
+        "chargpt_train": ["--model", "chargpt", "--width", "16", "--layers", "1", "--heads", "2"],
+        "chargpt_inference": ["--model", "chargpt", "--width", "16", "--layers", "1", "--heads", "2",
+                              "--inference"],
+    }
+    for name, args in runs.items():
+        out = subprocess.run([meganeura, "program", "--json"] + args, check=True,
+                             capture_output=True, text=True).stdout
+        j = json.loads(out)
+        j.pop("workspace_bytes", None)
+        j["dispatches"] = [{k: v for k, v in d.items() if k in keys} for d in j["dispatches"]]
+        put("program_json", name, json.dumps(j, separators=(",", ":")))
+
+
+if len(sys.argv) > 1:
+    real_programs(sys.argv[1])

@@ -1,5 +1,6 @@
 #include <nlohmann/json.hpp>
 
+#include <cmath>
 #include <sstream>
 #include <stdexcept>
 
@@ -137,11 +138,18 @@ using nlohmann::json;
 
 json shape_json(const Shape& s) { return json(s); }
 
+// Doubles JSON cannot hold (a -inf mask fill, a nan constant) are written as strings, as in
+// Program::to_json, so that they read back instead of becoming null.
+json real(double v) {
+  if (std::isfinite(v)) return v;
+  return std::isnan(v) ? "nan" : v > 0 ? "inf" : "-inf";
+}
+
 struct AttrJson {
   json operator()(const NoAttrs&) const { return json::object(); }
-  json operator()(const AffineAttrs& a) const { return {{"scale", a.scale}, {"shift", a.shift}}; }
+  json operator()(const AffineAttrs& a) const { return {{"scale", real(a.scale)}, {"shift", real(a.shift)}}; }
   json operator()(const CastAttrs& a) const { return {{"to", dtype_name(a.to)}}; }
-  json operator()(const ClipAttrs& a) const { return {{"max_norm", a.max_norm}}; }
+  json operator()(const ClipAttrs& a) const { return {{"max_norm", real(a.max_norm)}}; }
   json operator()(const ReduceAttrs& a) const { return {{"axes", a.axes}, {"keepdims", a.keepdims}}; }
   json operator()(const AxisAttrs& a) const { return {{"axis", a.axis}}; }
   json operator()(const MatmulAttrs& a) const { return {{"trans_a", a.trans_a}, {"trans_b", a.trans_b}}; }
@@ -160,21 +168,21 @@ struct AttrJson {
   json operator()(const PadAttrs& a) const { return {{"before", a.before}, {"after", a.after}}; }
   json operator()(const EmbeddingAttrs& a) const { return {{"num_rows", a.num_rows}}; }
   json operator()(const OneHotAttrs& a) const { return {{"classes", a.classes}, {"ignore_index", a.ignore_index}}; }
-  json operator()(const RopeAttrs& a) const { return {{"theta", a.theta}, {"inverse", a.inverse}}; }
-  json operator()(const MaskAttrs& a) const { return {{"fill", a.fill}}; }
-  json operator()(const BiasCorrectionAttrs& a) const { return {{"beta", a.beta}, {"power", a.power}}; }
+  json operator()(const RopeAttrs& a) const { return {{"theta", real(a.theta)}, {"inverse", a.inverse}}; }
+  json operator()(const MaskAttrs& a) const { return {{"fill", real(a.fill)}}; }
+  json operator()(const BiasCorrectionAttrs& a) const { return {{"beta", real(a.beta)}, {"power", real(a.power)}}; }
   json operator()(const ScheduleAttrs& a) const {
-    return {{"base_lr", a.base_lr}, {"warmup", a.warmup}, {"total", a.total}, {"min_lr", a.min_lr}};
+    return {{"base_lr", real(a.base_lr)}, {"warmup", a.warmup}, {"total", a.total}, {"min_lr", real(a.min_lr)}};
   }
   json operator()(const FusedAttrs& a) const {
     json code = json::array();
     for (const FusedInstr& f : a.code) {
       switch (f.kind) {
         case FusedInstr::input: code.push_back("in" + std::to_string(f.index)); break;
-        case FusedInstr::constant: code.push_back(f.a); break;
+        case FusedInstr::constant: code.push_back(real(f.a)); break;
         case FusedInstr::unary:
-          if (f.op == Op::affine) code.push_back({op_name(f.op), f.a, f.b});
-          else if (f.op == Op::clip_coef) code.push_back({op_name(f.op), f.a});
+          if (f.op == Op::affine) code.push_back({op_name(f.op), real(f.a), real(f.b)});
+          else if (f.op == Op::clip_coef) code.push_back({op_name(f.op), real(f.a)});
           else code.push_back(op_name(f.op));
           break;
         case FusedInstr::binary: code.push_back(op_name(f.op)); break;
@@ -183,9 +191,9 @@ struct AttrJson {
     return {{"code", code}, {"trans_a", a.matmul.trans_a}, {"trans_b", a.matmul.trans_b},
             {"reduce", op_name(a.reduce)}, {"domain", a.domain}, {"axes", a.axes}, {"keepdims", a.keepdims}};
   }
-  json operator()(const NormAttrs& a) const { return {{"center", a.center}, {"eps", a.eps}}; }
+  json operator()(const NormAttrs& a) const { return {{"center", a.center}, {"eps", real(a.eps)}}; }
   json operator()(const SoftmaxAttrs& a) const {
-    return {{"scale", a.scale}, {"causal", a.causal}, {"fill", a.fill}};
+    return {{"scale", real(a.scale)}, {"causal", a.causal}, {"fill", real(a.fill)}};
   }
   json operator()(const GatherAttrs& a) const { return {{"axis", a.axis}, {"size", a.size}}; }
   json operator()(const AttentionAttrs& a) const {

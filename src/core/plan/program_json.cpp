@@ -88,6 +88,11 @@ uint64_t Program::hash() const { return fnv1a(to_json()); }
 // ---- from_json -----
 namespace {
 
+// Limits of from_json: one tensor has at most kMaxProgramTensorElements elements (so its bytes
+// fit 64 bits in any dtype) and at most kMaxProgramRank dimensions.
+constexpr int64_t kMaxProgramTensorElements = int64_t(1) << 56;
+constexpr size_t kMaxProgramRank = 64;
+
 [[noreturn]] void bad(const std::string& path, const std::string& what) {
   throw std::invalid_argument("[program] from_json: " + path + ": " + what);
 }
@@ -141,6 +146,21 @@ std::vector<uint32_t> as_indices(const json& j, const std::string& path) {
   for (size_t i = 0; i < as_array(j, path).size(); ++i) v.push_back(as_u32(j[i], path + "[" + std::to_string(i) + "]"));
   return v;
 }
+// A shape whose element count (and so its byte count) fits 64 bits; verify() and the
+// backends multiply dimensions without further checks.
+std::vector<int64_t> as_shape(const json& j, const std::string& path) {
+  std::vector<int64_t> s = as_ints(j, path);
+  if (s.size() > kMaxProgramRank) bad(path, std::to_string(s.size()) + " dimensions, above kMaxProgramRank (" + std::to_string(kMaxProgramRank) + ")");
+  int64_t n = 1;
+  for (int64_t d : s) {
+    if (d < 0) bad(path, "negative dimension " + std::to_string(d));
+    if (d != 0 && n > kMaxProgramTensorElements / d) {
+      bad(path, "more than kMaxProgramTensorElements (2^56) elements");
+    }
+    n *= d;
+  }
+  return s;
+}
 DType as_dtype(const json& j, const std::string& path) {
   std::string s = as_string(j, path);
   for (DType t : {DType::f32, DType::f16, DType::bf16, DType::i32, DType::u32, DType::f64}) {
@@ -167,6 +187,41 @@ void pair2(const json& j, const std::string& key, const std::string& path, int64
   if (v.size() != 2) bad(path + "." + key, "expected two integers");
   out[0] = v[0];
   out[1] = v[1];
+}
+
+// A fused op's code as AttrJson writes it: "in<k>" pushes input k, a number pushes a constant,
+// an op name applies a unary or binary op, [affine, a, b] and [clip_coef, a] carry constants.
+std::vector<FusedInstr> fused_code(const json& j, const std::string& path) {
+  if (as_array(j, path).size() > kFusedMaxCode) bad(path, std::to_string(j.size()) + " instructions, above kFusedMaxCode (" + std::to_string(kFusedMaxCode) + ")");
+  std::vector<FusedInstr> code;
+  for (size_t i = 0; i < j.size(); ++i) {
+    const json& e = j[i];
+    const std::string ep = path + "[" + std::to_string(i) + "]";
+    FusedInstr f;
+    const std::string s = e.is_string() ? e.get<std::string>() : "";
+    if (s.size() == 3 && s.rfind("in", 0) == 0 && s[2] >= '0' && size_t(s[2] - '0') < kFusedMaxInputs) {
+      f.kind = FusedInstr::input;
+      f.index = uint32_t(s[2] - '0');
+    } else if (e.is_number() || (e.is_string() && (e == "inf" || e == "-inf" || e == "nan"))) {
+      f.kind = FusedInstr::constant;
+      f.a = as_double(e, ep);
+    } else if (e.is_array()) {
+      if (e.empty()) bad(ep, "expected [op, constants...]");
+      f.kind = FusedInstr::unary;
+      f.op = as_op(e[0], ep + "[0]");
+      const size_t want = f.op == Op::affine ? 3 : f.op == Op::clip_coef ? 2 : 0;
+      if (want == 0 || e.size() != want) bad(ep, "only [\"affine\", scale, shift] and [\"clip_coef\", max_norm] carry constants");
+      f.a = as_double(e[1], ep + "[1]");
+      if (want == 3) f.b = as_double(e[2], ep + "[2]");
+    } else {
+      f.op = as_op(e, ep);
+      const OpInfo& info = op_info(f.op);
+      if (info.family != OpFamily::unary && info.family != OpFamily::binary) bad(ep, "'" + std::string(info.name) + "' is not an elementwise op");
+      f.kind = info.family == OpFamily::unary ? FusedInstr::unary : FusedInstr::binary;
+    }
+    code.push_back(f);
+  }
+  return code;
 }
 
 // Attributes are written without their type; the set of keys names it.
@@ -216,8 +271,22 @@ Attrs attrs_from(const json& j, const std::string& path) {
   if (keys == K{"beta", "power"}) return BiasCorrectionAttrs{as_double(f("beta"), p("beta")), as_double(f("power"), p("power"))};
   if (keys == K{"axis", "size"}) return GatherAttrs{as_i64(f("axis"), p("axis")), as_i64(f("size"), p("size"))};
   if (keys == K{"causal", "scale", "q", "k", "v"}) {
-    return AttentionAttrs{as_bool(f("causal"), p("causal")), as_double(f("scale"), p("scale")), as_ints(f("q"), p("q")),
-                          as_ints(f("k"), p("k")), as_ints(f("v"), p("v"))};
+    return AttentionAttrs{as_bool(f("causal"), p("causal")), as_double(f("scale"), p("scale")), as_shape(f("q"), p("q")),
+                          as_shape(f("k"), p("k")), as_shape(f("v"), p("v"))};
+  }
+  if (keys == K{"center", "eps"}) return NormAttrs{as_bool(f("center"), p("center")), as_double(f("eps"), p("eps"))};
+  if (keys == K{"scale", "causal", "fill"}) {
+    return SoftmaxAttrs{as_double(f("scale"), p("scale")), as_bool(f("causal"), p("causal")), as_double(f("fill"), p("fill"))};
+  }
+  if (keys == K{"code", "trans_a", "trans_b", "reduce", "domain", "axes", "keepdims"}) {
+    FusedAttrs a;
+    a.code = fused_code(f("code"), p("code"));
+    a.matmul = MatmulAttrs{as_bool(f("trans_a"), p("trans_a")), as_bool(f("trans_b"), p("trans_b"))};
+    a.reduce = as_op(f("reduce"), p("reduce"));
+    a.domain = as_shape(f("domain"), p("domain"));
+    a.axes = as_ints(f("axes"), p("axes"));
+    a.keepdims = as_bool(f("keepdims"), p("keepdims"));
+    return a;
   }
   bad(path, "attributes " + j.dump() + " match no op's attribute set");
 }
@@ -251,7 +320,7 @@ Program Program::from_json(const std::string& text) {
     auto pk = [&](const char* k) { return path + "." + k; };
     ProgramTensor x;
     x.type.dtype = as_dtype(at("dtype"), pk("dtype"));
-    x.type.shape = as_ints(at("shape"), pk("shape"));
+    x.type.shape = as_shape(at("shape"), pk("shape"));
     x.stored = as_dtype(at("stored"), pk("stored"));
     x.role = as_role(at("role"), pk("role"));
     x.binding = as_string(at("binding"), pk("binding"));
@@ -299,7 +368,7 @@ Program Program::from_json(const std::string& text) {
     x.name = as_string(at("name"), pk("name"));
     x.role = as_role(at("role"), pk("role"));
     x.type.dtype = as_dtype(at("dtype"), pk("dtype"));
-    x.type.shape = as_ints(at("shape"), pk("shape"));
+    x.type.shape = as_shape(at("shape"), pk("shape"));
     x.stored = as_dtype(at("stored"), pk("stored"));
     const json& init = at("init");
     if (!init.is_array() || init.size() != 2) bad(pk("init"), "expected [kind, value]");

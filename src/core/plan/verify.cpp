@@ -19,10 +19,14 @@ bool overlap(const planning::Access& a, const planning::Access& b) {
   return a.buffer == b.buffer && a.begin < b.end && b.begin < a.end;
 }
 
-// The tensor whose memory `t` is: views resolve to their base.
+// The tensor whose memory `t` is: views resolve to their base. Every link of the chain is
+// checked, not only the first: a view of a view may name a tensor that does not exist.
 uint32_t base_of(const Program& p, uint32_t t) {
   for (size_t hops = 0; p.tensors[t].view_of >= 0; ++hops) {
     if (hops > p.tensors.size()) fail("tensor t" + std::to_string(t) + ": views form a cycle");
+    if (size_t(p.tensors[t].view_of) >= p.tensors.size()) {
+      fail("tensor t" + std::to_string(t) + ": view of t" + std::to_string(p.tensors[t].view_of) + ", which does not exist");
+    }
     t = uint32_t(p.tensors[t].view_of);
   }
   return t;
