@@ -10,6 +10,8 @@ namespace meganeura::cli {
 void add_train_command(CLI::App& app);
 void add_infer_command(CLI::App& app);
 void add_program_command(CLI::App& app);
+void add_devices_command(CLI::App& app);
+void add_profile_command(CLI::App& app);
 // Lends the energy commands the dispatches of our compiled training steps.
 energy::EnergyCliHooks energy_hooks();
 
