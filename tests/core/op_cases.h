@@ -177,6 +177,14 @@ inline std::vector<Case> cases() {
   fwd("norm/layer_long_rows", Op::norm, [](G& g) { return layer_norm(P(g, "x", {2, 300}), P(g, "g", {300}), P(g, "b", {300})); });
   fwd("softmax_scaled/causal", Op::softmax_scaled, [](G& g) { return softmax(causal_mask(P(g, "x", {2, 3, 5}) * 0.5, -1e9), -1); });
   fwd("softmax_scaled/long_rows", Op::softmax_scaled, [](G& g) { return softmax(P(g, "x", {2, 300}) * 0.7, -1); });
+  // Many short rows (>= 64 rows of <= 256): one invocation per row instead of a workgroup.
+  fwd("norm/rms_many_rows", Op::norm, [](G& g) { return rms_norm(P(g, "x", {80, 16}), P(g, "g", {16})); });
+  fwd("softmax_scaled/causal_many_rows", Op::softmax_scaled,
+      [](G& g) { return softmax(causal_mask(P(g, "x", {2, 40, 40}) * 0.3, -1e9), -1); });
+  c.push_back({"fused_reduce/many_rows", Op::fused_reduce, [](G& g) {
+                 Tensor x = P(g, "x", {70, 7});
+                 return sum(x * x, {1}, true) * P(g, "y", {70, 1});
+               }, nullptr, {}});
   c.push_back({"matmul_epilogue/bias_gelu_residual", Op::matmul_epilogue, [](G& g) {
                  Tensor r = P(g, "r", {3, 5});
                  return gelu(matmul(P(g, "a", {3, 4}), P(g, "w", {4, 5})) + P(g, "b", {5})) + r;

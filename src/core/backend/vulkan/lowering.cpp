@@ -526,7 +526,14 @@ class Lowerer {
         rows.push[kPushCodeOffset] = fbits(a.scale);
         rows.push[kPushFill] = fbits(a.fill);
       }
-      grid(rows, k.push.get(push::kRows), dc_);
+      const uint32_t n_rows = k.push.get(push::kRows);
+      if (k.push.get(push::kLen) <= kSerialRowMax && n_rows >= kSerialRowsMin) {
+        rows.push[kPushSerial] = 1;
+        rows.spec = {dc_.workgroup};
+        grid(rows, (n_rows + dc_.workgroup - 1) / dc_.workgroup, dc_);
+      } else {
+        grid(rows, n_rows, dc_);
+      }
       out.push_back(std::move(rows));
       return;
     }
@@ -535,10 +542,16 @@ class Lowerer {
     l.push[kPushCodeLength] = uint32_t(a.code.size());
     l.bindings[9] = kCodeBinding;
     if (d.op == Op::fused_reduce) {
-      l.push[kPushMode] = 1;
-      l.spec = {dc_.row_workgroup};
       for (size_t i = 0; i < d.reads.size(); ++i) l.bindings[i] = d.reads[i];
-      grid(l, uint64_t(k.push.get(push::kReduceOuter)) * k.push.get(push::kReduceInner), dc_);  // a workgroup per output
+      const uint64_t outputs = uint64_t(k.push.get(push::kReduceOuter)) * k.push.get(push::kReduceInner);
+      if (k.push.get(push::kReduceLen) <= kSerialRowMax && outputs >= kSerialRowsMin) {
+        l.push[kPushMode] = 2;  // an invocation per output
+        grid(l, (outputs + dc_.workgroup - 1) / dc_.workgroup, dc_);
+      } else {
+        l.push[kPushMode] = 1;  // a workgroup per output
+        l.spec = {dc_.row_workgroup};
+        grid(l, outputs, dc_);
+      }
       out.push_back(std::move(l));
       return;
     }

@@ -3,7 +3,8 @@
 // an interpreter of the postfix program, read from the program's code buffer, over the
 // schedule's collapsed broadcast layout (schedule.h, ElementwiseLayout). Elementwise: one
 // invocation per output element. Reduce: one workgroup per output, each invocation walks a
-// strided share of the reduced axis with a compensated sum, then a tree over the workgroup.
+// strided share of the reduced axis with a compensated sum, then a tree over the workgroup;
+// short axes over many outputs: one invocation per output, a compensated serial sum.
 #include "common.glsl"
 #include "ops.glsl"
 
@@ -23,7 +24,7 @@ layout(std430, binding = 9) readonly buffer Code { uvec4 code[]; };
 const uint NUMEL = 0, RANK = 1, EXTENTS = 2, MASKS = 8, INPUTS = 10;
 const uint REDUCE_OUTER = 11, REDUCE_LEN = 12, REDUCE_INNER = 13, REDUCE_KIND = 14;
 const uint MODE = 24, CODE_OFFSET = 25, CODE_LENGTH = 26;
-const uint ELEMENTWISE = 0, REDUCE = 1;
+const uint ELEMENTWISE = 0, REDUCE = 1, REDUCE_SERIAL = 2;
 const uint K_INPUT = 0, K_CONSTANT = 1, K_UNARY = 2, K_BINARY = 3;
 
 layout(push_constant) uniform P { uint w[32]; } pc;
@@ -46,6 +47,7 @@ float load(uint input_, uint i) {
 uint offset_of(uint k, uint i) {
   uint mask = (pc.w[MASKS + k / 4] >> ((k % 4) * 8)) & 0xffu;
   uint rank = pc.w[RANK], o = 0, s = 1;
+  if ((mask & ((1u << rank) - 1u)) == (1u << rank) - 1u) return i;  // spans the whole domain
   for (int d = int(rank) - 1; d >= 0; --d) {
     uint e = pc.w[EXTENTS + uint(d)];
     uint c = i % e;
@@ -88,7 +90,8 @@ void main() {
     y[i] = evaluate(i);
     return;
   }
-  uint r = flat_group(), lid = gl_LocalInvocationID.x, wg = gl_WorkGroupSize.x;
+  const bool serial = pc.w[MODE] == REDUCE_SERIAL;
+  uint r = serial ? flat_index() : flat_group(), lid = serial ? 0 : gl_LocalInvocationID.x, wg = serial ? 1 : gl_WorkGroupSize.x;
   uint outer = pc.w[REDUCE_OUTER], len = pc.w[REDUCE_LEN], inner = pc.w[REDUCE_INNER], kind = pc.w[REDUCE_KIND];
   if (r >= outer * inner) return;  // uniform over the workgroup
   uint base = (r / inner) * len * inner + r % inner;
@@ -103,6 +106,10 @@ void main() {
       comp = (s - acc) - t;
       acc = s;
     }
+  }
+  if (serial) {
+    y[r] = kind == 1u ? acc / float(len) : acc;
+    return;
   }
   partial[lid] = acc;
   barrier();
