@@ -66,7 +66,9 @@ TEST_P(VulkanOp, MatchesF64Oracle) {
   for (NodeId id : g.parameters()) params.push_back(g.tensor(id));
 
   Session oracle(SessionOptions{Device::cpu, true, 1, 0});
-  oracle.add(plan(g, PlanOptions{DType::f64}));
+  PlanOptions f64;
+  f64.float_dtype = DType::f64;
+  oracle.add(plan(g, f64));
   std::vector<Session> gpus;
   gpus.emplace_back(vulkan_options());
   gpus.back().add(plan(g, PlanOptions{DType::f32, gpus.back().backend().limits()}));
