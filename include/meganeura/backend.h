@@ -4,9 +4,12 @@
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
 #include <memory>
 #include <string>
+#include <vector>
 
+#include "meganeura/passes.h"
 #include "meganeura/program.h"
 
 namespace meganeura {
@@ -23,11 +26,82 @@ class Backend {
   virtual void write(const std::string& buffer, const void* data, size_t bytes) = 0;
   virtual void read(const std::string& buffer, void* data, size_t bytes) const = 0;
   virtual void run(size_t program) = 0;
+  // The rewrite passes whose fused ops this backend has kernels for; Session::add(const Graph&)
+  // runs only these.
+  virtual PassOptions passes() const { return {}; }
+
+  // Counters of the work behind run(): what a test or a profile inspects.
+  struct Stats {
+    uint64_t recordings = 0;     // command buffers recorded since creation
+    uint64_t submissions = 0;    // queue submissions since creation
+    uint64_t dispatches = 0;     // per run of the last program run
+    uint64_t barriers = 0;       // per run of the last program run
+  };
+  virtual Stats stats() const { return {}; }
 };
 
 struct CpuOptions {
   int threads = 0;  // 0: all cores
 };
 std::unique_ptr<Backend> make_cpu_backend(const CpuOptions& options = {});
+
+// ---- Vulkan -----
+struct VulkanHeap {
+  uint64_t bytes = 0;
+  bool device_local = false;
+};
+
+// What `meganeura devices` reports for one physical device.
+struct VulkanDeviceInfo {
+  int index = 0;
+  std::string name, vendor, driver, type;  // type: discrete, integrated, virtual, cpu, other
+  uint32_t vendor_id = 0, device_id = 0, api_version = 0;
+  std::string api;  // "1.3.239"
+  std::vector<VulkanHeap> heaps;
+  uint32_t subgroup_size = 0;
+  bool subgroup_arithmetic = false;
+  bool f16 = false, bf16 = false, int8 = false, cooperative_matrix = false;
+  bool portability_subset = false;
+  uint64_t max_storage_buffer_range = 0, min_storage_buffer_offset_alignment = 0;
+  uint64_t max_memory_allocation_size = 0;
+  uint32_t max_workgroup_invocations = 0, max_workgroup_count[3] = {0, 0, 0};
+  uint32_t max_shared_memory = 0, max_push_constants = 0;
+  uint32_t max_storage_buffers_per_stage = 0;
+  double timestamp_period_ns = 0;
+};
+
+// Lists the Vulkan devices; throws std::runtime_error with a clear message when there is no
+// loader (the message names what is missing).
+std::vector<VulkanDeviceInfo> vulkan_devices();
+
+// An application's own instance, device and queue; the backend borrows them.
+struct VulkanExternalDevice {
+  void* instance = nullptr;         // VkInstance
+  void* physical_device = nullptr;  // VkPhysicalDevice
+  void* device = nullptr;           // VkDevice
+  void* queue = nullptr;            // VkQueue (compute-capable)
+  uint32_t queue_family = 0;
+  void* get_instance_proc_addr = nullptr;  // PFN_vkGetInstanceProcAddr; null: the loader's
+};
+
+struct VulkanOptions {
+  // "" or "vulkan": the best device of any type; otherwise an index or a name substring.
+  std::string device;
+  // Enable VK_LAYER_KHRONOS_validation; any message it reports makes the next call throw.
+  bool validation = false;
+  // Persist pipelines under $XDG_CACHE_HOME/meganeura/ (or ~/.cache/meganeura/).
+  bool pipeline_cache = true;
+  std::string cache_dir;  // overrides the directory
+  // Time every dispatch with timestamp queries (read back by vulkan_profile()).
+  bool profile = false;
+  // Split one run's submission into this many command buffers (sharing a queue with rendering).
+  int chunks = 1;
+  const VulkanExternalDevice* external = nullptr;
+};
+std::unique_ptr<Backend> make_vulkan_backend(const VulkanOptions& options = {});
+
+// Whether a Vulkan device that `auto` would choose (discrete or integrated) exists, and a
+// sentence saying what was found otherwise.
+bool vulkan_gpu_available(std::string* why);
 
 }  // namespace meganeura

@@ -20,11 +20,27 @@ enum class Device : uint8_t { cpu, vulkan, automatic };
 Device parse_device(const std::string& s);  // "cpu" | "vulkan" | "auto"
 
 struct SessionOptions {
+  // Positional form kept for brevity at call sites: {device, f64_oracle, seed, threads}.
+  SessionOptions(Device d = Device::cpu, bool oracle = false, uint64_t s = 0, int t = 0)
+      : device(d), f64_oracle(oracle), seed(s), threads(t) {}
   Device device = Device::cpu;
   bool f64_oracle = false;  // plan every float tensor in double (reference backend only)
   uint64_t seed = 0;        // parameter initialisation
   int threads = 0;
+  // Vulkan: a device index or name substring ("" = the best of any type, lavapipe included).
+  std::string vulkan_device;
+  // Vulkan: the Khronos validation layer on; any message fails the call that caused it. Also
+  // switched on by MEGANEURA_VULKAN_VALIDATION=1.
+  bool vulkan_validation = false;
+  // Vulkan: time every dispatch with timestamp queries (see vulkan_profile()).
+  bool vulkan_profile = false;
+  // Vulkan: the pipeline cache directory ("" = $XDG_CACHE_HOME/meganeura); "-" disables it.
+  std::string vulkan_cache_dir;
 };
+
+// Sets `o` from a --device value: "cpu", "auto" (discrete GPU > integrated GPU > CPU backend),
+// "vulkan" (any Vulkan device, CPU-emulated ones included) or a Vulkan device's index or name.
+void select_device(SessionOptions& o, const std::string& spec);
 
 class Session {
  public:
@@ -33,13 +49,17 @@ class Session {
   Session(Session&&) noexcept;
   Session& operator=(Session&&) noexcept;
 
-  // Rewrites `g` with optimize() (passes.h), plans it with this session's options and adds it;
-  // returns the program index. add(plan(g)) adds a graph as it is.
+  // Rewrites `g` with optimize() (passes.h; those of Backend::passes()), plans it with this
+  // session's options and adds it; returns the program index. add(plan(g)) adds a graph as it is.
   size_t add(const Graph& g);
   size_t add(Program p);
   const Program& program(size_t i = 0) const { return programs_.at(i); }
   size_t program_count() const { return programs_.size(); }
   std::string device_name() const;
+  // Why --device auto chose what it chose when that was a fallback (empty otherwise).
+  const std::string& device_note() const { return device_note_; }
+  const Backend& backend() const { return *backend_; }
+  Backend& backend() { return *backend_; }
 
   void set(const std::string& name, std::span<const float> values);
   void set(const std::string& name, std::span<const double> values);
@@ -61,6 +81,7 @@ class Session {
   const ExternalBuffer& buffer(const std::string& name) const;
   SessionOptions options_;
   std::unique_ptr<Backend> backend_;
+  std::string device_note_;
   std::vector<Program> programs_;
   std::map<std::string, ExternalBuffer> buffers_;
 };

@@ -188,7 +188,7 @@ TEST(Cli, BadArgumentsAreRejected) {
   Result ok = run("train --model mlp --steps 6 --accumulation 3 --json");
   ASSERT_EQ(ok.status, 0) << ok.err;
   EXPECT_EQ(ok.json()["losses"].size(), 6u);
-  Result v = run("train --model mlp --steps 2 --device vulkan");
+  Result v = run("train --model mlp --steps 2 --device no-such-gpu");
   EXPECT_NE(v.status, 0);
   EXPECT_NE(v.err.find("Vulkan"), std::string::npos) << v.err;
 }

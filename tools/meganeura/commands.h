@@ -13,6 +13,8 @@ void add_program_command(CLI::App& app);
 // models, run and gate: the matched workloads.
 void add_workload_commands(CLI::App& app);
 void add_bench_command(CLI::App& app);
+void add_devices_command(CLI::App& app);
+void add_profile_command(CLI::App& app);
 // Lends the energy commands the dispatches of our compiled training steps.
 energy::EnergyCliHooks energy_hooks();
 

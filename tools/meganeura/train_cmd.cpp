@@ -85,7 +85,7 @@ int run_train(const TrainArgs& a) {
   }
   opt.total_steps = std::max(opt.total_steps, steps);
   SessionOptions so;
-  so.device = parse_device(a.device);
+  select_device(so, a.device);
   so.seed = a.seed;
   Trainer trainer([&](Graph& g) { return task->build_loss(g); }, opt, so);
   const std::string model_hash = std::to_string(task->model_hash());
@@ -99,7 +99,9 @@ int run_train(const TrainArgs& a) {
     start = trainer.updates() * opt.accumulation;
     if (start > steps) throw std::runtime_error("checkpoint is at step " + std::to_string(start) + ", past --steps " + std::to_string(steps));
   }
-  std::fprintf(stderr, "training %s on %s: steps %lld..%lld\n", task->name().c_str(), trainer.session().device_name().c_str(),
+  const std::string& note = trainer.session().device_note();
+  std::fprintf(stderr, "training %s on %s%s: steps %lld..%lld\n", task->name().c_str(), trainer.session().device_name().c_str(),
+               note.empty() ? "" : (" (" + note + ")").c_str(),
                static_cast<long long>(start + 1), static_cast<long long>(steps));
   Progress progress(start, steps);
   nlohmann::json losses = nlohmann::json::array();
@@ -128,7 +130,7 @@ int run_train(const TrainArgs& a) {
 int run_infer(const TrainArgs& a) {
   auto task = make_task(a.model, a.seed, a.sizes);
   SessionOptions so;
-  so.device = parse_device(a.device);
+  select_device(so, a.device);
   so.seed = a.seed;
   Session session(so);
   task->add_inference(session);
@@ -137,6 +139,7 @@ int run_infer(const TrainArgs& a) {
     throw std::runtime_error("checkpoint " + a.resume + " is of a different model than " + a.model);
   }
   nlohmann::json out = {{"model", task->name()}, {"device", session.device_name()}, {"checkpoint", a.resume}};
+  if (!session.device_note().empty()) out["device_note"] = session.device_note();
   if (meta.count("step")) out["trained_steps"] = std::stoll(meta["step"]);
   out.update(task->evaluate(session));
   if (out.contains("test_loss")) out["final_loss"] = out["test_loss"];
@@ -209,7 +212,7 @@ void add_train_command(CLI::App& app) {
   c->add_option("--steps", a->steps, "total training steps (default: the model's)")->check(CLI::PositiveNumber);
   c->add_option("--out", a->out, "checkpoint to write (safetensors)");
   c->add_option("--resume", a->resume, "checkpoint to resume from");
-  c->add_option("--device", a->device, "cpu | vulkan | auto")->check(CLI::IsMember({"cpu", "vulkan", "auto"}));
+  c->add_option("--device", a->device, "cpu | vulkan | auto | a Vulkan device's index or name (see `meganeura devices`)");
   c->add_option("--seed", a->seed, "initialisation and data seed");
   c->add_option("--lr", a->lr, "peak learning rate");
   c->add_option("--optimizer", a->optimizer, "sgd | adam | adamw")->check(CLI::IsMember({"sgd", "adam", "adamw"}));
@@ -223,7 +226,7 @@ void add_infer_command(CLI::App& app) {
   CLI::App* c = app.add_subcommand("infer", "load a checkpoint into an inference program and evaluate it");
   add_model_options(c, *a);
   c->add_option("--checkpoint", a->resume, "checkpoint to load")->required();
-  c->add_option("--device", a->device, "cpu | vulkan | auto")->check(CLI::IsMember({"cpu", "vulkan", "auto"}));
+  c->add_option("--device", a->device, "cpu | vulkan | auto | a Vulkan device's index or name (see `meganeura devices`)");
   c->add_option("--seed", a->seed, "sampling seed");
   c->add_flag("--json", a->json, "print a JSON summary on stdout");
   c->callback([a] { throw CLI::RuntimeError(run_infer(*a)); });

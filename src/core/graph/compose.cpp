@@ -53,9 +53,10 @@ Tensor group_norm(Tensor x, int64_t groups, std::optional<Tensor> gamma, std::op
 
 Tensor swiglu(Tensor gate, Tensor up) { return silu(gate) * up; }
 
-// Score matrices of at least this many entries per head go through the tiled attention op;
-// below it the composition (two matmuls and a softmax) is as small and fuses on GPUs.
-constexpr int64_t kTiledAttentionMin = 1024;
+// Score matrices of at least this many entries per head (256 KiB in f32) go through the tiled
+// attention op, whose memory does not grow with Sq x Sk; below it the composition (two
+// matmuls and a softmax) is small, runs on GEMMs and fuses on every backend.
+constexpr int64_t kTiledAttentionMin = 65536;
 
 Tensor attention(Tensor q, Tensor k, Tensor v, bool causal, std::optional<double> scale) {
   if (q.rank() != 4 || k.rank() != 4 || v.rank() != 4) {

@@ -1,6 +1,8 @@
 #include "meganeura/session.h"
 
 #include <cmath>
+#include <cstdio>
+#include <cstdlib>
 #include <stdexcept>
 
 #include "backend/cpu/kernels.h"
@@ -14,6 +16,17 @@ Device parse_device(const std::string& s) {
   if (s == "vulkan") return Device::vulkan;
   if (s == "auto") return Device::automatic;
   throw std::invalid_argument("[session] unknown device '" + s + "' (expected cpu, vulkan or auto)");
+}
+
+void select_device(SessionOptions& o, const std::string& spec) {
+  if (spec.empty()) throw std::invalid_argument("[session] empty device name");
+  if (spec == "cpu" || spec == "auto" || spec == "vulkan") {
+    o.device = parse_device(spec);
+    o.vulkan_device.clear();
+    return;
+  }
+  o.device = Device::vulkan;
+  o.vulkan_device = spec;
 }
 
 namespace {
@@ -34,23 +47,42 @@ struct Rng {
   }
 };
 
-std::unique_ptr<Backend> make_backend(const SessionOptions& o) {
+VulkanOptions vulkan_options(const SessionOptions& o, const std::string& device) {
+  VulkanOptions v;
+  v.device = device;
+  const char* env = std::getenv("MEGANEURA_VULKAN_VALIDATION");
+  v.validation = o.vulkan_validation || (env && std::string(env) == "1");
+  v.profile = o.vulkan_profile;
+  v.pipeline_cache = o.vulkan_cache_dir != "-";
+  if (v.pipeline_cache) v.cache_dir = o.vulkan_cache_dir;
+  return v;
+}
+
+std::unique_ptr<Backend> make_backend(const SessionOptions& o, std::string& note) {
   switch (o.device) {
     case Device::cpu:
-    case Device::automatic:  // the best available device: the reference backend is always there
       return make_cpu_backend(CpuOptions{o.threads});
+    case Device::automatic: {
+      // A discrete or integrated GPU when there is one; a CPU-emulated Vulkan device is never
+      // better than the reference backend.
+      std::string why;
+      if (!o.f64_oracle && vulkan_gpu_available(&why)) return make_vulkan_backend(vulkan_options(o, "gpu"));
+      if (!o.f64_oracle) note = why + "; using the CPU backend";
+      return make_cpu_backend(CpuOptions{o.threads});
+    }
     case Device::vulkan:
-      throw std::runtime_error("[session] the Vulkan backend is not part of this build; use --device cpu or auto");
+      return make_vulkan_backend(vulkan_options(o, o.vulkan_device));
   }
   throw std::invalid_argument("[session] invalid device");
 }
 
 }  // namespace
 
-Session::Session(SessionOptions options) : options_(options), backend_(make_backend(options)) {
+Session::Session(SessionOptions options) : options_(options) {
   if (options.f64_oracle && options.device == Device::vulkan) {
     throw std::invalid_argument("[session] the f64 oracle runs on the reference CPU backend only");
   }
+  backend_ = make_backend(options, device_note_);
 }
 Session::~Session() = default;
 Session::Session(Session&&) noexcept = default;
@@ -63,7 +95,8 @@ size_t Session::add(const Graph& g) {
   po.float_dtype = options_.f64_oracle ? DType::f64 : DType::f32;
   po.limits = backend_->limits();
   po.verify = false;  // add(Program) verifies
-  return add(plan(optimize(g), po));  // the rewrite passes run between autodiff and the plan
+  // The rewrite passes run between autodiff and the plan, those the backend has kernels for.
+  return add(plan(optimize(g, backend_->passes()), po));
 }
 
 size_t Session::add(Program p) {

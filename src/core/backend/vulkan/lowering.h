@@ -1,0 +1,47 @@
+// Per-dispatch lowering: which kernel, specialisation and push constants, workgroup counts
+// and bindings each Program dispatch becomes. Computed once when a program is added, never per
+// step. The fused ops take the core schedule's lowering (schedule.h: push block, kernel id);
+// the primitive kernels keep their own push layouts.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "backend/vulkan/pipelines.h"
+#include "meganeura/backend.h"
+#include "meganeura/program.h"
+
+namespace meganeura::vk {
+
+struct Launch {
+  Kernel kernel = Kernel::pointwise;
+  std::vector<uint32_t> spec;  // specialisation constants; [0] is the workgroup size
+  uint32_t push[kPushBytes / 4] = {};
+  uint32_t push_words = 0;
+  uint32_t groups[3] = {1, 1, 1};
+  uint32_t bindings[kWideBindings] = {};  // tensor per binding slot (kCodeBinding: the code buffer)
+  std::vector<uint32_t> reads;        // tensors read (for hazards)
+  uint32_t write = 0;                 // tensor written
+  uint32_t dispatch = 0;              // the Program dispatch it implements
+  bool barrier_before = false;        // waits for the previous launch of its own dispatch
+  std::vector<uint32_t> code;         // fused programs: 4 words per instruction
+};
+constexpr uint32_t kCodeBinding = UINT32_MAX;
+// Push words the backend fills for the fused kernels (after the schedule's 0-23).
+constexpr size_t kPushMode = 24, kPushCodeOffset = 25, kPushCodeLength = 26, kPushFill = 26, kPushSerial = 27;
+// Rows up to this long, when there are many, take one invocation each instead of a workgroup:
+// a workgroup's tree and barriers cost more than a short serial loop.
+constexpr uint32_t kSerialRowMax = 256, kSerialRowsMin = 64;
+
+// Tile and workgroup choices for a class of device (not for one driver).
+struct DeviceClass {
+  uint32_t workgroup = 256;       // elementwise and reductions
+  uint32_t row_workgroup = 256;   // the fused kernels' workgroup-per-row reductions
+  uint32_t tile_mn = 64, tile_k = 16;  // matmul tiles (4x4 register blocks per invocation)
+  uint32_t max_groups_x = 65535, max_groups_y = 65535, max_groups_z = 65535;
+};
+DeviceClass device_class(const VulkanDeviceInfo& info);
+
+std::vector<Launch> lower_program(const Program& p, const DeviceClass& dc);
+
+}  // namespace meganeura::vk

@@ -1,0 +1,72 @@
+// Kernels (one compute shader per family, embedded as SPIR-V at build time), their pipelines
+// keyed by kernel and specialisation constants, and the on-disk pipeline cache.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "backend/vulkan/context.h"
+
+namespace meganeura::vk {
+
+enum class Kernel : uint8_t { pointwise, reduce, softmax, matmul, movement, index, sequence, conv, pool, fused, rows, count_ };
+constexpr size_t kKernelCount = size_t(Kernel::count_);
+const char* kernel_name(Kernel k);
+std::span<const uint32_t> kernel_spirv(Kernel k);
+
+// Two pipeline layouts, both with a 128-byte push block: kBindings storage buffers for the
+// primitive kernels, kWideBindings for the fused ones (eight inputs, the output, the code).
+constexpr uint32_t kBindings = 3;
+constexpr uint32_t kWideBindings = 10;
+inline bool wide(Kernel k) { return k == Kernel::fused || k == Kernel::rows; }
+inline uint32_t binding_count(Kernel k) { return wide(k) ? kWideBindings : kBindings; }
+constexpr uint32_t kPushBytes = 128;
+
+// A persisted VkPipelineCache. The file holds our header (magic, payload size, FNV-1a of the
+// payload) and the driver's blob, whose own header must name this device; anything else --
+// missing, truncated, corrupt, another device or driver -- is a miss and starts empty.
+class PipelineCache {
+ public:
+  PipelineCache(const Device& d, std::string dir);  // dir "": no persistence
+  ~PipelineCache();
+  PipelineCache(const PipelineCache&) = delete;
+  PipelineCache& operator=(const PipelineCache&) = delete;
+  VkPipelineCache handle() const { return cache_; }
+  // "loaded", "missing", "stale" or "corrupt": what happened to the file on creation.
+  const std::string& load_status() const { return status_; }
+  const std::string& path() const { return path_; }
+  void save();
+
+ private:
+  const Device& d_;
+  VkPipelineCache cache_ = VK_NULL_HANDLE;
+  std::string path_, status_ = "disabled";
+};
+
+std::string default_cache_dir();  // $XDG_CACHE_HOME/meganeura or ~/.cache/meganeura ("" if neither)
+
+class Pipelines {
+ public:
+  // wide_layout: create the wide layout (the device allows kWideBindings per stage).
+  Pipelines(const Device& d, PipelineCache* cache, bool wide_layout);
+  ~Pipelines();
+  Pipelines(const Pipelines&) = delete;
+  Pipelines& operator=(const Pipelines&) = delete;
+  VkPipeline get(Kernel k, const std::vector<uint32_t>& spec);
+  VkPipelineLayout layout(Kernel k) const { return layout_[wide(k)]; }
+  VkDescriptorSetLayout set_layout(Kernel k) const { return set_layout_[wide(k)]; }
+  size_t created() const { return pipelines_.size(); }
+
+ private:
+  const Device& d_;
+  PipelineCache* cache_;
+  VkDescriptorSetLayout set_layout_[2] = {};
+  VkPipelineLayout layout_[2] = {};
+  VkShaderModule modules_[kKernelCount] = {};
+  std::map<std::pair<Kernel, std::vector<uint32_t>>, VkPipeline> pipelines_;
+};
+
+}  // namespace meganeura::vk

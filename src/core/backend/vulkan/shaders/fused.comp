@@ -1,0 +1,121 @@
+#version 450
+// The fused ops' programs (fused_elementwise, fused_reduce, the epilogue of matmul_epilogue):
+// an interpreter of the postfix program, read from the program's code buffer, over the
+// schedule's collapsed broadcast layout (schedule.h, ElementwiseLayout). Elementwise: one
+// invocation per output element. Reduce: one workgroup per output, each invocation walks a
+// strided share of the reduced axis with a compensated sum, then a tree over the workgroup;
+// short axes over many outputs: one invocation per output, a compensated serial sum.
+#include "common.glsl"
+#include "ops.glsl"
+
+layout(std430, binding = 0) buffer I0 { float v[]; } i0;
+layout(std430, binding = 1) buffer I1 { float v[]; } i1;
+layout(std430, binding = 2) buffer I2 { float v[]; } i2;
+layout(std430, binding = 3) buffer I3 { float v[]; } i3;
+layout(std430, binding = 4) buffer I4 { float v[]; } i4;
+layout(std430, binding = 5) buffer I5 { float v[]; } i5;
+layout(std430, binding = 6) buffer I6 { float v[]; } i6;
+layout(std430, binding = 7) buffer I7 { float v[]; } i7;
+layout(std430, binding = 8) buffer Y { float y[]; };
+// One instruction per uvec4: kind | op << 8 | input << 16, then the f32 bits of a and b.
+layout(std430, binding = 9) readonly buffer Code { uvec4 code[]; };
+
+// Word indices: the schedule's layout (0-23), then the backend's (24-).
+const uint NUMEL = 0, RANK = 1, EXTENTS = 2, MASKS = 8, INPUTS = 10;
+const uint REDUCE_OUTER = 11, REDUCE_LEN = 12, REDUCE_INNER = 13, REDUCE_KIND = 14;
+const uint MODE = 24, CODE_OFFSET = 25, CODE_LENGTH = 26;
+const uint ELEMENTWISE = 0, REDUCE = 1, REDUCE_SERIAL = 2;
+const uint K_INPUT = 0, K_CONSTANT = 1, K_UNARY = 2, K_BINARY = 3;
+
+layout(push_constant) uniform P { uint w[32]; } pc;
+
+float load(uint input_, uint i) {
+  switch (input_) {
+    case 0: return i0.v[i];
+    case 1: return i1.v[i];
+    case 2: return i2.v[i];
+    case 3: return i3.v[i];
+    case 4: return i4.v[i];
+    case 5: return i5.v[i];
+    case 6: return i6.v[i];
+    default: return i7.v[i];
+  }
+}
+
+// The element of input k at flat index i of the (collapsed) domain: its strides skip the
+// dimensions it is broadcast over.
+uint offset_of(uint k, uint i) {
+  uint mask = (pc.w[MASKS + k / 4] >> ((k % 4) * 8)) & 0xffu;
+  uint rank = pc.w[RANK], o = 0, s = 1;
+  if ((mask & ((1u << rank) - 1u)) == (1u << rank) - 1u) return i;  // spans the whole domain
+  for (int d = int(rank) - 1; d >= 0; --d) {
+    uint e = pc.w[EXTENTS + uint(d)];
+    uint c = i % e;
+    i /= e;
+    if ((mask >> uint(d) & 1u) != 0u) {
+      o += c * s;
+      s *= e;
+    }
+  }
+  return o;
+}
+
+float evaluate(uint i) {
+  float st[8];
+  uint sp = 0;
+  uint base = pc.w[CODE_OFFSET], n = pc.w[CODE_LENGTH];
+  for (uint c = 0; c < n; ++c) {
+    uvec4 ins = code[base + c];
+    uint kind = ins.x & 0xffu, op = (ins.x >> 8) & 0xffu, k = ins.x >> 16;
+    if (kind == K_INPUT) {
+      st[sp++] = load(k, offset_of(k, i));
+    } else if (kind == K_CONSTANT) {
+      st[sp++] = uintBitsToFloat(ins.y);
+    } else if (kind == K_UNARY) {
+      st[sp - 1] = unary_op(op, st[sp - 1], uintBitsToFloat(ins.y), uintBitsToFloat(ins.z));
+    } else {
+      st[sp - 2] = binary_op(op, st[sp - 2], st[sp - 1]);
+      --sp;
+    }
+  }
+  return st[0];
+}
+
+shared float partial[256];
+
+void main() {
+  if (pc.w[MODE] == ELEMENTWISE) {
+    uint i = flat_index();
+    if (i >= pc.w[NUMEL]) return;
+    y[i] = evaluate(i);
+    return;
+  }
+  const bool serial = pc.w[MODE] == REDUCE_SERIAL;
+  uint r = serial ? flat_index() : flat_group(), lid = serial ? 0 : gl_LocalInvocationID.x, wg = serial ? 1 : gl_WorkGroupSize.x;
+  uint outer = pc.w[REDUCE_OUTER], len = pc.w[REDUCE_LEN], inner = pc.w[REDUCE_INNER], kind = pc.w[REDUCE_KIND];
+  if (r >= outer * inner) return;  // uniform over the workgroup
+  uint base = (r / inner) * len * inner + r % inner;
+  const bool is_max = kind == 2u;
+  float acc = is_max ? uintBitsToFloat(0xff800000u) : 0.0, comp = 0.0;
+  for (uint j = lid; j < len; j += wg) {
+    float v = evaluate(base + j * inner);
+    if (is_max) {
+      acc = max(acc, v);
+    } else {  // Kahan: the error stays bounded however long the axis
+      float t = v - comp, s = acc + t;
+      comp = (s - acc) - t;
+      acc = s;
+    }
+  }
+  if (serial) {
+    y[r] = kind == 1u ? acc / float(len) : acc;
+    return;
+  }
+  partial[lid] = acc;
+  barrier();
+  for (uint s = wg / 2; s > 0; s >>= 1) {
+    if (lid < s) partial[lid] = is_max ? max(partial[lid], partial[lid + s]) : partial[lid] + partial[lid + s];
+    barrier();
+  }
+  if (lid == 0) y[r] = kind == 1u ? partial[0] / float(len) : partial[0];
+}

@@ -1,0 +1,508 @@
+#include "backend/vulkan/vulkan_backend.h"
+
+#include <algorithm>
+#include <cstring>
+#include <map>
+#include <memory>
+
+#include "backend/vulkan/context.h"
+#include "backend/vulkan/lowering.h"
+#include "backend/vulkan/memory.h"
+#include "backend/vulkan/pipelines.h"
+#include "graph/op_table.h"
+
+namespace meganeura {
+namespace {
+
+using namespace vk;
+
+struct External {
+  std::unique_ptr<Buffer> buffer;
+  uint32_t id = 0;
+  // Pre-recorded copies through the staging buffer, made on first use.
+  VkCommandBuffer upload = VK_NULL_HANDLE, download = VK_NULL_HANDLE;
+};
+
+struct Prepared {
+  Program program;
+  std::vector<std::unique_ptr<Buffer>> arenas;  // one per arena buffer of the plan
+  std::vector<uint32_t> arena_ids;
+  std::unique_ptr<Buffer> code;  // the fused programs' instructions, host-visible (a few KiB)
+  uint32_t code_id = 0;
+  std::vector<Launch> launches;
+  VkDescriptorPool descriptors = VK_NULL_HANDLE;
+  std::vector<VkCommandBuffer> chunks;
+  VkQueryPool queries = VK_NULL_HANDLE;
+  uint64_t dispatches = 0, barriers = 0;
+  VulkanProgramProfile profile;
+};
+
+class VulkanBackend final : public Backend {
+ public:
+  explicit VulkanBackend(const VulkanOptions& o) : options_(o) {
+    if (o.external) {
+      instance_ = std::make_shared<Instance>(static_cast<VkInstance>(o.external->instance),
+                                             reinterpret_cast<PFN_vkGetInstanceProcAddr>(o.external->get_instance_proc_addr));
+      dev_ = adopt_device(instance_, *o.external);
+    } else {
+      instance_ = std::make_shared<Instance>(o.validation);
+      dev_ = open_device(instance_, o.device);
+    }
+    dc_ = device_class(dev_->info);
+    if (o.pipeline_cache) cache_ = std::make_unique<PipelineCache>(*dev_, o.cache_dir.empty() ? default_cache_dir() : o.cache_dir);
+    wide_ = dev_->info.max_storage_buffers_per_stage >= kWideBindings;
+    pipelines_ = std::make_unique<Pipelines>(*dev_, cache_.get(), wide_);
+    auto pi = make<VkCommandPoolCreateInfo>(VK_STRUCTURE_TYPE_COMMAND_POOL_CREATE_INFO);
+    pi.flags = VK_COMMAND_POOL_CREATE_RESET_COMMAND_BUFFER_BIT;
+    pi.queueFamilyIndex = dev_->queue_family;
+    VK_CHECK(api().vkCreateCommandPool(dev_->device, &pi, nullptr, &pool_));
+    auto fi = make<VkFenceCreateInfo>(VK_STRUCTURE_TYPE_FENCE_CREATE_INFO);
+    VK_CHECK(api().vkCreateFence(dev_->device, &fi, nullptr, &fence_));
+    check_messages();
+  }
+
+  ~VulkanBackend() override {
+    if (!dev_) return;
+    api().vkDeviceWaitIdle(dev_->device);
+    for (auto& p : programs_) {
+      if (p->queries) api().vkDestroyQueryPool(dev_->device, p->queries, nullptr);
+      if (p->descriptors) api().vkDestroyDescriptorPool(dev_->device, p->descriptors, nullptr);
+    }
+    programs_.clear();
+    buffers_.clear();
+    staging_.reset();
+    api().vkDestroyFence(dev_->device, fence_, nullptr);
+    api().vkDestroyCommandPool(dev_->device, pool_, nullptr);
+    pipelines_.reset();
+    cache_.reset();
+  }
+
+  std::string device_name() const override { return "vulkan: " + dev_->info.name + " (" + dev_->info.type + ")"; }
+
+  // The planner keeps every tensor within one binding and one allocation, aligned for binding.
+  DeviceLimits limits() const override {
+    const auto& info = dev_->info;
+    DeviceLimits l;
+    l.max_binding_bytes = info.max_storage_buffer_range;
+    l.max_allocation_bytes = info.max_memory_allocation_size;
+    l.offset_alignment = std::max<uint64_t>(info.min_storage_buffer_offset_alignment, 16);
+    return l;
+  }
+
+  size_t add_program(const Program& p) override {
+    auto prep = std::make_unique<Prepared>();
+    prep->program = p;
+    const Program& q = prep->program;
+    if (q.float_dtype != DType::f32) throw std::invalid_argument("[vulkan] programs must compute in f32 (the f64 oracle runs on the CPU backend)");
+    std::vector<Buffer*> fresh;
+    for (const ExternalBuffer& e : q.externals) {
+      const uint64_t bytes = uint64_t(e.type.numel()) * dtype_size(e.stored);
+      auto it = buffers_.find(e.name);
+      if (it == buffers_.end()) {
+        External x;
+        x.buffer = allocate(*dev_, bytes, Residence::device, std::string(role_name(e.role)) + " '" + e.name + "'");
+        x.id = next_id_++;
+        fresh.push_back(x.buffer.get());
+        buffers_.emplace(e.name, std::move(x));
+      } else if (it->second.buffer->bytes != bytes && (it->second.buffer->owned || it->second.buffer->bytes < bytes)) {
+        throw std::invalid_argument("[vulkan] buffer '" + e.name + "' is " + std::to_string(it->second.buffer->bytes) +
+                                    " bytes in one program and " + std::to_string(bytes) + " in another");
+      }
+    }
+    for (size_t i = 0; i < q.arena_buffers.size(); ++i) {
+      prep->arenas.push_back(allocate(*dev_, q.arena_buffers[i], Residence::device,
+                                      "arena buffer " + std::to_string(i) + " of program " + std::to_string(programs_.size())));
+      prep->arena_ids.push_back(next_id_++);
+      fresh.push_back(prep->arenas.back().get());
+    }
+    prep->launches = lower_program(q, dc_);
+    place_code(*prep);
+    zero(fresh);
+    prepare_descriptors(*prep);
+    record(*prep);
+    programs_.push_back(std::move(prep));
+    check_messages();
+    return programs_.size() - 1;
+  }
+
+  void write(const std::string& name, const void* data, size_t bytes) override {
+    External& x = external(name);
+    if (bytes != x.buffer->bytes) throw std::invalid_argument("[vulkan] writing " + std::to_string(bytes) + " bytes into '" + name + "' of " + std::to_string(x.buffer->bytes));
+    if (!ensure_staging(bytes) || !x.upload) x.upload = record_copy(staging_->buffer, x.buffer->buffer, bytes, true);
+    std::memcpy(staging_->mapped, data, bytes);
+    submit({x.upload});
+  }
+
+  void read(const std::string& name, void* data, size_t bytes) const override {
+    auto* self = const_cast<VulkanBackend*>(this);  // staging and pre-recorded copies are caches
+    External& x = self->external(name);
+    if (bytes != x.buffer->bytes) throw std::invalid_argument("[vulkan] reading " + std::to_string(bytes) + " bytes from '" + name + "' of " + std::to_string(x.buffer->bytes));
+    if (!self->ensure_staging(bytes) || !x.download) x.download = self->record_copy(x.buffer->buffer, staging_->buffer, bytes, false);
+    self->submit({x.download});
+    std::memcpy(data, staging_->mapped, bytes);
+  }
+
+  void run(size_t index) override {
+    Prepared& p = *programs_.at(index);
+    submit(p.chunks);
+    stats_.dispatches = p.dispatches;
+    stats_.barriers = p.barriers;
+    if (p.queries) collect_profile(p);
+  }
+
+  Stats stats() const override { return stats_; }
+
+  // Every pass, where the device allows the fused kernels' ten bindings per stage; otherwise
+  // graphs keep their primitive ops.
+  PassOptions passes() const override {
+    PassOptions o;
+    if (!wide_) o.softmax = o.norms = o.pointwise = o.matmul_epilogue = false;
+    return o;
+  }
+
+  const VulkanProgramProfile* profile(size_t i) const { return options_.profile ? &programs_.at(i)->profile : nullptr; }
+  std::string cache_status(std::string* path) const {
+    if (!cache_) return "disabled";
+    if (path) *path = cache_->path();
+    return cache_->load_status();
+  }
+  size_t pipeline_count() const { return pipelines_->created(); }
+
+  void bind_external(const std::string& name, VkBuffer buffer, uint64_t bytes) {
+    if (buffers_.count(name)) throw std::invalid_argument("[vulkan] buffer '" + name + "' already exists; bind application buffers before adding programs");
+    External x;
+    x.buffer = std::make_unique<Buffer>();
+    x.buffer->device = dev_.get();
+    x.buffer->buffer = buffer;
+    x.buffer->bytes = bytes;
+    x.buffer->owned = false;
+    x.id = next_id_++;
+    buffers_.emplace(name, std::move(x));
+  }
+
+ private:
+  const Api& api() const { return dev_->api; }
+
+  void check_messages() {
+    auto m = instance_->take_messages();
+    if (m.empty()) return;
+    std::string text = "[vulkan] validation reported " + std::to_string(m.size()) + " message(s); first: " + m.front();
+    throw std::runtime_error(text);
+  }
+
+  External& external(const std::string& name) {
+    auto it = buffers_.find(name);
+    if (it == buffers_.end()) throw std::invalid_argument("[vulkan] no buffer named '" + name + "'");
+    return it->second;
+  }
+
+  // Returns false when the staging buffer was (re)created, invalidating recorded copies.
+  bool ensure_staging(uint64_t bytes) {
+    if (staging_ && staging_->bytes >= bytes) return true;
+    uint64_t size = std::max<uint64_t>(bytes, staging_ ? staging_->bytes * 2 : 1 << 16);
+    api().vkQueueWaitIdle(dev_->queue);
+    for (auto& [n, x] : buffers_) {
+      for (VkCommandBuffer* c : {&x.upload, &x.download}) {
+        if (*c) api().vkFreeCommandBuffers(dev_->device, pool_, 1, c);
+        *c = VK_NULL_HANDLE;
+      }
+    }
+    staging_.reset();
+    staging_ = allocate(*dev_, size, Residence::staging, "staging");
+    return false;
+  }
+
+  VkCommandBuffer begin() {
+    auto ai = make<VkCommandBufferAllocateInfo>(VK_STRUCTURE_TYPE_COMMAND_BUFFER_ALLOCATE_INFO);
+    ai.commandPool = pool_;
+    ai.level = VK_COMMAND_BUFFER_LEVEL_PRIMARY;
+    ai.commandBufferCount = 1;
+    VkCommandBuffer c;
+    VK_CHECK(api().vkAllocateCommandBuffers(dev_->device, &ai, &c));
+    auto bi = make<VkCommandBufferBeginInfo>(VK_STRUCTURE_TYPE_COMMAND_BUFFER_BEGIN_INFO);
+    VK_CHECK(api().vkBeginCommandBuffer(c, &bi));
+    stats_.recordings++;
+    return c;
+  }
+
+  void barrier(VkCommandBuffer c, VkPipelineStageFlags src, VkAccessFlags src_access, VkPipelineStageFlags dst, VkAccessFlags dst_access) {
+    auto mb = make<VkMemoryBarrier>(VK_STRUCTURE_TYPE_MEMORY_BARRIER);
+    mb.srcAccessMask = src_access;
+    mb.dstAccessMask = dst_access;
+    api().vkCmdPipelineBarrier(c, src, dst, 0, 1, &mb, 0, nullptr, 0, nullptr);
+  }
+
+  static constexpr VkPipelineStageFlags kCompute = VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT;
+  static constexpr VkPipelineStageFlags kTransfer = VK_PIPELINE_STAGE_TRANSFER_BIT;
+  static constexpr VkAccessFlags kRW = VK_ACCESS_SHADER_READ_BIT | VK_ACCESS_SHADER_WRITE_BIT;
+  static constexpr VkAccessFlags kTRW = VK_ACCESS_TRANSFER_READ_BIT | VK_ACCESS_TRANSFER_WRITE_BIT;
+
+  // A copy between staging and a device buffer, ordered against compute on both sides (the
+  // barriers' scopes reach across submissions on the queue).
+  VkCommandBuffer record_copy(VkBuffer src, VkBuffer dst, uint64_t bytes, bool upload) {
+    VkCommandBuffer c = begin();
+    barrier(c, kCompute | kTransfer, kRW | kTRW, kTransfer, kTRW);
+    VkBufferCopy region{0, 0, std::max<uint64_t>(bytes, 1)};
+    if (bytes) api().vkCmdCopyBuffer(c, src, dst, 1, &region);
+    barrier(c, kTransfer, VK_ACCESS_TRANSFER_WRITE_BIT, kCompute | kTransfer | VK_PIPELINE_STAGE_HOST_BIT,
+            kRW | kTRW | (upload ? 0 : VK_ACCESS_HOST_READ_BIT));
+    VK_CHECK(api().vkEndCommandBuffer(c));
+    return c;
+  }
+
+  void zero(const std::vector<Buffer*>& bufs) {
+    VkCommandBuffer c = begin();
+    barrier(c, kCompute | kTransfer, kRW | kTRW, kTransfer, kTRW);
+    for (Buffer* b : bufs) api().vkCmdFillBuffer(c, b->buffer, 0, VK_WHOLE_SIZE, 0);
+    barrier(c, kTransfer, VK_ACCESS_TRANSFER_WRITE_BIT, kCompute | kTransfer, kRW | kTRW);
+    VK_CHECK(api().vkEndCommandBuffer(c));
+    submit({c});
+    api().vkFreeCommandBuffers(dev_->device, pool_, 1, &c);
+  }
+
+  void submit(const std::vector<VkCommandBuffer>& cmds) {
+    // One submission per chunk, so other queue work (rendering) can interleave between them.
+    for (size_t i = 0; i < cmds.size(); ++i) {
+      auto si = make<VkSubmitInfo>(VK_STRUCTURE_TYPE_SUBMIT_INFO);
+      si.commandBufferCount = 1;
+      si.pCommandBuffers = &cmds[i];
+      VK_CHECK(api().vkQueueSubmit(dev_->queue, 1, &si, i + 1 == cmds.size() ? fence_ : VK_NULL_HANDLE));
+      stats_.submissions++;
+    }
+    VK_CHECK(api().vkWaitForFences(dev_->device, 1, &fence_, VK_TRUE, UINT64_MAX));
+    VK_CHECK(api().vkResetFences(dev_->device, 1, &fence_));
+    check_messages();
+  }
+
+  struct Resolved {
+    Buffer* buffer;
+    uint32_t id;
+    uint64_t offset, bytes;
+  };
+  // Gathers the launches' fused programs into one buffer; each launch gets its offset.
+  void place_code(Prepared& p) {
+    std::vector<uint32_t> words;
+    for (Launch& l : p.launches) {
+      if (l.code.empty()) continue;
+      l.push[kPushCodeOffset] = uint32_t(words.size() / 4);
+      words.insert(words.end(), l.code.begin(), l.code.end());
+    }
+    if (words.empty()) words.assign(4, 0);
+    p.code = allocate(*dev_, words.size() * 4, Residence::staging, "fused programs");
+    std::memcpy(p.code->mapped, words.data(), words.size() * 4);
+    p.code_id = next_id_++;
+  }
+
+  Resolved resolve(const Prepared& p, uint32_t t) {
+    if (t == kCodeBinding) return {p.code.get(), p.code_id, 0, p.code->bytes};
+    const ProgramTensor& pt = p.program.tensors.at(t);
+    uint64_t bytes = std::max<uint64_t>(pt.bytes, 4);
+    if (pt.external()) {
+      External& x = external(pt.binding);
+      return {x.buffer.get(), x.id, 0, std::min<uint64_t>(bytes, std::max<uint64_t>(x.buffer->bytes, 4))};
+    }
+    return {p.arenas.at(pt.buffer).get(), p.arena_ids.at(pt.buffer), pt.offset, bytes};
+  }
+
+  void prepare_descriptors(Prepared& p) {
+    const uint32_t sets = uint32_t(std::max<size_t>(p.launches.size(), 1));
+    VkDescriptorPoolSize size{VK_DESCRIPTOR_TYPE_STORAGE_BUFFER, sets * kWideBindings};
+    auto ci = make<VkDescriptorPoolCreateInfo>(VK_STRUCTURE_TYPE_DESCRIPTOR_POOL_CREATE_INFO);
+    ci.maxSets = sets;
+    ci.poolSizeCount = 1;
+    ci.pPoolSizes = &size;
+    VK_CHECK(api().vkCreateDescriptorPool(dev_->device, &ci, nullptr, &p.descriptors));
+  }
+
+  void record(Prepared& p) {
+    const auto& info = dev_->info;
+    std::vector<VkDescriptorSetLayout> layouts;
+    for (const Launch& l : p.launches) layouts.push_back(pipelines_->set_layout(l.kernel));
+    std::vector<VkDescriptorSet> sets(p.launches.size());
+    if (!sets.empty()) {
+      auto ai = make<VkDescriptorSetAllocateInfo>(VK_STRUCTURE_TYPE_DESCRIPTOR_SET_ALLOCATE_INFO);
+      ai.descriptorPool = p.descriptors;
+      ai.descriptorSetCount = uint32_t(sets.size());
+      ai.pSetLayouts = layouts.data();
+      VK_CHECK(api().vkAllocateDescriptorSets(dev_->device, &ai, sets.data()));
+    }
+    // Each tensor gets its own descriptor range, so no binding spans more than the tensor.
+    for (size_t i = 0; i < p.launches.size(); ++i) {
+      VkDescriptorBufferInfo bi[kWideBindings];
+      VkWriteDescriptorSet w[kWideBindings];
+      const uint32_t n = binding_count(p.launches[i].kernel);
+      for (uint32_t b = 0; b < n; ++b) {
+        const uint32_t t = p.launches[i].bindings[b];
+        Resolved r = resolve(p, t);
+        const Shape none;
+        const Shape& shape = t == kCodeBinding ? none : p.program.tensors[t].type.shape;
+        if (r.offset % info.min_storage_buffer_offset_alignment) {
+          throw std::invalid_argument("[vulkan] tensor at arena offset " + std::to_string(r.offset) + " is not aligned to the device's " +
+                                      std::to_string(info.min_storage_buffer_offset_alignment) + "-byte storage-buffer offset alignment");
+        }
+        if (r.bytes > info.max_storage_buffer_range) {
+          throw std::invalid_argument("[vulkan] a " + shape_str(shape) + " tensor of " + std::to_string(r.bytes) +
+                                      " bytes exceeds the device's storage-buffer range of " + std::to_string(info.max_storage_buffer_range));
+        }
+        bi[b] = VkDescriptorBufferInfo{r.buffer->buffer, r.offset, r.bytes};
+        w[b] = make<VkWriteDescriptorSet>(VK_STRUCTURE_TYPE_WRITE_DESCRIPTOR_SET);
+        w[b].dstSet = sets[i];
+        w[b].dstBinding = b;
+        w[b].descriptorCount = 1;
+        w[b].descriptorType = VK_DESCRIPTOR_TYPE_STORAGE_BUFFER;
+        w[b].pBufferInfo = &bi[b];
+      }
+      api().vkUpdateDescriptorSets(dev_->device, n, w, 0, nullptr);
+    }
+    const bool profiling = options_.profile && dev_->timestamps;
+    if (profiling) {
+      auto qi = make<VkQueryPoolCreateInfo>(VK_STRUCTURE_TYPE_QUERY_POOL_CREATE_INFO);
+      qi.queryType = VK_QUERY_TYPE_TIMESTAMP;
+      qi.queryCount = uint32_t(p.launches.size() + 1);
+      VK_CHECK(api().vkCreateQueryPool(dev_->device, &qi, nullptr, &p.queries));
+      for (size_t i = 0; i < p.launches.size(); ++i) {
+        const Launch& l = p.launches[i];
+        const Dispatch& d = p.program.dispatches[l.dispatch];
+        // A dispatch's work is counted once, on its first launch.
+        const bool first = i == 0 || p.launches[i - 1].dispatch != l.dispatch;
+        p.profile.launches.push_back({kernel_name(l.kernel), std::string(op_name(d.op)), l.dispatch, 0, first ? d.flops : 0,
+                                      first ? d.bytes : 0});
+      }
+    }
+    const size_t chunks = size_t(std::clamp<int>(options_.chunks, 1, int(std::max<size_t>(p.launches.size(), 1))));
+    VkPipeline bound = VK_NULL_HANDLE;
+    p.barriers = 0;
+    size_t next = 0;
+    bool pending = false;
+    uint32_t seen = 0;  // dispatches whose barrier flag was taken into account
+    for (size_t c = 0; c < chunks; ++c) {
+      VkCommandBuffer cmd = begin();
+      if (c == 0 && profiling) {
+        api().vkCmdResetQueryPool(cmd, p.queries, 0, uint32_t(p.launches.size() + 1));
+        api().vkCmdWriteTimestamp(cmd, VK_PIPELINE_STAGE_TOP_OF_PIPE_BIT, p.queries, 0);
+      }
+      bound = VK_NULL_HANDLE;
+      const size_t end = (p.launches.size() * (c + 1)) / chunks;
+      for (; next < end; ++next) {
+        const Launch& l = p.launches[next];
+        // The plan's barriers: before the first launch of a dispatch that waits for one since
+        // the previous barrier. A dispatch lowered to no launch (a copy onto itself) passes
+        // its barrier on to the next launch.
+        for (; seen <= l.dispatch; ++seen) pending = pending || p.program.dispatches[seen].barrier;
+        if (pending || l.barrier_before) {
+          barrier(cmd, kCompute, VK_ACCESS_SHADER_WRITE_BIT, kCompute, kRW);
+          p.barriers++;
+          pending = false;
+        }
+        VkPipeline pipe = pipelines_->get(l.kernel, l.spec);
+        if (pipe != bound) api().vkCmdBindPipeline(cmd, VK_PIPELINE_BIND_POINT_COMPUTE, pipe);
+        bound = pipe;
+        api().vkCmdBindDescriptorSets(cmd, VK_PIPELINE_BIND_POINT_COMPUTE, pipelines_->layout(l.kernel), 0, 1, &sets[next], 0, nullptr);
+        api().vkCmdPushConstants(cmd, pipelines_->layout(l.kernel), VK_SHADER_STAGE_COMPUTE_BIT, 0, kPushBytes, l.push);
+        api().vkCmdDispatch(cmd, l.groups[0], l.groups[1], l.groups[2]);
+        if (profiling) api().vkCmdWriteTimestamp(cmd, VK_PIPELINE_STAGE_BOTTOM_OF_PIPE_BIT, p.queries, uint32_t(next + 1));
+      }
+      if (c + 1 == chunks) {
+        // The step's results become visible to the next step and to read-back copies.
+        barrier(cmd, kCompute, VK_ACCESS_SHADER_WRITE_BIT, kCompute | kTransfer, kRW | kTRW);
+        p.barriers++;
+      }
+      VK_CHECK(api().vkEndCommandBuffer(cmd));
+      p.chunks.push_back(cmd);
+    }
+    p.dispatches = p.launches.size();
+    p.profile.dispatches = p.dispatches;
+    p.profile.barriers = p.barriers;
+  }
+
+  void collect_profile(Prepared& p) {
+    std::vector<uint64_t> t(p.launches.size() + 1);
+    VK_CHECK(api().vkGetQueryPoolResults(dev_->device, p.queries, 0, uint32_t(t.size()), t.size() * 8, t.data(), 8,
+                                         VK_QUERY_RESULT_64_BIT | VK_QUERY_RESULT_WAIT_BIT));
+    const double ns = dev_->info.timestamp_period_ns;
+    for (size_t i = 0; i < p.launches.size(); ++i) {
+      p.profile.launches[i].ms += double(t[i + 1] - std::min(t[i + 1], t[i])) * ns * 1e-6;
+    }
+    p.profile.step_ms += double(t.back() - std::min(t.back(), t.front())) * ns * 1e-6;
+    p.profile.runs++;
+  }
+
+  VulkanOptions options_;
+  std::shared_ptr<Instance> instance_;
+  std::unique_ptr<Device> dev_;
+  DeviceClass dc_;
+  bool wide_ = false;  // the fused kernels' layout fits the device
+  std::unique_ptr<PipelineCache> cache_;
+  std::unique_ptr<Pipelines> pipelines_;
+  VkCommandPool pool_ = VK_NULL_HANDLE;
+  VkFence fence_ = VK_NULL_HANDLE;
+  std::map<std::string, External> buffers_;
+  std::unique_ptr<Buffer> staging_;
+  std::vector<std::unique_ptr<Prepared>> programs_;
+  uint32_t next_id_ = 1;
+  Stats stats_;
+};
+
+const VulkanBackend* as_vulkan(const Backend& b) { return dynamic_cast<const VulkanBackend*>(&b); }
+
+}  // namespace
+
+std::unique_ptr<Backend> make_vulkan_backend(const VulkanOptions& options) {
+  try {
+    return std::make_unique<VulkanBackend>(options);
+  } catch (const Unavailable& e) {
+    throw std::runtime_error(e.what());
+  }
+}
+
+std::vector<VulkanDeviceInfo> vulkan_devices() {
+  try {
+    Instance instance(false);
+    std::vector<VulkanDeviceInfo> out;
+    auto pds = instance.physical_devices();
+    for (size_t i = 0; i < pds.size(); ++i) out.push_back(instance.describe(pds[i], int(i)));
+    return out;
+  } catch (const Unavailable& e) {
+    throw std::runtime_error(e.what());
+  }
+}
+
+bool vulkan_gpu_available(std::string* why) {
+  std::vector<VulkanDeviceInfo> devices;
+  try {
+    devices = vulkan_devices();
+  } catch (const std::exception& e) {
+    if (why) *why = e.what();
+    return false;
+  }
+  std::string found;
+  for (const auto& d : devices) {
+    if ((d.type == "discrete" || d.type == "integrated") && d.api_version >= VK_API_VERSION_1_1) return true;
+    found += (found.empty() ? "" : ", ") + d.name + " (" + d.type + ")";
+  }
+  if (why) *why = devices.empty() ? "[vulkan] no Vulkan device found" : "[vulkan] no discrete or integrated GPU among the Vulkan devices (" + found + ")";
+  return false;
+}
+
+const VulkanProgramProfile* vulkan_profile(const Backend& b, size_t program) {
+  const VulkanBackend* v = as_vulkan(b);
+  return v ? v->profile(program) : nullptr;
+}
+
+std::string vulkan_cache_status(const Backend& b, std::string* path) {
+  const VulkanBackend* v = as_vulkan(b);
+  return v ? v->cache_status(path) : "disabled";
+}
+
+size_t vulkan_pipeline_count(const Backend& b) {
+  const VulkanBackend* v = as_vulkan(b);
+  return v ? v->pipeline_count() : 0;
+}
+
+void vulkan_bind_buffer(Backend& b, const std::string& name, void* vk_buffer, uint64_t bytes) {
+  auto* v = dynamic_cast<VulkanBackend*>(&b);
+  if (!v) throw std::invalid_argument("[vulkan] application buffers bind only to a Vulkan backend");
+  v->bind_external(name, static_cast<VkBuffer>(vk_buffer), bytes);
+}
+
+}  // namespace meganeura

@@ -1,0 +1,183 @@
+// The Vulkan backend through the CLI, validation layer on (MEGANEURA_VULKAN_VALIDATION=1: any
+// message makes the command fail): device listing, training curves against the CPU backend,
+// checkpoints crossing backends, and the per-dispatch profile.
+//
+// Loss tolerance: 1e-3 relative per step. Both backends compute in f32 but sum in different
+// orders (BLAS blocks vs. tiles and trees), so per-step losses differ by ~1e-6 at first and
+// the difference grows slowly through the updates; a wrong kernel moves losses by far more.
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <array>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <string>
+
+#include "vulkan_test_util.h"
+
+namespace fs = std::filesystem;
+
+namespace {
+
+struct Result {
+  int status = -1;
+  std::string out, err;
+  nlohmann::json json() const { return nlohmann::json::parse(out); }
+};
+
+fs::path dir() {
+  static const fs::path d = [] {
+    fs::path p = fs::temp_directory_path() / ("meganeura_vkcli_" + std::to_string(::getpid()));
+    fs::create_directories(p);
+    return p;
+  }();
+  return d;
+}
+
+Result run(const std::string& args, const std::string& env = "") {
+  const fs::path err = dir() / "stderr.txt";
+  // A private cache directory: no state shared with the user or with earlier runs.
+  const std::string cmd = env + " MEGANEURA_VULKAN_VALIDATION=1 XDG_CACHE_HOME=" + (dir() / "cache").string() + " " +
+                          std::string(MEGANEURA_BINARY_DIR) + "/bin/meganeura " + args + " 2>" + err.string();
+  Result r;
+  FILE* p = ::popen(cmd.c_str(), "r");
+  std::array<char, 4096> buf{};
+  size_t n;
+  while ((n = std::fread(buf.data(), 1, buf.size(), p)) > 0) r.out.append(buf.data(), n);
+  int st = ::pclose(p);
+  r.status = WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+  std::ifstream f(err);
+  r.err.assign(std::istreambuf_iterator<char>(f), {});
+  return r;
+}
+
+void expect_curves_match(const nlohmann::json& gpu, const nlohmann::json& cpu, double tol) {
+  ASSERT_EQ(gpu["losses"].size(), cpu["losses"].size());
+  for (size_t i = 0; i < cpu["losses"].size(); ++i) {
+    const double a = gpu["losses"][i].get<double>(), b = cpu["losses"][i].get<double>();
+    EXPECT_NEAR(a, b, tol * std::abs(b)) << "step " << i + 1;
+  }
+}
+
+TEST(VulkanCli, DevicesListsWhatAutoPicks) {
+  Result r = run("devices --json");
+  ASSERT_EQ(r.status, 0) << r.err;
+  auto j = r.json();
+  const std::string why = meganeura::testing_vulkan::missing_device();
+  if (!why.empty()) {
+    EXPECT_EQ(j["auto"], "cpu");
+    EXPECT_TRUE(j.contains("error") || j["devices"].empty()) << r.out;
+    GTEST_SKIP() << "skipped: " << why;
+  }
+  ASSERT_FALSE(j["devices"].empty());
+  bool gpu = false;
+  for (auto& d : j["devices"]) {
+    for (const char* k : {"name", "vendor", "driver", "type", "heaps", "subgroup_size", "f16", "bf16", "int8", "cooperative_matrix", "limits"}) {
+      EXPECT_TRUE(d.contains(k)) << k;
+    }
+    EXPECT_GT(d["limits"]["max_storage_buffer_range"].get<uint64_t>(), 0u);
+    gpu |= d["type"] == "discrete" || d["type"] == "integrated";
+  }
+  // A CPU-emulated device (lavapipe) is never what auto picks.
+  EXPECT_EQ(j["auto"], gpu ? "vulkan" : "cpu");
+}
+
+TEST(VulkanCli, AutoFallsBackToTheCpuSayingSo) {
+  MEGANEURA_REQUIRE_VULKAN();
+  Result d = run("devices --json");
+  if (d.json()["auto"] != "cpu") GTEST_SKIP() << "skipped: this machine has a GPU, auto uses it";
+  Result r = run("train --model mlp --steps 2 --device auto --json");
+  ASSERT_EQ(r.status, 0) << r.err;
+  EXPECT_NE(r.err.find("using the CPU backend"), std::string::npos) << r.err;
+  EXPECT_EQ(r.json()["device"].get<std::string>().rfind("cpu", 0), 0u);
+}
+
+// A loader without any driver (its ICD list points nowhere): a clear message for vulkan,
+// and auto runs on the CPU saying why.
+TEST(VulkanCli, NoDriverIsAClearMessage) {
+  const std::string no_driver = "VK_ICD_FILENAMES=/nonexistent/icd.json VK_DRIVER_FILES=/nonexistent/icd.json";
+  Result v = run("train --model mlp --steps 2 --device vulkan", no_driver);
+  EXPECT_NE(v.status, 0);
+  EXPECT_TRUE(v.err.find("no Vulkan device") != std::string::npos || v.err.find("no Vulkan loader") != std::string::npos ||
+              v.err.find("VK_ERROR_INCOMPATIBLE_DRIVER") != std::string::npos) << v.err;
+  Result a = run("train --model mlp --steps 2 --device auto --json", no_driver);
+  ASSERT_EQ(a.status, 0) << a.err;
+  EXPECT_NE(a.err.find("using the CPU backend"), std::string::npos) << a.err;
+  Result d = run("devices --json", no_driver);
+  ASSERT_EQ(d.status, 0) << d.err;
+  EXPECT_EQ(d.json()["auto"], "cpu");
+}
+
+TEST(VulkanCli, UnknownDeviceNamesTheDevices) {
+  MEGANEURA_REQUIRE_VULKAN();
+  Result r = run("train --model mlp --steps 2 --device no-such-gpu");
+  EXPECT_NE(r.status, 0);
+  EXPECT_NE(r.err.find("no Vulkan device matches 'no-such-gpu' (devices: 0: "), std::string::npos) << r.err;
+}
+
+TEST(VulkanCli, MlpTrainsLikeTheCpuBackend) {
+  MEGANEURA_REQUIRE_VULKAN();
+  Result g = run("train --model mlp --device vulkan --steps 20 --json");
+  Result c = run("train --model mlp --device cpu --steps 20 --json");
+  ASSERT_EQ(g.status, 0) << g.err;
+  ASSERT_EQ(c.status, 0) << c.err;
+  EXPECT_NE(g.json()["device"].get<std::string>().find("vulkan"), std::string::npos);
+  expect_curves_match(g.json(), c.json(), 1e-3);
+  EXPECT_LT(g.json()["final_loss"].get<double>(), 0.6 * g.json()["losses"][0].get<double>());
+}
+
+TEST(VulkanCli, ChargptTrainsLikeTheCpuBackend) {
+  MEGANEURA_REQUIRE_VULKAN();
+  const std::string args = " --model chargpt --width 32 --layers 1 --steps 6 --json";
+  Result g = run("train --device vulkan" + args);
+  Result c = run("train --device cpu" + args);
+  ASSERT_EQ(g.status, 0) << g.err;
+  ASSERT_EQ(c.status, 0) << c.err;
+  expect_curves_match(g.json(), c.json(), 1e-3);
+}
+
+// Evaluation of one checkpoint on both backends agrees (test loss within 1e-4 relative: one
+// forward pass of f32 rounding differences).
+TEST(VulkanCli, CheckpointsCrossBackends) {
+  MEGANEURA_REQUIRE_VULKAN();
+  for (std::string trained_on : {"vulkan", "cpu"}) {
+    const std::string ck = (dir() / ("mlp_" + trained_on + ".safetensors")).string();
+    Result t = run("train --model mlp --steps 10 --json --device " + trained_on + " --out " + ck);
+    ASSERT_EQ(t.status, 0) << t.err;
+    Result on_gpu = run("infer --model mlp --json --device vulkan --checkpoint " + ck);
+    Result on_cpu = run("infer --model mlp --json --device cpu --checkpoint " + ck);
+    ASSERT_EQ(on_gpu.status, 0) << on_gpu.err;
+    ASSERT_EQ(on_cpu.status, 0) << on_cpu.err;
+    const double a = on_gpu.json()["test_loss"].get<double>(), b = on_cpu.json()["test_loss"].get<double>();
+    EXPECT_NEAR(a, b, 1e-4 * b) << "trained on " << trained_on;
+    EXPECT_EQ(on_gpu.json()["test_accuracy"], on_cpu.json()["test_accuracy"]) << "trained on " << trained_on;
+  }
+}
+
+TEST(VulkanCli, ProfileReportsKernelsAndATrace) {
+  MEGANEURA_REQUIRE_VULKAN();
+  const std::string trace = (dir() / "trace.json").string();
+  Result r = run("profile --model chargpt --width 32 --device vulkan --steps 1 --json --trace " + trace);
+  ASSERT_EQ(r.status, 0) << r.err;
+  auto j = r.json();
+  const double dispatches = j["dispatches_per_step"].get<double>();
+  EXPECT_GT(dispatches, 0);
+  EXPECT_LE(j["barriers_per_dispatch"].get<double>(), 0.6);
+  double share = 0, count = 0;
+  for (auto& k : j["kernels"]) {
+    share += k["share"].get<double>();
+    count += k["count"].get<double>();
+  }
+  EXPECT_EQ(count, dispatches);  // every dispatch is attributed to a kernel
+  EXPECT_GT(share, 0.5);         // the kernels account for most of the step
+  EXPECT_LE(share, 1.0001);
+  std::ifstream f(trace);
+  auto t = nlohmann::json::parse(f);
+  EXPECT_EQ(t["traceEvents"].size(), size_t(dispatches));
+  EXPECT_EQ(t["traceEvents"][0]["ph"], "X");
+}
+
+}  // namespace

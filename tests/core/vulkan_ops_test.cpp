@@ -1,0 +1,275 @@
+// Every op of the op table on the Vulkan backend (validation layer on: any message fails),
+// forward and backward (the gradient graph holds the backward-only ops), against the CPU
+// backend's f64 oracle, elementwise.
+//
+// Tolerances: |vulkan - f64| <= tol * (1 + |f64|) with the case's tol (1e-4 unless the case
+// states its own, op_cases.h) for forward outputs; by default 1e-4 is the
+// same bound the CPU backend's f32 path meets (f32 epsilon 1.2e-7 times accumulation lengths
+// of at most a few hundred, plus the Vulkan spec's allowance of a few ULP for exp/log/sqrt and
+// our erf approximation's 1.5e-7), and 2e-4 for gradients, which pass through twice as many
+// rounded f32 operations. Large reductions get their own bound below.
+#include <gtest/gtest.h>
+
+#include <climits>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <random>
+#include <set>
+
+#include "meganeura/autodiff.h"
+#include "meganeura/passes.h"
+#include "op_cases.h"
+#include "vulkan_test_util.h"
+
+namespace meganeura {
+namespace {
+
+using op_cases::Case;
+using testing_vulkan::vulkan_options;
+
+void compare(const std::vector<double>& got, const std::vector<double>& want, double tol, const std::string& what) {
+  ASSERT_EQ(got.size(), want.size()) << what;
+  for (size_t i = 0; i < got.size(); ++i) {
+    ASSERT_NEAR(got[i], want[i], tol * (1 + std::abs(want[i]))) << what << " at " << i;
+  }
+}
+
+class VulkanOp : public testing::TestWithParam<Case> {};
+
+// The case's op with a weighted-sum head (so gradients carry a non-uniform seed), its output
+// and the gradient of every parameter as outputs.
+Graph case_graph(const Case& k) {
+  Graph g;
+  Tensor y = k.build(g);
+  std::mt19937 wrng(7);
+  std::vector<double> w(size_t(y.type().numel()));
+  for (auto& v : w) v = std::uniform_real_distribution<double>(0.5, 1.5)(wrng) * (wrng() & 1 ? 1 : -1);
+  Tensor loss = sum(y * g.constant(w, y.shape()));
+  g.output("out", y);
+  if (k.forward_only) return g;
+  std::vector<Tensor> params;
+  for (NodeId id : g.parameters()) params.push_back(g.tensor(id));
+  auto grads = grad(loss, params);
+  for (size_t i = 0; i < params.size(); ++i) g.output("grad." + g.node(params[i].id).name, grads[i]);
+  return g;
+}
+
+// Runs the case's graph on the oracle and on Vulkan, once as planned from the graph (the
+// primitive kernels) and once through the rewrite passes (the fused kernels) when they change
+// it, and compares every output elementwise.
+TEST_P(VulkanOp, MatchesF64Oracle) {
+  MEGANEURA_REQUIRE_VULKAN();
+  const Case& k = GetParam();
+  Graph g = case_graph(k);
+  std::vector<Tensor> params;
+  for (NodeId id : g.parameters()) params.push_back(g.tensor(id));
+
+  Session oracle(SessionOptions{Device::cpu, true, 1, 0});
+  PlanOptions f64;
+  f64.float_dtype = DType::f64;
+  oracle.add(plan(g, f64));
+  std::vector<Session> gpus;
+  gpus.emplace_back(vulkan_options());
+  gpus.back().add(plan(g, PlanOptions{DType::f32, gpus.back().backend().limits()}));
+  const Program fused = plan(optimize(g, gpus.back().backend().passes()), PlanOptions{DType::f32, gpus.back().backend().limits()});
+  if (fused.hash() != gpus.back().program(0).hash()) {
+    gpus.emplace_back(vulkan_options());
+    gpus.back().add(fused);
+  }
+  std::mt19937 rng(11);
+  for (const Tensor& p : params) {
+    const std::string& name = g.node(p.id).name;
+    std::vector<double> v(size_t(p.type().numel()));
+    for (size_t i = 0; i < v.size(); ++i) v[i] = k.value ? k.value(name, int64_t(i), rng) : std::normal_distribution<double>(0, 1)(rng);
+    oracle.set(name, std::span<const double>(v));
+    for (Session& gpu : gpus) gpu.set(name, std::span<const double>(v));
+  }
+  for (auto& [name, ids] : k.int_inputs) {
+    oracle.set(name, std::span<const int32_t>(ids));
+    for (Session& gpu : gpus) gpu.set(name, std::span<const int32_t>(ids));
+  }
+  oracle.run();
+  for (size_t i = 0; i < gpus.size(); ++i) {
+    Session& gpu = gpus[i];
+    const std::string how = i == 0 ? " (primitive kernels)" : " (fused kernels)";
+    gpu.run();
+    compare(gpu.get_f64("out"), oracle.get_f64("out"), k.tol, k.name + " forward" + how);
+    for (const Tensor& p : params) {
+      if (k.forward_only) break;
+      const std::string name = "grad." + g.node(p.id).name;
+      compare(gpu.get_f64(name), oracle.get_f64(name), 2 * k.tol, k.name + " " + name + how);
+    }
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Ops, VulkanOp, testing::ValuesIn(op_cases::cases()), [](const testing::TestParamInfo<Case>& i) {
+  std::string n = i.param.name;
+  for (char& ch : n) if (!std::isalnum(static_cast<unsigned char>(ch))) ch = '_';
+  return n;
+});
+
+std::vector<double> randn(int64_t n, uint64_t seed, double mean = 0) {
+  std::mt19937_64 r(seed);
+  std::normal_distribution<double> d(mean, 1);
+  std::vector<double> v(static_cast<size_t>(n));
+  for (auto& x : v) x = d(r);
+  return v;
+}
+
+// Long sums: a serial f32 loop over 401,408 values of mean 1 drifts by ~1e-4 relative; the
+// tree reduction must stay within 2e-6 of the f64 sum (a few f32 ulps of the total).
+TEST(VulkanReduce, LongSumsAreAccurate) {
+  MEGANEURA_REQUIRE_VULKAN();
+  for (int64_t n : {int64_t(49152), int64_t(401408)}) {
+    Graph g;
+    Tensor x = g.input("x", {n});
+    g.output("s", sum(x));
+    g.output("m", mean(reshape(x, {n / 128, 128}), {0}));
+    g.output("ss", sum(x * x));  // a fused reduction (the program x * x, then the sum)
+    Session gpu(vulkan_options());
+    gpu.add(g);
+    auto v = randn(n, uint64_t(n), 1.0);
+    std::vector<float> f(v.begin(), v.end());
+    gpu.set("x", std::span<const float>(f));
+    gpu.run();
+    double want = 0;
+    for (float t : f) want += double(t);
+    EXPECT_NEAR(gpu.get_f64("s")[0], want, 2e-6 * std::abs(want)) << n;
+    double want_ss = 0;
+    for (float t : f) want_ss += double(t * t);  // the f32 products the kernel forms, summed in f64
+    EXPECT_NEAR(gpu.get_f64("ss")[0], want_ss, 2e-6 * want_ss) << n;
+    auto m = gpu.get_f64("m");
+    for (int64_t j = 0; j < 128; ++j) {
+      double s = 0;
+      for (int64_t i = 0; i < n / 128; ++i) s += double(f[size_t(i * 128 + j)]);
+      ASSERT_NEAR(m[size_t(j)], s / double(n / 128), 1e-5) << n << " column " << j;
+    }
+  }
+}
+
+// Tile edges: sizes that are not multiples of any tile, every transpose, batched and shared.
+// Sums of 130 products of N(0,1) values: f32 error well under 1e-4 * (1 + |c|).
+TEST(VulkanMatmul, RaggedTilesTransposesAndBatches) {
+  MEGANEURA_REQUIRE_VULKAN();
+  for (bool ta : {false, true}) {
+    for (bool tb : {false, true}) {
+      const int64_t B = 3, M = 67, K = 130, N = 45;
+      Graph g;
+      Tensor a = g.input("a", ta ? Shape{B, K, M} : Shape{B, M, K});
+      Tensor b = g.input("b", tb ? Shape{N, K} : Shape{K, N});
+      Tensor b3 = g.input("b3", tb ? Shape{B, N, K} : Shape{B, K, N});
+      g.output("c", matmul(a, b, ta, tb));
+      g.output("c3", matmul(a, b3, ta, tb));
+      Session oracle(SessionOptions{Device::cpu, true, 1, 0});
+      Session gpu(vulkan_options());
+      oracle.add(g);
+      gpu.add(g);
+      for (auto [name, seed] : {std::pair<const char*, uint64_t>{"a", 1}, {"b", 2}, {"b3", 3}}) {
+        auto v = randn(gpu.buffers().at(name).type.numel(), seed);
+        oracle.set(name, std::span<const double>(v));
+        gpu.set(name, std::span<const double>(v));
+      }
+      oracle.run();
+      gpu.run();
+      compare(gpu.get_f64("c"), oracle.get_f64("c"), 1e-4, "matmul shared b");
+      compare(gpu.get_f64("c3"), oracle.get_f64("c3"), 1e-4, "matmul batched");
+    }
+  }
+}
+
+// The step counter is an exact i32: past 2^24, where an f32 counter stops, and it saturates at
+// 2^31 - 1 instead of wrapping to a negative step.
+TEST(VulkanOptim, CounterIsExactBeyondF32) {
+  MEGANEURA_REQUIRE_VULKAN();
+  Graph g;
+  Tensor n = g.input("n", {}, DType::i32);
+  g.output("next", increment(n));
+  Session gpu(vulkan_options());
+  gpu.add(g);
+  for (auto [in, want] : {std::pair<int32_t, int32_t>{16777216, 16777217}, {-1, 0}, {INT32_MAX, INT32_MAX}}) {
+    gpu.set("n", std::span<const int32_t>(&in, 1));
+    gpu.run();
+    int32_t got = 0;
+    auto bytes = gpu.read_raw("next");
+    ASSERT_EQ(bytes.size(), 4u);
+    std::memcpy(&got, bytes.data(), 4);
+    EXPECT_EQ(got, want) << "increment of " << in;
+  }
+}
+
+// A Vulkan session runs the rewrite passes the backend has kernels for (all of them where the
+// device allows the fused kernels' ten bindings per stage, none of the fusing ones otherwise),
+// and computes what the CPU backend computes.
+TEST(VulkanSession, RunsTheRewritePassesItHasKernelsFor) {
+  MEGANEURA_REQUIRE_VULKAN();
+  Graph g;
+  Tensor x = g.input("x", {4, 8});
+  Tensor w = g.parameter("w", {8}, Init{Init::normal, 1});
+  g.output("y", rms_norm(x, w) * 2.0 + 1.0);
+  Session cpu(SessionOptions{Device::cpu, false, 1, 0});
+  Session gpu(vulkan_options(1));
+  cpu.add(g);
+  gpu.add(g);
+  auto fused = [](const Program& p) {
+    size_t n = 0;
+    for (const Dispatch& d : p.dispatches) n += op_info(d.op).family == OpFamily::fused;
+    return n;
+  };
+  EXPECT_GT(fused(cpu.program(0)), 0u) << "the CPU backend runs the fusing passes";
+  if (gpu.backend().passes().pointwise) EXPECT_EQ(fused(gpu.program(0)), fused(cpu.program(0)));
+  else EXPECT_EQ(fused(gpu.program(0)), 0u);
+  std::printf("vulkan program: %zu dispatches, %zu fused\n", gpu.program(0).dispatches.size(), fused(gpu.program(0)));
+  auto v = randn(32, 5);
+  cpu.set("x", std::span<const double>(v));
+  gpu.set("x", std::span<const double>(v));
+  cpu.run();
+  gpu.run();
+  compare(gpu.get_f64("y"), cpu.get_f64("y"), 1e-5, "rms_norm");  // two f32 evaluations in different orders
+}
+
+// The cases' programs (forward and gradients, with and without the rewrite passes, as run
+// above) dispatch every non-leaf op of the table, so each op's kernel is exercised by some case;
+// and each case dispatches the op it is named for.
+TEST(VulkanCoverage, CasesDispatchEveryOp) {
+  std::set<Op> ops;
+  for (const Case& k : op_cases::cases()) {
+    Graph g = case_graph(k);
+    std::set<Op> mine;
+    for (const Dispatch& d : plan(g).dispatches) mine.insert(d.op);
+    for (const Dispatch& d : plan(optimize(g)).dispatches) mine.insert(d.op);
+    EXPECT_TRUE(mine.count(k.op)) << "case " << k.name << " dispatches no " << op_name(k.op);
+    ops.insert(mine.begin(), mine.end());
+  }
+  // Ops with no Vulkan kernel yet: a session using them fails with an error naming the op
+  // (VulkanCoverage.OpsWithoutKernelsAreNamed). Shrink this list as kernels land.
+  const std::set<Op> no_kernel = {Op::where, Op::gather, Op::gather_backward, Op::softmax_cross_entropy,
+                                  Op::softmax_cross_entropy_backward, Op::attention_fused,
+                                  Op::attention_fused_backward};
+  for (const OpInfo& info : op_table()) {
+    if (info.family == OpFamily::leaf) continue;
+    if (no_kernel.count(info.op)) {
+      std::printf("[ note ] %s has no Vulkan kernel yet\n", std::string(info.name).c_str());
+      EXPECT_FALSE(ops.count(info.op)) << info.name << " is listed as kernel-less but a case dispatches it";
+      continue;
+    }
+    EXPECT_TRUE(ops.count(info.op)) << "op " << info.name << " is dispatched by no Vulkan case";
+  }
+}
+
+TEST(VulkanCoverage, OpsWithoutKernelsAreNamed) {
+  MEGANEURA_REQUIRE_VULKAN();
+  Graph g;
+  Tensor logits = g.parameter("logits", {4, 5}, Init{Init::normal, 1});
+  g.output("loss", cross_entropy(logits, g.input("labels", {4}, DType::i32)));
+  try {
+    Session s(testing_vulkan::vulkan_options());
+    s.add(g);
+    FAIL() << "a program with softmax_cross_entropy was accepted on Vulkan";
+  } catch (const std::exception& e) {
+    EXPECT_NE(std::string(e.what()).find("softmax_cross_entropy"), std::string::npos) << e.what();
+  }
+}
+
+}  // namespace
+}  // namespace meganeura

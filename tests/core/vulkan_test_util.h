@@ -1,0 +1,39 @@
+// Shared by the Vulkan tests: whether a device exists (else the test is skipped with the
+// reason), and session options with the validation layer on, so any message fails the test.
+#pragma once
+
+#include <gtest/gtest.h>
+
+#include <string>
+
+#include "meganeura/backend.h"
+#include "meganeura/session.h"
+
+namespace meganeura::testing_vulkan {
+
+// Empty when a Vulkan device is present; else why not.
+inline std::string missing_device() {
+  try {
+    if (vulkan_devices().empty()) return "no Vulkan device on this machine";
+  } catch (const std::exception& e) {
+    return e.what();
+  }
+  return "";
+}
+
+#define MEGANEURA_REQUIRE_VULKAN()                                                \
+  do {                                                                           \
+    std::string why_ = ::meganeura::testing_vulkan::missing_device();            \
+    if (!why_.empty()) GTEST_SKIP() << "skipped: " << why_;                     \
+  } while (0)
+
+inline SessionOptions vulkan_options(uint64_t seed = 1) {
+  SessionOptions o;
+  o.device = Device::vulkan;
+  o.seed = seed;
+  o.vulkan_validation = true;
+  o.vulkan_cache_dir = "-";  // tests never share a cache through the user's home
+  return o;
+}
+
+}  // namespace meganeura::testing_vulkan
