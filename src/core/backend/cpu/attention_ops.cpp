@@ -3,13 +3,14 @@
 // kTile x Sk per thread instead of Sq x Sk per head. The forward saves each row's
 // log-sum-exp; the backward recomputes a tile's probabilities from it and accumulates dK and
 // dV per key/value head (one task per key/value head, so accumulation needs no locks).
-#include <cblas.h>
-
+// Every GEMM runs single-threaded on its pool thread (gemm_serial): a threaded BLAS called from
+// inside the pool's tasks oversubscribes the cores and spins.
 #include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <limits>
 
+#include "backend/cpu/gemm.h"
 #include "backend/cpu/kernels.h"
 #include "backend/cpu/parallel.h"
 
@@ -17,17 +18,6 @@ namespace meganeura::cpu {
 namespace {
 
 constexpr int64_t kTile = 64;
-
-void gemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, float alpha, const float* a, int64_t lda, const float* b,
-          int64_t ldb, float beta, float* c, int64_t ldc) {
-  cblas_sgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans, int(m), int(n), int(k),
-              alpha, a, int(lda), b, int(ldb), beta, c, int(ldc));
-}
-void gemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, double alpha, const double* a, int64_t lda,
-          const double* b, int64_t ldb, double beta, double* c, int64_t ldc) {
-  cblas_dgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans, int(m), int(n), int(k),
-              alpha, a, int(lda), b, int(ldb), beta, c, int(ldc));
-}
 
 struct Dims {
   int64_t b, hq, hkv, sq, sk, d, dv, group, offset;  // offset: causal diagonal shift (Sk - Sq)
@@ -39,7 +29,7 @@ struct Dims {
 // Scores of query rows [r0, r0 + rows) of one head against all keys, scaled and masked.
 template <class T>
 void scores(const Dims& m, const AttentionAttrs& a, const T* q, const T* k, int64_t r0, int64_t rows, T* s) {
-  gemm(false, true, rows, m.sk, m.d, T(a.scale), q + r0 * m.d, m.d, k, m.d, T(0), s, m.sk);
+  gemm_serial(false, true, rows, m.sk, m.d, T(a.scale), q + r0 * m.d, m.d, k, m.d, T(0), s, m.sk);
   if (!a.causal) return;
   for (int64_t i = 0; i < rows; ++i) {
     const int64_t last = r0 + i + m.offset;  // keys beyond it are in the future
@@ -67,7 +57,7 @@ void forward(const Dims& m, const AttentionAttrs& a, const T* q, const T* k, con
         for (int64_t j = 0; j < m.sk; ++j) row[j] *= inv;
         lse[bh * m.sq + r0 + i] = mx + T(std::log(sum));
       }
-      gemm(false, false, rows, m.dv, m.sk, T(1), s.data(), m.sk, v + kvh * m.sk * m.dv, m.dv, T(0),
+      gemm_serial(false, false, rows, m.dv, m.sk, T(1), s.data(), m.sk, v + kvh * m.sk * m.dv, m.dv, T(0),
            out + (bh * m.sq + r0) * m.dv, m.dv);
     }
   });
@@ -93,7 +83,7 @@ void backward(const Dims& m, const AttentionAttrs& a, const T* q, const T* k, co
           const int64_t rows = std::min(kTile, m.sq - r0);
           scores(m, a, qh, kh, r0, rows, p.data());
           const T* go = gout + (bh * m.sq + r0) * m.dv;
-          gemm(false, true, rows, m.sk, m.dv, T(1), go, m.dv, vh, m.dv, T(0), dp.data(), m.sk);  // dP = dO V^T
+          gemm_serial(false, true, rows, m.sk, m.dv, T(1), go, m.dv, vh, m.dv, T(0), dp.data(), m.sk);  // dP = dO V^T
           for (int64_t i = 0; i < rows; ++i) {
             const int64_t r = bh * m.sq + r0 + i;
             double delta = 0;  // sum_j P_ij dP_ij = dO_i . O_i
@@ -106,10 +96,10 @@ void backward(const Dims& m, const AttentionAttrs& a, const T* q, const T* k, co
               dpr[j] = pr[j] * (dpr[j] - shift);  // dS
             }
           }
-          gemm(true, false, m.sk, m.dv, rows, T(1), p.data(), m.sk, go, m.dv, T(1), dvh, m.dv);          // dV += P^T dO
-          gemm(false, false, rows, m.d, m.sk, T(a.scale), dp.data(), m.sk, kh, m.d, T(0),
+          gemm_serial(true, false, m.sk, m.dv, rows, T(1), p.data(), m.sk, go, m.dv, T(1), dvh, m.dv);          // dV += P^T dO
+          gemm_serial(false, false, rows, m.d, m.sk, T(a.scale), dp.data(), m.sk, kh, m.d, T(0),
                dq + (bh * m.sq + r0) * m.d, m.d);                                                          // dQ = s dS K
-          gemm(true, false, m.sk, m.d, rows, T(a.scale), dp.data(), m.sk, qh + r0 * m.d, m.d, T(1), dkh, m.d);  // dK += s dS^T Q
+          gemm_serial(true, false, m.sk, m.d, rows, T(a.scale), dp.data(), m.sk, qh + r0 * m.d, m.d, T(1), dkh, m.d);  // dK += s dS^T Q
         }
       }
     }
