@@ -18,6 +18,9 @@ struct PassOptions {
   bool batched_matmul_sums = true;  // sum over the batch of a batched A^T B -> one GEMM
   bool pointwise = true;        // elementwise chains -> fused_elementwise / fused_reduce
   bool matmul_epilogue = true;  // matmul followed by elementwise work -> matmul_epilogue
+  // For a backend without their kernels: the fused token cross-entropy (and its backward) and
+  // `where` become compositions of primitive ops (one-hot, log-softmax, masks). Runs first.
+  bool decompose = false;
 };
 
 struct PassStats {
@@ -38,6 +41,8 @@ Graph fuse_pointwise(const Graph& g, bool matmul_epilogues, PassStats* stats = n
 
 // All enabled passes in order: softmax, norms, batched matmul sums, pointwise (+ epilogues),
 // dead nodes.
+// Rewrites softmax_cross_entropy(_backward) and where into primitive ops (PassOptions::decompose).
+Graph decompose_to_primitives(const Graph& g);
 Graph optimize(const Graph& g, const PassOptions& options = {}, PassStats* stats = nullptr);
 
 }  // namespace meganeura

@@ -8,6 +8,7 @@
 #include <cstring>
 #include <map>
 
+#include "meganeura/passes.h"
 #include "meganeura/train.h"
 #include "vulkan_test_util.h"
 
@@ -100,7 +101,7 @@ TEST(VulkanReplay, ChunkedSubmissionGivesTheSameResults) {
   vo.pipeline_cache = false;
   vo.chunks = 4;
   auto b = make_vulkan_backend(vo);
-  Program p = plan(g);
+  Program p = plan(optimize(g, b->passes()), PlanOptions{DType::f32, b->limits()});  // as Session::add does
   b->add_program(p);
   for (const auto& name : {"x", "t", "w1", "b1", "w2"}) {
     auto bytes = one.read_raw(name);

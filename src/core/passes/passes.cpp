@@ -557,8 +557,36 @@ Graph fuse_pointwise(const Graph& g, bool matmul_epilogues, PassStats* stats) {
   return Fuser(g, matmul_epilogues).run(stats);
 }
 
+Graph decompose_to_primitives(const Graph& g) {
+  Rewriter r(g);
+  Graph& d = r.graph();
+  auto in = [&](const Node& n, size_t k) { return d.tensor(r.at(n.inputs[k])); };
+  for (NodeId id = 0; id < g.size(); ++id) {
+    const Node& n = g.node(id);
+    if (n.op == Op::softmax_cross_entropy || n.op == Op::softmax_cross_entropy_backward) {
+      Tensor x = in(n, 0);
+      Tensor oh = one_hot(in(n, 1), x.dim(1), std::get<OneHotAttrs>(n.attrs).ignore_index);
+      Tensor count = sum(oh);  // rows not ignored
+      Tensor y;
+      if (n.op == Op::softmax_cross_entropy) {
+        y = neg(sum(oh * log_softmax(x, -1))) / count;
+      } else {
+        // softmax - target on rows that count, zero on ignored rows, times g / count
+        y = (softmax(x, -1) * sum(oh, {1}, true) - oh) * (in(n, 2) / count);
+      }
+      r.bind(id, y.id);
+    } else if (n.op == Op::where) {
+      Tensor c = in(n, 0);
+      r.bind(id, (in(n, 1) * c + in(n, 2) * affine(c, -1, 1)).id);
+    } else {
+      r.copy(id);
+    }
+  }
+  return r.finish();
+}
+
 Graph optimize(const Graph& g, const PassOptions& o, PassStats* stats) {
-  Graph cur = remove_dead_nodes(g, nullptr);
+  Graph cur = remove_dead_nodes(o.decompose ? decompose_to_primitives(g) : g, nullptr);
   if (o.softmax) cur = remove_dead_nodes(fuse_softmax(cur, stats), nullptr);
   if (o.norms) cur = remove_dead_nodes(fuse_norms(cur, stats), nullptr);
   if (o.batched_matmul_sums) cur = remove_dead_nodes(fold_batched_matmul_sums(cur, stats), nullptr);

@@ -130,6 +130,13 @@ class Lowerer {
       for (uint32_t b = 0; b < kBindings; ++b) l.bindings[b] = d.reads.empty() ? d.write() : d.reads[0];
       return l;
     };
+    switch (d.op) {
+      case Op::where: case Op::gather: case Op::gather_backward: case Op::softmax_cross_entropy:
+      case Op::softmax_cross_entropy_backward: case Op::attention_fused: case Op::attention_fused_backward:
+        unsupported(d.op, "has no Vulkan kernel yet (graphs added through a Session decompose where and the "
+                          "fused cross-entropy; gather and tiled attention run on the CPU backend)");
+      default: break;
+    }
     const ProgramTensor& y = p_.tensors[d.write()];
     for (uint32_t r : d.reads) check_dtype(d, p_.tensors[r]);
     check_dtype(d, y);

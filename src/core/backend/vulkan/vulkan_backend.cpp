@@ -156,6 +156,7 @@ class VulkanBackend final : public Backend {
   // graphs keep their primitive ops.
   PassOptions passes() const override {
     PassOptions o;
+    o.decompose = true;  // no kernels yet for the fused cross-entropy and where
     if (!wide_) o.softmax = o.norms = o.pointwise = o.matmul_epilogue = false;
     return o;
   }
