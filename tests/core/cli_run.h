@@ -27,9 +27,10 @@ inline std::filesystem::path temp_dir(const std::string& prefix) {
   return d;
 }
 
-inline Result run(const std::string& args, const std::filesystem::path& dir) {
+// `env`: assignments put before the command (VAR=value ...).
+inline Result run(const std::string& args, const std::filesystem::path& dir, const std::string& env = "") {
   const std::filesystem::path err = dir / "stderr.txt";
-  const std::string cmd = std::string(MEGANEURA_BINARY_DIR) + "/bin/meganeura " + args + " 2>" + err.string();
+  const std::string cmd = env + " " + std::string(MEGANEURA_BINARY_DIR) + "/bin/meganeura " + args + " 2>" + err.string();
   Result r;
   FILE* p = ::popen(cmd.c_str(), "r");
   if (!p) return r;

@@ -16,42 +16,24 @@
 #include <fstream>
 #include <string>
 
+#include "cli_run.h"
 #include "vulkan_test_util.h"
 
 namespace fs = std::filesystem;
 
 namespace {
 
-struct Result {
-  int status = -1;
-  std::string out, err;
-  nlohmann::json json() const { return nlohmann::json::parse(out); }
-};
+using cli_run::Result;
 
 fs::path dir() {
-  static const fs::path d = [] {
-    fs::path p = fs::temp_directory_path() / ("meganeura_vkcli_" + std::to_string(::getpid()));
-    fs::create_directories(p);
-    return p;
-  }();
+  static const fs::path d = cli_run::temp_dir("meganeura_vkcli_");
   return d;
 }
 
 Result run(const std::string& args, const std::string& env = "") {
-  const fs::path err = dir() / "stderr.txt";
   // A private cache directory: no state shared with the user or with earlier runs.
-  const std::string cmd = env + " MEGANEURA_VULKAN_VALIDATION=1 XDG_CACHE_HOME=" + (dir() / "cache").string() + " " +
-                          std::string(MEGANEURA_BINARY_DIR) + "/bin/meganeura " + args + " 2>" + err.string();
-  Result r;
-  FILE* p = ::popen(cmd.c_str(), "r");
-  std::array<char, 4096> buf{};
-  size_t n;
-  while ((n = std::fread(buf.data(), 1, buf.size(), p)) > 0) r.out.append(buf.data(), n);
-  int st = ::pclose(p);
-  r.status = WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
-  std::ifstream f(err);
-  r.err.assign(std::istreambuf_iterator<char>(f), {});
-  return r;
+  return cli_run::run(args, dir(),
+                      env + " MEGANEURA_VULKAN_VALIDATION=1 XDG_CACHE_HOME=" + (dir() / "cache").string());
 }
 
 void expect_curves_match(const nlohmann::json& gpu, const nlohmann::json& cpu, double tol) {
