@@ -5,6 +5,7 @@
 // the graph does not use (a tied lm_head, a decoder) are ignored.
 #pragma once
 
+#include <cstdint>
 #include <filesystem>
 #include <map>
 #include <string>
@@ -14,6 +15,9 @@
 #include "meganeura/session.h"
 
 namespace meganeura {
+
+// Largest accepted model.safetensors.index.json (real ones are tens of kilobytes).
+inline constexpr uint64_t kMaxIndexBytes = 16ull << 20;
 
 // `path`: a .safetensors file, an index .json, or a directory holding either
 // model.safetensors.index.json or model.safetensors. Reads only the tensors `names` lists

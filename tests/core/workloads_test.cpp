@@ -138,6 +138,39 @@ TEST(Weights, MissingOrMisShapedTensorsAreNamed) {
   }
 }
 
+TEST(Weights, HostileIndexesAreNamedErrors) {
+  Files f;
+  write(f.dir / "s1.safetensors", {{"layer.bias", f32({4}, 0)}});
+  auto expect_error = [&](const std::string& index_text, const std::string& fragment) {
+    std::ofstream(f.dir / "x.index.json", std::ios::trunc) << index_text;
+    try {
+      read_weights(f.dir / "x.index.json");
+      ADD_FAILURE() << "accepted: " << index_text;
+    } catch (const io::Error& e) {
+      EXPECT_NE(std::string(e.what()).find(fragment), std::string::npos) << e.what();
+    }
+  };
+  // A shard must name a file beside the index: not the directory itself, nor one elsewhere.
+  for (const char* shard : {"", ".", "..", "../s1.safetensors", "/tmp/s1.safetensors"}) {
+    expect_error(std::string(R"({"weight_map": {"layer.bias": ")") + shard + R"("}})", "must be a file beside the index");
+  }
+  expect_error(R"({"weight_map": {"layer.bias": 3}})", "is not a file name");
+  expect_error(R"({"weight_map": ["s1.safetensors"]})", R"(has no "weight_map" object)");
+  expect_error(R"({"weight_map": {"layer.bias": "s1.safetensors")", "is not valid JSON");
+  // Over the size limit: refused before anything is parsed.
+  {
+    std::ofstream big(f.dir / "x.index.json", std::ios::trunc);
+    big << R"({"weight_map": {"layer.bias": "s1.safetensors"}, "pad": ")";
+    big << std::string(size_t(kMaxIndexBytes), ' ') << "\"}";
+  }
+  try {
+    read_weights(f.dir / "x.index.json");
+    ADD_FAILURE() << "an index over kMaxIndexBytes must be refused";
+  } catch (const io::Error& e) {
+    EXPECT_NE(std::string(e.what()).find("over the limit kMaxIndexBytes"), std::string::npos) << e.what();
+  }
+}
+
 // Every workload at ci scale: forward + backward runs and gives finite values everywhere.
 TEST(Workloads, CiScaleForwardAndBackwardAreFinite) {
   for (const auto& info : models::workload_list()) {

@@ -54,6 +54,21 @@ put("safetensors", "overlap", safetensors({
 put("safetensors", "huge_length", struct.pack("<Q", 2**63) + b"{}")
 put("safetensors", "short", b"\x02\0\0")
 
+# ---- sharded index: flags byte, [2-byte length + c.safetensors], index text ---------
+def index(weight_map, **extra):
+    return json.dumps(dict(extra, weight_map=weight_map)).encode()
+
+
+every = {"w1": "a.safetensors", "w2": "b.safetensors", "w3": "b.safetensors"}
+put("sharded_index", "all", b"\x00" + index(every, metadata={"total_size": 28}))
+put("sharded_index", "subset_by_directory", b"\x06" + index(every))
+w4 = safetensors({"w4": {"dtype": "F32", "shape": [1], "data_offsets": [0, 4]}}, struct.pack("<f", 3))
+put("sharded_index", "third_shard", b"\x01" + struct.pack("<H", len(w4)) + w4 + index(dict(every, w4="c.safetensors")))
+put("sharded_index", "missing_shard", b"\x00" + index({"w1": "z.safetensors"}))
+put("sharded_index", "wrong_shard", b"\x00" + index({"w1": "b.safetensors"}))
+put("sharded_index", "escape", b"\x00" + index({"w1": "../a.safetensors"}))
+put("sharded_index", "not_an_object", b"\x00" + b'{"weight_map": [1, 2]}')
+
 # ---- config --------------------------------------------------------------------------
 put("config", "documented", """[smtp]
 url = "smtp://mail.example.org:587"

@@ -41,6 +41,13 @@ std::map<std::string, io::TensorRecord> read_weights(const fs::path& path_in, co
     for (auto& [name, rec] : io::read_safetensors(path, want).tensors) out.emplace(name, std::move(rec));
     return out;
   }
+  std::error_code ec;
+  const auto bytes = fs::file_size(path, ec);
+  if (ec) throw io::Error("[weights] cannot read index " + path.string() + ": " + ec.message());
+  if (bytes > kMaxIndexBytes) {
+    throw io::Error("[weights] index " + path.string() + " is " + std::to_string(bytes) + " bytes, over the limit kMaxIndexBytes = " +
+                    std::to_string(kMaxIndexBytes));
+  }
   std::ifstream f(path);
   if (!f) throw io::Error("[weights] cannot open index " + path.string());
   nlohmann::json index;
@@ -56,7 +63,7 @@ std::map<std::string, io::TensorRecord> read_weights(const fs::path& path_in, co
   for (auto& [name, shard] : index["weight_map"].items()) {
     if (!shard.is_string()) throw io::Error("[weights] index " + path.string() + ": shard of '" + name + "' is not a file name");
     const std::string file = shard.get<std::string>();
-    if (file.find('/') != std::string::npos || file == "..") {
+    if (file.empty() || file == "." || file == ".." || file.find('/') != std::string::npos || file.find('\0') != std::string::npos) {
       throw io::Error("[weights] index " + path.string() + ": shard '" + file + "' must be a file beside the index");
     }
     if (want(name)) by_shard[file].push_back(name);
