@@ -170,6 +170,10 @@ TEST(MultiOutput, MalformedProgramsAreNamed) {
   EXPECT_NE(error({in(0), store(1)}).find("output 0 is never stored"), std::string::npos);
   EXPECT_NE(error({in(0), store(3)}).find("above kFusedMaxOutputs"), std::string::npos);
   EXPECT_NE(error({store(0)}).find("pops an empty stack"), std::string::npos);
+  std::vector<FusedInstr> deep(kFusedMaxStack + 1, in(0));
+  for (size_t k = 0; k < kFusedMaxStack; ++k) deep.push_back(bin(Op::add));
+  deep.push_back(store(0));
+  EXPECT_NE(error(deep).find("above kFusedMaxStack"), std::string::npos);
   // from JSON: the code parses, verify() names the problem
   Built b = three_output_graph(false);
   std::string j = plan(b.g).to_json();

@@ -262,7 +262,9 @@ TEST(VulkanMultiOutput, OptimizerStepsMatchOracle) {
     const size_t params = g.parameters().size(), want_writes = kind == OptimizerConfig::Kind::sgd ? 2 : 3;
     size_t multi = 0;
     for (const Dispatch& d : gpu.program(0).dispatches) multi += d.writes.size() == want_writes;
-    if (gpu.backend().passes().pointwise) EXPECT_EQ(multi, params) << what << ": one update dispatch per parameter";
+    if (gpu.backend().passes().pointwise) {
+      EXPECT_EQ(multi, params) << what << ": one update dispatch per parameter";
+    }
     std::printf("%s on Vulkan: %zu dispatches, %zu multi-output\n", what.c_str(), gpu.program(0).dispatches.size(), multi);
     std::mt19937 rng(5);
     for (NodeId id : g.parameters()) {

@@ -37,6 +37,7 @@ size_t fused_outputs(const std::vector<FusedInstr>& code) {
     }
     depth = depth - pops + (f.kind == FusedInstr::binary || f.kind == FusedInstr::unary || f.kind == FusedInstr::input ||
                             f.kind == FusedInstr::constant || f.kind == FusedInstr::load);
+    if (depth > kFusedMaxStack) bad(at + " grows the stack above kFusedMaxStack (" + std::to_string(kFusedMaxStack) + ")");
   }
   if (depth != 0) bad(std::to_string(depth) + " values left on the stack: every value must be stored");
   for (size_t k = 0; k < stores; ++k) {

@@ -190,8 +190,10 @@ Program plan(const Graph& g, const PlanOptions& opt) {
     const Node& n = g.node(id);
     if (!live[id] || n.op != Op::fused_output) continue;
     const Node& src = g.node(n.inputs[0]);
-    const int64_t k = std::get<AxisAttrs>(n.attrs).axis;
-    if (src.op != Op::fused_elementwise || k < 1 || size_t(k) >= fused_outputs(std::get<FusedAttrs>(src.attrs).code) ||
+    const auto* axis = std::get_if<AxisAttrs>(&n.attrs);
+    const auto* code = std::get_if<FusedAttrs>(&src.attrs);
+    const int64_t k = axis ? axis->axis : -1;
+    if (src.op != Op::fused_elementwise || !code || k < 1 || size_t(k) >= fused_outputs(code->code) ||
         !selectors[n.inputs[0]].emplace(uint32_t(k), id).second) {
       throw std::invalid_argument("[plan] node " + std::to_string(id) + " selects output " + std::to_string(k) +
                                   " of node " + std::to_string(n.inputs[0]) + ", which has no such output or another selector for it");

@@ -83,6 +83,8 @@ void binary_block(Op op, T* __restrict a, const T* __restrict b, int64_t n) {  /
 template <class T>
 void evaluate(const std::vector<FusedInstr>& code, const PushConstants& p, const T* const* src, T* const* dst) {
   const size_t n_out = fused_outputs(code);
+  // a program without `store` leaves its one result on the stack
+  const bool from_stack = std::none_of(code.begin(), code.end(), [](const FusedInstr& f) { return f.kind == FusedInstr::store; });
   using L = ElementwiseLayout;
   const int64_t numel = p.get(L::kNumel), rank = p.get(L::kRank), n_in = p.get(L::kInputs);
   if (numel == 0) return;
@@ -151,8 +153,7 @@ void evaluate(const std::vector<FusedInstr>& code, const PushConstants& p, const
       }
       // several rows per item only when a row is shorter than a block: then they are whole rows
       for (size_t k = 0; k < n_out; ++k) {
-        const bool single = n_out == 1 && code.back().kind != FusedInstr::store;
-        std::memcpy(dst[k] + r0 * inner + j0, single ? stack[0] : stored[k], size_t(total) * sizeof(T));
+        std::memcpy(dst[k] + r0 * inner + j0, from_stack ? stack[0] : stored[k], size_t(total) * sizeof(T));
       }
     }
   });
