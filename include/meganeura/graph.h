@@ -61,6 +61,9 @@ enum class Op : uint8_t {
   // fused: created by rewrite passes (passes.h) from the primitives above; never built by
   // models and never differentiated (the passes run after autodiff)
   fused_elementwise, fused_reduce, matmul_epilogue, norm, softmax_scaled,
+  // secondary output `axis` (>= 1) of a multi-output fused_elementwise, its only input: planned
+  // as one more write of that node's dispatch, never dispatched itself
+  fused_output,
   count_  // number of ops; keep last
 };
 constexpr size_t kOpCount = size_t(Op::count_);
@@ -117,8 +120,13 @@ struct BiasCorrectionAttrs {
 // One instruction of a fused elementwise program, run on a small stack per output element:
 // `input` pushes input `index` (broadcast to the output shape), `constant` pushes `a`, `unary`
 // and `binary` apply a primitive elementwise op (affine: scale a, shift b; clip_coef: max_norm a).
+// A program with several outputs (fused_elementwise only) ends each one with `store`, which
+// pops the top into output `index`; `load` pushes again the value stored to output `index`
+// earlier for the same element. Every output is stored once and the stack ends empty. The
+// outputs are written after all inputs of an element are read, so an output may take the
+// memory of a same-shaped input (an optimizer's moments and parameter, updated in place).
 struct FusedInstr {
-  enum Kind : uint8_t { input, constant, unary, binary };
+  enum Kind : uint8_t { input, constant, unary, binary, store, load };
   Kind kind = input;
   Op op = Op::copy;
   uint32_t index = 0;
@@ -128,6 +136,11 @@ struct FusedInstr {
 constexpr size_t kFusedMaxInputs = 8;   // inputs of one fused program
 constexpr size_t kFusedMaxStack = 8;    // stack depth of one fused program
 constexpr size_t kFusedMaxCode = 48;    // instructions of one fused program
+constexpr size_t kFusedMaxOutputs = 3;  // outputs of one multi-output fused program
+// The outputs a fused program writes: 1 without `store`, else one per stored index. Throws
+// std::invalid_argument naming the problem for a malformed multi-output program (an index
+// stored twice or never, a load before its store, a stack not empty at the end).
+size_t fused_outputs(const std::vector<FusedInstr>& code);
 // fused_elementwise: `code` over the node's inputs, broadcast to the output shape.
 // fused_reduce: `code` evaluated over `domain` (inputs broadcast to it), then reduced by
 // `reduce` (sum, mean or max) over `axes` as the primitive reductions do.

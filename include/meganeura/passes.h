@@ -21,6 +21,11 @@ struct PassOptions {
   // For a backend without their kernels: the fused token cross-entropy (and its backward) and
   // `where` become compositions of primitive ops (one-hot, log-softmax, masks). Runs first.
   bool decompose = false;
+  // Elementwise programs whose results are all assigned to states of one shape (an optimizer's
+  // moments and parameter) -> one fused_elementwise with several outputs (fused_output selects
+  // the further ones), each written in place into its state where the planner finds it safe.
+  // Last: positional initialisers in use name the fields above.
+  bool multi_output = true;
 };
 
 struct PassStats {
@@ -31,13 +36,14 @@ struct PassStats {
   uint32_t inlined = 0;      // elementwise nodes folded into a fused program
   uint32_t epilogues = 0;    // matmul_epilogue created
   uint32_t folded = 0;       // batched matmul + batch sum turned into one matmul
+  uint32_t multi_outputs = 0;  // programs merged into another as its secondary outputs
 };
 
 Graph remove_dead_nodes(const Graph& g, PassStats* stats = nullptr);
 Graph fuse_softmax(const Graph& g, PassStats* stats = nullptr);
 Graph fuse_norms(const Graph& g, PassStats* stats = nullptr);
 Graph fold_batched_matmul_sums(const Graph& g, PassStats* stats = nullptr);
-Graph fuse_pointwise(const Graph& g, bool matmul_epilogues, PassStats* stats = nullptr);
+Graph fuse_pointwise(const Graph& g, bool matmul_epilogues, PassStats* stats = nullptr, bool multi_output = true);
 
 // All enabled passes in order: softmax, norms, batched matmul sums, pointwise (+ epilogues),
 // dead nodes.

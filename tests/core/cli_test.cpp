@@ -8,6 +8,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <set>
 #include <string>
 
 #include "cli_run.h"
@@ -72,6 +73,44 @@ TEST(Cli, ProgramJsonListsLaunchesAndHazards) {
     EXPECT_LE(d["push"].size(), 32u);  // a 128-byte block
     EXPECT_EQ(d["groups"].size(), 3u);
   }
+}
+
+// The chargpt training step updates each parameter in exactly one dispatch: AdamW's new first
+// and second moments and the new parameter are the three outputs of one fused program, each
+// written into its own buffer (no copy dispatch at the end of the step).
+TEST(Cli, OneOptimizerDispatchPerParameter) {
+  Result r = run("program --model chargpt --json");
+  ASSERT_EQ(r.status, 0) << r.err;
+  auto j = r.json();
+  ASSERT_TRUE(j.contains("tensors") && j.contains("externals")) << "program JSON without tensors or externals";
+  const auto& ts = j["tensors"];
+  const auto& ds = j["dispatches"];
+  size_t params = 0;
+  for (const auto& e : j["externals"]) {
+    if (e["role"] != "parameter") continue;
+    ++params;
+    const std::string name = e["name"].get<std::string>();
+    const std::set<std::string> mine = {name, "adam_m." + name, "adam_v." + name};
+    std::vector<size_t> writers;
+    std::set<std::string> written;
+    for (size_t i = 0; i < ds.size(); ++i) {
+      bool touches = false;
+      for (const auto& w : ds[i]["writes"]) {
+        const std::string b = ts[w.get<size_t>()]["binding"].get<std::string>();
+        if (mine.count(b)) touches = true, written.insert(b);
+      }
+      if (touches) writers.push_back(i);
+    }
+    ASSERT_EQ(writers.size(), 1u) << name << ": updated by " << writers.size() << " dispatches";
+    EXPECT_EQ(written, mine) << name;
+    EXPECT_EQ(ds[writers[0]]["op"], "fused_elementwise") << name;
+    EXPECT_EQ(ds[writers[0]]["writes"].size(), 3u) << name;
+  }
+  EXPECT_GT(params, 10u);
+  size_t bias_corrections = 0;
+  for (const auto& d : ds) bias_corrections += d["op"] == "bias_correction";
+  EXPECT_EQ(bias_corrections, 2u);  // once per step for all parameters
+  std::printf("chargpt step: %zu dispatches for %zu parameters\n", ds.size(), params);
 }
 
 TEST(Cli, MlpReachesAccuracyAndInferenceAgrees) {

@@ -33,6 +33,7 @@ std::vector<NamedPass> passes() {
       {"batched_matmul_sums", [](const Graph& g, PassStats* s) { return fold_batched_matmul_sums(g, s); }},
       {"pointwise", [](const Graph& g, PassStats* s) { return fuse_pointwise(g, false, s); }},
       {"pointwise+epilogue", [](const Graph& g, PassStats* s) { return fuse_pointwise(g, true, s); }},
+      {"pointwise+epilogue, one output each", [](const Graph& g, PassStats* s) { return fuse_pointwise(g, true, s, false); }},
       {"all", [](const Graph& g, PassStats* s) { return optimize(g, {}, s); }},
   };
 }
@@ -151,6 +152,50 @@ std::vector<Case> cases() {
              o);
        },
        3},
+      {"mlp_training_step_adam_l2",
+       [] {
+         OptimizerConfig o;
+         o.kind = OptimizerConfig::Kind::adam;
+         o.lr = 0.05;
+         o.weight_decay = 1e-2;  // added to the gradient: read by both moments
+         return training_graph(
+             [](Graph& g) {
+               models::MlpConfig c{6, 12, 3, 2};
+               return cross_entropy(models::mlp(g, g.input("x", {5, 6}), c), g.input("labels", {5}, DType::i32));
+             },
+             o);
+       },
+       3},
+      {"mlp_training_step_sgd_nesterov",
+       [] {
+         OptimizerConfig o;
+         o.kind = OptimizerConfig::Kind::sgd;
+         o.lr = 0.1;
+         o.momentum = 0.8;
+         o.nesterov = true;
+         return training_graph(
+             [](Graph& g) {
+               models::MlpConfig c{6, 12, 3, 2};
+               return cross_entropy(models::mlp(g, g.input("x", {5, 6}), c), g.input("labels", {5}, DType::i32));
+             },
+             o);
+       },
+       3},
+      {"state_update_with_old_value_kept",
+       [] {
+         // s1's new value cannot overwrite s1 during the step (s3 takes the old one): the
+         // multi-output program writes it to a temporary, copied at the end of the step
+         Graph g;
+         Tensor x = g.input("x", {4, 8});
+         Tensor s1 = g.state("s1", {4, 8}, Init{Init::normal, 1});
+         Tensor s2 = g.state("s2", {4, 8}, Init{Init::normal, 1});
+         Tensor a = s1 * 0.9 + x;
+         g.assign(s1, a);
+         g.assign(s2, s2 * 0.5 + a * a);
+         g.assign(g.state("s3", {4, 8}), s1);
+         g.output("mean", mean(x * x));
+         return g;
+       }},
       {"layer_and_group_norm_inference",
        [] {
          Graph g;
@@ -205,9 +250,19 @@ TEST(Passes, PatternsFire) {
   EXPECT_GT(gpt.epilogues, 0u);
   EXPECT_EQ(gpt.folded, 15u);  // each weight matrix's gradient: 7 per layer and the tied output projection
   EXPECT_EQ(gpt.softmaxes, 2u);  // one per layer: the backward keeps the probabilities only
-  optimize(all[2].build(), {}, &norms);
+  // AdamW: the new moments become outputs 1 and 2 of the new parameter's program
+  EXPECT_EQ(gpt.multi_outputs, 2 * all[0].build().parameters().size());
+  for (size_t c : {1, 2, 3, 4}) {
+    PassStats optim;
+    Graph g = all[c].build();
+    optimize(g, {}, &optim);
+    // Adam: two moments per parameter; SGD: one momentum buffer; the state update: one
+    const size_t want = c == 2 ? 2 * g.parameters().size() : c == 4 ? 1 : g.parameters().size();
+    EXPECT_EQ(optim.multi_outputs, want) << all[c].name;
+  }
+  optimize(all[5].build(), {}, &norms);
   EXPECT_EQ(norms.norms, 3u);  // layer norm, group norm (its inner layer norm), rms norm
-  optimize(all[3].build(), {}, &attn);
+  optimize(all[6].build(), {}, &attn);
   EXPECT_EQ(attn.softmaxes, 2u);
   EXPECT_EQ(attn.epilogues, 1u);
   EXPECT_GT(attn.removed, 0u);
@@ -219,7 +274,7 @@ TEST(Passes, PatternsFire) {
 // Fused ops are never built by models or differentiated: the op table says so, and these tests
 // are their check (the gradient-check coverage test skips GradKind::fused).
 TEST(Passes, FusedOpsAreMarked) {
-  for (Op op : {Op::fused_elementwise, Op::fused_reduce, Op::matmul_epilogue, Op::norm, Op::softmax_scaled}) {
+  for (Op op : {Op::fused_elementwise, Op::fused_reduce, Op::matmul_epilogue, Op::norm, Op::softmax_scaled, Op::fused_output}) {
     EXPECT_EQ(op_info(op).grad, GradKind::fused) << op_name(op);
     EXPECT_EQ(op_info(op).family, OpFamily::fused) << op_name(op);
   }

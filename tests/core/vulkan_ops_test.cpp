@@ -19,6 +19,8 @@
 
 #include "meganeura/autodiff.h"
 #include "meganeura/passes.h"
+#include "meganeura/train.h"
+#include "meganeura/models.h"
 #include "op_cases.h"
 #include "vulkan_test_util.h"
 
@@ -201,7 +203,7 @@ TEST(VulkanOptim, CounterIsExactBeyondF32) {
 }
 
 // A Vulkan session runs the rewrite passes the backend has kernels for (all of them where the
-// device allows the fused kernels' ten bindings per stage, none of the fusing ones otherwise),
+// device allows the fused kernels' twelve bindings per stage, none of the fusing ones otherwise),
 // and computes what the CPU backend computes.
 TEST(VulkanSession, RunsTheRewritePassesItHasKernelsFor) {
   MEGANEURA_REQUIRE_VULKAN();
@@ -230,6 +232,112 @@ TEST(VulkanSession, RunsTheRewritePassesItHasKernelsFor) {
   compare(gpu.get_f64("y"), cpu.get_f64("y"), 1e-5, "rms_norm");  // two f32 evaluations in different orders
 }
 
+// Optimizer updates as multi-output fused programs (new moments or momentum and the new
+// parameter in one dispatch, each written in place): two training steps on Vulkan against the
+// CPU backend's f64 oracle running the unfused graph. Tolerance as for the rewrite passes'
+// f32 equivalence: a few f32 ulps amplified through two steps (Adam divides by sqrt(v)),
+// 2e-4 relative plus 2e-5 absolute.
+TEST(VulkanMultiOutput, OptimizerStepsMatchOracle) {
+  MEGANEURA_REQUIRE_VULKAN();
+  for (auto kind : {OptimizerConfig::Kind::adamw, OptimizerConfig::Kind::sgd}) {
+    OptimizerConfig o;
+    o.kind = kind;
+    o.lr = kind == OptimizerConfig::Kind::sgd ? 0.1 : 1e-2;
+    o.momentum = 0.9;
+    o.weight_decay = 0.01;
+    o.clip_norm = kind == OptimizerConfig::Kind::sgd ? 0 : 1.0;
+    Graph g = training_graph(
+        [](Graph& gg) {
+          models::MlpConfig c{6, 12, 3, 2};
+          return cross_entropy(models::mlp(gg, gg.input("x", {5, 6}), c), gg.input("labels", {5}, DType::i32));
+        },
+        o);
+    const std::string what = kind == OptimizerConfig::Kind::sgd ? "sgd momentum" : "adamw";
+    Session oracle(SessionOptions{Device::cpu, true, 1, 0});
+    PlanOptions f64;
+    f64.float_dtype = DType::f64;
+    oracle.add(plan(g, f64));
+    Session gpu(vulkan_options());
+    gpu.add(g);
+    const size_t params = g.parameters().size(), want_writes = kind == OptimizerConfig::Kind::sgd ? 2 : 3;
+    size_t multi = 0;
+    for (const Dispatch& d : gpu.program(0).dispatches) multi += d.writes.size() == want_writes;
+    if (gpu.backend().passes().pointwise) {
+      EXPECT_EQ(multi, params) << what << ": one update dispatch per parameter";
+    }
+    std::printf("%s on Vulkan: %zu dispatches, %zu multi-output\n", what.c_str(), gpu.program(0).dispatches.size(), multi);
+    std::mt19937 rng(5);
+    for (NodeId id : g.parameters()) {
+      const Node& n = g.node(id);
+      std::vector<double> v(size_t(n.type.numel()));
+      for (auto& x : v) x = std::normal_distribution<double>(0, 0.5)(rng);
+      oracle.set(n.name, std::span<const double>(v));
+      gpu.set(n.name, std::span<const double>(v));
+    }
+    for (int step = 0; step < 2; ++step) {
+      auto x = randn(30, 40 + uint64_t(step));
+      std::vector<int32_t> labels = {0, 2, 1, 1, 2};
+      for (Session* s : {&oracle, &gpu}) {
+        s->set("x", std::span<const double>(x));
+        s->set("labels", std::span<const int32_t>(labels));
+        s->run();
+      }
+      for (auto& [name, buf] : oracle.buffers()) {
+        if (buf.role != Role::parameter && buf.role != Role::state && buf.role != Role::output) continue;
+        auto want = oracle.get_f64(name), got = gpu.get_f64(name);
+        ASSERT_EQ(got.size(), want.size()) << name;
+        for (size_t i = 0; i < got.size(); ++i) {
+          ASSERT_NEAR(got[i], want[i], 2e-5 + 2e-4 * std::abs(want[i])) << what << " " << name << "[" << i << "] step " << step;
+        }
+      }
+    }
+  }
+}
+
+// A hand-written program with three outputs (one read back by a later dispatch) on Vulkan,
+// against values computed here in double: u = a * b + c (b broadcast), w = exp(u) - a,
+// y = u / 2 + w, z = exp(u). Tolerance: the f32 roundings of |u| <= 3.75 and exp(u) <= 43 and
+// exp's few-ulp allowance in the Vulkan spec, 2e-6 relative to (1 + |value|).
+TEST(VulkanMultiOutput, HandWrittenProgramMatchesDouble) {
+  MEGANEURA_REQUIRE_VULKAN();
+  auto I = [](FusedInstr::Kind k, uint32_t i) { return FusedInstr{k, Op::copy, i, 0, 0}; };
+  auto B = [](Op op) { return FusedInstr{FusedInstr::binary, op, 0, 0, 0}; };
+  FusedAttrs f;
+  f.code = {I(FusedInstr::input, 0), I(FusedInstr::input, 1), B(Op::mul), I(FusedInstr::input, 2), B(Op::add),
+            I(FusedInstr::store, 1), I(FusedInstr::load, 1), FusedInstr{FusedInstr::unary, Op::exp, 0, 0, 0},
+            I(FusedInstr::input, 0), B(Op::sub), I(FusedInstr::store, 2), I(FusedInstr::load, 1),
+            FusedInstr{FusedInstr::unary, Op::affine, 0, 0.5, 0}, I(FusedInstr::load, 2), B(Op::add), I(FusedInstr::store, 0)};
+  Graph g;
+  Tensor a = g.input("a", {3, 5}), b = g.input("b", {5}), c = g.input("c", {3, 5});
+  const TensorType t{DType::f32, {3, 5}};
+  Tensor y = g.add_node(Op::fused_elementwise, f, {a.id, b.id, c.id}, t);
+  Tensor u = g.add_node(Op::fused_output, AxisAttrs{1}, {y.id}, t);
+  Tensor w = g.add_node(Op::fused_output, AxisAttrs{2}, {y.id}, t);
+  g.output("y", y);
+  g.output("w", w);
+  g.output("z", exp(u));
+  Session gpu(vulkan_options());
+  gpu.add(plan(g, PlanOptions{DType::f32, gpu.backend().limits()}));
+  auto av = randn(15, 1), bv = randn(5, 2), cv = randn(15, 3);
+  for (auto& v : av) v = std::tanh(v) * 1.5;
+  for (auto& v : bv) v = std::tanh(v) * 1.5;
+  for (auto& v : cv) v = std::tanh(v) * 1.5;
+  gpu.set("a", std::span<const double>(av));
+  gpu.set("b", std::span<const double>(bv));
+  gpu.set("c", std::span<const double>(cv));
+  gpu.run();
+  std::vector<double> wy(15), ww(15), wz(15);
+  for (size_t i = 0; i < 15; ++i) {
+    const double uu = double(float(av[i])) * double(float(bv[i % 5])) + double(float(cv[i]));
+    ww[i] = std::exp(uu) - double(float(av[i]));
+    wy[i] = 0.5 * uu + ww[i];
+    wz[i] = std::exp(uu);
+  }
+  compare(gpu.get_f64("y"), wy, 2e-6, "output 0");
+  compare(gpu.get_f64("w"), ww, 2e-6, "output 2");
+  compare(gpu.get_f64("z"), wz, 2e-6, "a read of output 1");
+}
+
 // The cases' programs (forward and gradients, with and without the rewrite passes, as run
 // above) dispatch every non-leaf op of the table, so each op's kernel is exercised by some case;
 // and each case dispatches the op it is named for.
@@ -255,6 +363,7 @@ TEST(VulkanCoverage, CasesDispatchEveryOp) {
                                   Op::attention_fused_backward};
   for (const OpInfo& info : op_table()) {
     if (info.family == OpFamily::leaf) continue;
+    if (info.op == Op::fused_output) continue;  // a further write of a fused dispatch, never dispatched
     if (no_kernel.count(info.op)) {
       std::printf("[ note ] %s has no Vulkan kernel\n", std::string(info.name).c_str());
       EXPECT_FALSE(ops.count(info.op)) << info.name << " is listed as kernel-less but a case dispatches it";

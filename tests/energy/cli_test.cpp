@@ -181,8 +181,9 @@ TEST(EnergyCommand, PricesOurCompiledTrainingStep) {
   const CommandRun r = run("energy predict --model mlp --device-name h100-sxm --json");
   ASSERT_EQ(r.status, 0) << r.output;
   auto j = nlohmann::json::parse(r.output);
-  // the step as it runs, after the rewrite passes: 53 dispatches
-  EXPECT_GT(j["dispatches"].size(), 30u);
+  // the step as it runs, after the rewrite passes: 25 dispatches (the optimizer's update one
+  // per parameter), not the three of a hand-made program
+  EXPECT_GT(j["dispatches"].size(), 20u);
   double flops = 0;
   for (const auto& d : j["dispatches"]) flops += d["flops"].get<double>();
   // Forward + backward of the 16-128-128-10 MLP at batch 64: 3 x 2 x 64 x 19712 MACs, plus

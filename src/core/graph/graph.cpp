@@ -15,6 +15,37 @@ int64_t numel(const Shape& s) {
   return n;
 }
 
+size_t fused_outputs(const std::vector<FusedInstr>& code) {
+  size_t stores = 0;
+  for (const FusedInstr& f : code) stores += f.kind == FusedInstr::store;
+  bool loads = false;
+  for (const FusedInstr& f : code) loads |= f.kind == FusedInstr::load;
+  if (stores == 0 && !loads) return 1;
+  auto bad = [](const std::string& why) { throw std::invalid_argument("[fused_elementwise] multi-output program: " + why); };
+  std::vector<char> stored(kFusedMaxOutputs, 0);
+  size_t depth = 0;
+  for (size_t i = 0; i < code.size(); ++i) {
+    const FusedInstr& f = code[i];
+    const std::string at = "instruction " + std::to_string(i);
+    const size_t pops = f.kind == FusedInstr::binary ? 2 : f.kind == FusedInstr::unary || f.kind == FusedInstr::store ? 1 : 0;
+    if (depth < pops) bad(at + " pops an empty stack");
+    if (f.kind == FusedInstr::store || f.kind == FusedInstr::load) {
+      if (f.index >= kFusedMaxOutputs) bad(at + " names output " + std::to_string(f.index) + ", above kFusedMaxOutputs (" + std::to_string(kFusedMaxOutputs) + ")");
+      if (f.kind == FusedInstr::store && stored[f.index]) bad(at + " stores output " + std::to_string(f.index) + " twice");
+      if (f.kind == FusedInstr::load && !stored[f.index]) bad(at + " loads output " + std::to_string(f.index) + " before it is stored");
+      if (f.kind == FusedInstr::store) stored[f.index] = 1;
+    }
+    depth = depth - pops + (f.kind == FusedInstr::binary || f.kind == FusedInstr::unary || f.kind == FusedInstr::input ||
+                            f.kind == FusedInstr::constant || f.kind == FusedInstr::load);
+    if (depth > kFusedMaxStack) bad(at + " grows the stack above kFusedMaxStack (" + std::to_string(kFusedMaxStack) + ")");
+  }
+  if (depth != 0) bad(std::to_string(depth) + " values left on the stack: every value must be stored");
+  for (size_t k = 0; k < stores; ++k) {
+    if (!stored[k]) bad("output " + std::to_string(k) + " is never stored (outputs are 0 to " + std::to_string(stores - 1) + ")");
+  }
+  return stores;
+}
+
 std::string shape_str(const Shape& s) {
   std::string r = "(";
   for (size_t i = 0; i < s.size(); ++i) r += (i ? "," : "") + std::to_string(s[i]);
@@ -186,6 +217,8 @@ struct AttrJson {
           else code.push_back(op_name(f.op));
           break;
         case FusedInstr::binary: code.push_back(op_name(f.op)); break;
+        case FusedInstr::store: code.push_back("store" + std::to_string(f.index)); break;
+        case FusedInstr::load: code.push_back("load" + std::to_string(f.index)); break;
       }
     }
     return {{"code", code}, {"trans_a", a.matmul.trans_a}, {"trans_b", a.matmul.trans_b},

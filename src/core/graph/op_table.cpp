@@ -90,6 +90,7 @@ constexpr std::array<OpInfo, kOpCount> kTable = {{
     row(matmul_epilogue, "matmul_epilogue", -1, F::fused, G::fused),
     row(norm, "norm", -1, F::fused, G::fused),
     row(softmax_scaled, "softmax_scaled", 1, F::fused, G::fused, 0),
+    row(fused_output, "fused_output", 1, F::fused, G::fused),
 }};
 
 constexpr bool table_is_ordered() {
@@ -152,14 +153,16 @@ OpCost op_cost(const Graph& g, const Node& n) {
     case Op::norm: c.flops = 4 * out; break;
     case Op::fused_elementwise: {
       double per = 0;
-      for (const FusedInstr& f : std::get<FusedAttrs>(n.attrs).code) per += f.kind >= FusedInstr::unary ? 1 : 0;
+      const auto& code = std::get<FusedAttrs>(n.attrs).code;
+      for (const FusedInstr& f : code) per += (f.kind == FusedInstr::unary || f.kind == FusedInstr::binary);
       c.flops = per * out;
+      c.bytes += double(fused_outputs(code) - 1) * double(n.type.bytes());  // the secondary outputs
       break;
     }
     case Op::fused_reduce: {
       const auto& a = std::get<FusedAttrs>(n.attrs);
       double per = 1;
-      for (const FusedInstr& f : a.code) per += f.kind >= FusedInstr::unary ? 1 : 0;
+      for (const FusedInstr& f : a.code) per += (f.kind == FusedInstr::unary || f.kind == FusedInstr::binary);
       c.flops = per * double(numel(a.domain));
       break;
     }
@@ -168,7 +171,7 @@ OpCost op_cost(const Graph& g, const Node& n) {
       const Shape& as = g.node(n.inputs[0]).type.shape;
       double k = double(a.matmul.trans_a ? as[as.size() - 2] : as.back());
       double per = 0;
-      for (const FusedInstr& f : a.code) per += f.kind >= FusedInstr::unary ? 1 : 0;
+      for (const FusedInstr& f : a.code) per += (f.kind == FusedInstr::unary || f.kind == FusedInstr::binary);
       c.flops = 2.0 * out * k + per * out;
       break;
     }

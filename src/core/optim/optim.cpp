@@ -45,6 +45,13 @@ void append_update(Graph& g, const std::vector<std::pair<Tensor, Tensor>>& pg, c
     for (auto& gr : grads) gr = gr * coef;
   }
 
+  // Bias corrections 1 - beta^t in double (in f32 they cancel for beta near 1), once per step:
+  // every parameter shares them.
+  Tensor inv_bc1, rsqrt_bc2;
+  if (c.kind != Kind::sgd && !pg.empty()) {
+    inv_bc1 = bias_correction(step, c.beta1, -1.0);
+    rsqrt_bc2 = bias_correction(step, c.beta2, -0.5);
+  }
   for (size_t i = 0; i < pg.size(); ++i) {
     Tensor p = pg[i].first, gr = grads[i];
     const std::string& name = g.node(p.id).name;
@@ -66,9 +73,6 @@ void append_update(Graph& g, const std::vector<std::pair<Tensor, Tensor>>& pg, c
       Tensor v2 = v * c.beta2 + (gr * gr) * (1 - c.beta2);
       g.assign(m, m2);
       g.assign(v, v2);
-      // Bias corrections 1 - beta^t in double: in f32 they cancel for beta near 1.
-      Tensor inv_bc1 = bias_correction(step, c.beta1, -1.0);
-      Tensor rsqrt_bc2 = bias_correction(step, c.beta2, -0.5);
       Tensor denom = sqrt(v2) * rsqrt_bc2 + c.eps;
       Tensor base = p;
       if (c.kind == Kind::adamw && c.weight_decay > 0) base = p - p * (lr * c.weight_decay);

@@ -310,7 +310,7 @@ struct Program {
 
 class Fuser {
  public:
-  Fuser(const Graph& g, bool epilogues) : g_(g), u_(g), epilogues_(epilogues), inl_(g.size(), 0) {
+  Fuser(const Graph& g, bool epilogues, bool multi) : g_(g), u_(g), epilogues_(epilogues), multi_(multi), inl_(g.size(), 0) {
     // heavy: the node's program (its own op and what is inlined into it) calls a transcendental
     // function. A heavy node is recomputed by no more than one consumer and never once per
     // broadcast element: that costs more than the memory round trip it saves.
@@ -339,7 +339,13 @@ class Fuser {
   Graph run(PassStats* stats) {
     // Build every host's program; a program over the limits materialises its largest inlined
     // operand and the whole build starts again (each round materialises one more node).
+    // A merge into a multi-output program that reads too many inputs materialises an inlined
+    // node its parts share (a tied weight's summed, clipped gradient read by both moments)
+    // and starts again likewise.
     std::map<NodeId, Program> progs;
+    std::map<NodeId, int> leaf_hosts;
+    std::map<NodeId, std::vector<NodeId>> absorbs;  // host -> the hosts it writes as outputs 1, 2, ...
+    std::vector<char> absorbed;
     for (bool again = true; again;) {
       again = false;
       progs.clear();
@@ -353,9 +359,22 @@ class Fuser {
           progs[id] = std::move(p);
         }
       }
+      if (again) continue;
+      leaf_hosts.clear();
+      for (auto& [id, p] : progs) {
+        for (NodeId l : p.leaves) leaf_hosts[l]++;
+      }
+      absorbs.clear();
+      absorbed.assign(g_.size(), 0);
+      if (!multi_) continue;
+      NodeId split = merge_outputs(progs, leaf_hosts, absorbs, absorbed);
+      if (split != kNone) {
+        inl_[split] = 0;
+        again = true;
+      }
     }
     // Matmuls read by exactly one host's program become that host's product.
-    std::map<NodeId, int> leaf_hosts;
+    leaf_hosts.clear();
     for (auto& [id, p] : progs) {
       for (NodeId l : p.leaves) leaf_hosts[l]++;
     }
@@ -365,6 +384,7 @@ class Fuser {
         if (stats) stats->inlined++;
         continue;
       }
+      if (absorbed[id]) continue;  // bound to its fused_output when its absorber is emitted
       auto it = progs.find(id);
       if (it == progs.end()) {
         r.copy(id);
@@ -372,6 +392,17 @@ class Fuser {
       }
       Program& p = it->second;
       const Node& n = g_.node(id);
+      if (auto ab = absorbs.find(id); ab != absorbs.end()) {
+        FusedAttrs a;
+        a.code = p.code;
+        NodeId multi = r.replace(id, Op::fused_elementwise, a, p.leaves);
+        for (size_t k = 0; k < ab->second.size(); ++k) {
+          const Node& h = g_.node(ab->second[k]);
+          r.bind(ab->second[k], r.graph().add_node(Op::fused_output, AxisAttrs{int64_t(k + 1)}, {multi}, h.type, h.name).id);
+        }
+        if (stats) stats->fused++, stats->multi_outputs += uint32_t(ab->second.size());
+        continue;
+      }
       bool trivial = !reduce_host(id);  // nothing inlined: the node stays as it is
       for (NodeId k : n.inputs) trivial &= inl_[k] != 1;
       NodeId mm = epilogues_ ? epilogue_matmul(id, p, leaf_hosts) : kNone;
@@ -508,6 +539,124 @@ class Fuser {
     inl_[best] = 0;
   }
 
+  // A host whose value is assigned to a state absorbs the hosts its program reads that are
+  // assigned to states of the same shape and read by nothing else (Adam's new moments read by
+  // the new parameter): one program computes them all and stores each as an output. A merge
+  // that would break the limits of one program is not made.
+  // Returns an inlined node to materialise first when that would let a merge fit, else kNone.
+  NodeId merge_outputs(std::map<NodeId, Program>& progs, std::map<NodeId, int>& leaf_hosts,
+                       std::map<NodeId, std::vector<NodeId>>& absorbs, std::vector<char>& absorbed) {
+    std::vector<char> named(g_.size(), 0);
+    for (auto& [name, id] : g_.outputs()) named[id] = 1;
+    auto mergeable = [&](NodeId h, NodeId host) {
+      if (!progs.count(h) || reduce_host(h) || absorbed[h] || absorbs.count(h) || named[h] || u_.assigned_to[h] == kNone ||
+          leaf_hosts[h] != 1 || g_.node(h).type != g_.node(host).type) {
+        return false;
+      }
+      for (NodeId c : u_.consumers[h]) {
+        if (c != host && inl_[c] != 1) return false;
+      }
+      return true;
+    };
+    for (auto& [id, p] : progs) {
+      if (reduce_host(id) || u_.assigned_to[id] == kNone || absorbed[id]) continue;
+      std::vector<NodeId> cands;
+      for (NodeId h : p.leaves) {
+        if (cands.size() + 1 < kFusedMaxOutputs && mergeable(h, id)) cands.push_back(h);
+      }
+      if (cands.empty()) continue;
+      // all of them, else as many as fit one by one
+      std::vector<NodeId> take;
+      Program merged = combine(progs, cands, id);
+      if (merged.fits()) {
+        take = cands;
+      } else {
+        if (merged.leaves.size() > kFusedMaxInputs) {
+          std::vector<NodeId> programs = cands;
+          programs.push_back(id);
+          if (NodeId k = shared_inlined(programs); k != kNone) return k;
+        }
+        for (NodeId h : cands) {
+          std::vector<NodeId> trial = take;
+          trial.push_back(h);
+          Program m = combine(progs, trial, id);
+          if (!m.fits()) continue;
+          take = std::move(trial);
+          merged = std::move(m);
+        }
+      }
+      if (take.empty()) continue;
+      for (NodeId h : take) {
+        absorbed[h] = 1;
+        progs.erase(h);
+      }
+      absorbs[id] = take;
+      p = std::move(merged);
+    }
+    return kNone;
+  }
+
+  // The inlined node read by two or more of `programs`' hosts with the largest expansion, if it
+  // reads two or more leaves itself (materialising it saves inputs of their merged program).
+  NodeId shared_inlined(const std::vector<NodeId>& programs) {
+    std::map<NodeId, int> reached;
+    for (NodeId root : programs) {
+      std::vector<NodeId> stack = g_.node(root).inputs;
+      std::vector<NodeId> mine;
+      while (!stack.empty()) {
+        NodeId k = stack.back();
+        stack.pop_back();
+        if (inl_[k] != 1 || std::find(mine.begin(), mine.end(), k) != mine.end()) continue;
+        mine.push_back(k);
+        for (NodeId c : g_.node(k).inputs) stack.push_back(c);
+      }
+      for (NodeId k : mine) reached[k]++;
+    }
+    std::map<NodeId, size_t> memo;
+    NodeId best = kNone;
+    size_t best_size = 0;
+    for (auto [k, n] : reached) {
+      if (n < 2) continue;
+      Program p;
+      expand(g_.node(k), p);
+      const size_t s = size(k, memo);
+      if (p.leaves.size() >= 2 && p.fits() && s > best_size) best = k, best_size = s;
+    }
+    return best;
+  }
+
+  // The program storing the values of `parts` as outputs 1, 2, ... and then `host`'s value
+  // as output 0, where the host's program loads the parts instead of reading them.
+  Program combine(const std::map<NodeId, Program>& progs, const std::vector<NodeId>& parts, NodeId host) const {
+    Program m;
+    auto leaf_index = [&](NodeId l) {
+      auto it = std::find(m.leaves.begin(), m.leaves.end(), l);
+      if (it != m.leaves.end()) return uint32_t(it - m.leaves.begin());
+      m.leaves.push_back(l);
+      return uint32_t(m.leaves.size() - 1);
+    };
+    auto append = [&](const Program& p, uint32_t out) {
+      for (FusedInstr f : p.code) {
+        if (f.kind == FusedInstr::input) {
+          NodeId l = p.leaves[f.index];
+          auto part = std::find(parts.begin(), parts.end(), l);
+          if (part != parts.end()) {
+            f.kind = FusedInstr::load;
+            f.index = uint32_t(part - parts.begin()) + 1;
+          } else {
+            f.index = leaf_index(l);
+          }
+        }
+        m.code.push_back(f);
+      }
+      m.code.push_back(FusedInstr{FusedInstr::store, Op::copy, out, 0, 0});
+      m.max_depth = std::max(m.max_depth, p.max_depth);
+    };
+    for (size_t k = 0; k < parts.size(); ++k) append(progs.at(parts[k]), uint32_t(k + 1));
+    append(progs.at(host), 0);
+    return m;
+  }
+
   NodeId epilogue_matmul(NodeId id, const Program& p, std::map<NodeId, int>& leaf_hosts) const {
     if (reduce_host(id)) return kNone;
     for (NodeId l : p.leaves) {
@@ -547,14 +696,14 @@ class Fuser {
 
   const Graph& g_;
   Uses u_;
-  bool epilogues_;
+  bool epilogues_, multi_;
   std::vector<char> inl_;  // 1: inlined into its consumers' programs; 2: absorbed by an epilogue
 };
 
 }  // namespace
 
-Graph fuse_pointwise(const Graph& g, bool matmul_epilogues, PassStats* stats) {
-  return Fuser(g, matmul_epilogues).run(stats);
+Graph fuse_pointwise(const Graph& g, bool matmul_epilogues, PassStats* stats, bool multi_output) {
+  return Fuser(g, matmul_epilogues, multi_output).run(stats);
 }
 
 Graph decompose_to_primitives(const Graph& g) {
@@ -590,7 +739,7 @@ Graph optimize(const Graph& g, const PassOptions& o, PassStats* stats) {
   if (o.softmax) cur = remove_dead_nodes(fuse_softmax(cur, stats), nullptr);
   if (o.norms) cur = remove_dead_nodes(fuse_norms(cur, stats), nullptr);
   if (o.batched_matmul_sums) cur = remove_dead_nodes(fold_batched_matmul_sums(cur, stats), nullptr);
-  if (o.pointwise) cur = fuse_pointwise(cur, o.matmul_epilogue, stats);
+  if (o.pointwise) cur = fuse_pointwise(cur, o.matmul_epilogue, stats, o.multi_output);
   if (o.dead_nodes) return remove_dead_nodes(cur, stats);
   return cur;
 }

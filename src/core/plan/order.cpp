@@ -31,8 +31,10 @@ std::vector<NodeId> dispatch_order(const Graph& g, const std::vector<char>& live
   }
   // A state's new value comes after the earlier readers of its old value, so that it can be
   // written in place (readers with a larger id may depend on the new value: left alone).
-  for (auto& [dst, src] : g.assignments()) {
-    if (is_leaf(src)) continue;
+  for (auto& [dst, value] : g.assignments()) {
+    if (is_leaf(value)) continue;
+    // a secondary output is written by the dispatch of the node it selects from
+    const NodeId src = g.node(value).op == Op::fused_output ? g.node(value).inputs[0] : value;
     for (NodeId r = 0; r < src; ++r) {
       if (!live[r] || is_leaf(r) || r == src) continue;
       for (NodeId k : g.node(r).inputs) {

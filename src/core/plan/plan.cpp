@@ -184,8 +184,24 @@ Program plan(const Graph& g, const PlanOptions& opt) {
     tensor_of[id] = new_tensor(id, role, name);
     view_base.push_back(uint32_t(tensor_of[id]));
   }
+  // Secondary outputs of multi-output fused programs: index -> selecting node, per producer.
+  std::map<NodeId, std::map<uint32_t, NodeId>> selectors;
+  for (NodeId id = 0; id < n_nodes; ++id) {
+    const Node& n = g.node(id);
+    if (!live[id] || n.op != Op::fused_output) continue;
+    const Node& src = g.node(n.inputs[0]);
+    const auto* axis = std::get_if<AxisAttrs>(&n.attrs);
+    const auto* code = std::get_if<FusedAttrs>(&src.attrs);
+    const int64_t k = axis ? axis->axis : -1;
+    if (src.op != Op::fused_elementwise || !code || k < 1 || size_t(k) >= fused_outputs(code->code) ||
+        !selectors[n.inputs[0]].emplace(uint32_t(k), id).second) {
+      throw std::invalid_argument("[plan] node " + std::to_string(id) + " selects output " + std::to_string(k) +
+                                  " of node " + std::to_string(n.inputs[0]) + ", which has no such output or another selector for it");
+    }
+  }
   for (NodeId id : planning::dispatch_order(g, live, opt.group_barriers)) {
     const Node& n = g.node(id);
+    if (n.op == Op::fused_output) continue;  // written by its producer's dispatch
     auto out = output_name.find(id);
     bool is_output = out != output_name.end();
     if (n.op == Op::reshape && !is_output) {  // a view: same bytes, new shape
@@ -202,6 +218,22 @@ Program plan(const Graph& g, const PlanOptions& opt) {
     view_base.push_back(t);
     tensor_of[id] = t;
     Dispatch d{n.op, n.attrs, {}, {t}, 0, 0, {}, false};
+    if (n.op == Op::fused_elementwise) {
+      // one write per further output, in index order; an output nothing selects still needs memory
+      const size_t n_out = fused_outputs(std::get<FusedAttrs>(n.attrs).code);
+      auto sel = selectors.find(id);
+      for (uint32_t k = 1; k < n_out; ++k) {
+        NodeId s = id;
+        if (sel != selectors.end() && sel->second.count(k)) s = sel->second.at(k);
+        auto sout = s == id ? output_name.end() : output_name.find(s);
+        const bool named = sout != output_name.end();
+        uint32_t ts = new_tensor(s, named ? Role::output : Role::temp, named ? sout->second : "");
+        if (named) add_external(sout->second, Role::output, g.node(s));
+        view_base.push_back(ts);
+        if (s != id) tensor_of[s] = ts;
+        d.writes.push_back(ts);
+      }
+    }
     for (NodeId k : n.inputs) d.reads.push_back(uint32_t(tensor_of[k]));
     OpCost c = op_cost(g, n);
     d.flops = c.flops;
@@ -225,7 +257,9 @@ Program plan(const Graph& g, const PlanOptions& opt) {
   for (size_t di = 0; di < p.dispatches.size(); ++di) {
     const Dispatch& d = p.dispatches[di];
     for (uint32_t r : d.reads) last_read[view_base[r]] = int64_t(di);
-    if (first_def[view_base[d.write()]] < 0) first_def[view_base[d.write()]] = int64_t(di);
+    for (uint32_t w : d.writes) {
+      if (first_def[view_base[w]] < 0) first_def[view_base[w]] = int64_t(di);
+    }
   }
 
   // State updates: write the new value straight into the state when nothing reads the old
@@ -239,11 +273,14 @@ Program plan(const Graph& g, const PlanOptions& opt) {
       int64_t t = first_def[vb];
       const Dispatch& d = p.dispatches[size_t(t)];
       int inplace = op_info(d.op).inplace_input;
+      // A multi-output program writes its outputs after reading every input of an element: any
+      // same-shaped input may share an output's memory.
+      const bool any_slot = d.writes.size() > 1;
       for (size_t di = size_t(t); di < p.dispatches.size() && direct; ++di) {
         const Dispatch& e = p.dispatches[di];
         for (size_t k = 0; k < e.reads.size(); ++k) {
           if (view_base[e.reads[k]] != view_base[st]) continue;
-          bool same_slot = di == size_t(t) && int(k) == inplace &&
+          bool same_slot = di == size_t(t) && (int(k) == inplace || any_slot) &&
                            p.tensors[e.reads[k]].type.shape == p.tensors[val].type.shape;
           if (!same_slot) direct = false;
         }

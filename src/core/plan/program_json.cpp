@@ -189,7 +189,8 @@ void pair2(const json& j, const std::string& key, const std::string& path, int64
   out[1] = v[1];
 }
 
-// A fused op's code as AttrJson writes it: "in<k>" pushes input k, a number pushes a constant,
+// A fused op's code as AttrJson writes it: "in<k>" pushes input k, "store<k>" / "load<k>" store
+// and load output k of a multi-output program, a number pushes a constant,
 // an op name applies a unary or binary op, [affine, a, b] and [clip_coef, a] carry constants.
 std::vector<FusedInstr> fused_code(const json& j, const std::string& path) {
   if (as_array(j, path).size() > kFusedMaxCode) bad(path, std::to_string(j.size()) + " instructions, above kFusedMaxCode (" + std::to_string(kFusedMaxCode) + ")");
@@ -199,9 +200,15 @@ std::vector<FusedInstr> fused_code(const json& j, const std::string& path) {
     const std::string ep = path + "[" + std::to_string(i) + "]";
     FusedInstr f;
     const std::string s = e.is_string() ? e.get<std::string>() : "";
-    if (s.size() == 3 && s.rfind("in", 0) == 0 && s[2] >= '0' && size_t(s[2] - '0') < kFusedMaxInputs) {
+    auto indexed = [&](const std::string& prefix, size_t limit) {
+      return s.size() == prefix.size() + 1 && s.rfind(prefix, 0) == 0 && s.back() >= '0' && size_t(s.back() - '0') < limit;
+    };
+    if (indexed("in", kFusedMaxInputs)) {
       f.kind = FusedInstr::input;
       f.index = uint32_t(s[2] - '0');
+    } else if (indexed("store", kFusedMaxOutputs) || indexed("load", kFusedMaxOutputs)) {
+      f.kind = s[0] == 's' ? FusedInstr::store : FusedInstr::load;
+      f.index = uint32_t(s.back() - '0');
     } else if (e.is_number() || (e.is_string() && (e == "inf" || e == "-inf" || e == "nan"))) {
       f.kind = FusedInstr::constant;
       f.a = as_double(e, ep);

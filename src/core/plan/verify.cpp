@@ -88,6 +88,25 @@ void check_dispatches(const Program& p) {
       fail(at_dispatch(p, d) + ": " + std::to_string(x.reads.size()) + " reads for an op of arity " + std::to_string(info.arity));
     }
     if (x.writes.empty()) fail(at_dispatch(p, d) + ": writes nothing");
+    if (x.op == Op::fused_output) fail(at_dispatch(p, d) + ": a secondary output is written by its producer's dispatch");
+    if (x.op == Op::fused_elementwise) {
+      const auto* a = std::get_if<FusedAttrs>(&x.attrs);
+      if (!a) fail(at_dispatch(p, d) + ": attributes are not a fused program");
+      size_t outputs = 0;
+      try {
+        outputs = fused_outputs(a->code);
+      } catch (const std::invalid_argument& e) {
+        fail(at_dispatch(p, d) + ": " + e.what());
+      }
+      if (x.writes.size() != outputs) {
+        fail(at_dispatch(p, d) + ": " + std::to_string(x.writes.size()) + " writes for a program with " + std::to_string(outputs) + " outputs");
+      }
+      for (uint32_t t : x.writes) {
+        if (t < p.tensors.size() && x.writes[0] < p.tensors.size() && p.tensors[t].type != p.tensors[x.writes[0]].type) {
+          fail(at_dispatch(p, d) + ": output " + planning::describe_tensor(p, t) + " differs in type from output 0");
+        }
+      }
+    }
     for (uint32_t t : x.reads) {
       if (t >= p.tensors.size()) fail(at_dispatch(p, d) + ": reads tensor " + std::to_string(t) + " of " + std::to_string(p.tensors.size()));
     }
@@ -178,7 +197,9 @@ void check_memory(const Program& p, const std::vector<std::vector<planning::Acce
         if (o.write) fail(at_dispatch(p, d) + " writes " + planning::describe_tensor(p, w.tensor) + " and " + planning::describe_tensor(p, o.tensor) + " over each other");
         const bool same_place = o.begin == w.begin && o.end == w.end;
         const bool same_shape = p.tensors[o.tensor].type.shape == p.tensors[w.tensor].type.shape;
-        if (inplace < 0 || !same_place || !same_shape || x.writes.size() != 1) {
+        // a multi-output program reads every input of an element before writing its outputs
+        const bool multi = x.op == Op::fused_elementwise && x.writes.size() > 1;
+        if (inplace < 0 || !same_place || !same_shape || (x.writes.size() != 1 && !multi)) {
           fail(at_dispatch(p, d) + " writes " + planning::describe_tensor(p, w.tensor) + " over its input " + planning::describe_tensor(p, o.tensor) +
                ", which the op cannot do in place");
         }

@@ -100,8 +100,8 @@ class CpuBackend final : public Backend {
       const Dispatch& d = p.program.dispatches[i];
       const KernelLaunch& l = p.schedule.launches[i];
       cpu::set_workspace(ws, l.workspace_bytes);
-      if (f64) execute<double>(d, l, p.ins[i], p.outs[i][0], ws);
-      else execute<float>(d, l, p.ins[i], p.outs[i][0], ws);
+      if (f64) execute<double>(d, l, p.ins[i], p.outs[i], ws);
+      else execute<float>(d, l, p.ins[i], p.outs[i], ws);
     }
     cpu::set_workspace(nullptr, 0);
   }
@@ -116,16 +116,19 @@ class CpuBackend final : public Backend {
   // Every float tensor a kernel touches must be in the program's compute dtype; only cast
   // converts between storage types.
   static void validate(const Program& p, const Dispatch& d) {
-    if (d.writes.size() != 1) {
+    // Only a fused program writes several outputs (one per `store`, checked by fused_outputs).
+    const size_t want = d.op == Op::fused_elementwise ? fused_outputs(std::get<FusedAttrs>(d.attrs).code) : 1;
+    if (d.writes.size() != want) {
       throw std::invalid_argument("[cpu] " + std::string(op_name(d.op)) + " with " + std::to_string(d.writes.size()) +
-                                  " outputs: the reference kernels write one");
+                                  " outputs: its kernel writes " + std::to_string(want));
     }
     if (d.op == Op::cast) return;
     auto ok = [&](uint32_t t) {
       DType s = p.tensors[t].stored;
       return !dtype_is_float(s) || s == p.float_dtype;
     };
-    bool good = ok(d.write());
+    bool good = true;
+    for (uint32_t w : d.writes) good &= ok(w);
     for (uint32_t r : d.reads) good &= ok(r);
     if (!good) {
       throw std::invalid_argument("[cpu] " + std::string(op_name(d.op)) + " on " +
@@ -136,9 +139,10 @@ class CpuBackend final : public Backend {
 
   template <class T>
   static void execute(const Dispatch& d, const KernelLaunch& l, const std::vector<cpu::Arg>& in,
-                      const cpu::Arg& out, std::byte* ws) {
+                      const std::vector<cpu::Arg>& outs, std::byte* ws) {
+    const cpu::Arg& out = outs[0];
     switch (op_info(d.op).family) {
-      case OpFamily::fused: cpu::fused<T>(d, l, in, out, l.workspace_bytes ? ws : nullptr); break;
+      case OpFamily::fused: cpu::fused<T>(d, l, in, outs, l.workspace_bytes ? ws : nullptr); break;
       case OpFamily::unary:
         if (d.op == Op::cast) cpu::cast(d, in, out);
         else cpu::unary<T>(d, in, out);

@@ -77,9 +77,14 @@ void binary_block(Op op, T* __restrict a, const T* __restrict b, int64_t n) {  /
   }
 }
 
-// Evaluates `code` over the push block's (collapsed) domain into dst; src[i] is input i.
+// Evaluates `code` over the push block's (collapsed) domain into dst[0] (a program without
+// `store`) or dst[k] for each stored output k; src[i] is input i. Each block's outputs are
+// written after all of its inputs were read, so an output may alias a same-shaped input.
 template <class T>
-void evaluate(const std::vector<FusedInstr>& code, const PushConstants& p, const T* const* src, T* dst) {
+void evaluate(const std::vector<FusedInstr>& code, const PushConstants& p, const T* const* src, T* const* dst) {
+  const size_t n_out = fused_outputs(code);
+  // a program without `store` leaves its one result on the stack
+  const bool from_stack = std::none_of(code.begin(), code.end(), [](const FusedInstr& f) { return f.kind == FusedInstr::store; });
   using L = ElementwiseLayout;
   const int64_t numel = p.get(L::kNumel), rank = p.get(L::kRank), n_in = p.get(L::kInputs);
   if (numel == 0) return;
@@ -118,6 +123,7 @@ void evaluate(const std::vector<FusedInstr>& code, const PushConstants& p, const
   };
   parallel_for(items, numel > kParallelMin ? 1 : INT64_MAX, [&](int64_t lo, int64_t hi) {
     alignas(64) T stack[kFusedMaxStack][kBlock];
+    alignas(64) T stored[kFusedMaxOutputs][kBlock];
     for (int64_t it = lo; it < hi; ++it) {
       const int64_t r0 = it / blocks_per_row * rows_per_item, j0 = (it % blocks_per_row) * kBlock;
       const int64_t len = std::min(kBlock, inner - j0), nr = std::min(rows_per_item, rows - r0);
@@ -141,17 +147,21 @@ void evaluate(const std::vector<FusedInstr>& code, const PushConstants& p, const
           case FusedInstr::constant: std::fill(stack[sp], stack[sp] + total, T(f.a)); ++sp; break;
           case FusedInstr::unary: unary_block<T>(f, stack[sp - 1], total); break;
           case FusedInstr::binary: binary_block<T>(f.op, stack[sp - 2], stack[sp - 1], total); --sp; break;
+          case FusedInstr::store: std::memcpy(stored[f.index], stack[--sp], size_t(total) * sizeof(T)); break;
+          case FusedInstr::load: std::memcpy(stack[sp++], stored[f.index], size_t(total) * sizeof(T)); break;
         }
       }
       // several rows per item only when a row is shorter than a block: then they are whole rows
-      std::memcpy(dst + r0 * inner + j0, stack[0], size_t(total) * sizeof(T));
+      for (size_t k = 0; k < n_out; ++k) {
+        std::memcpy(dst[k] + r0 * inner + j0, from_stack ? stack[0] : stored[k], size_t(total) * sizeof(T));
+      }
     }
   });
 }
 
 template <class T>
 void fused_reduce(const FusedAttrs& a, const PushConstants& p, const T* const* src, T* scratch, T* y) {
-  evaluate<T>(a.code, p, src, scratch);
+  evaluate<T>(a.code, p, src, &scratch);
   const int64_t outer = p.get(push::kReduceOuter), len = p.get(push::kReduceLen), inner = p.get(push::kReduceInner);
   const uint32_t kind = p.get(push::kReduceKind);
   parallel_for(outer * inner, (outer * inner * len > kParallelMin) ? 1 : INT64_MAX, [&](int64_t lo, int64_t hi) {
@@ -222,12 +232,17 @@ void softmax_scaled(const PushConstants& p, const T* x, T* y) {
 }  // namespace
 
 template <class T>
-void fused(const Dispatch& d, const KernelLaunch& l, const std::vector<Arg>& in, const Arg& out, std::byte* workspace) {
+void fused(const Dispatch& d, const KernelLaunch& l, const std::vector<Arg>& in, const std::vector<Arg>& outs,
+           std::byte* workspace) {
   const T* src[kFusedMaxInputs + 2] = {};
+  const Arg& out = outs.at(0);
+  T* y = out.as<T>();
   switch (d.op) {
     case Op::fused_elementwise: {
       for (size_t i = 0; i < in.size(); ++i) src[i] = in[i].as<T>();
-      evaluate<T>(std::get<FusedAttrs>(d.attrs).code, l.push, src, out.as<T>());
+      T* dst[kFusedMaxOutputs] = {};
+      for (size_t k = 0; k < outs.size() && k < kFusedMaxOutputs; ++k) dst[k] = outs[k].as<T>();
+      evaluate<T>(std::get<FusedAttrs>(d.attrs).code, l.push, src, dst);
       return;
     }
     case Op::fused_reduce: {
@@ -241,7 +256,7 @@ void fused(const Dispatch& d, const KernelLaunch& l, const std::vector<Arg>& in,
       matmul<T>(a.matmul, in[0], in[1], out);
       src[0] = out.as<T>();  // the product, read before each block is overwritten
       for (size_t i = 2; i < in.size(); ++i) src[i - 1] = in[i].as<T>();
-      evaluate<T>(a.code, l.push, src, out.as<T>());
+      evaluate<T>(a.code, l.push, src, &y);
       return;
     }
     case Op::norm:
@@ -253,7 +268,7 @@ void fused(const Dispatch& d, const KernelLaunch& l, const std::vector<Arg>& in,
   }
 }
 
-template void fused<float>(const Dispatch&, const KernelLaunch&, const std::vector<Arg>&, const Arg&, std::byte*);
-template void fused<double>(const Dispatch&, const KernelLaunch&, const std::vector<Arg>&, const Arg&, std::byte*);
+template void fused<float>(const Dispatch&, const KernelLaunch&, const std::vector<Arg>&, const std::vector<Arg>&, std::byte*);
+template void fused<double>(const Dispatch&, const KernelLaunch&, const std::vector<Arg>&, const std::vector<Arg>&, std::byte*);
 
 }  // namespace meganeura::cpu

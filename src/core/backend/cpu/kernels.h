@@ -36,9 +36,10 @@ template <class T> void workload_index(const Dispatch& d, const std::vector<Arg>
 // Query-tiled attention and its backward (attention_ops.cpp).
 template <class T> void attention_tiled(const Dispatch& d, const std::vector<Arg>& in, const Arg& out);
 void cast(const Dispatch& d, const std::vector<Arg>& in, const Arg& out);
-// The fused ops: sizes from the launch's push constants, scratch from `workspace`.
+// The fused ops: sizes from the launch's push constants, scratch from `workspace`; `outs` are
+// the dispatch's writes (several for a multi-output fused_elementwise).
 template <class T>
-void fused(const Dispatch& d, const KernelLaunch& launch, const std::vector<Arg>& in, const Arg& out,
+void fused(const Dispatch& d, const KernelLaunch& launch, const std::vector<Arg>& in, const std::vector<Arg>& outs,
            std::byte* workspace);
 template <class T> void matmul(const MatmulAttrs& a, const Arg& x, const Arg& y, const Arg& out);
 

@@ -120,7 +120,7 @@ class Lowerer {
 
   void lower(uint32_t index, std::vector<Launch>& out) {
     const Dispatch& d = p_.dispatches[index];
-    if (d.writes.size() != 1) unsupported(d.op, "dispatches with secondary outputs are not supported yet");
+    if (d.writes.size() != 1 && d.op != Op::fused_elementwise) unsupported(d.op, "dispatches with secondary outputs are not supported yet");
     auto make = [&](Kernel k) {
       Launch l;
       l.kernel = k;
@@ -504,6 +504,9 @@ class Lowerer {
         if (it == std::end(binary_ops)) unsupported(d.op, "binary op " + std::string(op_name(f.op)) + " in a fused program");
         op = 32 + uint32_t(it - std::begin(binary_ops));
       }
+      if (f.kind == FusedInstr::store || f.kind == FusedInstr::load) {
+        if (f.index >= kFusedMaxOutputs) unsupported(d.op, "a fused program names output " + std::to_string(f.index));
+      }
       w.push_back(uint32_t(f.kind) | op << 8 | f.index << 16);
       w.push_back(fbits(f.a));
       w.push_back(fbits(f.b));
@@ -513,7 +516,8 @@ class Lowerer {
   }
 
   // The fused ops: push words and kernel variant from the core schedule; bindings 0-7 the
-  // program's inputs, 8 the output, 9 the code.
+  // program's inputs, 8 the output, 9 the code, 10 and 11 a multi-output program's outputs 1
+  // and 2.
   void fused(const Dispatch& d, const KernelLaunch& k, Launch l, Launch rows, Launch mm, std::vector<Launch>& out) {
     for (size_t i = 0; i < PushConstants::kWords; ++i) l.push[i] = k.push.words[i];
     l.push_words = PushConstants::kWords;
@@ -567,6 +571,12 @@ class Lowerer {
     l.push[kPushMode] = 0;
     if (d.op == Op::fused_elementwise) {
       for (size_t i = 0; i < d.reads.size(); ++i) l.bindings[i] = d.reads[i];
+      const size_t outputs = fused_outputs(a.code);
+      if (outputs != d.writes.size() || outputs > 1 + (kWideBindings - 10)) {
+        unsupported(d.op, std::to_string(d.writes.size()) + " writes for a program with " + std::to_string(outputs) + " outputs");
+      }
+      for (size_t k = 1; k < outputs; ++k) l.bindings[10 + k - 1] = d.writes[k];
+      l.push[kPushOutputs] = uint32_t(outputs);
       elementwise_grid(l, numel_of(d.write()), dc_);
       out.push_back(std::move(l));
       return;

@@ -28,7 +28,8 @@ struct Launch {
 };
 constexpr uint32_t kCodeBinding = UINT32_MAX;
 // Push words the backend fills for the fused kernels (after the schedule's 0-23).
-constexpr size_t kPushMode = 24, kPushCodeOffset = 25, kPushCodeLength = 26, kPushFill = 26, kPushSerial = 27;
+constexpr size_t kPushMode = 24, kPushCodeOffset = 25, kPushCodeLength = 26, kPushFill = 26, kPushSerial = 27,
+                 kPushOutputs = 28;  // fused_elementwise: outputs written (1 to kFusedMaxOutputs)
 // Rows up to this long, when there are many, take one invocation each instead of a workgroup:
 // a workgroup's tree and barriers cost more than a short serial loop.
 constexpr uint32_t kSerialRowMax = 256, kSerialRowsMin = 64;

@@ -18,9 +18,10 @@ const char* kernel_name(Kernel k);
 std::span<const uint32_t> kernel_spirv(Kernel k);
 
 // Two pipeline layouts, both with a 128-byte push block: kBindings storage buffers for the
-// primitive kernels, kWideBindings for the fused ones (eight inputs, the output, the code).
+// primitive kernels, kWideBindings for the fused ones (eight inputs, the output, the code, the
+// secondary outputs of a multi-output program).
 constexpr uint32_t kBindings = 3;
-constexpr uint32_t kWideBindings = 10;
+constexpr uint32_t kWideBindings = 12;
 inline bool wide(Kernel k) { return k == Kernel::fused || k == Kernel::rows; }
 inline uint32_t binding_count(Kernel k) { return wide(k) ? kWideBindings : kBindings; }
 constexpr uint32_t kPushBytes = 128;

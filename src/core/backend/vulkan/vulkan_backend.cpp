@@ -152,7 +152,7 @@ class VulkanBackend final : public Backend {
 
   Stats stats() const override { return stats_; }
 
-  // Every pass, where the device allows the fused kernels' ten bindings per stage; otherwise
+  // Every pass, where the device allows the fused kernels' twelve bindings per stage; otherwise
   // graphs keep their primitive ops.
   PassOptions passes() const override {
     PassOptions o;

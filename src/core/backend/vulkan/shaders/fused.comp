@@ -19,13 +19,16 @@ layout(std430, binding = 7) buffer I7 { float v[]; } i7;
 layout(std430, binding = 8) buffer Y { float y[]; };
 // One instruction per uvec4: kind | op << 8 | input << 16, then the f32 bits of a and b.
 layout(std430, binding = 9) readonly buffer Code { uvec4 code[]; };
+// Outputs 1 and 2 of a multi-output elementwise program (its `store` instructions).
+layout(std430, binding = 10) buffer Y1 { float y1[]; };
+layout(std430, binding = 11) buffer Y2 { float y2[]; };
 
 // Word indices: the schedule's layout (0-23), then the backend's (24-).
 const uint NUMEL = 0, RANK = 1, EXTENTS = 2, MASKS = 8, INPUTS = 10;
 const uint REDUCE_OUTER = 11, REDUCE_LEN = 12, REDUCE_INNER = 13, REDUCE_KIND = 14;
-const uint MODE = 24, CODE_OFFSET = 25, CODE_LENGTH = 26;
+const uint MODE = 24, CODE_OFFSET = 25, CODE_LENGTH = 26, OUTPUTS = 28;
 const uint ELEMENTWISE = 0, REDUCE = 1, REDUCE_SERIAL = 2;
-const uint K_INPUT = 0, K_CONSTANT = 1, K_UNARY = 2, K_BINARY = 3;
+const uint K_INPUT = 0, K_CONSTANT = 1, K_UNARY = 2, K_BINARY = 3, K_STORE = 4, K_LOAD = 5;
 
 layout(push_constant) uniform P { uint w[32]; } pc;
 
@@ -60,6 +63,10 @@ uint offset_of(uint k, uint i) {
   return o;
 }
 
+// The values a multi-output program stored for the element being evaluated; a program without
+// stores leaves its one result on the stack, returned as outv[0].
+float outv[3];
+
 float evaluate(uint i) {
   float st[8];
   uint sp = 0;
@@ -73,12 +80,17 @@ float evaluate(uint i) {
       st[sp++] = uintBitsToFloat(ins.y);
     } else if (kind == K_UNARY) {
       st[sp - 1] = unary_op(op, st[sp - 1], uintBitsToFloat(ins.y), uintBitsToFloat(ins.z));
-    } else {
+    } else if (kind == K_BINARY) {
       st[sp - 2] = binary_op(op, st[sp - 2], st[sp - 1]);
       --sp;
+    } else if (kind == K_STORE) {
+      outv[k] = st[--sp];
+    } else {
+      st[sp++] = outv[k];
     }
   }
-  return st[0];
+  if (sp > 0) outv[0] = st[0];
+  return outv[0];
 }
 
 shared float partial[256];
@@ -87,7 +99,10 @@ void main() {
   if (pc.w[MODE] == ELEMENTWISE) {
     uint i = flat_index();
     if (i >= pc.w[NUMEL]) return;
+    // every input of element i is read before any output is written: outputs may alias inputs
     y[i] = evaluate(i);
+    if (pc.w[OUTPUTS] > 1u) y1[i] = outv[1];
+    if (pc.w[OUTPUTS] > 2u) y2[i] = outv[2];
     return;
   }
   const bool serial = pc.w[MODE] == REDUCE_SERIAL;
