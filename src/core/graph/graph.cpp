@@ -210,7 +210,19 @@ std::string attrs_json(const Attrs& a) { return std::visit(AttrJson{}, a).dump()
 std::string Graph::to_json() const {
   std::string o;
   o.reserve(nodes_.size() * 96);
-  auto text = [&](std::string_view s) { o += json(s).dump(); };  // quoted and escaped as json does
+  // Quoted and escaped as json does; printable ASCII without quote or backslash (almost every
+  // name) needs neither escaping nor UTF-8 checks and is copied as it is.
+  auto text = [&](std::string_view s) {
+    bool plain = true;
+    for (char c : s) plain &= c >= 0x20 && c < 0x7f && c != '"' && c != '\\';
+    if (!plain) {
+      o += json(s).dump();
+      return;
+    }
+    o += '"';
+    o += s;
+    o += '"';
+  };
   auto number = [&](double v) { o += json(v).dump(); };           // as json prints a double
   auto index = [&](uint64_t v) { o += std::to_string(v); };
   o += "{\"assign\":[";
