@@ -52,6 +52,9 @@ void feed(Session& s, const models::Workload& w, const std::string& id) {
   // A forward-only program has no loss target: inputs it does not read are skipped.
   for (auto& [n, x] : v.floats) if (s.buffers().count(n)) s.set(n, std::span<const double>(x));
   for (auto& [n, x] : v.ints) if (s.buffers().count(n)) s.set(n, std::span<const int32_t>(x));
+  // Initial values are drawn on first use: draw them here, so the first timed run (with no
+  // warm-up) does not include them.
+  s.initialise();
 }
 
 // VmHWM of this process: getrusage's ru_maxrss survives exec, so a parent's footprint (a

@@ -122,7 +122,10 @@ void Session::initialise() const {
     largest = std::max(largest, uint64_t(e.type.numel()) * dtype_size(e.stored));
   }
   std::unique_ptr<std::byte[]> scratch(new std::byte[largest]);
-  while (!pending_.empty()) initialise(*pending_.begin(), scratch.get());
+  while (!pending_.empty()) {
+    const std::string name = *pending_.begin();  // a copy: initialise() erases the element
+    initialise(name, scratch.get());
+  }
 }
 
 void Session::initialise(const std::string& name, std::byte* scratch) const {
