@@ -68,5 +68,23 @@ TEST(GraphJson, OddNamesAndNumbers) {
   EXPECT_EQ(e.to_json(), document(e));
 }
 
+TEST(GraphJson, FusedProgramsWithEveryKindOfInstruction) {
+  Graph g;
+  Tensor x = g.input("x", {4, 8});
+  Tensor y = affine(exp(x), 0.1, 3.0) * 2.0 + 0.5;
+  Tensor c = clip_coef(sqrt(sum(y * y)), 1.0);
+  g.output("y", y * c + x);
+  g.output("m", matmul(x, x, false, true));
+  const Graph o = optimize(g, PassOptions{});
+  size_t fused = 0;
+  for (NodeId i = 0; i < o.size(); ++i) fused += std::holds_alternative<FusedAttrs>(o.node(i).attrs);
+  ASSERT_GT(fused, 0u) << o.dump();
+  const std::string text = o.to_json();
+  EXPECT_EQ(text, document(o)) << o.dump();
+  // The instructions with operands were fused, so their text was exercised.
+  EXPECT_NE(text.find("[\"affine\","), std::string::npos) << text;
+  EXPECT_NE(text.find("[\"clip_coef\","), std::string::npos) << text;
+}
+
 }  // namespace
 }  // namespace meganeura

@@ -199,6 +199,85 @@ struct AttrJson {
     return {{"causal", a.causal}, {"scale", a.scale}, {"q", a.q}, {"k", a.k}, {"v", a.v}};
   }
 };
+// The text attrs_json() gives (keys sorted) for the attributes most nodes of a large graph
+// carry, written directly; false for the others.
+bool attrs_text(const Attrs& a, std::string& o) {
+  auto ints = [&](const std::vector<int64_t>& v) {
+    o += '[';
+    for (size_t i = 0; i < v.size(); ++i) {
+      if (i) o += ',';
+      o += std::to_string(v[i]);
+    }
+    o += ']';
+  };
+  auto flag = [&](bool b) { o += b ? "true" : "false"; };
+  auto name = [&](Op op) {  // op names are plain identifiers: nothing to escape
+    o += '"';
+    o += op_name(op);
+    o += '"';
+  };
+  auto number = [&](double v) { o += real(v).dump(); };
+  if (const auto* m = std::get_if<MatmulAttrs>(&a)) {
+    o += "{\"trans_a\":";
+    flag(m->trans_a);
+    o += ",\"trans_b\":";
+    flag(m->trans_b);
+  } else if (const auto* r = std::get_if<ReduceAttrs>(&a)) {
+    o += "{\"axes\":";
+    ints(r->axes);
+    o += ",\"keepdims\":";
+    flag(r->keepdims);
+  } else if (const auto* sh = std::get_if<ShapeAttrs>(&a)) {
+    o += "{\"shape\":";
+    ints(sh->shape);
+  } else if (const auto* pe = std::get_if<PermuteAttrs>(&a)) {
+    o += "{\"perm\":";
+    ints(pe->perm);
+  } else if (const auto* f = std::get_if<FusedAttrs>(&a)) {
+    o += "{\"axes\":";
+    ints(f->axes);
+    o += ",\"code\":[";
+    for (size_t i = 0; i < f->code.size(); ++i) {
+      const FusedInstr& c = f->code[i];
+      if (i) o += ',';
+      switch (c.kind) {
+        case FusedInstr::input: o += "\"in" + std::to_string(c.index) + "\""; break;
+        case FusedInstr::constant: number(c.a); break;
+        case FusedInstr::unary:
+          if (c.op == Op::affine || c.op == Op::clip_coef) {
+            o += '[';
+            name(c.op);
+            o += ',';
+            number(c.a);
+            if (c.op == Op::affine) {
+              o += ',';
+              number(c.b);
+            }
+            o += ']';
+          } else {
+            name(c.op);
+          }
+          break;
+        case FusedInstr::binary: name(c.op); break;
+      }
+    }
+    o += "],\"domain\":";
+    ints(f->domain);
+    o += ",\"keepdims\":";
+    flag(f->keepdims);
+    o += ",\"reduce\":";
+    name(f->reduce);
+    o += ",\"trans_a\":";
+    flag(f->matmul.trans_a);
+    o += ",\"trans_b\":";
+    flag(f->matmul.trans_b);
+  } else {
+    return false;
+  }
+  o += '}';
+  return true;
+}
+
 }  // namespace
 
 std::string attrs_json(const Attrs& a) { return std::visit(AttrJson{}, a).dump(); }
@@ -237,7 +316,8 @@ std::string Graph::to_json() const {
   for (size_t i = 0; i < nodes_.size(); ++i) {
     const Node& n = nodes_[i];
     o += i ? ",{\"attrs\":" : "{\"attrs\":";
-    o += std::holds_alternative<NoAttrs>(n.attrs) ? "{}" : attrs_json(n.attrs);
+    if (std::holds_alternative<NoAttrs>(n.attrs)) o += "{}";
+    else if (!attrs_text(n.attrs, o)) o += attrs_json(n.attrs);
     o += ",\"dtype\":";
     text(dtype_name(n.type.dtype));
     if (n.op == Op::parameter || n.op == Op::state) {
