@@ -54,6 +54,7 @@ void serve(const std::map<std::string, std::string>& flags) {
   w.feed(s);
   w.feed(s, "infer.", false);
   w.feed(s, "latency.", false, 1);
+  s.initialise();  // initial values are drawn on first use: not inside the first timed sample
   int64_t parameter_count = 0;
   for (const Tensor& p : params) parameter_count += numel(p.shape());
   std::cout << nlohmann::json{{"ready", true},          {"model", w.name},

@@ -10,6 +10,7 @@
 #include <optional>
 #include <span>
 #include <string>
+#include <unordered_map>
 #include <variant>
 #include <vector>
 
@@ -240,6 +241,9 @@ class Graph {
   std::deque<Node> nodes_;
   std::vector<std::pair<std::string, NodeId>> outputs_;
   std::vector<std::pair<NodeId, NodeId>> assignments_;
+  // Leaf name -> node: find() runs for every new leaf, and a scan made copying a graph
+  // quadratic in its size.
+  std::unordered_map<std::string, NodeId> leaf_names_;
 };
 
 // ---- Builders. All check their inputs and throw std::invalid_argument("[op] ...") -----

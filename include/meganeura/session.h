@@ -7,6 +7,7 @@
 #include <filesystem>
 #include <map>
 #include <memory>
+#include <set>
 #include <span>
 #include <string>
 #include <vector>
@@ -70,6 +71,12 @@ class Session {
 
   void run(size_t program = 0);
 
+  // Parameters, states and constants receive their initial values when first needed: by
+  // run(), or by a read of that buffer. A set() or write_raw() before then replaces them, so
+  // weights loaded from a file skip the random draw. This gives every buffer still waiting
+  // its values now (the values do not depend on when that happens).
+  void initialise() const;
+
   // Every external buffer known to the session (from all programs), by name.
   const std::map<std::string, ExternalBuffer>& buffers() const { return buffers_; }
   // Raw bytes as stored (checkpointing).
@@ -77,13 +84,17 @@ class Session {
   void write_raw(const std::string& name, std::span<const std::byte> bytes);
 
  private:
-  void initialise(const ExternalBuffer& e);
+  // Initialises `name` if it is still waiting; `scratch`, when given, holds its bytes.
+  void initialise(const std::string& name, std::byte* scratch = nullptr) const;
   const ExternalBuffer& buffer(const std::string& name) const;
   SessionOptions options_;
   std::unique_ptr<Backend> backend_;
   std::string device_note_;
   std::vector<Program> programs_;
   std::map<std::string, ExternalBuffer> buffers_;
+  // Buffers whose initial values are not written yet: filled on first use, so they may
+  // change under const reads.
+  mutable std::set<std::string> pending_;
 };
 
 }  // namespace meganeura

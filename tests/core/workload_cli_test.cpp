@@ -87,4 +87,20 @@ TEST(WorkloadCli, RunDumpsEveryGradientAndLoadsWeightsStrictly) {
   fs::remove_all(d);
 }
 
+TEST(WorkloadCli, BenchRunsOnlyTheChosenPhases) {
+  Result r = run("bench --workload whisper --scale ci --samples 1 --warmup 0 --phases compile --json");
+  ASSERT_EQ(r.status, 0) << r.err;
+  auto j = nlohmann::json::parse(r.out);
+  const auto& phases = j["phases"];
+  for (const char* p : {"compile_cold", "compile_warm", "initialise"}) {
+    ASSERT_TRUE(phases.contains(p)) << p << ": " << r.out;
+    EXPECT_GE(phases[p]["median_ms"].get<double>(), 0.0) << p;
+  }
+  for (const char* p : {"full", "minimal", "train", "step"}) EXPECT_FALSE(phases.contains(p)) << p << ": " << r.out;
+  EXPECT_GT(j["train_arena_bytes"].get<double>(), 0.0);
+  Result bad = run("bench --workload whisper --scale ci --phases compile,warp --json");
+  EXPECT_NE(bad.status, 0);
+  EXPECT_NE(bad.err.find("warp"), std::string::npos) << bad.err;
+}
+
 }  // namespace

@@ -82,6 +82,7 @@ Tensor Graph::leaf(Op op, const std::string& name, Shape shape, DType dtype, Ini
   if (find(name)) throw std::invalid_argument("[graph] duplicate name '" + name + "'");
   Node n{op, NoAttrs{}, {}, TensorType{dtype, std::move(shape)}, name, init, {}};
   nodes_.push_back(std::move(n));
+  leaf_names_.emplace(name, NodeId(nodes_.size() - 1));
   return Tensor{this, NodeId(nodes_.size() - 1)};
 }
 
@@ -157,17 +158,15 @@ std::vector<NodeId> Graph::parameters() const {
 }
 
 std::optional<NodeId> Graph::find(const std::string& leaf_name) const {
-  for (NodeId i = 0; i < nodes_.size(); ++i) {
-    if (op_info(nodes_[i].op).family == OpFamily::leaf && nodes_[i].name == leaf_name) return i;
-  }
-  return std::nullopt;
+  auto it = leaf_names_.find(leaf_name);
+  if (it == leaf_names_.end()) return std::nullopt;
+  return it->second;
 }
 
 // ---- serialisation -----
 namespace {
 using nlohmann::json;
 
-json shape_json(const Shape& s) { return json(s); }
 
 // Doubles JSON cannot hold (a -inf mask fill, a nan constant) are written as strings, as in
 // Program::to_json, so that they read back instead of becoming null.
@@ -233,25 +232,170 @@ struct AttrJson {
     return {{"causal", a.causal}, {"scale", a.scale}, {"q", a.q}, {"k", a.k}, {"v", a.v}};
   }
 };
+// The text attrs_json() gives (keys sorted) for the attributes most nodes of a large graph
+// carry, written directly; false for the others.
+bool attrs_text(const Attrs& a, std::string& o) {
+  auto ints = [&](const std::vector<int64_t>& v) {
+    o += '[';
+    for (size_t i = 0; i < v.size(); ++i) {
+      if (i) o += ',';
+      o += std::to_string(v[i]);
+    }
+    o += ']';
+  };
+  auto flag = [&](bool b) { o += b ? "true" : "false"; };
+  auto name = [&](Op op) {  // op names are plain identifiers: nothing to escape
+    o += '"';
+    o += op_name(op);
+    o += '"';
+  };
+  auto number = [&](double v) { o += real(v).dump(); };
+  if (const auto* m = std::get_if<MatmulAttrs>(&a)) {
+    o += "{\"trans_a\":";
+    flag(m->trans_a);
+    o += ",\"trans_b\":";
+    flag(m->trans_b);
+  } else if (const auto* r = std::get_if<ReduceAttrs>(&a)) {
+    o += "{\"axes\":";
+    ints(r->axes);
+    o += ",\"keepdims\":";
+    flag(r->keepdims);
+  } else if (const auto* sh = std::get_if<ShapeAttrs>(&a)) {
+    o += "{\"shape\":";
+    ints(sh->shape);
+  } else if (const auto* pe = std::get_if<PermuteAttrs>(&a)) {
+    o += "{\"perm\":";
+    ints(pe->perm);
+  } else if (const auto* f = std::get_if<FusedAttrs>(&a)) {
+    o += "{\"axes\":";
+    ints(f->axes);
+    o += ",\"code\":[";
+    for (size_t i = 0; i < f->code.size(); ++i) {
+      const FusedInstr& c = f->code[i];
+      if (i) o += ',';
+      switch (c.kind) {
+        case FusedInstr::input: o += "\"in" + std::to_string(c.index) + "\""; break;
+        case FusedInstr::constant: number(c.a); break;
+        case FusedInstr::unary:
+          if (c.op == Op::affine || c.op == Op::clip_coef) {
+            o += '[';
+            name(c.op);
+            o += ',';
+            number(c.a);
+            if (c.op == Op::affine) {
+              o += ',';
+              number(c.b);
+            }
+            o += ']';
+          } else {
+            name(c.op);
+          }
+          break;
+        case FusedInstr::binary: name(c.op); break;
+      }
+    }
+    o += "],\"domain\":";
+    ints(f->domain);
+    o += ",\"keepdims\":";
+    flag(f->keepdims);
+    o += ",\"reduce\":";
+    name(f->reduce);
+    o += ",\"trans_a\":";
+    flag(f->matmul.trans_a);
+    o += ",\"trans_b\":";
+    flag(f->matmul.trans_b);
+  } else {
+    return false;
+  }
+  o += '}';
+  return true;
+}
+
 }  // namespace
 
 std::string attrs_json(const Attrs& a) { return std::visit(AttrJson{}, a).dump(); }
 
+// Written out directly, not through a json document (building one for a full-scale graph
+// took longer than planning it), in exactly the text json's dump() gives: objects with their
+// keys sorted, no spaces. The graph hash is of this text and is kept in checkpoints, so the
+// text must not change.
 std::string Graph::to_json() const {
-  json nodes = json::array();
-  for (const Node& n : nodes_) {
-    json j = {{"op", op_name(n.op)}, {"inputs", n.inputs}, {"dtype", dtype_name(n.type.dtype)},
-              {"shape", shape_json(n.type.shape)}, {"attrs", std::visit(AttrJson{}, n.attrs)}};
-    if (!n.name.empty()) j["name"] = n.name;
-    if (n.op == Op::parameter || n.op == Op::state) j["init"] = {int(n.init.kind), n.init.a};
-    if (n.op == Op::constant) j["values"] = n.const_data;
-    nodes.push_back(std::move(j));
+  std::string o;
+  o.reserve(nodes_.size() * 96);
+  // Quoted and escaped as json does; printable ASCII without quote or backslash (almost every
+  // name) needs neither escaping nor UTF-8 checks and is copied as it is.
+  auto text = [&](std::string_view s) {
+    bool plain = true;
+    for (char c : s) plain &= c >= 0x20 && c < 0x7f && c != '"' && c != '\\';
+    if (!plain) {
+      o += json(s).dump();
+      return;
+    }
+    o += '"';
+    o += s;
+    o += '"';
+  };
+  auto number = [&](double v) { o += json(v).dump(); };           // as json prints a double
+  auto index = [&](uint64_t v) { o += std::to_string(v); };
+  o += "{\"assign\":[";
+  for (size_t i = 0; i < assignments_.size(); ++i) {
+    o += i ? ",[" : "[";
+    index(assignments_[i].first);
+    o += ',';
+    index(assignments_[i].second);
+    o += ']';
   }
-  json outs = json::array();
-  for (auto& [name, id] : outputs_) outs.push_back({name, id});
-  json assigns = json::array();
-  for (auto& [dst, src] : assignments_) assigns.push_back({dst, src});
-  return json{{"nodes", nodes}, {"outputs", outs}, {"assign", assigns}}.dump();
+  o += "],\"nodes\":[";
+  for (size_t i = 0; i < nodes_.size(); ++i) {
+    const Node& n = nodes_[i];
+    o += i ? ",{\"attrs\":" : "{\"attrs\":";
+    if (std::holds_alternative<NoAttrs>(n.attrs)) o += "{}";
+    else if (!attrs_text(n.attrs, o)) o += attrs_json(n.attrs);
+    o += ",\"dtype\":";
+    text(dtype_name(n.type.dtype));
+    if (n.op == Op::parameter || n.op == Op::state) {
+      o += ",\"init\":[" + std::to_string(int(n.init.kind)) + ",";
+      number(n.init.a);
+      o += ']';
+    }
+    o += ",\"inputs\":[";
+    for (size_t k = 0; k < n.inputs.size(); ++k) {
+      if (k) o += ',';
+      index(n.inputs[k]);
+    }
+    o += ']';
+    if (!n.name.empty()) {
+      o += ",\"name\":";
+      text(n.name);
+    }
+    o += ",\"op\":";
+    text(op_name(n.op));
+    o += ",\"shape\":[";
+    for (size_t k = 0; k < n.type.shape.size(); ++k) {
+      if (k) o += ',';
+      o += std::to_string(n.type.shape[k]);
+    }
+    o += ']';
+    if (n.op == Op::constant) {
+      o += ",\"values\":[";
+      for (size_t k = 0; k < n.const_data.size(); ++k) {
+        if (k) o += ',';
+        number(n.const_data[k]);
+      }
+      o += ']';
+    }
+    o += '}';
+  }
+  o += "],\"outputs\":[";
+  for (size_t i = 0; i < outputs_.size(); ++i) {
+    o += i ? ",[" : "[";
+    text(outputs_[i].first);
+    o += ',';
+    index(outputs_[i].second);
+    o += ']';
+  }
+  o += "]}";
+  return o;
 }
 
 uint64_t fnv1a(std::string_view s) {

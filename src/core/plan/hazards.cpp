@@ -33,17 +33,6 @@ std::string describe_tensor(const Program& p, uint32_t t) {
   return s + " (node " + std::to_string(x.node) + ", " + std::string(dtype_name(x.stored)) + shape_str(x.type.shape) + ")";
 }
 
-namespace {
-
-// Per buffer: byte segments with the dispatch that last wrote them and the dispatches that
-// read them since.
-struct Segment {
-  uint64_t end;
-  int64_t writer = -1;
-  std::vector<uint32_t> readers;
-};
-using SegmentMap = std::map<uint64_t, Segment>;
-
 // Splits so that segments start at `begin` and at `end`; fills gaps with fresh segments.
 void split(SegmentMap& m, uint64_t begin, uint64_t end) {
   auto cut = [&](uint64_t at) {
@@ -68,8 +57,6 @@ void split(SegmentMap& m, uint64_t begin, uint64_t end) {
     ++it;
   }
 }
-
-}  // namespace
 
 void compute_hazards(Program& p) {
   const size_t nd = p.dispatches.size();

@@ -66,18 +66,24 @@ std::vector<uint64_t> place(std::vector<Interval>& blocks, uint64_t limit) {
     if (blocks[a].size != blocks[b].size) return blocks[a].size > blocks[b].size;
     return blocks[a].first < blocks[b].first;
   });
-  std::vector<std::vector<size_t>> placed;  // per buffer
+  // Per buffer, the blocks placed in it, kept in order of (offset, end): the ranges that are
+  // busy during a block's lifetime come out sorted, with no sort per block.
+  std::vector<std::vector<size_t>> placed;
+  auto by_range = [&](size_t x, size_t y) {
+    const Interval &a = blocks[x], &c = blocks[y];
+    return a.offset != c.offset ? a.offset < c.offset : a.offset + a.size < c.offset + c.size;
+  };
   std::vector<uint64_t> sizes;
+  std::vector<std::pair<uint64_t, uint64_t>> busy;
   for (size_t bi : order) {
     Interval& b = blocks[bi];
     bool done = false;
     for (size_t buf = 0; buf < placed.size() && !done; ++buf) {
-      std::vector<std::pair<uint64_t, uint64_t>> busy;
+      busy.clear();
       for (size_t pi : placed[buf]) {
         const Interval& p = blocks[pi];
         if (p.first <= b.last && b.first <= p.last) busy.emplace_back(p.offset, p.offset + p.size);
       }
-      std::sort(busy.begin(), busy.end());
       uint64_t best = UINT64_MAX, best_gap = UINT64_MAX, cursor = 0;
       for (auto [lo, hi] : busy) {
         if (lo > cursor && lo - cursor >= b.size && lo - cursor < best_gap) {
@@ -90,7 +96,7 @@ std::vector<uint64_t> place(std::vector<Interval>& blocks, uint64_t limit) {
       if (at + b.bytes > limit) continue;
       b.buffer = uint32_t(buf);
       b.offset = at;
-      placed[buf].push_back(bi);
+      placed[buf].insert(std::upper_bound(placed[buf].begin(), placed[buf].end(), bi, by_range), bi);
       sizes[buf] = std::max(sizes[buf], std::min(limit, at + b.size));
       done = true;
     }

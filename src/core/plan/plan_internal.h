@@ -2,6 +2,7 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -17,6 +18,18 @@ struct Access {
   uint32_t tensor = 0;
   bool write = false;
 };
+
+// Per buffer: byte segments with the dispatch that last wrote them and the dispatches that
+// read them since (hazards and verify() track both).
+struct Segment {
+  uint64_t end;
+  int64_t writer = -1;
+  std::vector<uint32_t> readers;
+};
+using SegmentMap = std::map<uint64_t, Segment>;
+
+// Splits so that segments start at `begin` and at `end`; fills gaps with fresh segments.
+void split(SegmentMap& m, uint64_t begin, uint64_t end);
 
 // Per dispatch: its reads, then its writes.
 std::vector<std::vector<Access>> accesses(const Program& p);

@@ -134,14 +134,17 @@ void check_memory(const Program& p, const std::vector<std::vector<planning::Acce
     int64_t owner;  // base tensor whose value the bytes hold; -1: undefined
   };
   std::vector<std::map<uint64_t, Seg>> mem(p.arena_buffers.size() + p.externals.size());
+  // The first base tensor bound to each buffer in each role holds its initial value.
+  std::map<std::pair<std::string_view, Role>, int64_t> first_bound;
+  for (uint32_t t = 0; t < p.tensors.size(); ++t) {
+    const ProgramTensor& pt = p.tensors[t];
+    if (pt.view_of < 0) first_bound.try_emplace({std::string_view(pt.binding), pt.role}, t);
+  }
   for (size_t e = 0; e < p.externals.size(); ++e) {
     const ExternalBuffer& x = p.externals[e];
     if (x.role == Role::output) continue;  // defined once written
-    int64_t owner = -1;
-    for (uint32_t t = 0; t < p.tensors.size() && owner < 0; ++t) {
-      const ProgramTensor& pt = p.tensors[t];
-      if (pt.binding == x.name && pt.role == x.role && pt.view_of < 0) owner = t;
-    }
+    auto it = first_bound.find({std::string_view(x.name), x.role});
+    const int64_t owner = it == first_bound.end() ? -1 : it->second;
     mem[p.arena_buffers.size() + e][0] = Seg{uint64_t(x.type.numel()) * dtype_size(x.stored), owner};
   }
   auto owners = [&](const planning::Access& a, auto&& visit) {
@@ -213,26 +216,26 @@ void check_memory(const Program& p, const std::vector<std::vector<planning::Acce
 
 // Every pair of conflicting accesses (same bytes, one a write) is ordered by the waits,
 // directly or through a chain; every wait on a dispatch after the last barrier has a barrier.
+//
+// Per byte range only the last writer and the readers since are checked: an earlier writer or
+// reader of the same bytes conflicts with that last writer, was checked against it before, and
+// so is ordered before anything the last writer is ordered before. The first dispatch with an
+// unordered conflict is therefore the same as when every earlier dispatch is compared, and that
+// exhaustive comparison, run for it alone, names the violation. Empty accesses (a zero-size
+// tensor) have no bytes to track: they are compared exhaustively in both directions.
 void check_hazards(const Program& p, const std::vector<std::vector<planning::Access>>& acc) {
   const size_t nd = p.dispatches.size(), words = (nd + 63) / 64;
   std::vector<std::vector<uint64_t>> reach(nd, std::vector<uint64_t>(words, 0));
-  std::vector<std::vector<size_t>> by_buffer(p.arena_buffers.size() + p.externals.size());
-  size_t last_barrier = 0;
-  for (size_t j = 0; j < nd; ++j) {
-    const Dispatch& d = p.dispatches[j];
-    if (d.barrier) last_barrier = j;
-    for (const Hazard& h : d.waits) {
-      for (size_t w = 0; w < words; ++w) reach[j][w] |= reach[h.dispatch][w];
-      reach[j][h.dispatch / 64] |= uint64_t(1) << (h.dispatch % 64);
-      if (h.dispatch >= last_barrier) {
-        fail(at_dispatch(p, j) + " waits for #" + std::to_string(h.dispatch) + " with no barrier between them");
-      }
-    }
-    std::vector<size_t> candidates;  // earlier dispatches sharing a buffer, not ordered yet
-    for (const planning::Access& a : acc[j]) {
-      for (size_t i : by_buffer[a.buffer]) {
-        if (!(reach[j][i / 64] >> (i % 64) & 1)) candidates.push_back(i);
-      }
+  const size_t nb = p.arena_buffers.size() + p.externals.size();
+  std::vector<std::vector<size_t>> by_buffer(nb);      // every dispatch touching the buffer
+  std::vector<std::vector<size_t>> empty_by_buffer(nb);  // those with an empty access to it
+  std::vector<planning::SegmentMap> segments(nb);
+  auto ordered = [&](size_t j, size_t i) { return reach[j][i / 64] >> (i % 64) & 1; };
+  // The exhaustive comparison of dispatch j with the earlier dispatches `among`.
+  auto compare = [&](size_t j, const std::vector<size_t>& among) {
+    std::vector<size_t> candidates;
+    for (size_t i : among) {
+      if (!ordered(j, i)) candidates.push_back(i);
     }
     std::sort(candidates.begin(), candidates.end());
     candidates.erase(std::unique(candidates.begin(), candidates.end()), candidates.end());
@@ -247,9 +250,69 @@ void check_hazards(const Program& p, const std::vector<std::vector<planning::Acc
         }
       }
     }
+  };
+  size_t last_barrier = 0;
+  for (size_t j = 0; j < nd; ++j) {
+    const Dispatch& d = p.dispatches[j];
+    if (d.barrier) last_barrier = j;
+    for (const Hazard& h : d.waits) {
+      for (size_t w = 0; w < words; ++w) reach[j][w] |= reach[h.dispatch][w];
+      reach[j][h.dispatch / 64] |= uint64_t(1) << (h.dispatch % 64);
+      if (h.dispatch >= last_barrier) {
+        fail(at_dispatch(p, j) + " waits for #" + std::to_string(h.dispatch) + " with no barrier between them");
+      }
+    }
+    bool unordered = false, has_empty = false;
+    std::vector<size_t> against_empty;
+    for (const planning::Access& a : acc[j]) {
+      if (a.begin == a.end) {
+        has_empty = true;
+        continue;
+      }
+      for (size_t i : empty_by_buffer[a.buffer]) against_empty.push_back(i);
+      planning::SegmentMap& m = segments[a.buffer];
+      auto it = m.upper_bound(a.begin);
+      if (it != m.begin()) --it;
+      for (; it != m.end() && it->first < a.end && !unordered; ++it) {
+        const planning::Segment& seg = it->second;
+        if (seg.end <= a.begin) continue;
+        if (seg.writer >= 0 && !ordered(j, size_t(seg.writer))) unordered = true;
+        if (a.write) {
+          for (uint32_t r : seg.readers) unordered |= !ordered(j, r);
+        }
+      }
+    }
+    if (unordered || has_empty) {
+      std::vector<size_t> among;
+      for (const planning::Access& a : acc[j]) among.insert(among.end(), by_buffer[a.buffer].begin(), by_buffer[a.buffer].end());
+      compare(j, among);
+      if (unordered) throw std::logic_error("[verify] an unordered conflict was found but not named");
+    } else if (!against_empty.empty()) {
+      compare(j, against_empty);
+    }
+    for (bool writes : {false, true}) {
+      for (const planning::Access& a : acc[j]) {
+        if (a.write != writes || a.begin == a.end) continue;
+        planning::SegmentMap& m = segments[a.buffer];
+        planning::split(m, a.begin, a.end);
+        for (auto it = m.lower_bound(a.begin); it != m.end() && it->first < a.end; ++it) {
+          planning::Segment& seg = it->second;
+          if (!writes) {
+            if (seg.readers.empty() || seg.readers.back() != j) seg.readers.push_back(uint32_t(j));
+          } else {
+            seg.writer = int64_t(j);
+            seg.readers.clear();
+          }
+        }
+      }
+    }
     for (const planning::Access& a : acc[j]) {
       auto& v = by_buffer[a.buffer];
       if (v.empty() || v.back() != j) v.push_back(j);
+      if (a.begin == a.end) {
+        auto& e = empty_by_buffer[a.buffer];
+        if (e.empty() || e.back() != j) e.push_back(j);
+      }
     }
   }
 }

@@ -8,6 +8,7 @@
 #include "backend/cpu/kernels.h"
 #include "graph/op_table.h"
 #include "meganeura/passes.h"
+#include "runtime/init.h"
 
 namespace meganeura {
 
@@ -30,22 +31,6 @@ void select_device(SessionOptions& o, const std::string& spec) {
 }
 
 namespace {
-
-// Deterministic per-buffer random stream: splitmix64 seeded by (seed, name).
-struct Rng {
-  uint64_t s;
-  uint64_t next() {
-    uint64_t z = (s += 0x9e3779b97f4a7c15ull);
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-    return z ^ (z >> 31);
-  }
-  double uniform() { return double(next() >> 11) * 0x1.0p-53; }  // [0, 1)
-  double normal() {
-    double u1 = uniform(), u2 = uniform();
-    return std::sqrt(-2.0 * std::log(1.0 - u1)) * std::cos(2.0 * M_PI * u2);
-  }
-};
 
 VulkanOptions vulkan_options(const SessionOptions& o, const std::string& device) {
   VulkanOptions v;
@@ -122,32 +107,39 @@ size_t Session::add(Program p) {
   for (const ExternalBuffer& e : p.externals) {
     if (buffers_.count(e.name)) continue;
     buffers_.emplace(e.name, e);
-    initialise(e);
+    if (runtime::has_initial_values(e)) pending_.insert(e.name);
   }
   programs_.push_back(std::move(p));
   return index;
 }
 
-void Session::initialise(const ExternalBuffer& e) {
-  const int64_t n = e.type.numel();
-  std::vector<double> v(size_t(n), 0.0);
-  if (e.role == Role::constant) {
-    v = e.const_data;
-  } else if (e.role == Role::parameter || e.role == Role::state) {
-    Rng rng{options_.seed ^ fnv1a(e.name)};
-    for (auto& x : v) {
-      switch (e.init.kind) {
-        case Init::zeros: x = 0; break;
-        case Init::ones: x = 1; break;
-        case Init::constant: x = e.init.a; break;
-        case Init::normal: x = e.init.a * rng.normal(); break;
-        case Init::uniform: x = e.init.a * (2 * rng.uniform() - 1); break;
-      }
-    }
-  } else {
-    return;  // inputs and outputs start as zeros
+void Session::initialise() const {
+  if (pending_.empty()) return;
+  // One scratch buffer for all: its pages are touched once, not once per parameter.
+  uint64_t largest = 0;
+  for (const std::string& name : pending_) {
+    const ExternalBuffer& e = buffers_.at(name);
+    largest = std::max(largest, uint64_t(e.type.numel()) * dtype_size(e.stored));
   }
-  set(e.name, std::span<const double>(v));
+  std::unique_ptr<std::byte[]> scratch(new std::byte[largest]);
+  while (!pending_.empty()) {
+    const std::string name = *pending_.begin();  // a copy: initialise() erases the element
+    initialise(name, scratch.get());
+  }
+}
+
+void Session::initialise(const std::string& name, std::byte* scratch) const {
+  if (!pending_.count(name)) return;
+  const ExternalBuffer& e = buffers_.at(name);
+  const size_t bytes = size_t(e.type.numel()) * dtype_size(e.stored);
+  std::unique_ptr<std::byte[]> own;
+  if (!scratch) {
+    own.reset(new std::byte[bytes]);
+    scratch = own.get();
+  }
+  runtime::initial_values(e, options_.seed, scratch);
+  backend_->write(name, scratch, bytes);
+  pending_.erase(name);
 }
 
 const ExternalBuffer& Session::buffer(const std::string& name) const {
@@ -182,12 +174,23 @@ void set_values(Backend& b, const ExternalBuffer& e, std::span<const T> values) 
 }
 }  // namespace
 
-void Session::set(const std::string& name, std::span<const float> v) { set_values(*backend_, buffer(name), v); }
-void Session::set(const std::string& name, std::span<const double> v) { set_values(*backend_, buffer(name), v); }
-void Session::set(const std::string& name, std::span<const int32_t> v) { set_values(*backend_, buffer(name), v); }
+// A write replaces every value: a buffer still waiting for its initial values no longer needs them.
+void Session::set(const std::string& name, std::span<const float> v) {
+  set_values(*backend_, buffer(name), v);
+  pending_.erase(name);
+}
+void Session::set(const std::string& name, std::span<const double> v) {
+  set_values(*backend_, buffer(name), v);
+  pending_.erase(name);
+}
+void Session::set(const std::string& name, std::span<const int32_t> v) {
+  set_values(*backend_, buffer(name), v);
+  pending_.erase(name);
+}
 
 std::vector<std::byte> Session::read_raw(const std::string& name) const {
   const ExternalBuffer& e = buffer(name);
+  initialise(name);
   std::vector<std::byte> bytes(size_t(e.type.numel()) * dtype_size(e.stored));
   backend_->read(name, bytes.data(), bytes.size());
   return bytes;
@@ -195,6 +198,7 @@ std::vector<std::byte> Session::read_raw(const std::string& name) const {
 
 void Session::write_raw(const std::string& name, std::span<const std::byte> bytes) {
   backend_->write(buffer(name).name, bytes.data(), bytes.size());
+  pending_.erase(name);
 }
 
 std::vector<double> Session::get_f64(const std::string& name) const {
@@ -221,6 +225,7 @@ float Session::scalar(const std::string& name) const {
 
 void Session::run(size_t program) {
   if (program >= programs_.size()) throw std::out_of_range("[session] no program " + std::to_string(program));
+  initialise();
   backend_->run(program);
 }
 

@@ -1,7 +1,11 @@
+#include <sys/mman.h>
+
+#include <algorithm>
 #include <cstdlib>
 #include <cstring>
 #include <map>
 #include <memory>
+#include <stdexcept>
 
 #include "backend/cpu/kernels.h"
 #include "backend/cpu/parallel.h"
@@ -10,17 +14,33 @@
 namespace meganeura {
 namespace {
 
-// 64-byte aligned, zero-initialised host memory.
+// 64-byte aligned, zero-initialised host memory. Large buffers are anonymous mappings: the
+// kernel hands out zero pages on first touch, so a buffer costs nothing until it is used
+// (a full-scale program's arena and gradients are hundreds of MB).
 struct HostBuffer {
-  struct Free { void operator()(void* p) const { std::free(p); } };
-  std::unique_ptr<void, Free> data;
-  size_t bytes = 0;
+  static constexpr size_t kMapAtLeast = size_t(64) << 10;
+  void* data_ = nullptr;
+  size_t bytes = 0, mapped = 0;
   explicit HostBuffer(size_t n) : bytes(n) {
-    size_t padded = (std::max<size_t>(n, 1) + 63) / 64 * 64;
-    data.reset(std::aligned_alloc(64, padded));
-    if (!data) throw std::runtime_error("[cpu] out of memory allocating " + std::to_string(n) + " bytes");
-    std::memset(data.get(), 0, padded);
+    const size_t padded = (std::max<size_t>(n, 1) + 63) / 64 * 64;
+    if (padded >= kMapAtLeast) {
+      void* p = mmap(nullptr, padded, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+      if (p == MAP_FAILED) throw std::runtime_error("[cpu] out of memory allocating " + std::to_string(n) + " bytes");
+      data_ = p;
+      mapped = padded;
+      return;
+    }
+    data_ = std::aligned_alloc(64, padded);
+    if (!data_) throw std::runtime_error("[cpu] out of memory allocating " + std::to_string(n) + " bytes");
+    std::memset(data_, 0, padded);
   }
+  ~HostBuffer() {
+    if (mapped) munmap(data_, mapped);
+    else std::free(data_);
+  }
+  HostBuffer(const HostBuffer&) = delete;
+  HostBuffer& operator=(const HostBuffer&) = delete;
+  void* data() const { return data_; }
 };
 
 struct Prepared {
@@ -63,8 +83,8 @@ class CpuBackend final : public Backend {
     prep->workspace = std::make_unique<HostBuffer>(prep->schedule.workspace_bytes);
     auto arg = [&](uint32_t t) {
       const ProgramTensor& pt = q.tensors.at(t);
-      std::byte* base = pt.external() ? static_cast<std::byte*>(buffers_.at(pt.binding)->data.get())
-                                      : static_cast<std::byte*>(prep->arenas.at(pt.buffer)->data.get()) + pt.offset;
+      std::byte* base = pt.external() ? static_cast<std::byte*>(buffers_.at(pt.binding)->data())
+                                      : static_cast<std::byte*>(prep->arenas.at(pt.buffer)->data()) + pt.offset;
       return cpu::Arg{base, &pt};
     };
     for (const Dispatch& d : q.dispatches) {
@@ -82,20 +102,20 @@ class CpuBackend final : public Backend {
   void write(const std::string& name, const void* data, size_t bytes) override {
     HostBuffer& b = buffer(name);
     if (bytes != b.bytes) throw std::invalid_argument("[cpu] writing " + std::to_string(bytes) + " bytes into '" + name + "' of " + std::to_string(b.bytes));
-    std::memcpy(b.data.get(), data, bytes);
+    std::memcpy(b.data(), data, bytes);
   }
 
   void read(const std::string& name, void* data, size_t bytes) const override {
     auto it = buffers_.find(name);
     if (it == buffers_.end()) throw std::invalid_argument("[cpu] no buffer named '" + name + "'");
     if (bytes != it->second->bytes) throw std::invalid_argument("[cpu] reading " + std::to_string(bytes) + " bytes from '" + name + "' of " + std::to_string(it->second->bytes));
-    std::memcpy(data, it->second->data.get(), bytes);
+    std::memcpy(data, it->second->data(), bytes);
   }
 
   void run(size_t index) override {
     Prepared& p = *programs_.at(index);
     const bool f64 = p.program.float_dtype == DType::f64;
-    std::byte* ws = static_cast<std::byte*>(p.workspace->data.get());
+    std::byte* ws = static_cast<std::byte*>(p.workspace->data());
     for (size_t i = 0; i < p.program.dispatches.size(); ++i) {
       const Dispatch& d = p.program.dispatches[i];
       const KernelLaunch& l = p.schedule.launches[i];

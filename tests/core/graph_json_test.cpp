@@ -1,0 +1,90 @@
+// Graph::to_json, whose text the graph hash (kept in checkpoints) is taken of, is the text of
+// the json document the graph describes: compared here with that document built and dumped by
+// the json library, for every workload with its gradients, before and after the rewrite passes.
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+
+#include <cmath>
+#include <limits>
+#include <string>
+
+#include "graph/op_table.h"
+#include "meganeura/autodiff.h"
+#include "meganeura/passes.h"
+#include "meganeura/workloads.h"
+
+namespace meganeura {
+namespace {
+
+using nlohmann::json;
+
+// The graph as a json document: nodes with op, inputs, dtype, shape, attributes, the name when
+// there is one, the initialiser of parameters and states, the values of constants.
+std::string document(const Graph& g) {
+  json nodes = json::array();
+  for (NodeId i = 0; i < g.size(); ++i) {
+    const Node& n = g.node(i);
+    json j = {{"op", op_name(n.op)}, {"inputs", n.inputs}, {"dtype", dtype_name(n.type.dtype)},
+              {"shape", n.type.shape}, {"attrs", json::parse(attrs_json(n.attrs))}};
+    if (!n.name.empty()) j["name"] = n.name;
+    if (n.op == Op::parameter || n.op == Op::state) j["init"] = {int(n.init.kind), n.init.a};
+    if (n.op == Op::constant) j["values"] = n.const_data;
+    nodes.push_back(std::move(j));
+  }
+  json outs = json::array();
+  for (auto& [name, id] : g.outputs()) outs.push_back({name, id});
+  json assigns = json::array();
+  for (auto& [dst, src] : g.assignments()) assigns.push_back({dst, src});
+  return json{{"nodes", nodes}, {"outputs", outs}, {"assign", assigns}}.dump();
+}
+
+TEST(GraphJson, EveryWorkloadWithGradientsBeforeAndAfterThePasses) {
+  for (const char* id : {"smollm2", "smolvla", "unet", "resnet50", "whisper"}) {
+    Graph g;
+    models::Workload w = models::build_workload(g, id, models::Scale::ci);
+    g.output("loss", w.loss);
+    std::vector<Tensor> ps;
+    for (NodeId p : g.parameters()) ps.push_back(g.tensor(p));
+    auto gs = grad(w.loss, ps);
+    for (size_t i = 0; i < ps.size(); ++i) g.output("grad." + g.node(ps[i].id).name, gs[i]);
+    EXPECT_EQ(g.to_json(), document(g)) << id;
+    const Graph o = optimize(g, PassOptions{});
+    EXPECT_EQ(o.to_json(), document(o)) << id << " after the passes";
+  }
+}
+
+TEST(GraphJson, OddNamesAndNumbers) {
+  Graph g;
+  const double inf = std::numeric_limits<double>::infinity();
+  Tensor a = g.parameter("quote\"back\\slash\ttab\x01 \xc3\xa9t\xc3\xa9", {3}, Init{Init::normal, 1e-5});
+  Tensor s = g.state("s", {3}, Init{Init::constant, -0.1});
+  Tensor c = g.constant({std::nan(""), -inf, 1e300, -0.0, 5e-324, 3.0, 0.1}, {7});
+  g.assign(s, a * 2.0 + 1.5);
+  g.output("x", a + s);
+  g.output("c \xe2\x82\xac", sum(c));
+  EXPECT_EQ(g.to_json(), document(g));
+  Graph e;
+  e.output("in", e.input("in", {}));
+  EXPECT_EQ(e.to_json(), document(e));
+}
+
+TEST(GraphJson, FusedProgramsWithEveryKindOfInstruction) {
+  Graph g;
+  Tensor x = g.input("x", {4, 8});
+  Tensor y = affine(exp(x), 0.1, 3.0) * 2.0 + 0.5;
+  Tensor c = clip_coef(sqrt(sum(y * y)), 1.0);
+  g.output("y", y * c + x);
+  g.output("m", matmul(x, x, false, true));
+  const Graph o = optimize(g, PassOptions{});
+  size_t fused = 0;
+  for (NodeId i = 0; i < o.size(); ++i) fused += std::holds_alternative<FusedAttrs>(o.node(i).attrs);
+  ASSERT_GT(fused, 0u) << o.dump();
+  const std::string text = o.to_json();
+  EXPECT_EQ(text, document(o)) << o.dump();
+  // The instructions with operands were fused, so their text was exercised.
+  EXPECT_NE(text.find("[\"affine\","), std::string::npos) << text;
+  EXPECT_NE(text.find("[\"clip_coef\","), std::string::npos) << text;
+}
+
+}  // namespace
+}  // namespace meganeura
