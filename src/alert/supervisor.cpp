@@ -146,8 +146,10 @@ struct SpawnArgs {
 };
 
 // Runs in the new process, on its own stack, sharing our memory until exec (vfork
-// semantics): only system calls here, no allocation.
-extern "C" int child_main(void* raw) {
+// semantics): only system calls here, no allocation. Not instrumented by AddressSanitizer:
+// its frames would poison the shadow of a stack that is unmapped at exec without unwinding,
+// and the next job's stack, mapped at the same address, would start out poisoned.
+extern "C" __attribute__((no_sanitize("address"))) int child_main(void* raw) {
   auto* a = static_cast<SpawnArgs*>(raw);
   // The job ends with its monitor: a SIGKILLed wrapper must not leave it running unobserved.
   prctl(PR_SET_PDEATHSIG, SIGKILL);
