@@ -10,6 +10,7 @@
 
 #include "graph/op_table.h"
 #include "meganeura/autodiff.h"
+#include "meganeura/optim.h"
 #include "meganeura/passes.h"
 #include "meganeura/workloads.h"
 
@@ -84,6 +85,24 @@ TEST(GraphJson, FusedProgramsWithEveryKindOfInstruction) {
   // The instructions with operands were fused, so their text was exercised.
   EXPECT_NE(text.find("[\"affine\","), std::string::npos) << text;
   EXPECT_NE(text.find("[\"clip_coef\","), std::string::npos) << text;
+}
+
+// An AdamW update fuses into one program per parameter with several outputs (store/load).
+TEST(GraphJson, MultiOutputPrograms) {
+  Graph g;
+  Tensor x = g.input("x", {4, 3});
+  Tensor w = g.parameter("w", {3, 2}, Init{Init::normal, 0.5});
+  Tensor loss = sum(matmul(x, w) * matmul(x, w));
+  g.output("loss", loss);
+  OptimizerConfig c;
+  c.kind = OptimizerConfig::Kind::adamw;
+  c.weight_decay = 0.1;
+  append_update(g, {{w, grad(loss, {w})[0]}}, c);
+  const Graph o = optimize(g, PassOptions{});
+  const std::string text = o.to_json();
+  EXPECT_EQ(text, document(o)) << o.dump();
+  EXPECT_NE(text.find("\"store1\""), std::string::npos) << text;
+  EXPECT_NE(text.find("\"load"), std::string::npos) << text;
 }
 
 }  // namespace

@@ -292,6 +292,8 @@ bool attrs_text(const Attrs& a, std::string& o) {
           }
           break;
         case FusedInstr::binary: name(c.op); break;
+        case FusedInstr::store: o += "\"store" + std::to_string(c.index) + "\""; break;
+        case FusedInstr::load: o += "\"load" + std::to_string(c.index) + "\""; break;
       }
     }
     o += "],\"domain\":";
