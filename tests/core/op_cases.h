@@ -1,11 +1,13 @@
-// Cases of every op of the op table for the Vulkan parity test: each builds one op mid-graph
-// from parameters (and i32 inputs), with inputs drawn away from kinks and ties. The same
-// cases as the gradient check, so both backends are held to one list.
+// Cases of every op of the op table: each builds one op mid-graph from parameters (and i32
+// inputs), with inputs drawn away from kinks and ties. The Vulkan parity test runs all of
+// them; the gradient check runs those with gradients plus the ops only the CPU backend runs
+// as such, so both backends are held to one list.
 #pragma once
 
 #include <cmath>
 #include <functional>
 #include <map>
+#include <ostream>
 #include <random>
 #include <string>
 #include <vector>
@@ -27,6 +29,9 @@ struct Case {
   // No gradients: an inference graph, where the rewrite passes fuse whole norm chains.
   bool forward_only = false;
 };
+
+// gtest prints a case by its name (not 176 bytes of its representation).
+inline void PrintTo(const Case& c, std::ostream* os) { *os << c.name; }
 
 inline double away_from_zero(const std::string&, int64_t, std::mt19937& rng) {
   std::uniform_real_distribution<double> u(0.05, 1.5);
