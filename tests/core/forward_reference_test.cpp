@@ -9,51 +9,32 @@
 
 #include <nlohmann/json.hpp>
 
+#include "forward_harness.h"
 #include "meganeura/session.h"
 
 namespace meganeura {
 namespace {
 
-using Vec = std::vector<double>;
+using forward_test::Vec;
+using forward_test::expect_close;
+using forward_test::randn;
 
-Vec randn(int64_t n, uint64_t seed) {
-  std::mt19937_64 r(seed);
-  std::normal_distribution<double> d(0, 1);
-  Vec v(static_cast<size_t>(n));
-  for (auto& x : v) x = d(r);
-  return v;
-}
-
-struct Harness {
-  Graph g;
-  std::map<std::string, Vec> values;
-  Tensor in(const std::string& name, Shape s) {
-    values[name] = randn(numel(s), values.size() * 31 + 5);
-    return g.input(name, s);
-  }
+struct Harness : forward_test::Inputs {
+  Harness() : Inputs(31, 5) {}
   int outputs = 0;
   // Runs the graph so far with `y` as a new output (earlier outputs run again too: harmless).
-  Vec eval(Tensor y, std::map<std::string, std::vector<int32_t>> ints = {}) {
+  Vec eval(Tensor y, std::map<std::string, std::vector<int32_t>> id_values = {}) {
     const std::string out = "y" + std::to_string(outputs++);
     g.output(out, y);
     Session s;
     s.add(g);
-    for (auto& [k, v] : values) {
-      if (s.buffers().count(k)) s.set(k, std::span<const double>(v));  // unused inputs are pruned
-    }
-    for (auto& [k, v] : ints) s.set(k, std::span<const int32_t>(v));
+    feed(s);
+    for (auto& [k, v] : id_values) s.set(k, std::span<const int32_t>(v));
     s.run();
     auto f = s.get_f64(out);
     return Vec(f.begin(), f.end());
   }
 };
-
-void expect_close(const Vec& got, const Vec& want, const char* what) {
-  ASSERT_EQ(got.size(), want.size()) << what;
-  for (size_t i = 0; i < got.size(); ++i) {
-    ASSERT_NEAR(got[i], want[i], 2e-5 * (1 + std::abs(want[i]))) << what << " at " << i;
-  }
-}
 
 TEST(Forward, MatmulTransposesAndBatches) {
   for (bool ta : {false, true}) {

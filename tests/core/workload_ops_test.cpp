@@ -10,51 +10,26 @@
 
 #include "graph/op_table.h"
 #include "meganeura/autodiff.h"
+#include "forward_harness.h"
 #include "meganeura/session.h"
 
 namespace meganeura {
 namespace {
 
-using Vec = std::vector<double>;
+using forward_test::Vec;
+using forward_test::expect_close;
 
-Vec randn(int64_t n, uint64_t seed) {
-  std::mt19937_64 r(seed);
-  std::normal_distribution<double> d(0, 1);
-  Vec v(static_cast<size_t>(n));
-  for (auto& x : v) x = d(r);
-  return v;
-}
-
-struct Harness {
-  Graph g;
-  std::map<std::string, Vec> values;
-  std::map<std::string, std::vector<int32_t>> ints;
+struct Harness : forward_test::Inputs {
+  Harness() : Inputs(17, 3) {}
   std::unique_ptr<Session> s;
-  Tensor in(const std::string& name, Shape shape) {
-    values[name] = randn(numel(shape), values.size() * 17 + 3);
-    return g.input(name, shape);
-  }
-  Tensor ids(const std::string& name, std::vector<int32_t> v) {
-    Tensor t = g.input(name, {int64_t(v.size())}, DType::i32);
-    ints[name] = std::move(v);
-    return t;
-  }
   void run() {
     s = std::make_unique<Session>();
     s->add(g);
-    for (auto& [k, v] : values) if (s->buffers().count(k)) s->set(k, std::span<const double>(v));
-    for (auto& [k, v] : ints) if (s->buffers().count(k)) s->set(k, std::span<const int32_t>(v));
+    feed(*s);
     s->run();
   }
   Vec get(const std::string& name) { return s->get_f64(name); }
 };
-
-void expect_close(const Vec& got, const Vec& want, const char* what) {
-  ASSERT_EQ(got.size(), want.size()) << what;
-  for (size_t i = 0; i < got.size(); ++i) {
-    ASSERT_NEAR(got[i], want[i], 2e-5 * (1 + std::abs(want[i]))) << what << " at " << i;
-  }
-}
 
 TEST(WorkloadOps, TrigMaximumLessWhere) {
   Harness h;
