@@ -4,7 +4,7 @@
 // primitives where they apply, batch split over the pool), and oneDNN's primitives called
 // directly, threaded by OpenMP. Prints one table line per case: medians over the
 // repetitions and the ratios. Usage: bench_core_gemm_conv [threads] [max gemm size]
-#include <omp.h>
+#include "backend/cpu/openmp.h"
 #include <oneapi/dnnl/dnnl.h>
 
 #include <algorithm>

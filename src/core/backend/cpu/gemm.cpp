@@ -1,7 +1,7 @@
 #include "backend/cpu/gemm.h"
 
 #include <cblas.h>
-#include <omp.h>
+#include "backend/cpu/openmp.h"
 #include <oneapi/dnnl/dnnl.h>
 
 #include <atomic>

@@ -1,6 +1,6 @@
 #include "backend/cpu/onednn_conv.h"
 
-#include <omp.h>
+#include "backend/cpu/openmp.h"
 
 #include <algorithm>
 #include <array>
