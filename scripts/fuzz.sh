@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
 # Builds the libFuzzer targets (tests/fuzz, clang with ASan and UBSan) and runs each for SECONDS
-# (default 60). New corpus entries go to a work folder outside the source tree's tracked files
-# (default build-fuzz/work, or $MEGANEURA_FUZZ_WORK); the seed corpora in tests/fuzz/corpus are
-# only read. Exits non-zero on any crash, leak, timeout, out-of-memory or sanitizer report,
-# printing the path of the input that caused it.
+# (default 60), in build-fuzz or $MEGANEURA_FUZZ_BUILD. New corpus entries go to a work folder
+# outside the source tree's tracked files (default <build>/work, or $MEGANEURA_FUZZ_WORK); the
+# seed corpora in tests/fuzz/corpus are only read. Exits non-zero on any crash, leak, timeout,
+# out-of-memory or sanitizer report, printing the path of the input that caused it.
 # Usage: scripts/fuzz.sh [SECONDS] [TARGET...]   (targets: see tests/fuzz/CMakeLists.txt)
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
@@ -20,20 +20,25 @@ if ((${#targets[@]} == 0)); then
     sed 's/set(MEGANEURA_FUZZ_TARGETS//; s/)//'))
 fi
 
-launcher=()
-command -v ccache >/dev/null && launcher=(-DCMAKE_CXX_COMPILER_LAUNCHER=ccache -DCMAKE_C_COMPILER_LAUNCHER=ccache)
-# -O1 and line tables only: quick to build on two cores, still fast to run and symbolised.
-flags="-O1 -gline-tables-only -DNDEBUG"
-cmake -S "$root" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \
-  -DCMAKE_CXX_FLAGS_RELWITHDEBINFO="$flags" -DCMAKE_C_FLAGS_RELWITHDEBINFO="$flags" \
-  -DCMAKE_CXX_COMPILER="$cxx" -DCMAKE_C_COMPILER="$cc" "${launcher[@]}" \
-  -DMEGANEURA_FUZZ=ON -DMEGANEURA_TESTS=OFF -DMEGANEURA_BENCH=OFF >/dev/null
+# A build folder already configured for fuzzing (scripts/test.sh's sanitized build, which also
+# holds the test suite) is reused as it is; otherwise a fuzz-only build is configured.
+if ! grep -qx 'MEGANEURA_FUZZ:BOOL=ON' "$build/CMakeCache.txt" 2>/dev/null; then
+  launcher=()
+  command -v ccache >/dev/null && launcher=(-DCMAKE_CXX_COMPILER_LAUNCHER=ccache -DCMAKE_C_COMPILER_LAUNCHER=ccache)
+  # -O1 and line tables only: quick to build on two cores, still fast to run and symbolised.
+  flags="-O1 -gline-tables-only -DNDEBUG"
+  cmake -S "$root" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \
+    -DCMAKE_CXX_FLAGS_RELWITHDEBINFO="$flags" -DCMAKE_C_FLAGS_RELWITHDEBINFO="$flags" \
+    -DCMAKE_CXX_COMPILER="$cxx" -DCMAKE_C_COMPILER="$cc" "${launcher[@]}" \
+    -DMEGANEURA_FUZZ=ON -DMEGANEURA_TESTS=OFF -DMEGANEURA_BENCH=OFF >/dev/null
+fi
 cmake --build "$build" -j "$(nproc)" --target $(printf 'fuzz_%s ' "${targets[@]}")
 
 # Leaks count as failures; the first UBSan report stops the run (the code is also built with
 # -fno-sanitize-recover=all).
 export ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=1:allocator_may_return_null=0:abort_on_error=0}
 export UBSAN_OPTIONS=${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1}
+export ASAN_SYMBOLIZER_PATH=${ASAN_SYMBOLIZER_PATH:-/usr/lib/llvm-15/bin/llvm-symbolizer}
 
 # Per-target input size bounds: the log classifier sees long lines, programs are a real training
 # step (the chargpt seed is 75 kB); files elsewhere stay small so that the time goes into

@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
-# Sets everything up, builds, and runs the whole test suite. With MEGANEURA_SANITIZED=1 it then
-# builds the suite again with AddressSanitizer and UndefinedBehaviorSanitizer in build-san,
-# runs it, and fuzzes every parser briefly (scripts/fuzz.sh, MEGANEURA_FUZZ_SECONDS per
-# target, default 20). Off by default: its time on two cores has not been measured yet.
+# Sets everything up, builds, and runs the whole test suite. Then, in CI (CI=true) or with
+# MEGANEURA_SANITIZED=1, it builds the suite again with clang, AddressSanitizer and
+# UndefinedBehaviorSanitizer in build-san, runs it, and fuzzes every parser briefly with the
+# same build (scripts/fuzz.sh, MEGANEURA_FUZZ_SECONDS per target, default 20).
+# MEGANEURA_SANITIZED=0 skips that stage.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 build="$root/build"
@@ -14,34 +15,41 @@ cd "$build"
 ctest --output-on-failure -j "$(nproc)" --timeout 900 2>&1 | tee ctest.log
 echo "test: suite: $(grep -E 'tests passed' ctest.log) ($((SECONDS - t0)) s)"
 
-if [ "${MEGANEURA_SANITIZED:-0}" != "1" ]; then
+sanitized=${MEGANEURA_SANITIZED:-}
+[ -z "$sanitized" ] && [ "${CI:-}" = "true" ] && sanitized=1
+if [ "$sanitized" != "1" ]; then
   exit 0
 fi
 
-# ---- The same suite under ASan + UBSan -------------------------------------------------
-# Kept small for two CI cores: -O1 and line tables only (-g1: enough for the sanitizers'
-# stack traces), no benchmarks; -fno-sanitize-recover=all comes from MEGANEURA_SANITIZE.
+# ---- The same suite under ASan + UBSan, and the fuzzers ---------------------------------
+# One clang build serves both: MEGANEURA_FUZZ instruments every library for ASan, UBSan and
+# libFuzzer's coverage, and the test suite is built against those libraries. Kept small for
+# two CI cores: -O1 and line tables only (enough for the sanitizers' stack traces), no
+# benchmarks; -fno-sanitize-recover=all comes from the top-level CMakeLists.
 t1=$SECONDS
 san="$root/build-san"
 werror=OFF
 [ "${CI:-}" = "true" ] && werror=ON
 launcher=()
 command -v ccache >/dev/null && launcher=(-DCMAKE_CXX_COMPILER_LAUNCHER=ccache -DCMAKE_C_COMPILER_LAUNCHER=ccache)
-flags="-O1 -g1 -DNDEBUG"
+flags="-O1 -gline-tables-only -DNDEBUG"
 cmake -S "$root" -B "$san" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DMEGANEURA_WERROR=$werror \
+  -DCMAKE_CXX_COMPILER=clang++-15 -DCMAKE_C_COMPILER=clang-15 \
   -DCMAKE_CXX_FLAGS_RELWITHDEBINFO="$flags" -DCMAKE_C_FLAGS_RELWITHDEBINFO="$flags" \
-  -DMEGANEURA_BENCH=OFF -DMEGANEURA_SANITIZE=address,undefined "${launcher[@]}" >/dev/null
+  -DMEGANEURA_BENCH=OFF -DMEGANEURA_FUZZ=ON "${launcher[@]}" >/dev/null
 cmake --build "$san" -j "$(nproc)"
 t2=$SECONDS
 # Every report fails its test: ASan and UBSan stop at the first one, and leaks count
 # (LeakSanitizer). gpualert starts jobs with posix_spawn and its helper processes end with
-# _exit(), so no child runs a leak check on memory it inherited. gpualert is linked
-# dynamically in this build (no static sanitizer runtime), so its tests run the instrumented
-# binary; its timing tests allow seconds, well above the sanitizers' slowdown.
+# _exit(), so no child runs a leak check on memory it inherited. gpualert is not
+# linked -static in this build (the sanitizer runtimes need the dynamic loader), so its tests
+# run the instrumented binary; its timing tests allow seconds, well above the sanitizers' slowdown.
 # Leaks inside third-party drivers are suppressed by library name (tests/sanitizers/lsan.supp).
 export ASAN_OPTIONS="detect_leaks=1:halt_on_error=1:abort_on_error=0:check_initialization_order=1:detect_stack_use_after_return=0"
 export UBSAN_OPTIONS="print_stacktrace=1:halt_on_error=1"
 export LSAN_OPTIONS="suppressions=$root/tests/sanitizers/lsan.supp:print_suppressions=0"
+# Reports name functions, files and lines with the symbolizer of the compiler that built them.
+export ASAN_SYMBOLIZER_PATH=/usr/lib/llvm-15/bin/llvm-symbolizer
 # The Vulkan loader unloads the driver when an instance is destroyed, so the driver's leaks
 # would be reported from "<unknown module>" and escape the suppressions by library name.
 # Preloading the drivers keeps them mapped until the leak check (ASan then does not come
@@ -65,6 +73,7 @@ ctest --output-on-failure -j "$(nproc)" --timeout 1800 ${exclude_regex:+-E "$exc
 t3=$SECONDS
 echo "test: sanitized suite: $(grep -E 'tests passed' ctest.log) (build $((t2 - t1)) s, run $((t3 - t2)) s)"
 
-# ---- A short fuzzing run of every parser ------------------------------------------------
-"$root/scripts/fuzz.sh" "${MEGANEURA_FUZZ_SECONDS:-20}"
+# ---- A short fuzzing run of every parser, with the build above ---------------------------
+unset LD_PRELOAD
+MEGANEURA_FUZZ_BUILD="$san" "$root/scripts/fuzz.sh" "${MEGANEURA_FUZZ_SECONDS:-20}"
 echo "test: fuzzing: $((SECONDS - t3)) s; everything: $((SECONDS - t0)) s"

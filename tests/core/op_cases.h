@@ -93,9 +93,11 @@ inline std::vector<Case> cases() {
   bin(Op::less, [](Tensor x, Tensor y) { return less(x, y) * x + y; }, {3, 4}, {3, 4}, "", distinct);
   for (auto [axes, keep, tag] : {std::tuple{std::vector<int64_t>{}, false, "/all"}, {{1}, true, "/axis1_keep"},
                                  {{0, 2}, false, "/axes02"}}) {
-    c.push_back({std::string("sum") + tag, Op::sum, [=](G& g) { return sum(P(g, "x", {2, 3, 4}), axes, keep); }, nullptr, {}});
-    c.push_back({std::string("mean") + tag, Op::mean, [=](G& g) { return mean(P(g, "x", {2, 3, 4}), axes, keep); }, nullptr, {}});
-    c.push_back({std::string("max") + tag, Op::max, [=](G& g) { return max(P(g, "x", {2, 3, 4}), axes, keep); }, distinct, {}});
+    const std::vector<int64_t> a = axes;  // clang 15 cannot capture structured bindings
+    const bool k = keep;
+    c.push_back({std::string("sum") + tag, Op::sum, [=](G& g) { return sum(P(g, "x", {2, 3, 4}), a, k); }, nullptr, {}});
+    c.push_back({std::string("mean") + tag, Op::mean, [=](G& g) { return mean(P(g, "x", {2, 3, 4}), a, k); }, nullptr, {}});
+    c.push_back({std::string("max") + tag, Op::max, [=](G& g) { return max(P(g, "x", {2, 3, 4}), a, k); }, distinct, {}});
   }
   for (int64_t axis : {0, 1}) {
     c.push_back({"softmax/axis" + std::to_string(axis), Op::softmax, [=](G& g) { return softmax(P(g, "x", {3, 5}), axis); }, nullptr, {}});
@@ -159,8 +161,9 @@ inline std::vector<Case> cases() {
   // is one f32 rounding plus inversesqrt's 2 ulp away from the f64 value: 2e-6 relative.
   for (auto [t, beta, power, tag] : {std::tuple{0, 0.999, -0.5, "/first_step_rsqrt"}, {0, 0.9, -1.0, "/first_step_inverse"},
                                      {999, 0.999, -0.5, "/late"}, {2, 0.0, -1.0, "/beta0"}}) {
+    const double b = beta, pw = power;  // clang 15 cannot capture structured bindings
     Case k{std::string("bias_correction") + tag, Op::bias_correction, [=](G& g) {
-             return bias_correction(g.input("t", {}, DType::i32), beta, power) * P(g, "x", {});
+             return bias_correction(g.input("t", {}, DType::i32), b, pw) * P(g, "x", {});
            }, nullptr, {{"t", {t}}}};
     k.tol = 2e-6;
     c.push_back(k);
