@@ -77,13 +77,17 @@ TEST(ScheduleLayouts, EveryFamilyCarriesItsSizes) {
   g.output("rope", rope(q));
   g.output("mask", causal_mask(scores));
   g.output("attention", attention_fused_packed(q, k, v, true, 0.5));
+  g.output("cast", cast(x, DType::f16));
+  g.output("clip", clip_coef(max(x), 1.0));
   const Program p = plan(g);
   const Schedule s = lower(p);
   ASSERT_EQ(s.launches.size(), p.dispatches.size());
   for (const KernelLaunch& l : s.launches) EXPECT_LE(l.push.used, PushConstants::kWords) << l.kernel;
 
-  // exp over 2*3*4*5 = 120 elements
+  // exp and cast over 2*3*4*5 = 120 elements; clip_coef (optimizer family) of a scalar
   EXPECT_EQ(find(p, s, Op::exp).l->push.get(L::kNumel), 120u);
+  EXPECT_EQ(find(p, s, Op::cast).l->push.get(L::kNumel), 120u);
+  EXPECT_EQ(find(p, s, Op::clip_coef).l->push.get(L::kNumel), 1u);
   {  // x [2,3,4,5] + b [1,3,1,5]: no two neighbours agree, rank 4; b spans dims 1 and 3
     const KernelLaunch& l = *find(p, s, Op::add).l;
     EXPECT_EQ(l.kernel, "elementwise.add.broadcast");
@@ -189,8 +193,9 @@ std::vector<float> ramp(size_t n) {
   return v;
 }
 
-// Products and sums of a few small exact binary fractions: every value below is exact in f32,
-// so the comparisons are exact.
+// Inputs are multiples of 1/4 in [-3, 5): their sums and small products are exact in f32, so
+// those comparisons are exact; exp compares against std::exp on the same float (4 ulp), the
+// GEMM within 1e-5 (the library's own summation order, though these sums are exact too).
 TEST(ScheduleLayouts, CpuKernelsTakeTheirSizesFromTheLaunch) {
   {  // exp over 5 of 32 elements
     Graph g;
@@ -247,6 +252,30 @@ TEST(ScheduleLayouts, CpuKernelsTakeTheirSizesFromTheLaunch) {
         else EXPECT_EQ(y[i * 5 + j], kSentinel) << i << "," << j;
       }
     }
+  }
+  {  // max pool 2/2 of [1,2,4,4] launched with one channel: only the first plane's 2x2 outputs
+    Graph g;
+    g.output("y", max_pool2d(g.input("x", {1, 2, 4, 4}), 2, 2));
+    const auto x = ramp(32);
+    const auto y = run_edited(g, Op::max_pool2d, {x}, [](KernelLaunch& l) { l.push.set(push::kPool + 1, 1); });
+    // the ramp increases: each window's maximum is its bottom-right element
+    EXPECT_EQ(y, (std::vector<float>{x[5], x[7], x[13], x[15], kSentinel, kSentinel, kSentinel, kSentinel}));
+  }
+  {  // embedding of 4 ids launched with 2: two rows copied
+    Graph g;
+    g.output("y", embedding(g.input("table", {5, 3}), g.input("ids", {4}, DType::i32)));
+    const auto table = ramp(15);
+    std::vector<int32_t> ids = {4, 1, 0, 2};
+    const Program p = plan(g);
+    const Schedule s = lower(p);
+    const Found f = find(p, s, Op::embedding);
+    ASSERT_NE(f.d, nullptr);
+    KernelLaunch l = *f.l;
+    l.push.set(push::kIndexCount, 2);
+    std::vector<float> y(12, kSentinel), t = table;
+    cpu::execute<float>(*f.d, l, {cpu::Arg{t.data(), DType::f32}, cpu::Arg{ids.data(), DType::i32}},
+                        {cpu::Arg{y.data(), DType::f32}}, nullptr);
+    for (size_t i = 0; i < 12; ++i) EXPECT_EQ(y[i], i < 6 ? table[size_t(ids[i / 3]) * 3 + i % 3] : kSentinel) << i;
   }
   {  // permute [2,3] -> [3,2] read as a [2,2] output of a [2,3] input: the first two columns
     Graph g;
