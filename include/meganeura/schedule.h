@@ -4,6 +4,9 @@
 // extents, broadcast masks; f64 values as two words), the workgroup counts for the kernel's
 // declared workgroup size, and the scratch bytes the kernel needs. The backend provides that
 // scratch from one buffer of Schedule::workspace_bytes, allocated once per program.
+// Every kernel's sizes (element counts, extents, GEMM and convolution geometry) are in its push
+// block: the CPU backend's kernels read them from there, never from tensor shapes; the Vulkan
+// backend passes the fused kernels' blocks to its shaders.
 #pragma once
 
 #include <array>
@@ -42,13 +45,44 @@ struct ElementwiseLayout {
   static constexpr size_t kNumel = 0, kRank = 1, kExtents = 2, kMasks = 8, kInputs = 10;
   // word kMasks + i / 4, bit (i % 4) * 8 + dim: input i spans that (collapsed) dimension
 };
-namespace push {  // word indices of the other kernels' blocks
+namespace push {  // word indices of the other kernels' blocks (every size a kernel uses is here)
+// Unary ops, cast, clip_coef, reshape and the optimizer scalars: ElementwiseLayout::kNumel
+// (output elements). Binary ops, where and broadcast_to: the full ElementwiseLayout (inputs in
+// read order), required to fit. affine: scale and shift (f64) at kMasks and kMasks + 2.
+constexpr size_t kMaxRank = 8;  // the movement ops and non-contiguous reductions
+// fused_reduce and the primitive reductions: rows before the reduced axes, the reduced length,
+// elements after. Primitive kinds: 0 sum, 1 mean, 2 max, 3 softmax, 4 log_softmax (the last
+// two over their axis). kReduceCount: input elements per output (mean's divisor); a reduction
+// over non-contiguous axes has kReduceRank > 0, the input's extents at kReduceExtents and bit d
+// of kReduceAxes set when dimension d is reduced; output elements at ElementwiseLayout::kNumel.
 constexpr size_t kReduceOuter = 11, kReduceLen = 12, kReduceInner = 13, kReduceKind = 14;
+constexpr size_t kReduceCount = 15, kReduceRank = 16, kReduceAxes = 17, kReduceExtents = 18;
 constexpr size_t kMatmul = 16;  // m, n, k, batch, a_batched, b_batched, trans_a, trans_b
 constexpr size_t kRows = 0, kLen = 1;
 constexpr size_t kNormGamma = 2, kNormBeta = 3, kNormCenter = 4, kNormEps = 5;
 constexpr size_t kSoftmaxSq = 2, kSoftmaxCausal = 3, kSoftmaxScale = 4, kSoftmaxFill = 6;
-constexpr size_t kConv = 0;  // n, c, h, w, o, kh, kw, oh, ow, groups
+constexpr size_t kConv = 0;  // n, c, h, w, o, kh, kw, oh, ow, groups (forward convolution's view)
+constexpr size_t kConvStride = 10, kConvPad = 12, kConvDilation = 14;  // (h, w) each
+// max/avg pooling and their backward (forward view: x [n,c,h,w] -> y [n,c,oh,ow]);
+// upsample_nearest2x: n, c, h, w of its input and oh = 2h, ow = 2w (window words 0).
+constexpr size_t kPool = 0;  // n, c, h, w, kh, kw, sh, sw, ph, pw, oh, ow
+// permute, slice, pad: rank, input extents, output extents, and per dimension the input
+// dimension (permute), start (slice) or leading padding (pad); rank <= kMaxRank.
+constexpr size_t kMoveRank = 0, kMoveIn = 1, kMoveOut = kMoveIn + kMaxRank, kMoveParam = kMoveOut + kMaxRank;
+// concat: outer (rows before the axis), inner (elements after it), input count, then each
+// input's length along the axis (at most kConcatMaxInputs).
+constexpr size_t kConcatOuter = 0, kConcatInner = 1, kConcatInputs = 2, kConcatLens = 3;
+constexpr size_t kConcatMaxInputs = 29;
+// embedding (+ backward): table rows, row width, id count. one_hot: width = classes, count =
+// ids. gather (+ backward): rows = elements before the axis, width = elements after it,
+// count = indices, kIndexAxis = the gathered axis' size. Cross-entropy (+ backward): rows,
+// width = classes.
+constexpr size_t kIndexRows = 0, kIndexWidth = 1, kIndexCount = 2, kIndexAxis = 3;
+// rope: rows (all but the last dimension), row length (head dim) and positions per sequence;
+// causal_mask: rows, keys per row (sk) and query positions (sq).
+constexpr size_t kSeqRows = 0, kSeqLen = 1, kSeqPositions = 2;
+// attention_fused (+ backward): b, hq, hkv, sq, sk, d, dv
+constexpr size_t kAttention = 0;
 }  // namespace push
 
 struct KernelLaunch {

@@ -13,6 +13,7 @@
 #include "meganeura/optim.h"
 #include "meganeura/passes.h"
 #include "meganeura/workloads.h"
+#include "plan_util.h"
 
 namespace meganeura {
 namespace {
@@ -42,12 +43,7 @@ std::string document(const Graph& g) {
 TEST(GraphJson, EveryWorkloadWithGradientsBeforeAndAfterThePasses) {
   for (const char* id : {"smollm2", "smolvla", "unet", "resnet50", "whisper"}) {
     Graph g;
-    models::Workload w = models::build_workload(g, id, models::Scale::ci);
-    g.output("loss", w.loss);
-    std::vector<Tensor> ps;
-    for (NodeId p : g.parameters()) ps.push_back(g.tensor(p));
-    auto gs = grad(w.loss, ps);
-    for (size_t i = 0; i < ps.size(); ++i) g.output("grad." + g.node(ps[i].id).name, gs[i]);
+    workload_with_gradients(g, id);
     EXPECT_EQ(g.to_json(), document(g)) << id;
     const Graph o = optimize(g, PassOptions{});
     EXPECT_EQ(o.to_json(), document(o)) << id << " after the passes";

@@ -123,6 +123,16 @@ OptimizerConfig adamw_clip() {
   return o;
 }
 
+// A small MLP's training step with optimizer `o`.
+Graph mlp_step(const OptimizerConfig& o) {
+  return training_graph(
+      [](Graph& g) {
+        models::MlpConfig c{6, 12, 3, 2};
+        return cross_entropy(models::mlp(g, g.input("x", {5, 6}), c), g.input("labels", {5}, DType::i32));
+      },
+      o);
+}
+
 std::vector<Case> cases() {
   return {
       {"chargpt_training_step",
@@ -144,12 +154,7 @@ std::vector<Case> cases() {
          o.lr = 0.1;
          o.momentum = 0.9;
          o.weight_decay = 1e-3;
-         return training_graph(
-             [](Graph& g) {
-               models::MlpConfig c{6, 12, 3, 2};
-               return cross_entropy(models::mlp(g, g.input("x", {5, 6}), c), g.input("labels", {5}, DType::i32));
-             },
-             o);
+         return mlp_step(o);
        },
        3},
       {"mlp_training_step_adam_l2",
@@ -158,12 +163,7 @@ std::vector<Case> cases() {
          o.kind = OptimizerConfig::Kind::adam;
          o.lr = 0.05;
          o.weight_decay = 1e-2;  // added to the gradient: read by both moments
-         return training_graph(
-             [](Graph& g) {
-               models::MlpConfig c{6, 12, 3, 2};
-               return cross_entropy(models::mlp(g, g.input("x", {5, 6}), c), g.input("labels", {5}, DType::i32));
-             },
-             o);
+         return mlp_step(o);
        },
        3},
       {"mlp_training_step_sgd_nesterov",
@@ -173,12 +173,7 @@ std::vector<Case> cases() {
          o.lr = 0.1;
          o.momentum = 0.8;
          o.nesterov = true;
-         return training_graph(
-             [](Graph& g) {
-               models::MlpConfig c{6, 12, 3, 2};
-               return cross_entropy(models::mlp(g, g.input("x", {5, 6}), c), g.input("labels", {5}, DType::i32));
-             },
-             o);
+         return mlp_step(o);
        },
        3},
       {"state_update_with_old_value_kept",

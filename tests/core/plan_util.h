@@ -5,6 +5,7 @@
 #include "meganeura/models.h"
 #include "meganeura/optim.h"
 #include "meganeura/program.h"
+#include "meganeura/workloads.h"
 
 namespace meganeura {
 
@@ -28,6 +29,17 @@ inline Graph transformer_step(int64_t layers) {
   o.clip_norm = 1;
   append_update(g, pg, o);
   return g;
+}
+
+// Workload `id` at CI scale, its loss and every parameter's gradient ("grad.<name>") as
+// outputs: forward and backward without an optimizer.
+inline void workload_with_gradients(Graph& g, const char* id) {
+  models::Workload w = models::build_workload(g, id, models::Scale::ci);
+  g.output("loss", w.loss);
+  std::vector<Tensor> ps;
+  for (NodeId p : g.parameters()) ps.push_back(g.tensor(p));
+  auto gs = grad(w.loss, ps);
+  for (size_t i = 0; i < ps.size(); ++i) g.output("grad." + g.node(ps[i].id).name, gs[i]);
 }
 
 }  // namespace meganeura

@@ -12,18 +12,14 @@
 #include "meganeura/passes.h"
 #include "meganeura/workloads.h"
 #include "plan/plan_internal.h"
+#include "plan_util.h"
 
 namespace meganeura {
 namespace {
 
 Program training_program(const char* id) {
   Graph g;
-  models::Workload w = models::build_workload(g, id, models::Scale::ci);
-  g.output("loss", w.loss);
-  std::vector<Tensor> ps;
-  for (NodeId p : g.parameters()) ps.push_back(g.tensor(p));
-  auto gs = grad(w.loss, ps);
-  for (size_t i = 0; i < ps.size(); ++i) g.output("grad." + g.node(ps[i].id).name, gs[i]);
+  workload_with_gradients(g, id);
   return plan(optimize(g, PassOptions{}), PlanOptions{});
 }
 

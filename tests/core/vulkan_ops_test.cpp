@@ -21,6 +21,7 @@
 #include "meganeura/passes.h"
 #include "meganeura/train.h"
 #include "meganeura/models.h"
+#include "multi_output_case.h"
 #include "op_cases.h"
 #include "vulkan_test_util.h"
 
@@ -300,22 +301,8 @@ TEST(VulkanMultiOutput, OptimizerStepsMatchOracle) {
 // exp's few-ulp allowance in the Vulkan spec, 2e-6 relative to (1 + |value|).
 TEST(VulkanMultiOutput, HandWrittenProgramMatchesDouble) {
   MEGANEURA_REQUIRE_VULKAN();
-  auto I = [](FusedInstr::Kind k, uint32_t i) { return FusedInstr{k, Op::copy, i, 0, 0}; };
-  auto B = [](Op op) { return FusedInstr{FusedInstr::binary, op, 0, 0, 0}; };
-  FusedAttrs f;
-  f.code = {I(FusedInstr::input, 0), I(FusedInstr::input, 1), B(Op::mul), I(FusedInstr::input, 2), B(Op::add),
-            I(FusedInstr::store, 1), I(FusedInstr::load, 1), FusedInstr{FusedInstr::unary, Op::exp, 0, 0, 0},
-            I(FusedInstr::input, 0), B(Op::sub), I(FusedInstr::store, 2), I(FusedInstr::load, 1),
-            FusedInstr{FusedInstr::unary, Op::affine, 0, 0.5, 0}, I(FusedInstr::load, 2), B(Op::add), I(FusedInstr::store, 0)};
-  Graph g;
-  Tensor a = g.input("a", {3, 5}), b = g.input("b", {5}), c = g.input("c", {3, 5});
-  const TensorType t{DType::f32, {3, 5}};
-  Tensor y = g.add_node(Op::fused_elementwise, f, {a.id, b.id, c.id}, t);
-  Tensor u = g.add_node(Op::fused_output, AxisAttrs{1}, {y.id}, t);
-  Tensor w = g.add_node(Op::fused_output, AxisAttrs{2}, {y.id}, t);
-  g.output("y", y);
-  g.output("w", w);
-  g.output("z", exp(u));
+  multi_output_case::Built b = multi_output_case::three_output_graph(true, false);
+  Graph& g = b.g;
   Session gpu(vulkan_options());
   gpu.add(plan(g, PlanOptions{DType::f32, gpu.backend().limits()}));
   auto av = randn(15, 1), bv = randn(5, 2), cv = randn(15, 3);

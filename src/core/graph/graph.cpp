@@ -339,14 +339,18 @@ std::string Graph::to_json() const {
   };
   auto number = [&](double v) { o += json(v).dump(); };           // as json prints a double
   auto index = [&](uint64_t v) { o += std::to_string(v); };
+  // [[first, second], ...] of (node, node) or (name, node) pairs
+  auto pairs = [&](const auto& list, auto&& first) {
+    for (size_t i = 0; i < list.size(); ++i) {
+      o += i ? ",[" : "[";
+      first(list[i].first);
+      o += ',';
+      index(list[i].second);
+      o += ']';
+    }
+  };
   o += "{\"assign\":[";
-  for (size_t i = 0; i < assignments_.size(); ++i) {
-    o += i ? ",[" : "[";
-    index(assignments_[i].first);
-    o += ',';
-    index(assignments_[i].second);
-    o += ']';
-  }
+  pairs(assignments_, index);
   o += "],\"nodes\":[";
   for (size_t i = 0; i < nodes_.size(); ++i) {
     const Node& n = nodes_[i];
@@ -389,13 +393,7 @@ std::string Graph::to_json() const {
     o += '}';
   }
   o += "],\"outputs\":[";
-  for (size_t i = 0; i < outputs_.size(); ++i) {
-    o += i ? ",[" : "[";
-    text(outputs_[i].first);
-    o += ',';
-    index(outputs_[i].second);
-    o += ']';
-  }
+  pairs(outputs_, text);
   o += "]}";
   return o;
 }

@@ -8,6 +8,7 @@
 #include <stdexcept>
 
 #include "graph/op_table.h"
+#include "schedule/lowering.h"
 
 namespace meganeura {
 
@@ -29,9 +30,7 @@ double PushConstants::get_f64(size_t i) const {
   return v;
 }
 
-namespace {
-
-constexpr uint32_t kGroup = 256;  // workgroup size of the one-dimensional kernels
+namespace lowering {
 
 uint32_t u32(int64_t v, const char* what) {
   if (v < 0 || v > int64_t(UINT32_MAX)) {
@@ -40,7 +39,6 @@ uint32_t u32(int64_t v, const char* what) {
   return uint32_t(v);
 }
 
-// Linear launch over n items: x up to 65535 groups, the rest in y.
 void linear(KernelLaunch& l, int64_t n) {
   int64_t groups = (n + kGroup - 1) / kGroup;
   l.workgroup_size = {kGroup, 1, 1};
@@ -48,9 +46,7 @@ void linear(KernelLaunch& l, int64_t n) {
               u32((groups + 65534) / 65535 > 0 ? (groups + 65534) / 65535 : 1, "groups"), 1};
 }
 
-// Collapses `out` and the broadcast inputs (right-aligned) into at most kMaxRank dimensions;
-// returns false (or throws, when `required`) if they do not fit.
-bool elementwise_layout(PushConstants& p, const Shape& out, const std::vector<const Shape*>& ins, bool required = true) {
+bool elementwise_layout(PushConstants& p, const Shape& out, const std::vector<const Shape*>& ins, bool required) {
   using L = ElementwiseLayout;
   if (ins.size() > kFusedMaxInputs) throw std::invalid_argument("[schedule] more than 8 elementwise inputs");
   std::vector<int64_t> ext;
@@ -93,6 +89,12 @@ bool elementwise_layout(PushConstants& p, const Shape& out, const std::vector<co
   return true;
 }
 
+}  // namespace lowering
+
+namespace {
+
+using namespace lowering;
+
 std::string code_hash(const Attrs& a) {
   char buf[17];
   std::snprintf(buf, sizeof buf, "%016llx", static_cast<unsigned long long>(fnv1a(attrs_json(a))));
@@ -125,7 +127,6 @@ Schedule lower(const Program& p) {
     const Shape& os = out.type.shape;
     auto in_shape = [&](size_t k) -> const Shape& { return p.tensors.at(d.reads.at(k)).type.shape; };
     const std::string op(op_name(d.op));
-    const OpFamily fam = op_info(d.op).family;
     switch (d.op) {
       case Op::fused_elementwise: case Op::matmul_epilogue: case Op::fused_reduce: {
         const auto& a = std::get<FusedAttrs>(d.attrs);
@@ -201,6 +202,11 @@ Schedule lower(const Program& p) {
         const Shape& y = d.op == Op::conv2d ? os : d.op == Op::conv2d_backward_input ? in_shape(0) : in_shape(1);
         const int64_t words[] = {x[0], x[1], x[2], x[3], w[0], w[2], w[3], y[2], y[3], a.groups};
         for (size_t i = 0; i < 10; ++i) l.push.set(push::kConv + i, u32(words[i], "convolution size"));
+        for (size_t i = 0; i < 2; ++i) {
+          l.push.set(push::kConvStride + i, u32(a.stride[i], "convolution stride"));
+          l.push.set(push::kConvPad + i, u32(a.pad[i], "convolution padding"));
+          l.push.set(push::kConvDilation + i, u32(a.dilation[i], "convolution dilation"));
+        }
         const bool pointwise = w[2] == 1 && w[3] == 1 && a.stride[0] == 1 && a.stride[1] == 1 && a.pad[0] == 0 && a.pad[1] == 0;
         l.kernel = op + (pointwise ? ".direct" : ".im2col");
         // the im2col matrix of one image and group: [C/groups * KH * KW, OH * OW]
@@ -209,21 +215,7 @@ Schedule lower(const Program& p) {
         l.groups = {u32((y[2] * y[3] + 15) / 16, "groups"), u32((w[0] + 15) / 16, "groups"), u32(x[0], "groups")};
         break;
       }
-      default: {
-        l.kernel = std::string(fam == OpFamily::unary || fam == OpFamily::binary ? "elementwise." : "") + op;
-        if (fam == OpFamily::binary) {
-          // the primitive CPU kernel walks any broadcast; a layout is recorded when one fits
-          bool fits = elementwise_layout(l.push, os, {&in_shape(0), &in_shape(1)}, false);
-          if (in_shape(0) != os || in_shape(1) != os) l.kernel += fits ? ".broadcast" : ".broadcast_general";
-        } else {
-          l.push.set(ElementwiseLayout::kNumel, u32(numel(os), "elements"));
-        }
-        if (d.op == Op::affine) {
-          l.push.set_f64(ElementwiseLayout::kMasks, std::get<AffineAttrs>(d.attrs).scale);
-          l.push.set_f64(ElementwiseLayout::kMasks + 2, std::get<AffineAttrs>(d.attrs).shift);
-        }
-        linear(l, numel(os));
-      }
+      default: lower_primitive(p, d, l);
     }
     s.workspace_bytes = std::max(s.workspace_bytes, l.workspace_bytes);
     s.launches.push_back(std::move(l));

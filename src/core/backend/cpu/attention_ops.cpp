@@ -21,9 +21,10 @@ constexpr int64_t kTile = 64;
 
 struct Dims {
   int64_t b, hq, hkv, sq, sk, d, dv, group, offset;  // offset: causal diagonal shift (Sk - Sq)
-  explicit Dims(const AttentionAttrs& a)
-      : b(a.q[0]), hq(a.q[1]), hkv(a.k[1]), sq(a.q[2]), sk(a.k[2]), d(a.q[3]), dv(a.v[3]), group(a.q[1] / a.k[1]),
-        offset(a.k[2] - a.q[2]) {}
+  explicit Dims(const PushConstants& p)  // push::kAttention: b, hq, hkv, sq, sk, d, dv
+      : b(word(p, 0)), hq(word(p, 1)), hkv(word(p, 2)), sq(word(p, 3)), sk(word(p, 4)), d(word(p, 5)), dv(word(p, 6)),
+        group(hq / hkv), offset(sk - sq) {}
+  static int64_t word(const PushConstants& p, size_t i) { return p.get(push::kAttention + i); }
 };
 
 // Scores of query rows [r0, r0 + rows) of one head against all keys, scaled and masked.
@@ -109,9 +110,9 @@ void backward(const Dims& m, const AttentionAttrs& a, const T* q, const T* k, co
 }  // namespace
 
 template <class T>
-void attention_tiled(const Dispatch& d, const std::vector<Arg>& in, const Arg& out) {
+void attention_tiled(const Dispatch& d, const KernelLaunch& l, const std::vector<Arg>& in, const Arg& out) {
   const auto& a = std::get<AttentionAttrs>(d.attrs);
-  const Dims m(a);
+  const Dims m(l.push);
   const T* q = in[0].as<T>();
   const T* k = in[1].as<T>();
   const T* v = in[2].as<T>();
@@ -124,12 +125,12 @@ void attention_tiled(const Dispatch& d, const std::vector<Arg>& in, const Arg& o
   const T* packed = in[3].as<T>();
   const T* g = in[4].as<T>();
   T* dq = out.as<T>();
-  T* dk = dq + numel(a.q);
-  T* dv = dk + numel(a.k);
+  T* dk = dq + rows * m.d;
+  T* dv = dk + m.b * m.hkv * m.sk * m.d;
   backward(m, a, q, k, v, packed, packed + rows * m.dv, g, g + rows * m.dv, dq, dk, dv);
 }
 
-template void attention_tiled<float>(const Dispatch&, const std::vector<Arg>&, const Arg&);
-template void attention_tiled<double>(const Dispatch&, const std::vector<Arg>&, const Arg&);
+template void attention_tiled<float>(const Dispatch&, const KernelLaunch&, const std::vector<Arg>&, const Arg&);
+template void attention_tiled<double>(const Dispatch&, const KernelLaunch&, const std::vector<Arg>&, const Arg&);
 
 }  // namespace meganeura::cpu

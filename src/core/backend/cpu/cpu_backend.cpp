@@ -85,7 +85,7 @@ class CpuBackend final : public Backend {
       const ProgramTensor& pt = q.tensors.at(t);
       std::byte* base = pt.external() ? static_cast<std::byte*>(buffers_.at(pt.binding)->data())
                                       : static_cast<std::byte*>(prep->arenas.at(pt.buffer)->data()) + pt.offset;
-      return cpu::Arg{base, &pt};
+      return cpu::Arg{base, pt.stored};
     };
     for (const Dispatch& d : q.dispatches) {
       std::vector<cpu::Arg> in;
@@ -120,8 +120,8 @@ class CpuBackend final : public Backend {
       const Dispatch& d = p.program.dispatches[i];
       const KernelLaunch& l = p.schedule.launches[i];
       cpu::set_workspace(ws, l.workspace_bytes);
-      if (f64) execute<double>(d, l, p.ins[i], p.outs[i], ws);
-      else execute<float>(d, l, p.ins[i], p.outs[i], ws);
+      if (f64) cpu::execute<double>(d, l, p.ins[i], p.outs[i], ws);
+      else cpu::execute<float>(d, l, p.ins[i], p.outs[i], ws);
     }
     cpu::set_workspace(nullptr, 0);
   }
@@ -157,37 +157,44 @@ class CpuBackend final : public Backend {
     }
   }
 
-  template <class T>
-  static void execute(const Dispatch& d, const KernelLaunch& l, const std::vector<cpu::Arg>& in,
-                      const std::vector<cpu::Arg>& outs, std::byte* ws) {
-    const cpu::Arg& out = outs[0];
-    switch (op_info(d.op).family) {
-      case OpFamily::fused: cpu::fused<T>(d, l, in, outs, l.workspace_bytes ? ws : nullptr); break;
-      case OpFamily::unary:
-        if (d.op == Op::cast) cpu::cast(d, in, out);
-        else cpu::unary<T>(d, in, out);
-        break;
-      case OpFamily::binary: cpu::binary<T>(d, in, out); break;
-      case OpFamily::reduce: cpu::reduce<T>(d, in, out); break;
-      case OpFamily::linalg: cpu::linalg<T>(d, in, out); break;
-      case OpFamily::conv: cpu::conv<T>(d, in, out); break;
-      case OpFamily::pool: cpu::pool<T>(d, in, out); break;
-      case OpFamily::movement: cpu::movement<T>(d, in, out); break;
-      case OpFamily::index: cpu::index<T>(d, in, out); break;
-      case OpFamily::seq: cpu::sequence<T>(d, in, out); break;
-      case OpFamily::optim:
-        if (d.op == Op::clip_coef) cpu::unary<T>(d, in, out);
-        else cpu::sequence<T>(d, in, out);
-        break;
-      case OpFamily::leaf: cpu::kernel_error(d.op, "leaves are not dispatched");
-    }
-  }
-
   std::map<std::string, std::unique_ptr<HostBuffer>> buffers_;
   std::vector<std::unique_ptr<Prepared>> programs_;
 };
 
 }  // namespace
+
+namespace cpu {
+
+template <class T>
+void execute(const Dispatch& d, const KernelLaunch& l, const std::vector<Arg>& in, const std::vector<Arg>& outs,
+             std::byte* ws) {
+  const Arg& out = outs[0];
+  switch (op_info(d.op).family) {
+    case OpFamily::fused: fused<T>(d, l, in, outs, l.workspace_bytes ? ws : nullptr); break;
+    case OpFamily::unary:
+      if (d.op == Op::cast) cast(l, in, out);
+      else unary<T>(d, l, in, out);
+      break;
+    case OpFamily::binary: binary<T>(d, l, in, out); break;
+    case OpFamily::reduce: reduce<T>(d, l, in, out); break;
+    case OpFamily::linalg: linalg<T>(d, l, in, out); break;
+    case OpFamily::conv: conv<T>(d, l, in, out); break;
+    case OpFamily::pool: pool<T>(d, l, in, out); break;
+    case OpFamily::movement: movement<T>(d, l, in, out); break;
+    case OpFamily::index: index<T>(d, l, in, out); break;
+    case OpFamily::seq: sequence<T>(d, l, in, out); break;
+    case OpFamily::optim:
+      if (d.op == Op::clip_coef) unary<T>(d, l, in, out);
+      else sequence<T>(d, l, in, out);
+      break;
+    case OpFamily::leaf: kernel_error(d.op, "leaves are not dispatched");
+  }
+}
+
+template void execute<float>(const Dispatch&, const KernelLaunch&, const std::vector<Arg>&, const std::vector<Arg>&, std::byte*);
+template void execute<double>(const Dispatch&, const KernelLaunch&, const std::vector<Arg>&, const std::vector<Arg>&, std::byte*);
+
+}  // namespace cpu
 
 std::unique_ptr<Backend> make_cpu_backend(const CpuOptions& options) {
   return std::make_unique<CpuBackend>(options);

@@ -9,15 +9,29 @@
 
 namespace meganeura::cpu {
 
-std::vector<int64_t> broadcast_strides(const Shape& in, const Shape& out) {
-  std::vector<int64_t> s(out.size(), 0);
-  int64_t stride = 1;
-  for (size_t i = in.size(); i-- > 0;) {
-    size_t o = i + out.size() - in.size();
-    s[o] = in[i] == 1 && out[o] != 1 ? 0 : stride;
-    stride *= in[i];
+Broadcast::Broadcast(const PushConstants& p) {
+  using L = ElementwiseLayout;
+  numel = p.get(L::kNumel);
+  rank = p.get(L::kRank);
+  inputs = p.get(L::kInputs);
+  for (int64_t d = 0; d < rank; ++d) ext[d] = p.get(L::kExtents + size_t(d));
+  for (int64_t i = 0; i < inputs; ++i) {
+    const uint32_t mask = p.get(L::kMasks + size_t(i / 4)) >> ((i % 4) * 8);
+    int64_t s = 1;
+    for (int64_t d = rank - 1; d >= 0; --d) {
+      if (mask >> d & 1) {
+        stride[i][d] = s;
+        s *= ext[d];
+      }
+    }
   }
-  return s;
+}
+
+bool Broadcast::spans_all(int64_t input) const {
+  for (int64_t d = 0; d < rank; ++d) {
+    if (!stride[input][d]) return false;
+  }
+  return true;
 }
 
 namespace {
@@ -68,10 +82,10 @@ T apply_unary(Op op, const Attrs& attrs, T x) {
 }  // namespace
 
 template <class T>
-void unary(const Dispatch& d, const std::vector<Arg>& in, const Arg& out) {
+void unary(const Dispatch& d, const KernelLaunch& l, const std::vector<Arg>& in, const Arg& out) {
   const T* x = in[0].as<T>();
   T* y = out.as<T>();
-  const int64_t n = out.n();
+  const int64_t n = l.push.get(ElementwiseLayout::kNumel);
   if (d.op == Op::copy || d.op == Op::detach) {
     if (x != y) std::memmove(y, x, size_t(n) * sizeof(T));
     return;
@@ -99,14 +113,14 @@ void with_binary_op(Op op, Body&& body) {
 }
 
 template <class T>
-void binary(const Dispatch& d, const std::vector<Arg>& in, const Arg& out) {
+void binary(const Dispatch& d, const KernelLaunch& l, const std::vector<Arg>& in, const Arg& out) {
   const T* a = in[0].as<T>();
   const T* b = in[1].as<T>();
   T* y = out.as<T>();
-  const Shape& os = out.shape();
-  const int64_t n = out.n();
+  const Broadcast bc(l.push);
+  const int64_t n = bc.numel;
   const int64_t min_parallel = n > kParallelMin ? 1 : INT64_MAX;
-  if (in[0].shape() == os && in[1].shape() == os) {
+  if (bc.spans_all(0) && bc.spans_all(1)) {
     with_binary_op<T>(d.op, [&](auto f) {
       parallel_for(n, min_parallel, [&](int64_t lo, int64_t hi) {
         for (int64_t i = lo; i < hi; ++i) y[i] = f(a[i], b[i]);
@@ -114,21 +128,23 @@ void binary(const Dispatch& d, const std::vector<Arg>& in, const Arg& out) {
     });
     return;
   }
-  // General broadcasting: walk rows of the innermost dimension; each input's inner stride is
-  // 1 (contiguous) or 0 (broadcast).
-  const auto sa = broadcast_strides(in[0].shape(), os), sb = broadcast_strides(in[1].shape(), os);
-  const int64_t rank = int64_t(os.size());
-  const int64_t inner = rank ? os.back() : 1, rows = inner ? n / inner : 0;
-  const int64_t ia = rank ? sa.back() : 0, ib = rank ? sb.back() : 0;
+  // General broadcasting: walk rows of the innermost (collapsed) dimension; each input's inner
+  // stride is 1 (contiguous) or 0 (broadcast).
+  const int64_t* sa = bc.stride[0];
+  const int64_t* sb = bc.stride[1];
+  const int64_t* os = bc.ext;
+  const int64_t rank = bc.rank;
+  const int64_t inner = rank ? os[rank - 1] : 1, rows = inner ? n / inner : 0;
+  const int64_t ia = rank ? sa[rank - 1] : 0, ib = rank ? sb[rank - 1] : 0;
   with_binary_op<T>(d.op, [&](auto f) {
     parallel_for(rows, min_parallel, [&](int64_t lo, int64_t hi) {
       for (int64_t r = lo; r < hi; ++r) {
         int64_t oa = 0, ob = 0, rem = r;
         for (int64_t k = rank - 2; k >= 0; --k) {
-          const int64_t idx = rem % os[size_t(k)];
-          rem /= os[size_t(k)];
-          oa += idx * sa[size_t(k)];
-          ob += idx * sb[size_t(k)];
+          const int64_t idx = rem % os[k];
+          rem /= os[k];
+          oa += idx * sa[k];
+          ob += idx * sb[k];
         }
         T* yr = y + r * inner;
         const T* ar = a + oa;
@@ -148,17 +164,12 @@ void binary(const Dispatch& d, const std::vector<Arg>& in, const Arg& out) {
 }
 
 template <class T>
-void reduce(const Dispatch& d, const std::vector<Arg>& in, const Arg& out) {
+void reduce(const Dispatch& d, const KernelLaunch& l, const std::vector<Arg>& in, const Arg& out) {
   const T* x = in[0].as<T>();
   T* y = out.as<T>();
-  const Shape& xs = in[0].shape();
+  const PushConstants& p = l.push;
+  const int64_t outer = p.get(push::kReduceOuter), len = p.get(push::kReduceLen), inner = p.get(push::kReduceInner);
   if (d.op == Op::softmax || d.op == Op::log_softmax) {
-    int64_t axis = std::get<AxisAttrs>(d.attrs).axis;
-    int64_t len = xs[size_t(axis)], inner = 1, outer = 1;
-    for (size_t i = 0; i < xs.size(); ++i) {
-      if (int64_t(i) < axis) outer *= xs[i];
-      else if (int64_t(i) > axis) inner *= xs[i];
-    }
     const bool log_form = d.op == Op::log_softmax;
     // exp in the tensor's own precision, once per element; terms below e^-80 (masked scores)
     // are zero: they cannot change a sum that includes the maximum's 1, and libm's underflow
@@ -183,26 +194,17 @@ void reduce(const Dispatch& d, const std::vector<Arg>& in, const Arg& out) {
     });
     return;
   }
-  const auto& a = std::get<ReduceAttrs>(d.attrs);
-  // Collapse to [outer, reduced, inner] when the reduced axes are contiguous (the common case).
-  bool contiguous = true;
-  for (size_t k = 1; k < a.axes.size(); ++k) contiguous &= a.axes[k] == a.axes[k - 1] + 1;
   const bool is_max = d.op == Op::max;
-  const double count = double(in[0].n()) / double(std::max<int64_t>(out.n(), 1));
+  const double count = double(p.get(push::kReduceCount));
   auto finish = [&](double acc) { return T(d.op == Op::mean ? acc / count : acc); };
-  if (contiguous && !a.axes.empty()) {
-    int64_t outer = 1, len = 1, inner = 1;
-    for (int64_t i = 0; i < int64_t(xs.size()); ++i) {
-      if (i < a.axes.front()) outer *= xs[size_t(i)];
-      else if (i <= a.axes.back()) len *= xs[size_t(i)];
-      else inner *= xs[size_t(i)];
-    }
+  const int64_t rank = p.get(push::kReduceRank);
+  if (rank == 0) {  // reduced axes contiguous: [outer, len, inner] (the common case)
     parallel_for(outer * inner, (outer * inner * len > kParallelMin) ? 1 : INT64_MAX, [&](int64_t begin_, int64_t end_) {
       for (int64_t r = begin_; r < end_; ++r) {
-        const T* p = x + (r / inner) * len * inner + r % inner;
+        const T* q = x + (r / inner) * len * inner + r % inner;
         double acc = is_max ? -INFINITY : 0.0;
         for (int64_t j = 0; j < len; ++j) {
-          double v = double(p[j * inner]);
+          double v = double(q[j * inner]);
           acc = is_max ? std::max(acc, v) : acc + v;
         }
         y[r] = finish(acc);
@@ -211,25 +213,27 @@ void reduce(const Dispatch& d, const std::vector<Arg>& in, const Arg& out) {
     return;
   }
   // General: map each input element to its output slot.
-  std::vector<int64_t> ostride(xs.size(), 0);
+  const uint32_t axes = p.get(push::kReduceAxes);
+  int64_t xs[push::kMaxRank], ostride[push::kMaxRank] = {}, n = 1;
+  for (int64_t i = 0; i < rank; ++i) n *= xs[i] = p.get(push::kReduceExtents + size_t(i));
   int64_t s = 1;
-  for (size_t i = xs.size(); i-- > 0;) {
-    if (!std::binary_search(a.axes.begin(), a.axes.end(), int64_t(i))) {
+  for (int64_t i = rank; i-- > 0;) {
+    if (!(axes >> i & 1)) {
       ostride[i] = s;
       s *= xs[i];
     }
   }
-  std::vector<double> acc(size_t(out.n()), is_max ? -INFINITY : 0.0);
-  const int64_t n = in[0].n();
+  const int64_t n_out = p.get(ElementwiseLayout::kNumel);
+  std::vector<double> acc(size_t(n_out), is_max ? -INFINITY : 0.0);
   for (int64_t i = 0; i < n; ++i) {
     int64_t rem = i, o = 0;
-    for (size_t k = xs.size(); k-- > 0;) {
+    for (int64_t k = rank; k-- > 0;) {
       o += (rem % xs[k]) * ostride[k];
       rem /= xs[k];
     }
     acc[size_t(o)] = is_max ? std::max(acc[size_t(o)], double(x[i])) : acc[size_t(o)] + double(x[i]);
   }
-  for (int64_t o = 0; o < out.n(); ++o) y[o] = finish(acc[size_t(o)]);
+  for (int64_t o = 0; o < n_out; ++o) y[o] = finish(acc[size_t(o)]);
 }
 
 // ---- casts between stored dtypes -----
@@ -314,15 +318,15 @@ void convert(DType from, const void* src, DType to, void* dst, int64_t n) {
   for (int64_t i = 0; i < n; ++i) store(to, dst, i, load(from, src, i));
 }
 
-void cast(const Dispatch&, const std::vector<Arg>& in, const Arg& out) {
-  convert(in[0].t->stored, in[0].data, out.t->stored, out.data, out.n());
+void cast(const KernelLaunch& l, const std::vector<Arg>& in, const Arg& out) {
+  convert(in[0].stored, in[0].data, out.stored, out.data, l.push.get(ElementwiseLayout::kNumel));
 }
 
-template void unary<float>(const Dispatch&, const std::vector<Arg>&, const Arg&);
-template void unary<double>(const Dispatch&, const std::vector<Arg>&, const Arg&);
-template void binary<float>(const Dispatch&, const std::vector<Arg>&, const Arg&);
-template void binary<double>(const Dispatch&, const std::vector<Arg>&, const Arg&);
-template void reduce<float>(const Dispatch&, const std::vector<Arg>&, const Arg&);
-template void reduce<double>(const Dispatch&, const std::vector<Arg>&, const Arg&);
+template void unary<float>(const Dispatch&, const KernelLaunch&, const std::vector<Arg>&, const Arg&);
+template void unary<double>(const Dispatch&, const KernelLaunch&, const std::vector<Arg>&, const Arg&);
+template void binary<float>(const Dispatch&, const KernelLaunch&, const std::vector<Arg>&, const Arg&);
+template void binary<double>(const Dispatch&, const KernelLaunch&, const std::vector<Arg>&, const Arg&);
+template void reduce<float>(const Dispatch&, const KernelLaunch&, const std::vector<Arg>&, const Arg&);
+template void reduce<double>(const Dispatch&, const KernelLaunch&, const std::vector<Arg>&, const Arg&);
 
 }  // namespace meganeura::cpu

@@ -85,23 +85,11 @@ void evaluate(const std::vector<FusedInstr>& code, const PushConstants& p, const
   const size_t n_out = fused_outputs(code);
   // a program without `store` leaves its one result on the stack
   const bool from_stack = std::none_of(code.begin(), code.end(), [](const FusedInstr& f) { return f.kind == FusedInstr::store; });
-  using L = ElementwiseLayout;
-  const int64_t numel = p.get(L::kNumel), rank = p.get(L::kRank), n_in = p.get(L::kInputs);
+  const Broadcast bc(p);
+  const int64_t numel = bc.numel, rank = bc.rank, n_in = bc.inputs;
   if (numel == 0) return;
-  int64_t ext[L::kMaxRank];
-  for (int64_t d = 0; d < rank; ++d) ext[d] = p.get(L::kExtents + size_t(d));
-  // per input: element stride of every collapsed dimension (0 where broadcast)
-  int64_t stride[kFusedMaxInputs][L::kMaxRank] = {};
-  for (int64_t i = 0; i < n_in; ++i) {
-    const uint32_t mask = p.get(L::kMasks + size_t(i / 4)) >> ((i % 4) * 8);
-    int64_t s = 1;
-    for (int64_t d = rank - 1; d >= 0; --d) {
-      if (mask >> d & 1) {
-        stride[i][d] = s;
-        s *= ext[d];
-      }
-    }
-  }
+  const int64_t* ext = bc.ext;
+  const auto& stride = bc.stride;
   const int64_t inner = rank ? ext[rank - 1] : 1, rows = numel / inner;
   // A work item is up to kBlock elements: part of one long row, or several whole short rows
   // (so each instruction's dispatch is paid for at least kBlock elements).
@@ -109,10 +97,7 @@ void evaluate(const std::vector<FusedInstr>& code, const PushConstants& p, const
   const int64_t blocks_per_row = (inner + kBlock - 1) / kBlock;
   const int64_t items = (rows + rows_per_item - 1) / rows_per_item * blocks_per_row;
   bool full[kFusedMaxInputs] = {};  // spans every dimension: rows are contiguous in memory
-  for (int64_t i = 0; i < n_in; ++i) {
-    full[i] = true;
-    for (int64_t d = 0; d < rank; ++d) full[i] &= stride[i][d] != 0;
-  }
+  for (int64_t i = 0; i < n_in; ++i) full[i] = bc.spans_all(i);
   auto row_offset = [&](int64_t i, int64_t r) {
     int64_t rem = r, o = 0;
     for (int64_t d = rank - 2; d >= 0; --d) {
@@ -253,7 +238,7 @@ void fused(const Dispatch& d, const KernelLaunch& l, const std::vector<Arg>& in,
     }
     case Op::matmul_epilogue: {
       const auto& a = std::get<FusedAttrs>(d.attrs);
-      matmul<T>(a.matmul, in[0], in[1], out);
+      matmul<T>(l.push, in[0], in[1], out);
       src[0] = out.as<T>();  // the product, read before each block is overwritten
       for (size_t i = 2; i < in.size(); ++i) src[i - 1] = in[i].as<T>();
       evaluate<T>(a.code, l.push, src, &y);

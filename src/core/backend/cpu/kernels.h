@@ -14,42 +14,58 @@
 
 namespace meganeura::cpu {
 
+// A kernel operand: its memory and stored dtype. No shape: every size a kernel uses comes from
+// its launch's push block (schedule.h), lowered once per program.
 struct Arg {
   void* data = nullptr;
-  const ProgramTensor* t = nullptr;
+  DType stored = DType::f32;
   template <class T> T* as() const { return static_cast<T*>(data); }
-  const Shape& shape() const { return t->type.shape; }
-  int64_t n() const { return t->type.numel(); }
 };
 
-template <class T> void unary(const Dispatch& d, const std::vector<Arg>& in, const Arg& out);
-template <class T> void binary(const Dispatch& d, const std::vector<Arg>& in, const Arg& out);
-template <class T> void reduce(const Dispatch& d, const std::vector<Arg>& in, const Arg& out);
-template <class T> void linalg(const Dispatch& d, const std::vector<Arg>& in, const Arg& out);
-template <class T> void conv(const Dispatch& d, const std::vector<Arg>& in, const Arg& out);
-template <class T> void pool(const Dispatch& d, const std::vector<Arg>& in, const Arg& out);
-template <class T> void movement(const Dispatch& d, const std::vector<Arg>& in, const Arg& out);
-template <class T> void index(const Dispatch& d, const std::vector<Arg>& in, const Arg& out);
-template <class T> void sequence(const Dispatch& d, const std::vector<Arg>& in, const Arg& out);
+// Family entry points; `l` is the dispatch's launch from the program's schedule.
+template <class T> void unary(const Dispatch& d, const KernelLaunch& l, const std::vector<Arg>& in, const Arg& out);
+template <class T> void binary(const Dispatch& d, const KernelLaunch& l, const std::vector<Arg>& in, const Arg& out);
+template <class T> void reduce(const Dispatch& d, const KernelLaunch& l, const std::vector<Arg>& in, const Arg& out);
+template <class T> void linalg(const Dispatch& d, const KernelLaunch& l, const std::vector<Arg>& in, const Arg& out);
+template <class T> void conv(const Dispatch& d, const KernelLaunch& l, const std::vector<Arg>& in, const Arg& out);
+template <class T> void pool(const Dispatch& d, const KernelLaunch& l, const std::vector<Arg>& in, const Arg& out);
+template <class T> void movement(const Dispatch& d, const KernelLaunch& l, const std::vector<Arg>& in, const Arg& out);
+template <class T> void index(const Dispatch& d, const KernelLaunch& l, const std::vector<Arg>& in, const Arg& out);
+template <class T> void sequence(const Dispatch& d, const KernelLaunch& l, const std::vector<Arg>& in, const Arg& out);
 // where, gather, gather_backward and the fused cross-entropy (workload_ops.cpp).
-template <class T> void workload_index(const Dispatch& d, const std::vector<Arg>& in, const Arg& out);
+template <class T>
+void workload_index(const Dispatch& d, const KernelLaunch& l, const std::vector<Arg>& in, const Arg& out);
 // Query-tiled attention and its backward (attention_ops.cpp).
-template <class T> void attention_tiled(const Dispatch& d, const std::vector<Arg>& in, const Arg& out);
-void cast(const Dispatch& d, const std::vector<Arg>& in, const Arg& out);
-// The fused ops: sizes from the launch's push constants, scratch from `workspace`; `outs` are
-// the dispatch's writes (several for a multi-output fused_elementwise).
+template <class T>
+void attention_tiled(const Dispatch& d, const KernelLaunch& l, const std::vector<Arg>& in, const Arg& out);
+void cast(const KernelLaunch& l, const std::vector<Arg>& in, const Arg& out);
+// The fused ops: scratch from `workspace`; `outs` are the dispatch's writes (several for a
+// multi-output fused_elementwise).
 template <class T>
 void fused(const Dispatch& d, const KernelLaunch& launch, const std::vector<Arg>& in, const std::vector<Arg>& outs,
            std::byte* workspace);
-template <class T> void matmul(const MatmulAttrs& a, const Arg& x, const Arg& y, const Arg& out);
+// matmul's GEMMs with the sizes of the launch's push::kMatmul words.
+template <class T> void matmul(const PushConstants& p, const Arg& x, const Arg& y, const Arg& out);
+// Runs one dispatch with its launch: the backend's per-dispatch step, routed by op family.
+template <class T>
+void execute(const Dispatch& d, const KernelLaunch& l, const std::vector<Arg>& in, const std::vector<Arg>& outs,
+             std::byte* workspace);
+
+// An ElementwiseLayout block decoded: the collapsed extents and, per input, the element stride
+// of each dimension (0 where the input is broadcast).
+struct Broadcast {
+  static constexpr size_t kRank = ElementwiseLayout::kMaxRank;
+  int64_t numel = 0, rank = 0, inputs = 0;
+  int64_t ext[kRank] = {};
+  int64_t stride[kFusedMaxInputs][kRank] = {};
+  explicit Broadcast(const PushConstants& p);
+  bool spans_all(int64_t input) const;  // the input is laid out like the output
+};
 
 // The scratch the schedule planned for the dispatch being run (set by the backend around each
 // dispatch); kernels take their temporary buffers from it instead of allocating.
 void set_workspace(std::byte* data, size_t bytes);
 std::byte* workspace(Op op, size_t bytes);
-
-// Element strides of a row-major shape; broadcast dimensions of `in` against `out` get 0.
-std::vector<int64_t> broadcast_strides(const Shape& in, const Shape& out);
 
 [[noreturn]] inline void kernel_error(Op op, const std::string& msg) {
   throw std::runtime_error("[cpu:" + std::string(op_name(op)) + "] " + msg);

@@ -18,12 +18,20 @@ namespace {
 
 struct ConvGeom {
   int64_t n, c, h, w, o, kh, kw, oh, ow, groups, cg, og;
-  const ConvAttrs* a;
+  const ConvAttrs* a;  // stride, padding and dilation (from the push block too)
 };
 
-ConvGeom geometry(const Shape& x, const Shape& w, const Shape& y, const ConvAttrs& a) {
-  return ConvGeom{x[0], x[1], x[2], x[3], w[0], w[2], w[3], y[2], y[3], a.groups,
-                  x[1] / a.groups, w[0] / a.groups, &a};
+// The convolution's geometry and attributes from its launch's push words.
+ConvGeom geometry(const PushConstants& p, ConvAttrs& a) {
+  int64_t v[10];
+  for (size_t i = 0; i < 10; ++i) v[i] = p.get(push::kConv + i);
+  for (size_t i = 0; i < 2; ++i) {
+    a.stride[i] = p.get(push::kConvStride + i);
+    a.pad[i] = p.get(push::kConvPad + i);
+    a.dilation[i] = p.get(push::kConvDilation + i);
+  }
+  a.groups = v[9];
+  return ConvGeom{v[0], v[1], v[2], v[3], v[4], v[5], v[6], v[7], v[8], v[9], v[1] / v[9], v[4] / v[9], &a};
 }
 
 bool is_pointwise(const ConvGeom& g) {
@@ -127,8 +135,8 @@ void conv_backward_weight(const ConvGeom& g, const T* x, const T* dy, T* dw) {
 }  // namespace
 
 template <class T>
-void linalg(const Dispatch& d, const std::vector<Arg>& in, const Arg& out) {
-  matmul<T>(std::get<MatmulAttrs>(d.attrs), in[0], in[1], out);
+void linalg(const Dispatch&, const KernelLaunch& l, const std::vector<Arg>& in, const Arg& out) {
+  matmul<T>(l.push, in[0], in[1], out);
 }
 
 namespace {
@@ -149,17 +157,17 @@ std::byte* workspace(Op op, size_t bytes) {
 }
 
 template <class T>
-void matmul(const MatmulAttrs& a, const Arg& x, const Arg& y, const Arg& out) {
+void matmul(const PushConstants& p, const Arg& x, const Arg& y, const Arg& out) {
   const Arg in[2] = {x, y};
-  const Shape &as = in[0].shape(), &bs = in[1].shape(), &cs = out.shape();
-  const int64_t m = cs[cs.size() - 2], n = cs.back();
-  const int64_t k = a.trans_a ? as[as.size() - 2] : as.back();
-  const int64_t batch = out.n() / std::max<int64_t>(m * n, 1);
-  const bool a_batched = as.size() > 2, b_batched = bs.size() > 2;
+  int64_t w[8];
+  for (size_t i = 0; i < 8; ++i) w[i] = p.get(push::kMatmul + i);
+  const int64_t m = w[0], n = w[1], k = w[2], batch = w[3];
+  const bool a_batched = w[4], b_batched = w[5];
+  struct { bool trans_a, trans_b; } a{w[6] != 0, w[7] != 0};
   const T* A = in[0].as<T>();
   const T* B = in[1].as<T>();
   T* C = out.as<T>();
-  const int64_t lda = as.back(), ldb = bs.back();
+  const int64_t lda = a.trans_a ? m : k, ldb = a.trans_b ? k : n;  // row-major A [m,k] or [k,m], B [k,n] or [n,k]
   if (a_batched && !b_batched && !a.trans_a) {  // shared weights: one tall GEMM
     gemm(false, a.trans_b, batch * m, n, k, T(1), A, lda, B, ldb, T(0), C, n);
     return;
@@ -183,14 +191,12 @@ void matmul(const MatmulAttrs& a, const Arg& x, const Arg& y, const Arg& out) {
 }
 
 template <class T>
-void conv(const Dispatch& d, const std::vector<Arg>& in, const Arg& out) {
-  const auto& a = std::get<ConvAttrs>(d.attrs);
+void conv(const Dispatch& d, const KernelLaunch& l, const std::vector<Arg>& in, const Arg& out) {
+  ConvAttrs a;
+  const ConvGeom g = geometry(l.push, a);
   if constexpr (std::is_same_v<T, float>) {
     if (f32_gemm() == F32Gemm::onednn) {
-      const bool bi = d.op == Op::conv2d_backward_input, bw = d.op == Op::conv2d_backward_weight;
-      const Shape& xs = bi ? out.shape() : in[0].shape();
-      const Shape& ws = bw ? out.shape() : in[1].shape();
-      const Shape& ys = bi ? in[0].shape() : bw ? in[1].shape() : out.shape();
+      const Shape xs{g.n, g.c, g.h, g.w}, ws{g.o, g.cg, g.kh, g.kw}, ys{g.n, g.o, g.oh, g.ow};
       if (onednn_conv_applies(d.op, xs, ws, a)) {
         onednn_conv(d.op, xs, ws, ys, a, in[0].as<float>(), in[1].as<float>(), out.as<float>());
         return;
@@ -198,27 +204,22 @@ void conv(const Dispatch& d, const std::vector<Arg>& in, const Arg& out) {
     }
   }
   switch (d.op) {
-    case Op::conv2d:
-      conv_forward(geometry(in[0].shape(), in[1].shape(), out.shape(), a), in[0].as<T>(), in[1].as<T>(), out.as<T>());
-      break;
-    case Op::conv2d_backward_input:
-      conv_backward_input(geometry(out.shape(), in[1].shape(), in[0].shape(), a), in[0].as<T>(), in[1].as<T>(), out.as<T>());
-      break;
-    case Op::conv2d_backward_weight:
-      conv_backward_weight(geometry(in[0].shape(), out.shape(), in[1].shape(), a), in[0].as<T>(), in[1].as<T>(), out.as<T>());
-      break;
+    case Op::conv2d: conv_forward(g, in[0].as<T>(), in[1].as<T>(), out.as<T>()); break;
+    case Op::conv2d_backward_input: conv_backward_input(g, in[0].as<T>(), in[1].as<T>(), out.as<T>()); break;
+    case Op::conv2d_backward_weight: conv_backward_weight(g, in[0].as<T>(), in[1].as<T>(), out.as<T>()); break;
     default: kernel_error(d.op, "not a convolution");
   }
 }
 
 template <class T>
-void pool(const Dispatch& d, const std::vector<Arg>& in, const Arg& out) {
+void pool(const Dispatch& d, const KernelLaunch& l, const std::vector<Arg>& in, const Arg& out) {
+  int64_t v[12];
+  for (size_t i = 0; i < 12; ++i) v[i] = l.push.get(push::kPool + i);
+  const int64_t planes = v[0] * v[1], h = v[2], w = v[3], oh = v[10], ow = v[11];
   if (d.op == Op::upsample_nearest2x) {
-    const Shape& s = in[0].shape();
-    const int64_t planes = s[0] * s[1], h = s[2], w = s[3];
     const T* x = in[0].as<T>();
     T* y = out.as<T>();
-    parallel_for(planes, (out.n() > kParallelMin) ? 1 : INT64_MAX, [&](int64_t begin_, int64_t end_) {
+    parallel_for(planes, (planes * oh * ow > kParallelMin) ? 1 : INT64_MAX, [&](int64_t begin_, int64_t end_) {
       for (int64_t p = begin_; p < end_; ++p) {
         for (int64_t i = 0; i < 2 * h; ++i) {
           for (int64_t j = 0; j < 2 * w; ++j) y[(p * 2 * h + i) * 2 * w + j] = x[(p * h + i / 2) * w + j / 2];
@@ -227,13 +228,10 @@ void pool(const Dispatch& d, const std::vector<Arg>& in, const Arg& out) {
     });
     return;
   }
-  const auto& a = std::get<PoolAttrs>(d.attrs);
+  struct { int64_t kernel[2], stride[2], pad[2]; } a{{v[4], v[5]}, {v[6], v[7]}, {v[8], v[9]}};
   const bool backward = d.op == Op::max_pool2d_backward || d.op == Op::avg_pool2d_backward;
-  const Shape& xs = backward ? out.shape() : in[0].shape();
-  const Shape& ys = d.op == Op::max_pool2d_backward ? in[1].shape() : backward ? in[0].shape() : out.shape();
-  const int64_t planes = xs[0] * xs[1], h = xs[2], w = xs[3], oh = ys[2], ow = ys[3];
   const int64_t kk = a.kernel[0] * a.kernel[1];
-  if (backward) std::fill(out.as<T>(), out.as<T>() + out.n(), T(0));
+  if (backward) std::fill(out.as<T>(), out.as<T>() + planes * h * w, T(0));
   parallel_for(planes, (planes * h * w > kParallelMin) ? 1 : INT64_MAX, [&](int64_t begin_, int64_t end_) {
     for (int64_t p = begin_; p < end_; ++p) {
       for (int64_t oy = 0; oy < oh; ++oy) {
@@ -265,13 +263,13 @@ void pool(const Dispatch& d, const std::vector<Arg>& in, const Arg& out) {
   });
 }
 
-template void matmul<float>(const MatmulAttrs&, const Arg&, const Arg&, const Arg&);
-template void matmul<double>(const MatmulAttrs&, const Arg&, const Arg&, const Arg&);
-template void linalg<float>(const Dispatch&, const std::vector<Arg>&, const Arg&);
-template void linalg<double>(const Dispatch&, const std::vector<Arg>&, const Arg&);
-template void conv<float>(const Dispatch&, const std::vector<Arg>&, const Arg&);
-template void conv<double>(const Dispatch&, const std::vector<Arg>&, const Arg&);
-template void pool<float>(const Dispatch&, const std::vector<Arg>&, const Arg&);
-template void pool<double>(const Dispatch&, const std::vector<Arg>&, const Arg&);
+template void matmul<float>(const PushConstants&, const Arg&, const Arg&, const Arg&);
+template void matmul<double>(const PushConstants&, const Arg&, const Arg&, const Arg&);
+template void linalg<float>(const Dispatch&, const KernelLaunch&, const std::vector<Arg>&, const Arg&);
+template void linalg<double>(const Dispatch&, const KernelLaunch&, const std::vector<Arg>&, const Arg&);
+template void conv<float>(const Dispatch&, const KernelLaunch&, const std::vector<Arg>&, const Arg&);
+template void conv<double>(const Dispatch&, const KernelLaunch&, const std::vector<Arg>&, const Arg&);
+template void pool<float>(const Dispatch&, const KernelLaunch&, const std::vector<Arg>&, const Arg&);
+template void pool<double>(const Dispatch&, const KernelLaunch&, const std::vector<Arg>&, const Arg&);
 
 }  // namespace meganeura::cpu

@@ -10,24 +10,27 @@
 namespace meganeura::cpu {
 namespace {
 
-std::vector<int64_t> strides_of(const Shape& s) {
-  std::vector<int64_t> st(s.size(), 1);
-  for (size_t i = s.size(); i-- > 1;) st[i - 1] = st[i] * s[i];
-  return st;
+// Row-major element strides of `rank` extents.
+void strides_of(const int64_t* ext, int64_t rank, int64_t* st) {
+  for (int64_t i = rank - 1, s = 1; i >= 0; --i) {
+    st[i] = s;
+    s *= ext[i];
+  }
 }
 
 // y[i] = x[src(i)] where src is an affine map given by per-output-axis input strides.
 template <class T>
-void strided_copy(const T* x, T* y, const Shape& os, const std::vector<int64_t>& in_strides, int64_t base) {
-  const int64_t n = numel(os), rank = int64_t(os.size());
-  const int64_t inner = rank ? os.back() : 1, rows = inner ? n / inner : 0;
-  const int64_t is = rank ? in_strides.back() : 0;
+void strided_copy(const T* x, T* y, const int64_t* os, int64_t rank, const int64_t* in_strides, int64_t base) {
+  int64_t n = 1;
+  for (int64_t k = 0; k < rank; ++k) n *= os[k];
+  const int64_t inner = rank ? os[rank - 1] : 1, rows = inner ? n / inner : 0;
+  const int64_t is = rank ? in_strides[rank - 1] : 0;
   parallel_for(rows, (n > kParallelMin) ? 1 : INT64_MAX, [&](int64_t begin_, int64_t end_) {
     for (int64_t r = begin_; r < end_; ++r) {
       int64_t off = base, rem = r;
       for (int64_t k = rank - 2; k >= 0; --k) {
-        off += (rem % os[size_t(k)]) * in_strides[size_t(k)];
-        rem /= os[size_t(k)];
+        off += (rem % os[k]) * in_strides[k];
+        rem /= os[k];
       }
       T* yr = y + r * inner;
       for (int64_t j = 0; j < inner; ++j) yr[j] = x[off + j * is];
@@ -35,67 +38,81 @@ void strided_copy(const T* x, T* y, const Shape& os, const std::vector<int64_t>&
   });
 }
 
+// The permute/slice/pad block: rank, input and output extents, one word per dimension.
+struct Movement {
+  int64_t rank, in[push::kMaxRank], out[push::kMaxRank], param[push::kMaxRank], in_st[push::kMaxRank],
+      out_st[push::kMaxRank];
+  explicit Movement(const PushConstants& p) : rank(p.get(push::kMoveRank)) {
+    for (int64_t i = 0; i < rank; ++i) {
+      in[i] = p.get(push::kMoveIn + size_t(i));
+      out[i] = p.get(push::kMoveOut + size_t(i));
+      param[i] = p.get(push::kMoveParam + size_t(i));
+    }
+    strides_of(in, rank, in_st);
+    strides_of(out, rank, out_st);
+  }
+};
+
 }  // namespace
 
 template <class T>
-void movement(const Dispatch& d, const std::vector<Arg>& in, const Arg& out) {
+void movement(const Dispatch& d, const KernelLaunch& l, const std::vector<Arg>& in, const Arg& out) {
   const T* x = in[0].as<T>();
   T* y = out.as<T>();
-  const Shape& xs = in[0].shape();
-  const Shape& os = out.shape();
+  const PushConstants& p = l.push;
   switch (d.op) {
     case Op::reshape:
-      if (x != y) std::memmove(y, x, size_t(out.n()) * sizeof(T));
+      if (x != y) std::memmove(y, x, size_t(p.get(ElementwiseLayout::kNumel)) * sizeof(T));
       return;
     case Op::permute: {
-      const auto& perm = std::get<PermuteAttrs>(d.attrs).perm;
-      auto xst = strides_of(xs);
-      std::vector<int64_t> st(perm.size());
-      for (size_t i = 0; i < perm.size(); ++i) st[i] = xst[size_t(perm[i])];
-      strided_copy(x, y, os, st, 0);
+      const Movement m(p);
+      int64_t st[push::kMaxRank];
+      for (int64_t i = 0; i < m.rank; ++i) st[i] = m.in_st[m.param[i]];
+      strided_copy(x, y, m.out, m.rank, st, 0);
       return;
     }
     case Op::slice: {
-      const auto& s = std::get<SliceAttrs>(d.attrs);
-      auto st = strides_of(xs);
+      const Movement m(p);
       int64_t base = 0;
-      for (size_t i = 0; i < st.size(); ++i) base += s.starts[i] * st[i];
-      strided_copy(x, y, os, st, base);
+      for (int64_t i = 0; i < m.rank; ++i) base += m.param[i] * m.in_st[i];
+      strided_copy(x, y, m.out, m.rank, m.in_st, base);
       return;
     }
-    case Op::broadcast_to:
-      strided_copy(x, y, os, broadcast_strides(xs, os), 0);
+    case Op::broadcast_to: {
+      const Broadcast bc(p);
+      strided_copy(x, y, bc.ext, bc.rank, bc.stride[0], 0);
       return;
+    }
     case Op::pad: {
-      const auto& p = std::get<PadAttrs>(d.attrs);
-      std::fill(y, y + out.n(), T(0));
-      auto ost = strides_of(os);
+      const Movement m(p);
+      int64_t n_out = 1, n = 1;
+      for (int64_t i = 0; i < m.rank; ++i) {
+        n_out *= m.out[i];
+        n *= m.in[i];
+      }
+      std::fill(y, y + n_out, T(0));
       int64_t base = 0;
-      for (size_t i = 0; i < ost.size(); ++i) base += p.before[i] * ost[i];
+      for (int64_t i = 0; i < m.rank; ++i) base += m.param[i] * m.out_st[i];
       // Scatter: walk the input, write at the shifted output position.
-      const int64_t n = in[0].n(), rank = int64_t(xs.size());
       for (int64_t i = 0; i < n; ++i) {
         int64_t rem = i, off = base;
-        for (int64_t k = rank - 1; k >= 0; --k) {
-          off += (rem % xs[size_t(k)]) * ost[size_t(k)];
-          rem /= xs[size_t(k)];
+        for (int64_t k = m.rank - 1; k >= 0; --k) {
+          off += (rem % m.in[k]) * m.out_st[k];
+          rem /= m.in[k];
         }
         y[off] = x[i];
       }
       return;
     }
     case Op::concat: {
-      const int64_t axis = std::get<AxisAttrs>(d.attrs).axis;
-      int64_t outer = 1, inner = 1;
-      for (int64_t i = 0; i < int64_t(os.size()); ++i) {
-        if (i < axis) outer *= os[size_t(i)];
-        else if (i > axis) inner *= os[size_t(i)];
-      }
-      const int64_t out_row = os[size_t(axis)] * inner;
+      const int64_t outer = p.get(push::kConcatOuter), inner = p.get(push::kConcatInner);
+      const size_t inputs = p.get(push::kConcatInputs);
+      int64_t out_row = 0;
+      for (size_t k = 0; k < inputs; ++k) out_row += int64_t(p.get(push::kConcatLens + k)) * inner;
       int64_t off = 0;
-      for (const Arg& a : in) {
-        const int64_t row = a.shape()[size_t(axis)] * inner;
-        const T* src = a.as<T>();
+      for (size_t k = 0; k < inputs; ++k) {
+        const int64_t row = int64_t(p.get(push::kConcatLens + k)) * inner;
+        const T* src = in[k].as<T>();
         for (int64_t o = 0; o < outer; ++o) std::memcpy(y + o * out_row + off, src + o * row, size_t(row) * sizeof(T));
         off += row;
       }
@@ -106,10 +123,11 @@ void movement(const Dispatch& d, const std::vector<Arg>& in, const Arg& out) {
 }
 
 template <class T>
-void index(const Dispatch& d, const std::vector<Arg>& in, const Arg& out) {
+void index(const Dispatch& d, const KernelLaunch& l, const std::vector<Arg>& in, const Arg& out) {
+  const int64_t rows = l.push.get(push::kIndexRows), dim = l.push.get(push::kIndexWidth),
+                n = l.push.get(push::kIndexCount);
   switch (d.op) {
     case Op::embedding: {
-      const int64_t rows = in[0].shape()[0], dim = in[0].shape()[1], n = in[1].n();
       const T* table = in[0].as<T>();
       const int32_t* ids = in[1].as<int32_t>();
       for (int64_t i = 0; i < n; ++i) {
@@ -122,9 +140,8 @@ void index(const Dispatch& d, const std::vector<Arg>& in, const Arg& out) {
       return;
     }
     case Op::embedding_backward: {
-      const int64_t rows = out.shape()[0], dim = out.shape()[1], n = in[1].n();
       T* g = out.as<T>();
-      std::fill(g, g + out.n(), T(0));
+      std::fill(g, g + rows * dim, T(0));
       const int32_t* ids = in[1].as<int32_t>();
       for (int64_t i = 0; i < n; ++i) {  // sequential: deterministic accumulation order
         if (ids[i] < 0 || ids[i] >= rows) kernel_error(d.op, "id " + std::to_string(ids[i]) + " out of range");
@@ -135,23 +152,23 @@ void index(const Dispatch& d, const std::vector<Arg>& in, const Arg& out) {
       return;
     }
     case Op::one_hot: {
-      const auto& a = std::get<OneHotAttrs>(d.attrs);
+      const int64_t ignore = std::get<OneHotAttrs>(d.attrs).ignore_index, classes = dim;
       T* y = out.as<T>();
-      std::fill(y, y + out.n(), T(0));
+      std::fill(y, y + n * classes, T(0));
       const int32_t* ids = in[0].as<int32_t>();
-      for (int64_t i = 0, n = in[0].n(); i < n; ++i) {
-        if (ids[i] == a.ignore_index) continue;
-        if (ids[i] < 0 || ids[i] >= a.classes) {
+      for (int64_t i = 0; i < n; ++i) {
+        if (ids[i] == ignore) continue;
+        if (ids[i] < 0 || ids[i] >= classes) {
           kernel_error(d.op, "class " + std::to_string(ids[i]) + " at position " + std::to_string(i) +
-                                 " out of range [0, " + std::to_string(a.classes) + ")");
+                                 " out of range [0, " + std::to_string(classes) + ")");
         }
-        y[i * a.classes + ids[i]] = T(1);
+        y[i * classes + ids[i]] = T(1);
       }
       return;
     }
     case Op::where: case Op::gather: case Op::gather_backward: case Op::softmax_cross_entropy:
     case Op::softmax_cross_entropy_backward:
-      return workload_index<T>(d, in, out);
+      return workload_index<T>(d, l, in, out);
     default: kernel_error(d.op, "not an index op");
   }
 }
@@ -159,21 +176,21 @@ void index(const Dispatch& d, const std::vector<Arg>& in, const Arg& out) {
 // A scalar step counter as stored (f32, f64 in the oracle, or i32), exactly.
 double counter_value(const Arg& a) {
   double v = 0;
-  convert(a.t->stored, a.data, DType::f64, &v, 1);
+  convert(a.stored, a.data, DType::f64, &v, 1);
   return v;
 }
 
 template <class T>
-void sequence(const Dispatch& d, const std::vector<Arg>& in, const Arg& out) {
-  if (d.op == Op::attention_fused || d.op == Op::attention_fused_backward) return attention_tiled<T>(d, in, out);
+void sequence(const Dispatch& d, const KernelLaunch& l, const std::vector<Arg>& in, const Arg& out) {
+  if (d.op == Op::attention_fused || d.op == Op::attention_fused_backward) return attention_tiled<T>(d, l, in, out);
   const T* x = in[0].as<T>();
   T* y = out.as<T>();
-  const Shape& s = out.shape();
+  const int64_t rows = l.push.get(push::kSeqRows), len = l.push.get(push::kSeqLen),
+                positions = l.push.get(push::kSeqPositions);
   switch (d.op) {
     case Op::rope: {
       const auto& a = std::get<RopeAttrs>(d.attrs);
-      const int64_t dim = s.back(), seq = s[s.size() - 2], half = dim / 2;
-      const int64_t rows = out.n() / dim;
+      const int64_t dim = len, seq = positions, half = dim / 2;
       const double sign = a.inverse ? -1.0 : 1.0;
       std::vector<double> cs(size_t(seq * half)), sn(size_t(seq * half));  // per (position, pair)
       for (int64_t pos = 0; pos < seq; ++pos) {
@@ -183,7 +200,7 @@ void sequence(const Dispatch& d, const std::vector<Arg>& in, const Arg& out) {
           sn[size_t(pos * half + i)] = std::sin(angle);
         }
       }
-      parallel_for(rows, (out.n() > kParallelMin) ? 1 : INT64_MAX, [&](int64_t lo, int64_t hi) {
+      parallel_for(rows, (rows * dim > kParallelMin) ? 1 : INT64_MAX, [&](int64_t lo, int64_t hi) {
         for (int64_t r = lo; r < hi; ++r) {
           const double* c = cs.data() + (r % seq) * half;
           const double* sv = sn.data() + (r % seq) * half;
@@ -200,9 +217,8 @@ void sequence(const Dispatch& d, const std::vector<Arg>& in, const Arg& out) {
     }
     case Op::causal_mask: {
       const T fill = T(std::get<MaskAttrs>(d.attrs).fill);
-      const int64_t sk = s.back(), sq = s[s.size() - 2], offset = sk - sq;
-      const int64_t rows = out.n() / sk;
-      parallel_for(rows, (out.n() > kParallelMin) ? 1 : INT64_MAX, [&](int64_t begin_, int64_t end_) {
+      const int64_t sk = len, sq = positions, offset = sk - sq;
+      parallel_for(rows, (rows * sk > kParallelMin) ? 1 : INT64_MAX, [&](int64_t begin_, int64_t end_) {
         for (int64_t r = begin_; r < end_; ++r) {
           const int64_t i = r % sq;
           for (int64_t j = 0; j < sk; ++j) y[r * sk + j] = j > i + offset ? fill : x[r * sk + j];
@@ -241,11 +257,11 @@ void sequence(const Dispatch& d, const std::vector<Arg>& in, const Arg& out) {
   }
 }
 
-template void movement<float>(const Dispatch&, const std::vector<Arg>&, const Arg&);
-template void movement<double>(const Dispatch&, const std::vector<Arg>&, const Arg&);
-template void index<float>(const Dispatch&, const std::vector<Arg>&, const Arg&);
-template void index<double>(const Dispatch&, const std::vector<Arg>&, const Arg&);
-template void sequence<float>(const Dispatch&, const std::vector<Arg>&, const Arg&);
-template void sequence<double>(const Dispatch&, const std::vector<Arg>&, const Arg&);
+template void movement<float>(const Dispatch&, const KernelLaunch&, const std::vector<Arg>&, const Arg&);
+template void movement<double>(const Dispatch&, const KernelLaunch&, const std::vector<Arg>&, const Arg&);
+template void index<float>(const Dispatch&, const KernelLaunch&, const std::vector<Arg>&, const Arg&);
+template void index<double>(const Dispatch&, const KernelLaunch&, const std::vector<Arg>&, const Arg&);
+template void sequence<float>(const Dispatch&, const KernelLaunch&, const std::vector<Arg>&, const Arg&);
+template void sequence<double>(const Dispatch&, const KernelLaunch&, const std::vector<Arg>&, const Arg&);
 
 }  // namespace meganeura::cpu

@@ -11,15 +11,6 @@
 namespace meganeura::cpu {
 namespace {
 
-// [outer, len, inner] around `axis`.
-void split_axis(const Shape& s, int64_t axis, int64_t& outer, int64_t& inner) {
-  outer = inner = 1;
-  for (int64_t i = 0; i < int64_t(s.size()); ++i) {
-    if (i < axis) outer *= s[size_t(i)];
-    else if (i > axis) inner *= s[size_t(i)];
-  }
-}
-
 void check_index(Op op, int32_t id, int64_t pos, int64_t size) {
   if (id < 0 || id >= size) {
     kernel_error(op, "index " + std::to_string(id) + " at position " + std::to_string(pos) + " out of range [0, " +
@@ -28,24 +19,26 @@ void check_index(Op op, int32_t id, int64_t pos, int64_t size) {
 }
 
 template <class T>
-void where_kernel(const std::vector<Arg>& in, const Arg& out) {
-  const Shape& os = out.shape();
-  const auto sc = broadcast_strides(in[0].shape(), os), sa = broadcast_strides(in[1].shape(), os),
-             sb = broadcast_strides(in[2].shape(), os);
+void where_kernel(const KernelLaunch& l, const std::vector<Arg>& in, const Arg& out) {
+  const Broadcast bc(l.push);
+  const int64_t* os = bc.ext;
+  const int64_t* sc = bc.stride[0];
+  const int64_t* sa = bc.stride[1];
+  const int64_t* sb = bc.stride[2];
   const T* c = in[0].as<T>();
   const T* a = in[1].as<T>();
   const T* b = in[2].as<T>();
   T* y = out.as<T>();
-  const int64_t n = out.n(), rank = int64_t(os.size());
+  const int64_t n = bc.numel, rank = bc.rank;
   parallel_for(n, n > kParallelMin ? 1 : INT64_MAX, [&](int64_t lo, int64_t hi) {
     for (int64_t i = lo; i < hi; ++i) {
       int64_t rem = i, oc = 0, oa = 0, ob = 0;
       for (int64_t k = rank - 1; k >= 0; --k) {
-        const int64_t idx = rem % os[size_t(k)];
-        rem /= os[size_t(k)];
-        oc += idx * sc[size_t(k)];
-        oa += idx * sa[size_t(k)];
-        ob += idx * sb[size_t(k)];
+        const int64_t idx = rem % os[k];
+        rem /= os[k];
+        oc += idx * sc[k];
+        oa += idx * sa[k];
+        ob += idx * sb[k];
       }
       y[i] = c[oc] != T(0) ? a[oa] : b[ob];
     }
@@ -53,11 +46,10 @@ void where_kernel(const std::vector<Arg>& in, const Arg& out) {
 }
 
 template <class T>
-void gather_kernel(const Dispatch& d, const std::vector<Arg>& in, const Arg& out) {
-  const auto& a = std::get<GatherAttrs>(d.attrs);
-  int64_t outer, inner;
-  split_axis(out.shape(), a.axis, outer, inner);
-  const int64_t n = in[1].n();
+void gather_kernel(const Dispatch& d, const KernelLaunch& l, const std::vector<Arg>& in, const Arg& out) {
+  const int64_t outer = l.push.get(push::kIndexRows), inner = l.push.get(push::kIndexWidth),
+                n = l.push.get(push::kIndexCount);
+  const struct { int64_t size; } a{l.push.get(push::kIndexAxis)};
   const int32_t* ids = in[1].as<int32_t>();
   for (int64_t j = 0; j < n; ++j) check_index(d.op, ids[j], j, a.size);
   const T* x = in[0].as<T>();
@@ -70,7 +62,7 @@ void gather_kernel(const Dispatch& d, const std::vector<Arg>& in, const Arg& out
     }
     return;
   }
-  std::fill(y, y + out.n(), T(0));
+  std::fill(y, y + outer * a.size * inner, T(0));
   for (int64_t o = 0; o < outer; ++o) {  // indices in order: a deterministic accumulation
     for (int64_t j = 0; j < n; ++j) {
       const T* src = x + (o * n + j) * inner;
@@ -91,9 +83,9 @@ double row_lse(const T* x, int64_t c) {
 }
 
 template <class T>
-void cross_entropy_kernel(const Dispatch& d, const std::vector<Arg>& in, const Arg& out) {
+void cross_entropy_kernel(const Dispatch& d, const KernelLaunch& l, const std::vector<Arg>& in, const Arg& out) {
   const auto& a = std::get<OneHotAttrs>(d.attrs);
-  const int64_t rows = in[0].shape()[0], c = in[0].shape()[1];
+  const int64_t rows = l.push.get(push::kIndexRows), c = l.push.get(push::kIndexWidth);
   const T* x = in[0].as<T>();
   const int32_t* t = in[1].as<int32_t>();
   int64_t count = 0;
@@ -135,17 +127,17 @@ void cross_entropy_kernel(const Dispatch& d, const std::vector<Arg>& in, const A
 }  // namespace
 
 template <class T>
-void workload_index(const Dispatch& d, const std::vector<Arg>& in, const Arg& out) {
+void workload_index(const Dispatch& d, const KernelLaunch& l, const std::vector<Arg>& in, const Arg& out) {
   switch (d.op) {
-    case Op::where: return where_kernel<T>(in, out);
-    case Op::gather: case Op::gather_backward: return gather_kernel<T>(d, in, out);
+    case Op::where: return where_kernel<T>(l, in, out);
+    case Op::gather: case Op::gather_backward: return gather_kernel<T>(d, l, in, out);
     case Op::softmax_cross_entropy: case Op::softmax_cross_entropy_backward:
-      return cross_entropy_kernel<T>(d, in, out);
+      return cross_entropy_kernel<T>(d, l, in, out);
     default: kernel_error(d.op, "not a workload index op");
   }
 }
 
-template void workload_index<float>(const Dispatch&, const std::vector<Arg>&, const Arg&);
-template void workload_index<double>(const Dispatch&, const std::vector<Arg>&, const Arg&);
+template void workload_index<float>(const Dispatch&, const KernelLaunch&, const std::vector<Arg>&, const Arg&);
+template void workload_index<double>(const Dispatch&, const KernelLaunch&, const std::vector<Arg>&, const Arg&);
 
 }  // namespace meganeura::cpu
