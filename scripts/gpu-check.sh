@@ -50,11 +50,6 @@ else
 fi
 # One shell word per path: single-quoted for the tests, which pass MEGANEURA_CLI to sh -c.
 quote() { printf "'%s'" "$(printf '%s' "$1" | sed "s/'/'\\\\''/g")"; }
-run_bin() {
-  b=$1
-  shift
-  if [ -n "$ld" ]; then "$ld" --library-path "$here/lib" "$bin_dir/$b" "$@"; else "$bin_dir/$b" "$@"; fi
-}
 if [ -n "$ld" ]; then
   MEGANEURA_CLI="$(quote "$ld") --library-path $(quote "$here/lib") $(quote "$bin_dir/meganeura")"
 else
@@ -74,10 +69,16 @@ total_limit=470
 start=$(date +%s)
 failed_steps=""
 # limited SECONDS STDOUT STDERR CMD...: the command with a time limit (timeout where present,
-# else a watchdog), never beyond what is left of the total.
+# else a watchdog), never beyond what is left of the total. CMD "run_bin NAME ARGS" runs one of
+# the binaries.
 limited() {
   s=$1 o=$2 e=$3
   shift 3
+  if [ "$1" = run_bin ]; then
+    b=$2
+    shift 2
+    if [ -n "$ld" ]; then set -- "$ld" --library-path "$here/lib" "$bin_dir/$b" "$@"; else set -- "$bin_dir/$b" "$@"; fi
+  fi
   left=$((total_limit - ($(date +%s) - start)))
   [ "$s" -le "$left" ] || s=$left
   if [ "$s" -le 5 ]; then
@@ -157,14 +158,10 @@ diagnose() {
     done
   done
   [ "$found" = 1 ] || note "  none (no Vulkan driver is installed for any device)"
-  if [ -n "$ld" ]; then
-    VK_LOADER_DEBUG=error,warn,driver limited 30 /dev/null "$out/loader-debug.txt" run_bin meganeura devices --json
-  else
-    VK_LOADER_DEBUG=error,warn,driver limited 30 /dev/null "$out/loader-debug.txt" "$bin_dir/meganeura" devices --json
-  fi
+  (VK_LOADER_DEBUG=error,warn,driver && export VK_LOADER_DEBUG && limited 30 /dev/null "$out/loader-debug.txt" run_bin meganeura devices --json)
   if [ -s "$out/loader-debug.txt" ]; then
     note "- the loader's messages (VK_LOADER_DEBUG=error,warn,driver; all in loader-debug.txt):"
-    grep -v '^ *$' "$out/loader-debug.txt" | head -n 12 | sed 's/^/  /' >>"$out/summary.txt"
+    grep -v '^ *$' "$out/loader-debug.txt" | awk '!seen[$0]++' | head -n 12 | sed 's/^/  /' >>"$out/summary.txt"
   fi
   if ls /dev/nvidia* >/dev/null 2>&1; then note "- /dev/nvidia*: $(ls /dev/nvidia* | tr '\n' ' ')"; else note "- /dev/nvidia*: none"; fi
   [ -r /proc/driver/nvidia/version ] && note "- /proc/driver/nvidia/version: $(head -n 1 /proc/driver/nvidia/version)"
@@ -237,7 +234,7 @@ for t in core_vulkan_ops_test:$ops_filter:170 core_vulkan_cli_test:$cli_filter:1
     n=${n:-0} f=${f:-0}
     tests_passed=$((tests_passed + n - f - s)) tests_failed=$((tests_failed + f)) tests_skipped=$((tests_skipped + s))
     note "$name: $((n - f - s)) passed, $f failed, $s skipped (exit $rc)"
-    awk '/^        "name":/ {nm = $2} /^        "classname":/ {cl = $2} /"failures": \[/ {gsub(/[",]/, "", nm); gsub(/[",]/, "", cl); print "  failed: " cl "." nm}' \
+    awk '/"name":/ {nm = $2} /"classname":/ {cl = $2} /"failures": \[/ {gsub(/[",]/, "", nm); gsub(/[",]/, "", cl); print "  failed: " cl "." nm}' \
       "$out/$name.json" >>"$out/summary.txt"
   else
     note "$name: no results (exit $rc$([ "$rc" = 124 ] && echo ', timed out'))"

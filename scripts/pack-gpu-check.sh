@@ -45,7 +45,7 @@ for t in "${targets[@]}"; do
 done
 
 # The Vulkan loader is opened at run time (dlopen), so ldd of the binaries does not name it.
-vulkan_loader=$(ldconfig -p 2>/dev/null | awk '/libvulkan\.so\.1 .*x86-64/ {print $NF; exit}')
+vulkan_loader=$(ldconfig -p 2>/dev/null | awk '/libvulkan\.so\.1 .*x86-64/ && !p {p = $NF} END {print p}')
 [ -n "$vulkan_loader" ] || vulkan_loader=/usr/lib/x86_64-linux-gnu/libvulkan.so.1
 [ -f "$vulkan_loader" ] || { echo "pack: the Vulkan loader (libvulkan.so.1) is missing: apt-get install libvulkan1" >&2; exit 1; }
 
@@ -68,7 +68,7 @@ install -m 755 "$root/scripts/gpu-check.sh" "$stage/gpu-check.sh"
   echo "packed on $(. /etc/os-release && echo "$PRETTY_NAME"), $(date -u +%Y-%m-%dT%H:%MZ)"
   echo "libraries:"
   while read -r name path; do
-    pkg=$(dpkg -S "$(readlink -f "$path")" 2>/dev/null | head -n1 | cut -d: -f1 || true)
+    pkg=$({ dpkg -S "$path" 2>/dev/null || dpkg -S "$(readlink -f "$path")" 2>/dev/null; } | head -n1 | cut -d: -f1 || true)
     ver=$([ -n "$pkg" ] && dpkg-query -W -f='${Version}' "$pkg" 2>/dev/null || true)
     echo "  $name ${pkg:-?} ${ver:-?}"
   done <<<"$libs"
