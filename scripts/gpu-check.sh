@@ -98,10 +98,21 @@ limited() {
   kill "$dog" 2>/dev/null
   return $rc
 }
+# What an exit status means beyond "failed".
+why() {
+  case $1 in
+    124) echo ", timed out" ;;
+    137) echo ", killed (time limit or memory)" ;;
+    12[5-7]) echo ", could not run" ;;
+    1[3-9][0-9]) echo ", signal $(($1 - 128))" ;;
+  esac
+}
 note() { printf '%s\n' "$*" >>"$out/summary.txt"; }
 json_str() { printf '"%s"' "$(printf '%s' "$1" | sed 's/\\/\\\\/g; s/"/\\"/g' | tr '\n\t' '  ')"; }
 # A top-level number or string of a pretty-printed JSON file (first match).
-json_field() { sed -n "s/^ *\"$2\": *\"\{0,1\}\([^\",]*\)\"\{0,1\},\{0,1\}$/\1/p" "$1" 2>/dev/null | head -n 1; }
+json_field() {
+  sed -n "s/^ *\"$2\": *\"\(.*\)\",\{0,1\}$/\1/p; s/^ *\"$2\": *\([^\",]*\),\{0,1\}$/\1/p" "$1" 2>/dev/null | head -n 1
+}
 : >"$out/summary.txt"
 note "meganeura GPU check, $(date -u +%Y-%m-%dT%H:%M:%SZ) on $(uname -n) ($(uname -sr))"
 [ -f "$here/PACK_INFO.txt" ] && note "pack: $(head -n 1 "$here/PACK_INFO.txt")"
@@ -244,12 +255,28 @@ for t in core_vulkan_ops_test:$ops_filter:170 core_vulkan_cli_test:$cli_filter:1
     awk '/"name":/ {nm = $2} /"classname":/ {cl = $2} /"failures": \[/ {gsub(/[",]/, "", nm); gsub(/[",]/, "", cl); print "  failed: " cl "." nm}' \
       "$out/$name.json" >>"$out/summary.txt"
   else
-    note "$name: no results (exit $rc$([ "$rc" = 124 ] && echo ', timed out'))"
+    note "$name: no results (exit $rc$(why "$rc"))"
     tests_failed=$((tests_failed + 1))
   fi
   [ "$rc" = 0 ] || failed_steps="$failed_steps $name"
 done
 note "parity tests: $tests_passed passed, $tests_failed failed, $tests_skipped skipped; validation layer $([ "$validation" = 1 ] && echo on || echo 'off (not bundled; --validation where it is installed)')"
+
+# ---- Profile (before the benchmark, which may need most of the time left) -------------
+steps=3
+[ "$quick" = 1 ] && steps=1
+limited 120 "$out/profile.json" "$out/profile.stderr.txt" run_bin meganeura profile --model chargpt --device "$dev_index" --steps "$steps" --json
+rc=$?
+p_disp=$(json_field "$out/profile.json" dispatches_per_step)
+p_barr=$(json_field "$out/profile.json" barriers_per_step)
+p_bpd=$(json_field "$out/profile.json" barriers_per_dispatch)
+p_ms=$(json_field "$out/profile.json" step_ms)
+if [ "$rc" = 0 ] && [ -n "$p_disp" ]; then
+  note "chargpt profile: $p_disp dispatches and $p_barr barriers per step ($(awk -v b="${p_bpd:-0}" 'BEGIN {printf "%.2f", b}') per dispatch), $(awk -v m="${p_ms:-0}" 'BEGIN {printf "%.2f", m}') ms per step"
+else
+  failed_steps="$failed_steps profile"
+  note "chargpt profile: failed (exit $rc$(why "$rc")): $(head -n 2 "$out/profile.stderr.txt" | tr '\n' ' ')"
+fi
 
 # ---- SGEMM -----------------------------------------------------------------------------
 # One run per size (size:seconds), so that a size running out of time keeps the others.
@@ -261,7 +288,7 @@ for t in $sizes; do
   n=${t%:*}
   limited "${t#*:}" "$out/sgemm-$n.json" "$out/sgemm-$n.stderr.txt" run_bin bench_vulkan_sgemm --sizes "$n" --reps "$reps" --json
   rc=$?
-  [ "$rc" = 0 ] || { sgemm_rc="$sgemm_rc ${n}^3: exit $rc$([ "$rc" = 124 ] && echo ' (timed out)');"; failed_steps="$failed_steps sgemm-$n"; }
+  [ "$rc" = 0 ] || { sgemm_rc="$sgemm_rc ${n}^3: exit $rc$(why "$rc");"; failed_steps="$failed_steps sgemm-$n"; }
   body=$(sed '1d;$d' "$out/sgemm-$n.json" 2>/dev/null)
   [ -n "$body" ] || continue
   [ "$first" = 1 ] || echo "," >>"$out/sgemm.json"
@@ -323,22 +350,6 @@ elif [ -n "$g4096" ]; then
   note "SGEMM 4096^3 on $dev_name: $g4096 GFLOP/s; peak f32: unknown (--peak-gflops N gives it)"
 else
   note "SGEMM 4096^3: not run$([ "$quick" = 1 ] && echo ' (quick mode)'); peak f32: ${peak:-unknown}${peak:+ GFLOP/s ($peak_source)}"
-fi
-
-# ---- Profile ---------------------------------------------------------------------------
-steps=3
-[ "$quick" = 1 ] && steps=1
-limited 120 "$out/profile.json" "$out/profile.stderr.txt" run_bin meganeura profile --model chargpt --device "$dev_index" --steps "$steps" --json
-rc=$?
-p_disp=$(json_field "$out/profile.json" dispatches_per_step)
-p_barr=$(json_field "$out/profile.json" barriers_per_step)
-p_bpd=$(json_field "$out/profile.json" barriers_per_dispatch)
-p_ms=$(json_field "$out/profile.json" step_ms)
-if [ "$rc" = 0 ] && [ -n "$p_disp" ]; then
-  note "chargpt profile: $p_disp dispatches and $p_barr barriers per step ($(awk -v b="${p_bpd:-0}" 'BEGIN {printf "%.2f", b}') per dispatch), $(awk -v m="${p_ms:-0}" 'BEGIN {printf "%.2f", m}') ms per step"
-else
-  failed_steps="$failed_steps profile"
-  note "chargpt profile: failed (exit $rc$([ "$rc" = 124 ] && echo ', timed out')): $(head -n 2 "$out/profile.stderr.txt" | tr '\n' ' ')"
 fi
 
 elapsed=$(($(date +%s) - start))
