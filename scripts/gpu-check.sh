@@ -91,7 +91,16 @@ limited() {
   fi
   "$@" >"$o" 2>"$e" &
   pid=$!
-  (sleep "$s"; kill -TERM "$pid" 2>/dev/null; sleep 10; kill -KILL "$pid" 2>/dev/null) >/dev/null 2>&1 &
+  # The watchdog's own sleep ends with it, so nothing outlives the check.
+  (
+    trap 'kill "$sp" 2>/dev/null; exit 0' TERM
+    sleep "$s" & sp=$!
+    wait "$sp"
+    kill -TERM "$pid" 2>/dev/null
+    sleep 10 & sp=$!
+    wait "$sp"
+    kill -KILL "$pid" 2>/dev/null
+  ) >/dev/null 2>&1 &
   dog=$!
   wait "$pid"
   rc=$?
@@ -103,6 +112,7 @@ why() {
   case $1 in
     124) echo ", timed out" ;;
     137) echo ", killed (time limit or memory)" ;;
+    143) echo ", stopped (time limit, or terminated)" ;;
     12[5-7]) echo ", could not run" ;;
     1[3-9][0-9]) echo ", signal $(($1 - 128))" ;;
   esac
