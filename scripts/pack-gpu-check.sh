@@ -58,6 +58,13 @@ if [ -n "$missing" ]; then
   echo "pack: libraries not found on this machine: $missing" >&2
   exit 1
 fi
+# glibc's other libraries: the target's driver links some (libpthread, libdl, librt), and the
+# target's own copies would not match the packed libc.
+libc_dir=$(dirname "$(awk '$1 == "libc.so.6" {print $2}' <<<"$libs")")
+for name in libpthread.so.0 libdl.so.2 librt.so.1 libutil.so.1 libanl.so.1 libresolv.so.2 libmvec.so.1; do
+  if [ -e "$libc_dir/$name" ]; then libs+=$'\n'"$name $libc_dir/$name"; fi
+done
+libs=$(sort -u <<<"$libs")
 while read -r name path; do
   cp -L "$path" "$stage/lib/$name"
 done <<<"$libs"
