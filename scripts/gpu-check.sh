@@ -23,7 +23,7 @@ while [ $# -gt 0 ]; do
     --validation) validation=1 ;;
     --peak-gflops) [ $# -ge 2 ] || { echo "gpu-check: --peak-gflops needs a number" >&2; exit 2; }; peak_arg=$2; shift ;;
     --bin-dir) [ $# -ge 2 ] || { echo "gpu-check: --bin-dir needs a folder" >&2; exit 2; }; bin_dir=$2; shift ;;
-    -h|--help) sed -n '2,16p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,15p' "$0"; exit 0 ;;
     -*) echo "gpu-check: unknown option $1 (see --help)" >&2; exit 2 ;;
     *) [ -z "$out" ] || { echo "gpu-check: one OUTDIR only (got $out and $1)" >&2; exit 2; }; out=$1 ;;
   esac
