@@ -34,9 +34,6 @@ case $peak_arg in
   "") ;;
   *[!0-9.]*|.|*.*.*) echo "gpu-check: --peak-gflops: '$peak_arg' is not a number" >&2; exit 2 ;;
 esac
-mkdir -p "$out" || { echo "gpu-check: cannot create $out" >&2; exit 2; }
-out=$(cd "$out" && pwd)
-
 # How the binaries run: through the packed folder's loader, or a build's binaries directly.
 if [ -n "$bin_dir" ]; then
   bin_dir=$(cd "$bin_dir" 2>/dev/null && pwd) || { echo "gpu-check: --bin-dir: no such folder" >&2; exit 2; }
@@ -48,6 +45,8 @@ else
   echo "gpu-check: no binaries: run it from a folder made by scripts/pack-gpu-check.sh, or pass --bin-dir" >&2
   exit 2
 fi
+mkdir -p "$out" || { echo "gpu-check: cannot create $out" >&2; exit 2; }
+out=$(cd "$out" && pwd)
 # One shell word per path: single-quoted for the tests, which pass MEGANEURA_CLI to sh -c.
 quote() { printf "'%s'" "$(printf '%s' "$1" | sed "s/'/'\\\\''/g")"; }
 if [ -n "$ld" ]; then
