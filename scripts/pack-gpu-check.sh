@@ -17,7 +17,7 @@ fi
 out=$1
 build=${MEGANEURA_PACK_BUILD:-"$root/build-pack"}
 build_type=${MEGANEURA_PACK_BUILD_TYPE:-Release}
-limit_mib=60
+limit_mib=${MEGANEURA_PACK_LIMIT_MIB:-60}  # lower only to try the size check
 targets=(meganeura core_vulkan_ops_test core_vulkan_cli_test bench_vulkan_sgemm)
 
 if [ -e "$out" ] && [ -n "$(ls -A "$out" 2>/dev/null)" ] && [ ! -f "$out/gpu-check.sh" ]; then
