@@ -5,6 +5,7 @@
 
 #include <array>
 #include <cstdio>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <iterator>
@@ -27,10 +28,17 @@ inline std::filesystem::path temp_dir(const std::string& prefix) {
   return d;
 }
 
+// The build's meganeura, or MEGANEURA_CLI where set: a shell command that runs it (a packed
+// folder runs its binaries through its own dynamic loader, scripts/gpu-check.sh).
+inline std::string command() {
+  const char* c = std::getenv("MEGANEURA_CLI");
+  return c && *c ? std::string(c) : std::string(MEGANEURA_BINARY_DIR) + "/bin/meganeura";
+}
+
 // `env`: assignments put before the command (VAR=value ...).
 inline Result run(const std::string& args, const std::filesystem::path& dir, const std::string& env = "") {
   const std::filesystem::path err = dir / "stderr.txt";
-  const std::string cmd = env + " " + std::string(MEGANEURA_BINARY_DIR) + "/bin/meganeura " + args + " 2>" + err.string();
+  const std::string cmd = env + " " + command() + " " + args + " 2>" + err.string();
   Result r;
   FILE* p = ::popen(cmd.c_str(), "r");
   if (!p) return r;

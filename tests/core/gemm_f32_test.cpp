@@ -68,6 +68,9 @@ void check_gemm(const GemmCase& c) {
 }
 
 TEST(GemmF32, OneDnnAgainstF64) {
+#if !MEGANEURA_ONEDNN
+  GTEST_SKIP() << "skipped: built without oneDNN (MEGANEURA_ONEDNN=OFF); f32 GEMMs run on OpenBLAS";
+#endif
   ASSERT_EQ(cpu::f32_gemm(), cpu::F32Gemm::onednn);
   for (int threads : {1, 3}) {  // serial, and split over the pool (the large case)
     cpu::set_threads(threads);

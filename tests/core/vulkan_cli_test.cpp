@@ -33,7 +33,7 @@ fs::path dir() {
 Result run(const std::string& args, const std::string& env = "") {
   // A private cache directory: no state shared with the user or with earlier runs.
   return cli_run::run(args, dir(),
-                      env + " MEGANEURA_VULKAN_VALIDATION=1 XDG_CACHE_HOME=" + (dir() / "cache").string());
+                      env + " MEGANEURA_VULKAN_VALIDATION=" + (meganeura::testing_vulkan::validation_wanted() ? "1" : "0") + " XDG_CACHE_HOME=" + (dir() / "cache").string());
 }
 
 void expect_curves_match(const nlohmann::json& gpu, const nlohmann::json& cpu, double tol) {

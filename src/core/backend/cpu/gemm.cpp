@@ -1,8 +1,10 @@
 #include "backend/cpu/gemm.h"
 
 #include <cblas.h>
+#if MEGANEURA_ONEDNN
 #include "backend/cpu/openmp.h"
 #include <oneapi/dnnl/dnnl.h>
+#endif
 
 #include <atomic>
 #include <stdexcept>
@@ -13,7 +15,11 @@
 namespace meganeura::cpu {
 namespace {
 
+#if MEGANEURA_ONEDNN
 std::atomic<F32Gemm> g_f32_gemm{F32Gemm::onednn};
+#else
+std::atomic<F32Gemm> g_f32_gemm{F32Gemm::openblas};
+#endif
 
 // OpenBLAS's threads spin in sched_yield between calls (they took 44% of a transformer step's
 // samples while our elementwise loops ran): it runs single-threaded, once, process-wide.
@@ -27,7 +33,12 @@ void openblas_single() {
 
 }  // namespace
 
-void set_f32_gemm(F32Gemm lib) { g_f32_gemm = lib; }
+void set_f32_gemm(F32Gemm lib) {
+#if !MEGANEURA_ONEDNN
+  if (lib == F32Gemm::onednn) throw std::runtime_error("[matmul] oneDNN requested but this build has none (MEGANEURA_ONEDNN=OFF)");
+#endif
+  g_f32_gemm = lib;
+}
 F32Gemm f32_gemm() { return g_f32_gemm; }
 
 void gemm_serial(bool ta, bool tb, int64_t m, int64_t n, int64_t k, float alpha, const float* a,
@@ -39,6 +50,7 @@ void gemm_serial(bool ta, bool tb, int64_t m, int64_t n, int64_t k, float alpha,
                 int(n), int(k), alpha, a, int(lda), b, int(ldb), beta, c, int(ldc));
     return;
   }
+#if MEGANEURA_ONEDNN
   // oneDNN (built on OpenMP) parallelises over omp_get_max_threads(), a per-thread setting:
   // one thread here, since the pool already provides the parallelism.
   if (omp_get_max_threads() != 1) omp_set_num_threads(1);
@@ -52,6 +64,7 @@ void gemm_serial(bool ta, bool tb, int64_t m, int64_t n, int64_t k, float alpha,
     throw std::runtime_error("[matmul] oneDNN sgemm failed (status " + std::to_string(int(s)) + ") for " +
                              std::to_string(m) + "x" + std::to_string(n) + "x" + std::to_string(k));
   }
+#endif
 }
 
 void gemm_serial(bool ta, bool tb, int64_t m, int64_t n, int64_t k, double alpha, const double* a,

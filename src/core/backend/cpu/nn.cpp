@@ -10,7 +10,9 @@
 
 #include "backend/cpu/gemm.h"
 #include "backend/cpu/kernels.h"
+#if MEGANEURA_ONEDNN
 #include "backend/cpu/onednn_conv.h"
+#endif
 #include "backend/cpu/parallel.h"
 
 namespace meganeura::cpu {
@@ -194,6 +196,7 @@ template <class T>
 void conv(const Dispatch& d, const KernelLaunch& l, const std::vector<Arg>& in, const Arg& out) {
   ConvAttrs a;
   const ConvGeom g = geometry(l.push, a);
+#if MEGANEURA_ONEDNN
   if constexpr (std::is_same_v<T, float>) {
     if (f32_gemm() == F32Gemm::onednn) {
       const Shape xs{g.n, g.c, g.h, g.w}, ws{g.o, g.cg, g.kh, g.kw}, ys{g.n, g.o, g.oh, g.ow};
@@ -203,6 +206,7 @@ void conv(const Dispatch& d, const KernelLaunch& l, const std::vector<Arg>& in, 
       }
     }
   }
+#endif
   switch (d.op) {
     case Op::conv2d: conv_forward(g, in[0].as<T>(), in[1].as<T>(), out.as<T>()); break;
     case Op::conv2d_backward_input: conv_backward_input(g, in[0].as<T>(), in[1].as<T>(), out.as<T>()); break;

@@ -1,0 +1,375 @@
+#!/bin/sh
+# The Vulkan check for a machine with a GPU: lists the devices, runs the Vulkan parity tests,
+# the SGEMM benchmark (256-4096^3) and the chargpt profile, and writes JSON plus summary.txt and
+# summary.json to OUTDIR, within 8 minutes. Needs only a POSIX shell, the folder that
+# scripts/pack-gpu-check.sh fills (it runs the binaries through the folder's own dynamic loader
+# and libraries) and the machine's Vulkan driver. Where no Vulkan device for a GPU is found, the
+# summary says what was found: ICD files, the loader's messages, nvidia-smi.
+#
+# Usage: gpu-check.sh [options] OUTDIR
+#   --quick             SGEMM up to 1024^3, a subset of the parity tests, one profiled step
+#   --allow-cpu-device  run the checks on a CPU-emulated device (lavapipe) when no GPU is found
+#   --validation        run the tests with the Khronos validation layer (must be installed)
+#   --peak-gflops N     the device's peak f32 GFLOP/s, where the built-in table lacks it
+#   --bin-dir DIR       binaries of a normal build (e.g. build/bin), run directly
+# Exit status: 0 all ran and passed, 1 a step failed or timed out, 2 usage, 3 no GPU device.
+set -u
+here=$(cd "$(dirname "$0")" && pwd)
+quick=0 allow_cpu=0 validation=0 peak_arg="" bin_dir="" out=""
+while [ $# -gt 0 ]; do
+  case $1 in
+    --quick) quick=1 ;;
+    --allow-cpu-device) allow_cpu=1 ;;
+    --validation) validation=1 ;;
+    --peak-gflops) [ $# -ge 2 ] || { echo "gpu-check: --peak-gflops needs a number" >&2; exit 2; }; peak_arg=$2; shift ;;
+    --bin-dir) [ $# -ge 2 ] || { echo "gpu-check: --bin-dir needs a folder" >&2; exit 2; }; bin_dir=$2; shift ;;
+    -h|--help) sed -n '2,15p' "$0"; exit 0 ;;
+    -*) echo "gpu-check: unknown option $1 (see --help)" >&2; exit 2 ;;
+    *) [ -z "$out" ] || { echo "gpu-check: one OUTDIR only (got $out and $1)" >&2; exit 2; }; out=$1 ;;
+  esac
+  shift
+done
+[ -n "$out" ] || { echo "usage: gpu-check.sh [--quick] [--allow-cpu-device] [--validation] [--peak-gflops N] [--bin-dir DIR] OUTDIR" >&2; exit 2; }
+case $peak_arg in
+  "") ;;
+  *[!0-9.]*|.|*.*.*) echo "gpu-check: --peak-gflops: '$peak_arg' is not a number" >&2; exit 2 ;;
+esac
+# How the binaries run: through the packed folder's loader, or a build's binaries directly.
+if [ -n "$bin_dir" ]; then
+  bin_dir=$(cd "$bin_dir" 2>/dev/null && pwd) || { echo "gpu-check: --bin-dir: no such folder" >&2; exit 2; }
+  ld=""
+elif [ -x "$here/lib/ld-linux-x86-64.so.2" ] && [ -d "$here/bin" ]; then
+  bin_dir=$here/bin
+  ld=$here/lib/ld-linux-x86-64.so.2
+else
+  echo "gpu-check: no binaries: run it from a folder made by scripts/pack-gpu-check.sh, or pass --bin-dir" >&2
+  exit 2
+fi
+mkdir -p "$out" || { echo "gpu-check: cannot create $out" >&2; exit 2; }
+out=$(cd "$out" && pwd)
+# One shell word per path: single-quoted for the tests, which pass MEGANEURA_CLI to sh -c.
+quote() { printf "'%s'" "$(printf '%s' "$1" | sed "s/'/'\\\\''/g")"; }
+if [ -n "$ld" ]; then
+  MEGANEURA_CLI="$(quote "$ld") --library-path $(quote "$here/lib") $(quote "$bin_dir/meganeura")"
+else
+  MEGANEURA_CLI=$(quote "$bin_dir/meganeura")
+fi
+export MEGANEURA_CLI
+# The tests and the profile keep their pipeline caches and scratch files out of the user's home.
+XDG_CACHE_HOME=$out/cache
+TMPDIR=$out/tmp
+export XDG_CACHE_HOME TMPDIR
+mkdir -p "$TMPDIR"
+if [ "$validation" = 1 ]; then MEGANEURA_TEST_VALIDATION=1; else MEGANEURA_TEST_VALIDATION=0; fi
+export MEGANEURA_TEST_VALIDATION
+
+# Time limits (seconds); the whole check stays within 8 minutes.
+total_limit=470
+start=$(date +%s)
+failed_steps=""
+# limited SECONDS STDOUT STDERR CMD...: the command with a time limit (timeout where present,
+# else a watchdog), never beyond what is left of the total. CMD "run_bin NAME ARGS" runs one of
+# the binaries.
+limited() {
+  s=$1 o=$2 e=$3
+  shift 3
+  if [ "$1" = run_bin ]; then
+    b=$2
+    shift 2
+    if [ -n "$ld" ]; then set -- "$ld" --library-path "$here/lib" "$bin_dir/$b" "$@"; else set -- "$bin_dir/$b" "$@"; fi
+  fi
+  left=$((total_limit - ($(date +%s) - start)))
+  [ "$s" -le "$left" ] || s=$left
+  if [ "$s" -le 5 ]; then
+    echo "gpu-check: no time left for this step" >"$e"
+    return 124
+  fi
+  if command -v timeout >/dev/null 2>&1; then
+    timeout -k 10 "$s" "$@" >"$o" 2>"$e"
+    return $?
+  fi
+  "$@" >"$o" 2>"$e" &
+  pid=$!
+  # The watchdog's own sleep ends with it, so nothing outlives the check.
+  (
+    trap 'kill "$sp" 2>/dev/null; exit 0' TERM
+    sleep "$s" & sp=$!
+    wait "$sp"
+    kill -TERM "$pid" 2>/dev/null
+    sleep 10 & sp=$!
+    wait "$sp"
+    kill -KILL "$pid" 2>/dev/null
+  ) >/dev/null 2>&1 &
+  dog=$!
+  wait "$pid"
+  rc=$?
+  kill "$dog" 2>/dev/null
+  return $rc
+}
+# What an exit status means beyond "failed".
+why() {
+  case $1 in
+    124) echo ", timed out" ;;
+    137) echo ", killed (time limit or memory)" ;;
+    143) echo ", stopped (time limit, or terminated)" ;;
+    12[5-7]) echo ", could not run" ;;
+    1[3-9][0-9]) echo ", signal $(($1 - 128))" ;;
+  esac
+}
+note() { printf '%s\n' "$*" >>"$out/summary.txt"; }
+json_str() { printf '"%s"' "$(printf '%s' "$1" | sed 's/\\/\\\\/g; s/"/\\"/g' | tr '\n\t' '  ')"; }
+# A top-level number or string of a pretty-printed JSON file (first match).
+json_field() {
+  sed -n "s/^ *\"$2\": *\"\(.*\)\",\{0,1\}$/\1/p; s/^ *\"$2\": *\([^\",]*\),\{0,1\}$/\1/p" "$1" 2>/dev/null | head -n 1
+}
+: >"$out/summary.txt"
+note "meganeura GPU check, $(date -u +%Y-%m-%dT%H:%M:%SZ) on $(uname -n) ($(uname -sr))"
+[ -f "$here/PACK_INFO.txt" ] && note "pack: $(head -n 1 "$here/PACK_INFO.txt")"
+[ "$quick" = 1 ] && note "mode: quick (SGEMM up to 1024^3, a subset of the parity tests, one profiled step)"
+
+# ---- Devices ---------------------------------------------------------------------------
+limited 30 "$out/devices.json" "$out/devices.stderr.txt" run_bin meganeura devices --json
+devices_rc=$?
+# One line per device: index<TAB>type<TAB>name<TAB>driver (keys are sorted within each device).
+awk '
+  /^    {$/ {idx = ""; type = ""; name = ""; drv = ""}
+  /^      "driver":/ {sub(/^      "driver": "/, ""); sub(/",?$/, ""); drv = $0}
+  /^      "index":/ {gsub(/[^0-9]/, ""); idx = $0}
+  /^      "name":/ {sub(/^      "name": "/, ""); sub(/",?$/, ""); name = $0}
+  /^      "type":/ {sub(/^      "type": "/, ""); sub(/",?$/, ""); type = $0}
+  /^    },?$/ {print idx "\t" type "\t" name "\t" drv}
+' "$out/devices.json" 2>/dev/null >"$out/devices.tsv"
+gpu_line=$(awk -F'\t' '$2 == "discrete"' "$out/devices.tsv" | head -n 1)
+[ -n "$gpu_line" ] || gpu_line=$(awk -F'\t' '$2 == "integrated" || $2 == "virtual"' "$out/devices.tsv" | head -n 1)
+cpu_line=$(awk -F'\t' '$2 == "cpu" || $2 == "other"' "$out/devices.tsv" | head -n 1)
+device_count=$(wc -l <"$out/devices.tsv" | tr -d ' ')
+
+# What the machine has, for the summary when no GPU device is found.
+diagnose() {
+  note ""
+  note "What was found:"
+  note "- meganeura devices: exit $devices_rc, $device_count Vulkan device(s)"
+  while IFS="$(printf '\t')" read -r i t n d; do note "  device $i: $n ($t), driver $d"; done <"$out/devices.tsv"
+  err=$(json_field "$out/devices.json" error)
+  [ -n "$err" ] && note "- loader error: $err"
+  reason=$(json_field "$out/devices.json" auto_reason)
+  [ -n "$reason" ] && note "- why no GPU: $reason"
+  [ -s "$out/devices.stderr.txt" ] && note "- stderr: $(head -n 3 "$out/devices.stderr.txt" | tr '\n' ' ')"
+  for v in VK_ICD_FILENAMES VK_DRIVER_FILES VK_ADD_DRIVER_FILES; do
+    eval "val=\${$v:-}"
+    [ -n "$val" ] && note "- $v=$val (replaces or adds to the standard locations)"
+  done
+  note "- ICD files in the standard locations:"
+  found=0
+  dirs="${XDG_CONFIG_HOME:-${HOME:-/nonexistent}/.config}:${XDG_CONFIG_DIRS:-/etc/xdg}:/etc:/usr/local/etc"
+  dirs="$dirs:${XDG_DATA_HOME:-${HOME:-/nonexistent}/.local/share}:${XDG_DATA_DIRS:-/usr/local/share:/usr/share}"
+  old_ifs=$IFS
+  IFS=:
+  for d in $dirs; do
+    IFS=$old_ifs
+    d=$d/vulkan/icd.d
+    for f in "$d"/*.json; do
+      [ -f "$f" ] || continue
+      found=1
+      lib=$(sed -n 's/.*"library_path": *"\([^"]*\)".*/\1/p' "$f" | head -n 1)
+      state="library $lib"
+      case $lib in
+        /*) [ -e "$lib" ] && state="$state (present)" || state="$state (MISSING)" ;;
+        *) if command -v ldconfig >/dev/null 2>&1 || [ -x /sbin/ldconfig ]; then
+             if { ldconfig -p 2>/dev/null || /sbin/ldconfig -p 2>/dev/null; } | grep -q "$lib"; then state="$state (in the linker cache)"; else state="$state (NOT in the linker cache)"; fi
+           fi ;;
+      esac
+      note "  $f: $state"
+    done
+  done
+  IFS=$old_ifs
+  [ "$found" = 1 ] || note "  none (no Vulkan driver is installed for any device)"
+  (VK_LOADER_DEBUG=error,warn,driver && export VK_LOADER_DEBUG && limited 30 /dev/null "$out/loader-debug.txt" run_bin meganeura devices --json)
+  if [ -s "$out/loader-debug.txt" ]; then
+    note "- the loader's messages (VK_LOADER_DEBUG=error,warn,driver; all in loader-debug.txt):"
+    { grep -E '^(ERROR|WARNING)' "$out/loader-debug.txt"; grep -vE '^(ERROR|WARNING)' "$out/loader-debug.txt"; } |
+      grep -v '^ *$' | awk '!seen[$0]++' | head -n 20 | sed 's/^/  /' >>"$out/summary.txt"
+  fi
+  if ls /dev/nvidia* >/dev/null 2>&1; then note "- /dev/nvidia*: $(ls /dev/nvidia* | tr '\n' ' ')"; else note "- /dev/nvidia*: none"; fi
+  [ -r /proc/driver/nvidia/version ] && note "- /proc/driver/nvidia/version: $(head -n 1 /proc/driver/nvidia/version)"
+  if command -v nvidia-smi >/dev/null 2>&1; then
+    note "- nvidia-smi: $(command -v nvidia-smi); its first lines:"
+    limited 20 "$out/nvidia-smi.txt" /dev/null nvidia-smi
+    head -n 12 "$out/nvidia-smi.txt" | sed 's/^/  /' >>"$out/summary.txt"
+  else
+    note "- nvidia-smi: not found"
+  fi
+}
+
+write_json() {  # status, then the summary as JSON
+  {
+    printf '{\n  "status": %s,\n  "quick": %s,\n' "$(json_str "$1")" "$([ "$quick" = 1 ] && echo true || echo false)"
+    printf '  "device": {"index": %s, "name": %s, "type": %s, "driver": %s},\n' "$(json_str "${dev_index:-}")" \
+      "$(json_str "${dev_name:-}")" "$(json_str "${dev_type:-}")" "$(json_str "${dev_driver:-}")"
+    printf '  "validation_layer": %s,\n' "$([ "$validation" = 1 ] && echo true || echo false)"
+    printf '  "tests": {"passed": %s, "failed": %s, "skipped": %s},\n' "${tests_passed:-0}" "${tests_failed:-0}" "${tests_skipped:-0}"
+    printf '  "sgemm": [%s],\n' "${sgemm_json:-}"
+    printf '  "peak_f32_gflops": %s, "peak_source": %s, "fraction_of_peak_4096": %s,\n' "${peak:-null}" \
+      "$(json_str "${peak_source:-unknown}")" "${fraction:-null}"
+    printf '  "profile": {"dispatches_per_step": %s, "barriers_per_step": %s, "barriers_per_dispatch": %s, "step_ms": %s},\n' \
+      "${p_disp:-null}" "${p_barr:-null}" "${p_bpd:-null}" "${p_ms:-null}"
+    printf '  "failed_steps": %s,\n  "seconds": %s\n}\n' "$(json_str "${failed_steps# }")" "$(($(date +%s) - start))"
+  } >"$out/summary.json"
+}
+
+if [ -n "$gpu_line" ]; then
+  chosen=$gpu_line
+elif [ -n "$cpu_line" ] && [ "$allow_cpu" = 1 ]; then
+  chosen=$cpu_line
+  note "NOTE: no GPU among the Vulkan devices, only a CPU-emulated one; checks run on it (--allow-cpu-device)"
+else
+  if [ -n "$cpu_line" ]; then
+    note "RESULT: no Vulkan device for a GPU; only a CPU-emulated device ($(printf '%s' "$cpu_line" | cut -f3)). Checks not run (--allow-cpu-device runs them on it)."
+  else
+    note "RESULT: no Vulkan device found."
+  fi
+  diagnose
+  write_json no-gpu-device
+  cat "$out/summary.txt"
+  exit 3
+fi
+dev_index=$(printf '%s' "$chosen" | cut -f1)
+dev_type=$(printf '%s' "$chosen" | cut -f2)
+dev_name=$(printf '%s' "$chosen" | cut -f3)
+dev_driver=$(printf '%s' "$chosen" | cut -f4)
+note "device: $dev_name ($dev_type, index $dev_index), driver $dev_driver; $device_count Vulkan device(s) in total"
+# The tests take the best-ranked device (discrete, integrated, virtual, cpu), the one chosen
+# here; the benchmark runs on every device; the profile is given this one.
+
+# ---- Parity tests ----------------------------------------------------------------------
+tests_passed=0 tests_failed=0 tests_skipped=0
+if [ "$quick" = 1 ]; then
+  ops_filter="VulkanReduce.*:VulkanMatmul.*:Ops/VulkanOp.MatchesF64Oracle/exp:Ops/VulkanOp.MatchesF64Oracle/softmax_axis1:Ops/VulkanOp.MatchesF64Oracle/conv2d_3x3:Ops/VulkanOp.MatchesF64Oracle/layer_norm:Ops/VulkanOp.MatchesF64Oracle/attention_causal_gqa"
+  cli_filter="VulkanCli.DevicesListsWhatAutoPicks:VulkanCli.MlpTrainsLikeTheCpuBackend:VulkanCli.NoDriverIsAClearMessage"
+else
+  ops_filter="*" cli_filter="*"
+fi
+for t in core_vulkan_ops_test:$ops_filter:170 core_vulkan_cli_test:$cli_filter:150; do
+  name=${t%%:*} rest=${t#*:}
+  filter=${rest%:*} secs=${rest##*:}
+  rm -f "$out/$name.json"
+  limited "$secs" "$out/$name.log" "$out/$name.stderr.txt" run_bin "$name" --gtest_filter="$filter" --gtest_output="json:$out/$name.json"
+  rc=$?
+  if [ -f "$out/$name.json" ]; then
+    n=$(json_field "$out/$name.json" tests) f=$(json_field "$out/$name.json" failures)
+    s=$(grep -c '"result": "SKIPPED"' "$out/$name.json")
+    n=${n:-0} f=${f:-0}
+    tests_passed=$((tests_passed + n - f - s)) tests_failed=$((tests_failed + f)) tests_skipped=$((tests_skipped + s))
+    note "$name: $((n - f - s)) passed, $f failed, $s skipped (exit $rc)"
+    awk '/"name":/ {nm = $2} /"classname":/ {cl = $2} /"failures": \[/ {gsub(/[",]/, "", nm); gsub(/[",]/, "", cl); print "  failed: " cl "." nm}' \
+      "$out/$name.json" >>"$out/summary.txt"
+  else
+    note "$name: no results (exit $rc$(why "$rc"))"
+    tests_failed=$((tests_failed + 1))
+  fi
+  [ "$rc" = 0 ] || failed_steps="$failed_steps $name"
+done
+note "parity tests: $tests_passed passed, $tests_failed failed, $tests_skipped skipped; validation layer $([ "$validation" = 1 ] && echo on || echo 'off (not bundled; --validation where it is installed)')"
+
+# ---- Profile (before the benchmark, which may need most of the time left) -------------
+steps=3
+[ "$quick" = 1 ] && steps=1
+limited 120 "$out/profile.json" "$out/profile.stderr.txt" run_bin meganeura profile --model chargpt --device "$dev_index" --steps "$steps" --json
+rc=$?
+p_disp=$(json_field "$out/profile.json" dispatches_per_step)
+p_barr=$(json_field "$out/profile.json" barriers_per_step)
+p_bpd=$(json_field "$out/profile.json" barriers_per_dispatch)
+p_ms=$(json_field "$out/profile.json" step_ms)
+if [ "$rc" = 0 ] && [ -n "$p_disp" ]; then
+  note "chargpt profile: $p_disp dispatches and $p_barr barriers per step ($(awk -v b="${p_bpd:-0}" 'BEGIN {printf "%.2f", b}') per dispatch), $(awk -v m="${p_ms:-0}" 'BEGIN {printf "%.2f", m}') ms per step"
+else
+  failed_steps="$failed_steps profile"
+  note "chargpt profile: failed (exit $rc$(why "$rc")): $(head -n 2 "$out/profile.stderr.txt" | tr '\n' ' ')"
+fi
+
+# ---- SGEMM -----------------------------------------------------------------------------
+# One run per size (size:seconds), so that a size running out of time keeps the others.
+if [ "$quick" = 1 ]; then sizes="256:30 512:30 1024:40" reps=1; else sizes="256:30 512:30 1024:40 2048:60 4096:120" reps=3; fi
+sgemm_rc=""
+echo "[" >"$out/sgemm.json"
+first=1
+for t in $sizes; do
+  n=${t%:*}
+  limited "${t#*:}" "$out/sgemm-$n.json" "$out/sgemm-$n.stderr.txt" run_bin bench_vulkan_sgemm --sizes "$n" --reps "$reps" --json
+  rc=$?
+  [ "$rc" = 0 ] || { sgemm_rc="$sgemm_rc ${n}^3: exit $rc$(why "$rc");"; failed_steps="$failed_steps sgemm-$n"; }
+  body=$(sed '1d;$d' "$out/sgemm-$n.json" 2>/dev/null)
+  [ -n "$body" ] || continue
+  [ "$first" = 1 ] || echo "," >>"$out/sgemm.json"
+  printf '%s\n' "$body" >>"$out/sgemm.json"
+  first=0
+done
+echo "]" >>"$out/sgemm.json"
+# "backend<TAB>n<TAB>gflops" per result; "error" in place of gflops where it failed.
+awk '
+  /^  {$/ {b = ""; n = ""; g = ""; e = ""}
+  /^    "backend":/ {sub(/^    "backend": "/, ""); sub(/",?$/, ""); b = $0}
+  /^    "n":/ {gsub(/[^0-9]/, ""); n = $0}
+  /^    "gflops":/ {sub(/^    "gflops": /, ""); sub(/,$/, ""); g = $0}
+  /^    "error":/ {e = "error"}
+  /^  },?$/ {print b "\t" n "\t" (e != "" ? e : g)}
+' "$out/sgemm.json" 2>/dev/null >"$out/sgemm.tsv"
+note "SGEMM (GFLOP/s)${sgemm_rc:+, failed:$sgemm_rc}:"
+sgemm_json=""
+while IFS="$(printf '\t')" read -r b n g; do
+  note "  $(printf '%-44s %5s^3 %10s' "$b" "$n" "$([ "$g" = error ] && echo error || awk -v g="$g" 'BEGIN {printf "%.1f", g}')")"
+  v=$g
+  [ "$g" = error ] && v=null
+  sgemm_json="$sgemm_json${sgemm_json:+, }{\"backend\": $(json_str "$b"), \"n\": $n, \"gflops\": $v}"
+done <"$out/sgemm.tsv"
+[ -s "$out/sgemm.tsv" ] || note "  no results"
+
+# Peak f32 (FMA = 2 FLOP, boost clock) from NVIDIA's data sheets, by the Vulkan device name.
+peak="" peak_source="unknown"
+case $dev_name in
+  *H200*NVL*) peak=60000 ;;
+  *H200*) peak=67000 ;;
+  *H100*PCIe*) peak=51000 ;;
+  *H100*NVL*) peak=60000 ;;
+  *H100*) peak=67000 ;;
+  *GH200*) peak=67000 ;;
+  *A100*) peak=19500 ;;
+  *L40S*) peak=91600 ;;
+  *L40*) peak=90500 ;;
+  *L4) peak=30300 ;;
+  *A10) peak=31200 ;;
+  *A30) peak=10300 ;;
+  *A40) peak=37400 ;;
+  *T4) peak=8100 ;;
+  *V100*PCIE*|*V100*PCIe*) peak=14000 ;;
+  *V100*) peak=15700 ;;
+  *"RTX 4090"*) peak=82600 ;;
+  *"RTX 3090"*) peak=35600 ;;
+  *"RTX 6000 Ada"*) peak=91100 ;;
+  *"RTX A6000"*) peak=38700 ;;
+esac
+[ -n "$peak" ] && peak_source="NVIDIA data sheet (boost clock), table in gpu-check.sh for '$dev_name'"
+if [ -n "$peak_arg" ]; then peak=$peak_arg peak_source="--peak-gflops"; fi
+g4096=$(awk -F'\t' -v d="vulkan:$dev_name" '$1 == d && $2 == 4096 && $3 != "error" {print $3}' "$out/sgemm.tsv")
+fraction=""
+if [ -n "$peak" ] && [ -n "$g4096" ]; then
+  fraction=$(awk -v g="$g4096" -v p="$peak" 'BEGIN {printf "%.3f", g / p}')
+  note "SGEMM 4096^3 on $dev_name: $g4096 GFLOP/s = $(awk -v f="$fraction" 'BEGIN {printf "%.1f", 100 * f}')% of its peak f32 $peak GFLOP/s ($peak_source); the target is 50%"
+elif [ -n "$g4096" ]; then
+  note "SGEMM 4096^3 on $dev_name: $g4096 GFLOP/s; peak f32: unknown (--peak-gflops N gives it)"
+else
+  note "SGEMM 4096^3: not run$([ "$quick" = 1 ] && echo ' (quick mode)'); peak f32: ${peak:-unknown}${peak:+ GFLOP/s ($peak_source)}"
+fi
+
+elapsed=$(($(date +%s) - start))
+if [ -z "$failed_steps" ] && [ "$tests_failed" = 0 ]; then
+  note "RESULT: all checks ran and passed in $elapsed s"
+  write_json ok
+  status=0
+else
+  note "RESULT: failed:${failed_steps:- tests} ($elapsed s)"
+  write_json failed
+  status=1
+fi
+cat "$out/summary.txt"
+exit $status
