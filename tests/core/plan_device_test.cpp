@@ -320,6 +320,10 @@ TEST(PlanDevice, ShapesWhoseSizeOverflowsAreRefused) {
   EXPECT_NE(e.find("[program] from_json: tensors[2].shape: more than kMaxProgramTensorElements"), std::string::npos) << e;
   e = error_of([] { Program::from_json(fixture("negative-dimension")); });
   EXPECT_NE(e.find("[program] from_json: externals[0].shape: negative dimension -4"), std::string::npos) << e;
+  // 214E7483648: a number no double holds (the JSON parser's out_of_range, not a parse error)
+  e = error_of([] { Program::from_json(fixture("number-too-large-for-a-double")); });
+  EXPECT_NE(e.find("[program] from_json: not valid JSON"), std::string::npos) << e;
+  EXPECT_NE(e.find("number overflow parsing '214E7483648'"), std::string::npos) << e;
 }
 
 TEST(PlanDevice, VerifyFollowsViewChainsOnlyWithinTheTable) {

@@ -304,7 +304,7 @@ Program Program::from_json(const std::string& text) {
   json root;
   try {
     root = json::parse(text);
-  } catch (const json::parse_error& e) {
+  } catch (const json::exception& e) {  // syntax errors, and numbers no double holds (1e400)
     throw std::invalid_argument(std::string("[program] from_json: not valid JSON: ") + e.what());
   }
   Program p;
