@@ -31,51 +31,12 @@ using op_cases::away_from_zero;
 using op_cases::distinct;
 using op_cases::positive;
 
-// The op table's cases (shared with the Vulkan parity test) that have gradients, and the ops
-// only the CPU backend runs as such (Vulkan decomposes or refuses them).
+// The op table's cases (shared with the Vulkan parity test) that have gradients.
 std::vector<Case> cases() {
-  using G = Graph;
   std::vector<Case> c;
   for (Case& k : op_cases::cases()) {
     if (!k.forward_only) c.push_back(std::move(k));
   }
-  c.push_back({"cross_entropy/all_ignored_but_one", Op::softmax_cross_entropy, [](G& g) {
-                 return softmax_cross_entropy(P(g, "logits", {3, 4}), g.input("t", {3}, DType::i32), 1);
-               }, nullptr, {{"t", {1, 2, 1}}}});
-  c.push_back({"maximum/bcast_row", Op::maximum, [](G& g) { return maximum(P(g, "a", {2, 3, 4}), P(g, "b", {4})); }, distinct, {}});
-  c.push_back({"where", Op::where, [](G& g) {
-                 Tensor a = P(g, "a", {3, 4}), b = P(g, "b", {3, 4});
-                 return where(less(a, b), a * b, exp(b));
-               }, distinct, {}});
-  c.push_back({"where/bcast", Op::where, [](G& g) {
-                 Tensor c0 = P(g, "c", {3, 1}), a = P(g, "a", {3, 4}), b = P(g, "b", {});
-                 return where(positive_mask(c0), a, b);
-               }, away_from_zero, {}});
-  c.push_back({"gather/axis1", Op::gather, [](G& g) { return gather(P(g, "x", {3, 5, 2}), 1, g.input("i", {4}, DType::i32)); },
-               nullptr, {{"i", {4, 0, 4, 2}}}});
-  c.push_back({"gather/axis0", Op::gather, [](G& g) { return gather(P(g, "x", {4, 3}), 0, g.input("i", {2}, DType::i32)); },
-               nullptr, {{"i", {3, 1}}}});
-  c.push_back({"gather_backward", Op::gather_backward,
-               [](G& g) { return gather_backward(P(g, "dy", {2, 3}), g.input("i", {3}, DType::i32), 1, 5); },
-               nullptr, {{"i", {1, 1, 4}}}});
-  c.push_back({"batch_norm/train", Op::rsqrt, [](G& g) {
-                 Tensor rm = g.state("rm", {3}), rv = g.state("rv", {3}, Init{Init::ones});
-                 return batch_norm_train(P(g, "x", {2, 3, 2, 2}), P(g, "g", {3}), P(g, "b", {3}), rm, rv);
-               }, nullptr, {}});
-  c.push_back({"batch_norm/inference", Op::rsqrt, [](G& g) {
-                 return batch_norm_inference(P(g, "x", {2, 3, 2}), P(g, "g", {3}), P(g, "b", {3}), P(g, "m", {3}),
-                                             P(g, "v", {3}));
-               }, [](const std::string& name, int64_t i, std::mt19937& rng) {
-                 return name == "v" ? positive(name, i, rng) : std::normal_distribution<double>(0, 1)(rng);
-               }, {}});
-  c.push_back({"timestep_embedding", Op::sin, [](G& g) { return timestep_embedding(P(g, "t", {3}), 8, 100.0); }, nullptr, {}});
-  c.push_back({"attention_fused/causal_gqa", Op::attention_fused, [](G& g) {
-                 // Both parts of the packed output (out and lse) feed the loss.
-                 return attention_fused_packed(P(g, "q", {1, 4, 5, 3}), P(g, "k", {1, 2, 7, 3}), P(g, "v", {1, 2, 7, 2}), true, 0.6);
-               }, nullptr, {}});
-  c.push_back({"attention_fused/cross", Op::attention_fused, [](G& g) {
-                 return attention_fused_packed(P(g, "q", {2, 2, 3, 4}), P(g, "k", {2, 2, 4, 4}), P(g, "v", {2, 2, 4, 3}), false, 0.5);
-               }, nullptr, {}});
   return c;
 }
 

@@ -216,9 +216,58 @@ inline std::vector<Case> cases() {
   c.push_back({"attention/cross", Op::softmax, [](G& g) {
                  return attention(P(g, "q", {2, 2, 3, 4}), P(g, "k", {2, 2, 5, 4}), P(g, "v", {2, 2, 5, 3}), false);
                }, nullptr, {}});
-  c.push_back({"cross_entropy/ignore", Op::log_softmax, [](G& g) {
+  c.push_back({"cross_entropy/ignore", Op::softmax_cross_entropy, [](G& g) {
                  return cross_entropy(P(g, "logits", {4, 5}), g.input("t", {4}, DType::i32), -100);
                }, nullptr, {{"t", {3, -100, 0, 4}}}});
+  c.push_back({"cross_entropy/all_ignored_but_one", Op::softmax_cross_entropy, [](G& g) {
+                 return softmax_cross_entropy(P(g, "logits", {3, 4}), g.input("t", {3}, DType::i32), 1);
+               }, nullptr, {{"t", {1, 2, 1}}}});
+  c.push_back({"maximum/bcast_row", Op::maximum, [](G& g) { return maximum(P(g, "a", {2, 3, 4}), P(g, "b", {4})); }, distinct, {}});
+  c.push_back({"where", Op::where, [](G& g) {
+                 Tensor a = P(g, "a", {3, 4}), b = P(g, "b", {3, 4});
+                 return where(less(a, b), a * b, exp(b));
+               }, distinct, {}});
+  c.push_back({"where/bcast", Op::where, [](G& g) {
+                 Tensor c0 = P(g, "c", {3, 1}), a = P(g, "a", {3, 4}), b = P(g, "b", {});
+                 return where(positive_mask(c0), a, b);
+               }, away_from_zero, {}});
+  c.push_back({"gather/axis1", Op::gather, [](G& g) { return gather(P(g, "x", {3, 5, 2}), 1, g.input("i", {4}, DType::i32)); },
+               nullptr, {{"i", {4, 0, 4, 2}}}});
+  c.push_back({"gather/axis0", Op::gather, [](G& g) { return gather(P(g, "x", {4, 3}), 0, g.input("i", {2}, DType::i32)); },
+               nullptr, {{"i", {3, 1}}}});
+  c.push_back({"gather_backward", Op::gather_backward,
+               [](G& g) { return gather_backward(P(g, "dy", {2, 3}), g.input("i", {3}, DType::i32), 1, 5); },
+               nullptr, {{"i", {1, 1, 4}}}});
+  c.push_back({"batch_norm/train", Op::rsqrt, [](G& g) {
+                 Tensor rm = g.state("rm", {3}), rv = g.state("rv", {3}, Init{Init::ones});
+                 return batch_norm_train(P(g, "x", {2, 3, 2, 2}), P(g, "g", {3}), P(g, "b", {3}), rm, rv);
+               }, nullptr, {}});
+  c.push_back({"batch_norm/inference", Op::rsqrt, [](G& g) {
+                 return batch_norm_inference(P(g, "x", {2, 3, 2}), P(g, "g", {3}), P(g, "b", {3}), P(g, "m", {3}),
+                                             P(g, "v", {3}));
+               }, [](const std::string& name, int64_t i, std::mt19937& rng) {
+                 return name == "v" ? positive(name, i, rng) : std::normal_distribution<double>(0, 1)(rng);
+               }, {}});
+  c.push_back({"timestep_embedding", Op::sin, [](G& g) { return timestep_embedding(P(g, "t", {3}), 8, 100.0); }, nullptr, {}});
+  c.push_back({"attention_fused/causal_gqa", Op::attention_fused, [](G& g) {
+                 // Both parts of the packed output (out and lse) feed the loss.
+                 return attention_fused_packed(P(g, "q", {1, 4, 5, 3}), P(g, "k", {1, 2, 7, 3}), P(g, "v", {1, 2, 7, 2}), true, 0.6);
+               }, nullptr, {}});
+  c.push_back({"attention_fused/cross", Op::attention_fused, [](G& g) {
+                 return attention_fused_packed(P(g, "q", {2, 2, 3, 4}), P(g, "k", {2, 2, 4, 4}), P(g, "v", {2, 2, 4, 3}), false, 0.5);
+               }, nullptr, {}});
+  // Long rows: the row kernels' strided loops and tree reductions over more than one pass.
+  c.push_back({"cross_entropy/wide", Op::softmax_cross_entropy, [](G& g) {
+                 return softmax_cross_entropy(P(g, "logits", {5, 600}), g.input("t", {5}, DType::i32), -100);
+               }, nullptr, {{"t", {599, 0, -100, 311, 7}}}});
+  // An unselected branch of -inf must not leak into the result (as 0 * -inf would).
+  c.push_back({"where/infinite_branch", Op::where, [](G& g) {
+                 Tensor a = P(g, "a", {4, 6}), b = P(g, "b", {4, 6});
+                 return exp(where(less(a, b), a, g.constant(std::vector<double>(24, -INFINITY), {4, 6})));
+               }, distinct, {}, false, 1e-4, true});
+  c.push_back({"attention_fused/head64", Op::attention_fused, [](G& g) {
+                 return attention_fused_packed(P(g, "q", {1, 2, 9, 64}), P(g, "k", {1, 1, 11, 64}), P(g, "v", {1, 1, 11, 40}), true, 0.125);
+               }, nullptr, {}});
   c.push_back({"mse", Op::mean, [](G& g) { return mse(P(g, "p", {3, 4}), P(g, "t", {3, 4})); }, nullptr, {}});
   return c;
 }

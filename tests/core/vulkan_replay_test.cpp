@@ -125,13 +125,15 @@ TEST(VulkanReplay, BarriersAreThePlansBarriers) {
   const Backend::Stats st = s.backend().stats();
   ASSERT_GT(p.barrier_count(), 0u);
   // One barrier per planned barrier (a dispatch lowered to no launch hands its barrier to the
-  // next one, where it may merge), one inside each matmul epilogue (the GEMM, then the program
-  // over its output), and the trailing one that publishes the step.
-  size_t epilogues = 0;
-  for (const Dispatch& d : p.dispatches) epilogues += d.op == Op::matmul_epilogue;
-  const size_t expected = p.barrier_count() + epilogues + 1;
+  // next one, where it may merge), one inside each two-phase dispatch (a matmul epilogue: the
+  // GEMM, then the program over its output; the cross-entropy: row losses, then their mean),
+  // and the trailing one that publishes the step.
+  size_t two_phase = 0;
+  for (const Dispatch& d : p.dispatches) two_phase += d.op == Op::matmul_epilogue || d.op == Op::softmax_cross_entropy;
+  ASSERT_GT(two_phase, 0u);
+  const size_t expected = p.barrier_count() + two_phase + 1;
   EXPECT_LE(st.barriers, expected);
-  if (st.dispatches == p.dispatches.size() + epilogues) {
+  if (st.dispatches == p.dispatches.size() + two_phase) {
     EXPECT_EQ(st.barriers, expected);
   }
   EXPECT_LT(st.barriers, st.dispatches);

@@ -130,16 +130,17 @@ class Lowerer {
       for (uint32_t b = 0; b < kBindings; ++b) l.bindings[b] = d.reads.empty() ? d.write() : d.reads[0];
       return l;
     };
-    switch (d.op) {
-      case Op::where: case Op::gather: case Op::gather_backward: case Op::softmax_cross_entropy:
-      case Op::softmax_cross_entropy_backward: case Op::attention_fused: case Op::attention_fused_backward:
-        unsupported(d.op, "has no Vulkan kernel yet (graphs added through a Session decompose where and the "
-                          "fused cross-entropy; gather and tiled attention run on the CPU backend)");
-      default: break;
-    }
     const ProgramTensor& y = p_.tensors[d.write()];
     for (uint32_t r : d.reads) check_dtype(d, p_.tensors[r]);
     check_dtype(d, y);
+    switch (d.op) {
+      case Op::where: case Op::gather: case Op::gather_backward: case Op::softmax_cross_entropy:
+      case Op::softmax_cross_entropy_backward:
+        return workload(d, schedule_.launches[index], make(Kernel::workload), out);
+      case Op::attention_fused: case Op::attention_fused_backward:
+        return attention(d, schedule_.launches[index], make(Kernel::attention), out);
+      default: break;
+    }
     switch (op_info(d.op).family) {
       case OpFamily::unary:
       case OpFamily::optim:
@@ -485,6 +486,85 @@ class Lowerer {
     out.push_back(std::move(l));
   }
 
+  // The schedule's push block and the dispatch's operands in the wide layout: inputs from
+  // binding 0, the output at 8, every other slot a valid (unused) binding.
+  void wide_operands(const Dispatch& d, const KernelLaunch& k, Launch& l, size_t max_inputs) {
+    for (size_t i = 0; i < PushConstants::kWords; ++i) l.push[i] = k.push.words[i];
+    l.push_words = PushConstants::kWords;
+    for (uint32_t b = 0; b < kWideBindings; ++b) l.bindings[b] = d.reads[0];
+    for (size_t i = 0; i < d.reads.size() && i < max_inputs; ++i) l.bindings[i] = d.reads[i];
+    l.bindings[8] = d.write();
+  }
+
+  // where, gather (+ scatter-add) and the fused cross-entropy (workload.comp).
+  void workload(const Dispatch& d, const KernelLaunch& k, Launch l, std::vector<Launch>& out) {
+    wide_operands(d, k, l, 3);
+    enum : uint32_t { kWhere, kGather, kGatherBackward, kRows, kTotal, kBackward };
+    if (d.op == Op::where || d.op == Op::gather || d.op == Op::gather_backward) {
+      l.push[kPushMode] = d.op == Op::where ? kWhere : d.op == Op::gather ? kGather : kGatherBackward;
+      elementwise_grid(l, numel_of(d.write()), dc_);
+      out.push_back(std::move(l));
+      return;
+    }
+    const int64_t ignore = std::get<OneHotAttrs>(d.attrs).ignore_index;
+    // An ignore id outside i32 matches no target: the smallest i32, itself out of range.
+    const int32_t ignore32 = ignore < INT32_MIN || ignore > INT32_MAX ? INT32_MIN : int32_t(ignore);
+    std::memcpy(&l.push[kPushIgnore], &ignore32, 4);
+    const uint32_t rows = k.push.get(push::kIndexRows);
+    l.spec = {dc_.row_workgroup};
+    if (d.op == Op::softmax_cross_entropy_backward) {  // a workgroup per row
+      l.push[kPushMode] = kBackward;
+      grid(l, rows, dc_);
+      out.push_back(std::move(l));
+      return;
+    }
+    // Each row's loss into the workspace (a workgroup per row), then one workgroup's mean.
+    l.bindings[3] = kWorkspaceBinding;
+    l.workspace_bytes = uint64_t(rows) * 4;
+    Launch total = l;
+    l.push[kPushMode] = kRows;
+    grid(l, rows, dc_);
+    total.push[kPushMode] = kTotal;
+    total.barrier_before = true;
+    out.push_back(std::move(l));
+    out.push_back(std::move(total));
+  }
+
+  // attention_fused and its backward (attention.comp): the forward one launch over query rows;
+  // the backward a launch for dQ over query rows and one for dK and dV over key rows, which
+  // write disjoint parts of the output and need no barrier between them.
+  void attention(const Dispatch& d, const KernelLaunch& k, Launch l, std::vector<Launch>& out) {
+    wide_operands(d, k, l, 5);
+    const auto& a = std::get<AttentionAttrs>(d.attrs);
+    auto word = [&](size_t i) { return uint64_t(k.push.get(push::kAttention + i)); };
+    const uint64_t b = word(0), hq = word(1), hkv = word(2), sq = word(3), sk = word(4), dq = word(5), dv = word(6);
+    const uint64_t head = std::max(dq, dv);
+    if (head > kAttentionMaxHead) {
+      unsupported(d.op, "head dimension " + std::to_string(head) + " exceeds the kernel's " + std::to_string(kAttentionMaxHead));
+    }
+    uint32_t regs = 16;  // pipelines per power of two, not per head size
+    while (regs < head) regs *= 2;
+    // Few invocations per workgroup: each holds up to four head vectors in registers.
+    const uint32_t wg = std::min<uint32_t>(dc_.workgroup, 64);
+    l.spec = {wg, regs};
+    l.push[kPushScale] = fbits(a.scale);
+    l.push[kPushCausal] = a.causal ? 1 : 0;
+    const uint64_t rows = b * hq * sq;
+    enum : uint32_t { kForward, kGradQ, kGradKV };
+    l.push[kPushMode] = d.op == Op::attention_fused ? kForward : kGradQ;
+    if (d.op == Op::attention_fused_backward) {
+      Launch kv = l;
+      kv.push[kPushMode] = kGradKV;
+      grid(kv, (b * hkv * sk + wg - 1) / wg, dc_);
+      grid(l, (rows + wg - 1) / wg, dc_);
+      out.push_back(std::move(l));
+      out.push_back(std::move(kv));
+      return;
+    }
+    grid(l, (rows + wg - 1) / wg, dc_);
+    out.push_back(std::move(l));
+  }
+
   static uint32_t fbits(double v) {
     float f = float(v);
     uint32_t b;
@@ -624,7 +704,19 @@ DeviceClass device_class(const VulkanDeviceInfo& info) {
 std::vector<Launch> lower_program(const Program& p, const DeviceClass& dc) {
   std::vector<Launch> out;
   Lowerer lw(p, dc);
-  for (uint32_t i = 0; i < p.dispatches.size(); ++i) lw.lower(i, out);
+  bool used = false;  // an earlier dispatch used the workspace
+  for (uint32_t i = 0; i < p.dispatches.size(); ++i) {
+    const size_t first = out.size();
+    lw.lower(i, out);
+    bool mine = false;
+    for (size_t k = first; k < out.size(); ++k) {
+      Launch& l = out[k];
+      if (!std::count(std::begin(l.bindings), std::end(l.bindings), kWorkspaceBinding)) continue;
+      if (!mine && used) l.barrier_before = true;  // not before the last user has finished
+      mine = true;
+    }
+    used = used || mine;
+  }
   return out;
 }
 

@@ -25,11 +25,22 @@ struct Launch {
   uint32_t dispatch = 0;              // the Program dispatch it implements
   bool barrier_before = false;        // waits for the previous launch of its own dispatch
   std::vector<uint32_t> code;         // fused programs: 4 words per instruction
+  uint64_t workspace_bytes = 0;       // scratch bound at kWorkspaceBinding
 };
 constexpr uint32_t kCodeBinding = UINT32_MAX;
+// The program's workspace: one buffer of the largest launch's scratch, shared by all of them.
+// A launch that reads what an earlier launch of its dispatch wrote there waits for it
+// (barrier_before); the first launch of a dispatch that uses it waits for any earlier
+// dispatch that did.
+constexpr uint32_t kWorkspaceBinding = UINT32_MAX - 1;
 // Push words the backend fills for the fused kernels (after the schedule's 0-23).
 constexpr size_t kPushMode = 24, kPushCodeOffset = 25, kPushCodeLength = 26, kPushFill = 26, kPushSerial = 27,
                  kPushOutputs = 28;  // fused_elementwise: outputs written (1 to kFusedMaxOutputs)
+// The workload kernels: the mode at kPushMode, the ignored target id (cross-entropy) after it;
+// attention: the mode, the scale's f32 bits and the causal flag.
+constexpr size_t kPushIgnore = 25, kPushScale = 25, kPushCausal = 26;
+// Attention keeps a head's vectors in registers: head dimensions up to this.
+constexpr uint32_t kAttentionMaxHead = 128;
 // Rows up to this long, when there are many, take one invocation each instead of a workgroup:
 // a workgroup's tree and barriers cost more than a short serial loop.
 constexpr uint32_t kSerialRowMax = 256, kSerialRowsMin = 64;

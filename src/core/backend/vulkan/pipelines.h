@@ -12,17 +12,18 @@
 
 namespace meganeura::vk {
 
-enum class Kernel : uint8_t { pointwise, reduce, softmax, matmul, movement, index, sequence, conv, pool, fused, rows, count_ };
+enum class Kernel : uint8_t { pointwise, reduce, softmax, matmul, movement, index, sequence, conv, pool, fused, rows, attention, workload, count_ };
 constexpr size_t kKernelCount = size_t(Kernel::count_);
 const char* kernel_name(Kernel k);
 std::span<const uint32_t> kernel_spirv(Kernel k);
 
 // Two pipeline layouts, both with a 128-byte push block: kBindings storage buffers for the
 // primitive kernels, kWideBindings for the fused ones (eight inputs, the output, the code, the
-// secondary outputs of a multi-output program).
+// secondary outputs of a multi-output program), attention and the workload kernels (up to five
+// inputs or a workspace, the output at binding 8).
 constexpr uint32_t kBindings = 3;
 constexpr uint32_t kWideBindings = 12;
-inline bool wide(Kernel k) { return k == Kernel::fused || k == Kernel::rows; }
+inline bool wide(Kernel k) { return k == Kernel::fused || k == Kernel::rows || k == Kernel::attention || k == Kernel::workload; }
 inline uint32_t binding_count(Kernel k) { return wide(k) ? kWideBindings : kBindings; }
 constexpr uint32_t kPushBytes = 128;
 

@@ -36,10 +36,16 @@ const uint32_t kFused[] = {
 const uint32_t kRows[] = {
 #include "rows.spv.inc"
 };
+const uint32_t kAttention[] = {
+#include "attention.spv.inc"
+};
+const uint32_t kWorkload[] = {
+#include "workload.spv.inc"
+};
 }  // namespace
 
 const char* kernel_name(Kernel k) {
-  static const char* names[] = {"pointwise", "reduce", "softmax", "matmul", "movement", "index", "sequence", "conv", "pool", "fused", "rows"};
+  static const char* names[] = {"pointwise", "reduce", "softmax", "matmul", "movement", "index", "sequence", "conv", "pool", "fused", "rows", "attention", "workload"};
   static_assert(sizeof(names) / sizeof(names[0]) == kKernelCount);
   return names[size_t(k)];
 }
@@ -57,6 +63,8 @@ std::span<const uint32_t> kernel_spirv(Kernel k) {
     case Kernel::pool: return kPool;
     case Kernel::fused: return kFused;
     case Kernel::rows: return kRows;
+    case Kernel::attention: return kAttention;
+    case Kernel::workload: return kWorkload;
     case Kernel::count_: break;
   }
   return {};

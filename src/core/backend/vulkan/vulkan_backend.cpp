@@ -29,6 +29,8 @@ struct Prepared {
   std::vector<uint32_t> arena_ids;
   std::unique_ptr<Buffer> code;  // the fused programs' instructions, host-visible (a few KiB)
   uint32_t code_id = 0;
+  std::unique_ptr<Buffer> workspace;  // the launches' scratch (kWorkspaceBinding), when any needs it
+  uint32_t workspace_id = 0;
   std::vector<Launch> launches;
   VkDescriptorPool descriptors = VK_NULL_HANDLE;
   std::vector<VkCommandBuffer> chunks;
@@ -116,6 +118,12 @@ class VulkanBackend final : public Backend {
       fresh.push_back(prep->arenas.back().get());
     }
     prep->launches = lower_program(q, dc_);
+    uint64_t scratch = 0;
+    for (const Launch& l : prep->launches) scratch = std::max(scratch, l.workspace_bytes);
+    if (scratch) {
+      prep->workspace = allocate(*dev_, scratch, Residence::device, "workspace of program " + std::to_string(programs_.size()));
+      prep->workspace_id = next_id_++;
+    }
     place_code(*prep);
     zero(fresh);
     prepare_descriptors(*prep);
@@ -152,12 +160,15 @@ class VulkanBackend final : public Backend {
 
   Stats stats() const override { return stats_; }
 
-  // Every pass, where the device allows the fused kernels' twelve bindings per stage; otherwise
-  // graphs keep their primitive ops.
+  // Every pass, where the device allows the wide kernels' twelve bindings per stage; otherwise
+  // graphs keep their primitive ops, and the fused cross-entropy and where (whose kernels use
+  // the wide layout) are decomposed into them.
   PassOptions passes() const override {
     PassOptions o;
-    o.decompose = true;  // no kernels yet for the fused cross-entropy and where
-    if (!wide_) o.softmax = o.norms = o.pointwise = o.matmul_epilogue = false;
+    if (!wide_) {
+      o.softmax = o.norms = o.pointwise = o.matmul_epilogue = false;
+      o.decompose = true;
+    }
     return o;
   }
 
@@ -296,6 +307,7 @@ class VulkanBackend final : public Backend {
 
   Resolved resolve(const Prepared& p, uint32_t t) {
     if (t == kCodeBinding) return {p.code.get(), p.code_id, 0, p.code->bytes};
+    if (t == kWorkspaceBinding) return {p.workspace.get(), p.workspace_id, 0, p.workspace->bytes};
     const ProgramTensor& pt = p.program.tensors.at(t);
     uint64_t bytes = std::max<uint64_t>(pt.bytes, 4);
     if (pt.external()) {
@@ -336,7 +348,7 @@ class VulkanBackend final : public Backend {
         const uint32_t t = p.launches[i].bindings[b];
         Resolved r = resolve(p, t);
         const Shape none;
-        const Shape& shape = t == kCodeBinding ? none : p.program.tensors[t].type.shape;
+        const Shape& shape = t == kCodeBinding || t == kWorkspaceBinding ? none : p.program.tensors[t].type.shape;
         if (r.offset % info.min_storage_buffer_offset_alignment) {
           throw std::invalid_argument("[vulkan] tensor at arena offset " + std::to_string(r.offset) + " is not aligned to the device's " +
                                       std::to_string(info.min_storage_buffer_offset_alignment) + "-byte storage-buffer offset alignment");

@@ -32,6 +32,8 @@ const uint K_INPUT = 0, K_CONSTANT = 1, K_UNARY = 2, K_BINARY = 3, K_STORE = 4, 
 
 layout(push_constant) uniform P { uint w[32]; } pc;
 
+#include "broadcast.glsl"
+
 float load(uint input_, uint i) {
   switch (input_) {
     case 0: return i0.v[i];
@@ -43,24 +45,6 @@ float load(uint input_, uint i) {
     case 6: return i6.v[i];
     default: return i7.v[i];
   }
-}
-
-// The element of input k at flat index i of the (collapsed) domain: its strides skip the
-// dimensions it is broadcast over.
-uint offset_of(uint k, uint i) {
-  uint mask = (pc.w[MASKS + k / 4] >> ((k % 4) * 8)) & 0xffu;
-  uint rank = pc.w[RANK], o = 0, s = 1;
-  if ((mask & ((1u << rank) - 1u)) == (1u << rank) - 1u) return i;  // spans the whole domain
-  for (int d = int(rank) - 1; d >= 0; --d) {
-    uint e = pc.w[EXTENTS + uint(d)];
-    uint c = i % e;
-    i /= e;
-    if ((mask >> uint(d) & 1u) != 0u) {
-      o += c * s;
-      s *= e;
-    }
-  }
-  return o;
 }
 
 // The values a multi-output program stored for the element being evaluated; a program without

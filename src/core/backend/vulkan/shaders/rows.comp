@@ -17,33 +17,7 @@ const uint NORM = 0, SOFTMAX = 1;
 
 layout(push_constant) uniform P { uint w[32]; } pc;
 
-shared float partial[256];
-
-float group_sum(float v) {
-  uint lid = gl_LocalInvocationID.x;
-  partial[lid] = v;
-  barrier();
-  for (uint s = gl_WorkGroupSize.x / 2; s > 0; s >>= 1) {
-    if (lid < s) partial[lid] += partial[lid + s];
-    barrier();
-  }
-  float r = partial[0];
-  barrier();
-  return r;
-}
-
-float group_max(float v) {
-  uint lid = gl_LocalInvocationID.x;
-  partial[lid] = v;
-  barrier();
-  for (uint s = gl_WorkGroupSize.x / 2; s > 0; s >>= 1) {
-    if (lid < s) partial[lid] = max(partial[lid], partial[lid + s]);
-    barrier();
-  }
-  float r = partial[0];
-  barrier();
-  return r;
-}
+#include "group.glsl"
 
 float exp_shifted(float v) { return v < -80.0 ? 0.0 : exp(v); }  // as the primitive softmax
 
