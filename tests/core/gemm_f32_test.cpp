@@ -1,4 +1,4 @@
-// The f32 GEMM (oneDNN), and the f32 matmul and convolution kernels (oneDNN's sgemm and
+// The f32 GEMM (oneDNN and OpenBLAS), and the f32 matmul and convolution kernels (oneDNN's sgemm and
 // convolution primitives), elementwise against f64 loops written here, independently of the
 // kernels.
 // Tolerance: a length-L f32 dot product of f32-rounded inputs is within (L + 2) * u * sum|a_k b_k|
@@ -67,23 +67,30 @@ void check_gemm(const GemmCase& c) {
   expect_within(got, want, bound, c.k, what);
 }
 
-TEST(GemmF32, OneDnnAgainstF64) {
-#if !MEGANEURA_ONEDNN
-  GTEST_SKIP() << "skipped: built without oneDNN (MEGANEURA_ONEDNN=OFF); f32 GEMMs run on OpenBLAS";
-#endif
-  ASSERT_EQ(cpu::f32_gemm(), cpu::F32Gemm::onednn);
-  for (int threads : {1, 3}) {  // serial, and split over the pool (the large case)
-    cpu::set_threads(threads);
-    for (bool ta : {false, true})
-      for (bool tb : {false, true}) {
-        check_gemm({ta, tb, 1, 1, 300, 0, 1.f, 0.f});
-        check_gemm({ta, tb, 7, 13, 5, 0, 1.f, 0.f});
-        check_gemm({ta, tb, 5, 3, 17, 4, -0.5f, 0.75f});
-        check_gemm({ta, tb, 130, 129, 131, 1, 1.f, 1.f});  // above the split threshold
-        check_gemm({ta, tb, 3, 200, 4000, 0, 1.f, 0.f});   // few rows: split by columns
-        check_gemm({ta, tb, 4, 6, 0, 0, 1.f, 0.5f});       // empty inner dimension: C = beta C
-      }
+// Every f32 GEMM library the build has: OpenBLAS always, oneDNN (the default) where built with
+// it (MEGANEURA_ONEDNN).
+TEST(GemmF32, EveryLibraryAgainstF64) {
+  const cpu::F32Gemm built_default = MEGANEURA_ONEDNN ? cpu::F32Gemm::onednn : cpu::F32Gemm::openblas;
+  ASSERT_EQ(cpu::f32_gemm(), built_default);
+  std::vector<cpu::F32Gemm> libraries = {cpu::F32Gemm::openblas};
+  if (MEGANEURA_ONEDNN) libraries.push_back(cpu::F32Gemm::onednn);
+  for (cpu::F32Gemm lib : libraries) {
+    cpu::set_f32_gemm(lib);
+    SCOPED_TRACE(lib == cpu::F32Gemm::onednn ? "oneDNN" : "OpenBLAS");
+    for (int threads : {1, 3}) {  // serial, and split over the pool (the large case)
+      cpu::set_threads(threads);
+      for (bool ta : {false, true})
+        for (bool tb : {false, true}) {
+          check_gemm({ta, tb, 1, 1, 300, 0, 1.f, 0.f});
+          check_gemm({ta, tb, 7, 13, 5, 0, 1.f, 0.f});
+          check_gemm({ta, tb, 5, 3, 17, 4, -0.5f, 0.75f});
+          check_gemm({ta, tb, 130, 129, 131, 1, 1.f, 1.f});  // above the split threshold
+          check_gemm({ta, tb, 3, 200, 4000, 0, 1.f, 0.f});   // few rows: split by columns
+          check_gemm({ta, tb, 4, 6, 0, 0, 1.f, 0.5f});       // empty inner dimension: C = beta C
+        }
+    }
   }
+  cpu::set_f32_gemm(built_default);
   cpu::set_threads(0);
 }
 
