@@ -212,28 +212,54 @@ void reduce(const Dispatch& d, const KernelLaunch& l, const std::vector<Arg>& in
     });
     return;
   }
-  // General: map each input element to its output slot.
+  // General (reduced axes not contiguous, e.g. batch norm's statistics over N, H and W of NCHW):
+  // neighbouring dimensions that are both reduced or both kept merge (row-major memory keeps
+  // them contiguous), then the input is walked in order, one run of the last dimension at a
+  // time, the output slot advanced by an odometer instead of a division per element.
   const uint32_t axes = p.get(push::kReduceAxes);
-  int64_t xs[push::kMaxRank], ostride[push::kMaxRank] = {}, n = 1;
-  for (int64_t i = 0; i < rank; ++i) n *= xs[i] = p.get(push::kReduceExtents + size_t(i));
-  int64_t s = 1;
-  for (int64_t i = rank; i-- > 0;) {
-    if (!(axes >> i & 1)) {
+  int64_t xs[push::kMaxRank];
+  bool red[push::kMaxRank];
+  int64_t dims = 0;
+  for (int64_t i = 0; i < rank; ++i) {
+    const int64_t e = p.get(push::kReduceExtents + size_t(i));
+    const bool r = axes >> i & 1;
+    if (dims > 0 && red[dims - 1] == r) {
+      xs[dims - 1] *= e;
+    } else {
+      xs[dims] = e;
+      red[dims++] = r;
+    }
+  }
+  int64_t ostride[push::kMaxRank] = {}, s = 1, n = 1;
+  for (int64_t i = dims; i-- > 0;) {
+    n *= xs[i];
+    if (!red[i]) {
       ostride[i] = s;
       s *= xs[i];
     }
   }
   const int64_t n_out = p.get(ElementwiseLayout::kNumel);
   std::vector<double> acc(size_t(n_out), is_max ? -INFINITY : 0.0);
-  for (int64_t i = 0; i < n; ++i) {
-    int64_t rem = i, o = 0;
-    for (int64_t k = rank; k-- > 0;) {
-      o += (rem % xs[k]) * ostride[k];
-      rem /= xs[k];
+  const int64_t last = dims - 1, run = xs[last];
+  int64_t idx[push::kMaxRank] = {}, o = 0;
+  for (int64_t start = 0; start < n; start += run) {
+    const T* q = x + start;
+    if (red[last]) {
+      double a = acc[size_t(o)];
+      for (int64_t j = 0; j < run; ++j) a = is_max ? std::max(a, double(q[j])) : a + double(q[j]);
+      acc[size_t(o)] = a;
+    } else {
+      double* a = acc.data() + o;
+      for (int64_t j = 0; j < run; ++j) a[j] = is_max ? std::max(a[j], double(q[j])) : a[j] + double(q[j]);
     }
-    acc[size_t(o)] = is_max ? std::max(acc[size_t(o)], double(x[i])) : acc[size_t(o)] + double(x[i]);
+    for (int64_t k = last - 1; k >= 0; --k) {  // next run: advance the odometer
+      o += ostride[k];
+      if (++idx[k] < xs[k]) break;
+      o -= ostride[k] * xs[k];
+      idx[k] = 0;
+    }
   }
-  for (int64_t o = 0; o < n_out; ++o) y[o] = finish(acc[size_t(o)]);
+  for (int64_t i = 0; i < n_out; ++i) y[i] = finish(acc[size_t(i)]);
 }
 
 // ---- casts between stored dtypes -----
