@@ -4,7 +4,9 @@ reference (eager, BENCH.md protocol: 5 warm-ups, at least 20 samples, median and
 samples kept), prints ours / PyTorch ratios and writes bench/results/<workload>-<scale>.json
 with the machine, both versions and the BLAS PyTorch loaded.
 
-Usage: bench/side_by_side.py --workload W [--scale ci|full] [--meganeura build/bin/meganeura]
+Usage: bench/side_by_side.py --workload W [--scale ci|full] [--meganeura build/bin/meganeura] [--vulkan]
+--vulkan also times our Vulkan backend (`--device vulkan`: lavapipe where there is no GPU) and
+reports it beside the CPU backend.
 Timing keeps oneDNN enabled (PyTorch's default, its fastest); the gates disable it."""
 import argparse
 import json
@@ -84,27 +86,39 @@ def main():
     ap.add_argument("--samples", type=int, default=20)
     ap.add_argument("--warmup", type=int, default=5)
     ap.add_argument("--out", default=os.path.join(HERE, "results"))
+    ap.add_argument("--vulkan", action="store_true", help="also time --device vulkan")
     a = ap.parse_args()
     with tempfile.TemporaryDirectory() as d:
         w, i = os.path.join(d, "w.safetensors"), os.path.join(d, "i.safetensors")
         subprocess.run([a.meganeura, "run", "--workload", a.workload, "--scale", a.scale, "--dump",
                         os.path.join(d, "o.safetensors"), "--write-weights", w, "--write-inputs", i], check=True,
                        stdout=subprocess.DEVNULL)
-        ours = json.loads(subprocess.run([a.meganeura, "bench", "--workload", a.workload, "--scale", a.scale, "--json",
-                                          "--samples", str(a.samples), "--warmup", str(a.warmup)],
-                                         check=True, capture_output=True, text=True).stdout)
+        def bench(device):
+            return json.loads(subprocess.run([a.meganeura, "bench", "--workload", a.workload, "--scale", a.scale,
+                                              "--json", "--device", device, "--samples", str(a.samples),
+                                              "--warmup", str(a.warmup)],
+                                             check=True, capture_output=True, text=True).stdout)
+        ours = bench("cpu")
+        vulkan = bench("vulkan") if a.vulkan else None
         theirs = torch_side(a.workload, a.scale, w, i, a.warmup, a.samples)
     ratios = {p: ours["phases"][p]["median_ms"] / theirs["phases"][p]["median_ms"] for p in theirs["phases"]}
     result = {"workload": a.workload, "scale": a.scale,
               "machine": {"cpu": ours["machine"]["cpu"], "cores": ours["machine"]["cores"], "system": platform.platform()},
               "meganeura": ours, "pytorch": theirs, "ratios_ours_over_pytorch": ratios}
+    if vulkan:
+        result["meganeura_vulkan"] = vulkan
+        result["ratios_vulkan_over_pytorch"] = {p: vulkan["phases"][p]["median_ms"] / theirs["phases"][p]["median_ms"]
+                                                for p in theirs["phases"]}
     os.makedirs(a.out, exist_ok=True)
     path = os.path.join(a.out, f"{a.workload}-{a.scale}.json")
     with open(path, "w") as f:
         json.dump(result, f, indent=1)
     for p, r in ratios.items():
-        print(f"{a.workload} {a.scale} {p:6s} ours {ours['phases'][p]['median_ms']:9.2f} ms  "
-              f"pytorch {theirs['phases'][p]['median_ms']:9.2f} ms  ratio {r:6.2f}")
+        line = (f"{a.workload} {a.scale} {p:6s} ours {ours['phases'][p]['median_ms']:9.2f} ms  "
+                f"pytorch {theirs['phases'][p]['median_ms']:9.2f} ms  ratio {r:6.2f}")
+        if vulkan:
+            line += f"  vulkan {vulkan['phases'][p]['median_ms']:9.2f} ms"
+        print(line)
     print(f"training arena {ours['train_arena_bytes'] / 1e6:.1f} MB; peak RSS ours {ours['peak_rss_bytes'] / 1e6:.1f} MB, "
           f"pytorch {theirs['peak_rss_bytes'] / 1e6:.1f} MB; results in {path}")
 
