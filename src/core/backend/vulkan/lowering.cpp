@@ -552,16 +552,15 @@ class Lowerer {
     const uint64_t rows = b * hq * sq;
     enum : uint32_t { kForward, kGradQ, kGradKV };
     l.push[kPushMode] = d.op == Op::attention_fused ? kForward : kGradQ;
+    grid(l, (rows + wg - 1) / wg, dc_);
     if (d.op == Op::attention_fused_backward) {
       Launch kv = l;
       kv.push[kPushMode] = kGradKV;
       grid(kv, (b * hkv * sk + wg - 1) / wg, dc_);
-      grid(l, (rows + wg - 1) / wg, dc_);
       out.push_back(std::move(l));
       out.push_back(std::move(kv));
       return;
     }
-    grid(l, (rows + wg - 1) / wg, dc_);
     out.push_back(std::move(l));
   }
 
@@ -599,10 +598,7 @@ class Lowerer {
   // program's inputs, 8 the output, 9 the code, 10 and 11 a multi-output program's outputs 1
   // and 2.
   void fused(const Dispatch& d, const KernelLaunch& k, Launch l, Launch rows, Launch mm, std::vector<Launch>& out) {
-    for (size_t i = 0; i < PushConstants::kWords; ++i) l.push[i] = k.push.words[i];
-    l.push_words = PushConstants::kWords;
-    for (uint32_t b = 0; b < kWideBindings; ++b) l.bindings[b] = d.reads[0];
-    l.bindings[8] = d.write();
+    wide_operands(d, k, l, 0);
     l.spec = {dc_.workgroup};
     if (d.op == Op::norm || d.op == Op::softmax_scaled) {
       rows.push_words = l.push_words;
