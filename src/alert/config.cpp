@@ -72,7 +72,8 @@ uint64_t get_size(const toml::table& t, std::string_view path, const std::filesy
                   uint64_t fallback) {
   const toml::node* n = t.at_path(path).node();
   if (n == nullptr) return fallback;
-  if (auto d = n->value<int64_t>(); d && *d >= 0) return static_cast<uint64_t>(*d);
+  // value_exact: a float node is not a size (value<> would convert it, undefined past 2^63).
+  if (auto d = n->value_exact<int64_t>(); d && *d >= 0) return static_cast<uint64_t>(*d);
   if (auto s = n->value<std::string>()) {
     try {
       return parse_size(*s);

@@ -154,6 +154,20 @@ TEST(FuzzFindings, DurationBeyondTheLimitIsAnError) {
   EXPECT_THROW(meganeura::alert::parse_duration("36501d"), std::invalid_argument);
 }
 
+// A size given as a float beyond int64 made toml++ convert it with undefined behaviour; sizes
+// are integers or strings with a unit, so a float is refused, naming the key.
+TEST(FuzzFindings, FloatSizeIsRefused) {
+  const fs::path p = scratch("float-size.toml");
+  write(p, fixture("config/float-size-beyond-int64"));
+  try {
+    meganeura::alert::load_config(p);
+    FAIL() << "a float size was accepted";
+  } catch (const std::runtime_error& e) {
+    EXPECT_NE(std::string(e.what()).find("attach.max_file"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("expected a size"), std::string::npos) << e.what();
+  }
+}
+
 // toml++ 3.3 reaches __builtin_unreachable() deciding whether some non-ASCII characters are
 // whitespace: U+02C2 after "smtp =", or U+0487 while it scans a malformed value for its end.
 // It is now given ASCII only: such a character outside strings is refused (naming the line),
