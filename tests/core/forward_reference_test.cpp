@@ -3,6 +3,7 @@
 // Tolerance: f32 results within 2e-5 * (1 + |ref|) of f64 (reductions here are <= 200 long).
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <functional>
 #include <random>
@@ -262,6 +263,84 @@ TEST(Forward, MovementOps) {
   expect_close(r.eval(slice(x, {0, 1, 1}, {2, 3, 3})), sl, "slice");
   expect_close(r.eval(pad(x, {0, 0, 1}, {0, 0, 1})), pd, "pad");
   expect_close(r.eval(concat({x, x * 2.0}, 1)), cat, "concat");
+}
+
+// Reductions over tensors large enough to be split over the pool, for every pattern of
+// reduced and kept axes the kernel distinguishes: contiguous trailing axes (rows), leading
+// axes (columns, more than one slice of them), and reduced axes with kept ones between them
+// (batch-norm statistics over N, H and W). Sums of up to 4,366 standard-normal values: |ref|
+// stays below ~250, well inside the tolerance (accumulation is in double either way).
+TEST(Forward, ReductionsOverAnyAxesAtScale) {
+  const Shape shape{3, 37, 41, 29};
+  const int64_t n = numel(shape);
+  for (std::vector<int64_t> axes : {std::vector<int64_t>{3}, {2, 3}, {0}, {0, 1}, {0, 2, 3}, {0, 2}, {1, 3}, {1}}) {
+    Harness r;
+    Tensor x = r.in("x", shape);
+    const Vec& X = r.values["x"];
+    // The kept axes, in order, index the output.
+    auto out_index = [&](const int64_t* idx) {
+      int64_t o = 0;
+      for (int64_t d = 0; d < 4; ++d) {
+        if (std::find(axes.begin(), axes.end(), d) == axes.end()) o = o * shape[size_t(d)] + idx[d];
+      }
+      return o;
+    };
+    int64_t outputs = 1, count = 1;
+    for (int64_t d = 0; d < 4; ++d) {
+      if (std::find(axes.begin(), axes.end(), d) == axes.end()) outputs *= shape[size_t(d)];
+      else count *= shape[size_t(d)];
+    }
+    Vec want_sum(size_t(outputs), 0.0), want_max(size_t(outputs), -INFINITY);
+    int64_t idx[4];
+    for (int64_t i = 0; i < n; ++i) {
+      int64_t rem = i;
+      for (int64_t d = 3; d >= 0; --d) {
+        idx[d] = rem % shape[size_t(d)];
+        rem /= shape[size_t(d)];
+      }
+      const size_t o = size_t(out_index(idx));
+      want_sum[o] += X[size_t(i)];
+      want_max[o] = std::max(want_max[o], X[size_t(i)]);
+    }
+    Vec want_mean = want_sum;
+    for (double& v : want_mean) v /= double(count);
+    std::string what = "axes";
+    for (int64_t a : axes) what += " " + std::to_string(a);
+    SCOPED_TRACE(what);
+    expect_close(r.eval(sum(x, axes)), want_sum, "sum");
+    expect_close(r.eval(mean(x, axes)), want_mean, "mean");
+    expect_close(r.eval(max(x, axes)), want_max, "max");
+  }
+}
+
+// The data gradient of a 1x1 convolution, dx[n][c][p] = sum_o w[o][c] * dy[n][o][p], on each
+// path the CPU backend has for it: a GEMM per image split over the pool (few images), whole
+// images per pool thread (a batch as large as the pool), and the convolution primitive
+// (1,024 input channels or more, where the build has oneDNN); strided, it goes through columns.
+TEST(Forward, PointwiseConvolutionDataGradientOnEveryPath) {
+  struct C { int64_t n, c, o, h, s; };
+  for (C c : {C{1, 48, 40, 9, 1}, C{4, 64, 32, 10, 1}, C{4, 1024, 16, 3, 1}, C{4, 1024, 16, 5, 2}}) {
+    Harness r;
+    const int64_t oh = (c.h - 1) / c.s + 1;
+    Tensor dy = r.in("dy", {c.n, c.o, oh, oh});
+    Tensor w = r.in("w", {c.o, c.c, 1, 1});
+    ConvAttrs a;
+    a.stride[0] = a.stride[1] = c.s;
+    a.grad_shape = {c.n, c.c, c.h, c.h};
+    Vec got = r.eval(conv2d_backward_input(dy, w, a));
+    const Vec &DY = r.values["dy"], &W = r.values["w"];
+    Vec want(size_t(c.n * c.c * c.h * c.h), 0.0);
+    for (int64_t n = 0; n < c.n; ++n)
+      for (int64_t ci = 0; ci < c.c; ++ci)
+        for (int64_t i = 0; i < oh; ++i)
+          for (int64_t j = 0; j < oh; ++j) {
+            double s = 0;
+            for (int64_t o = 0; o < c.o; ++o) s += W[size_t(o * c.c + ci)] * DY[size_t(((n * c.o + o) * oh + i) * oh + j)];
+            want[size_t(((n * c.c + ci) * c.h + i * c.s) * c.h + j * c.s)] = s;
+          }
+    SCOPED_TRACE("batch " + std::to_string(c.n) + ", " + std::to_string(c.c) + " channels, stride " + std::to_string(c.s));
+    expect_close(got, want, "conv2d_backward_input");
+  }
 }
 
 TEST(Forward, BuilderErrorsNameOpAndShapes) {

@@ -163,6 +163,44 @@ void binary(const Dispatch& d, const KernelLaunch& l, const std::vector<Arg>& in
   });
 }
 
+// ---- reductions -----
+namespace {
+
+constexpr int64_t kColumns = 256;  // columns summed side by side (reductions over a leading axis)
+
+// The sum (or maximum) of a contiguous run, in double: four interleaved partial sums, so the
+// additions are not one dependent chain (a fixed order: the result does not depend on threads).
+template <class T>
+double run_total(const T* q, int64_t len, bool is_max) {
+  double a[4];
+  std::fill(a, a + 4, is_max ? -INFINITY : 0.0);
+  int64_t j = 0;
+  if (is_max) {
+    for (; j + 4 <= len; j += 4) {
+      for (int k = 0; k < 4; ++k) a[k] = std::max(a[k], double(q[j + k]));
+    }
+    for (; j < len; ++j) a[0] = std::max(a[0], double(q[j]));
+    return std::max(std::max(a[0], a[1]), std::max(a[2], a[3]));
+  }
+  for (; j + 4 <= len; j += 4) {
+    for (int k = 0; k < 4; ++k) a[k] += double(q[j + k]);
+  }
+  for (; j < len; ++j) a[0] += double(q[j]);
+  return (a[0] + a[1]) + (a[2] + a[3]);
+}
+
+// acc[j] (+)= q[j] for a run of kept positions.
+template <class T>
+void accumulate_run(double* __restrict acc, const T* __restrict q, int64_t len, bool is_max) {
+  if (is_max) {
+    for (int64_t j = 0; j < len; ++j) acc[j] = std::max(acc[j], double(q[j]));
+  } else {
+    for (int64_t j = 0; j < len; ++j) acc[j] += double(q[j]);
+  }
+}
+
+}  // namespace
+
 template <class T>
 void reduce(const Dispatch& d, const KernelLaunch& l, const std::vector<Arg>& in, const Arg& out) {
   const T* x = in[0].as<T>();
@@ -200,22 +238,31 @@ void reduce(const Dispatch& d, const KernelLaunch& l, const std::vector<Arg>& in
   const int64_t rank = p.get(push::kReduceRank);
   if (rank == 0) {  // reduced axes contiguous: [outer, len, inner] (the common case)
     parallel_for(outer * inner, (outer * inner * len > kParallelMin) ? 1 : INT64_MAX, [&](int64_t begin_, int64_t end_) {
-      for (int64_t r = begin_; r < end_; ++r) {
-        const T* q = x + (r / inner) * len * inner + r % inner;
-        double acc = is_max ? -INFINITY : 0.0;
-        for (int64_t j = 0; j < len; ++j) {
-          double v = double(q[j * inner]);
-          acc = is_max ? std::max(acc, v) : acc + v;
-        }
-        y[r] = finish(acc);
+      if (inner == 1) {  // rows of the last axis
+        for (int64_t r = begin_; r < end_; ++r) y[r] = finish(run_total<T>(x + r * len, len, is_max));
+        return;
+      }
+      // Columns: a slice of consecutive columns of one outer index at a time, the reduced axis
+      // walked in memory order and each column's sum kept in its own slot (the same order of
+      // additions per column as one column at a time, without a stride-`inner` walk per column).
+      double acc[kColumns];
+      for (int64_t r = begin_; r < end_;) {
+        const int64_t o = r / inner, i0 = r % inner, cols = std::min({end_ - r, inner - i0, kColumns});
+        std::fill(acc, acc + cols, is_max ? -INFINITY : 0.0);
+        const T* q = x + o * len * inner + i0;
+        for (int64_t j = 0; j < len; ++j, q += inner) accumulate_run(acc, q, cols, is_max);
+        for (int64_t c = 0; c < cols; ++c) y[r + c] = finish(acc[c]);
+        r += cols;
       }
     });
     return;
   }
   // General (reduced axes not contiguous, e.g. batch norm's statistics over N, H and W of NCHW):
   // neighbouring dimensions that are both reduced or both kept merge (row-major memory keeps
-  // them contiguous), then the input is walked in order, one run of the last dimension at a
-  // time, the output slot advanced by an odometer instead of a division per element.
+  // them contiguous), then the input is walked one run of the last dimension at a time, the
+  // offsets advanced by an odometer instead of a division per element. The largest kept
+  // dimension is split over the pool: each output slot belongs to one part and is accumulated
+  // in the same order whatever the thread count.
   const uint32_t axes = p.get(push::kReduceAxes);
   int64_t xs[push::kMaxRank];
   bool red[push::kMaxRank];
@@ -230,35 +277,50 @@ void reduce(const Dispatch& d, const KernelLaunch& l, const std::vector<Arg>& in
       red[dims++] = r;
     }
   }
-  int64_t ostride[push::kMaxRank] = {}, s = 1, n = 1;
+  int64_t istride[push::kMaxRank] = {}, ostride[push::kMaxRank] = {}, s = 1, n = 1;
+  int64_t split = -1;
   for (int64_t i = dims; i-- > 0;) {
+    istride[i] = n;
     n *= xs[i];
     if (!red[i]) {
       ostride[i] = s;
       s *= xs[i];
+      if (split < 0 || xs[i] >= xs[split]) split = i;
     }
   }
   const int64_t n_out = p.get(ElementwiseLayout::kNumel);
   std::vector<double> acc(size_t(n_out), is_max ? -INFINITY : 0.0);
   const int64_t last = dims - 1, run = xs[last];
-  int64_t idx[push::kMaxRank] = {}, o = 0;
-  for (int64_t start = 0; start < n; start += run) {
-    const T* q = x + start;
-    if (red[last]) {
-      double a = acc[size_t(o)];
-      for (int64_t j = 0; j < run; ++j) a = is_max ? std::max(a, double(q[j])) : a + double(q[j]);
-      acc[size_t(o)] = a;
-    } else {
-      double* a = acc.data() + o;
-      for (int64_t j = 0; j < run; ++j) a[j] = is_max ? std::max(a[j], double(q[j])) : a[j] + double(q[j]);
+  const int64_t parts = split < 0 ? 1 : xs[split];
+  parallel_for(parts, n > kParallelMin ? 1 : INT64_MAX, [&](int64_t p0, int64_t p1) {
+    int64_t ext[push::kMaxRank], idx[push::kMaxRank] = {};
+    std::copy(xs, xs + dims, ext);
+    int64_t in = 0, o = 0;
+    if (split >= 0) {
+      ext[split] = p1 - p0;
+      in = p0 * istride[split];
+      o = p0 * ostride[split];
     }
-    for (int64_t k = last - 1; k >= 0; --k) {  // next run: advance the odometer
-      o += ostride[k];
-      if (++idx[k] < xs[k]) break;
-      o -= ostride[k] * xs[k];
-      idx[k] = 0;
+    int64_t runs = 1;
+    for (int64_t k = 0; k < last; ++k) runs *= ext[k];
+    for (int64_t r = 0; r < runs; ++r) {
+      const T* q = x + in;
+      if (red[last]) {
+        const double t = run_total<T>(q, run, is_max), a = acc[size_t(o)];
+        acc[size_t(o)] = is_max ? std::max(a, t) : a + t;
+      } else {
+        accumulate_run(acc.data() + o, q, run, is_max);
+      }
+      for (int64_t k = last - 1; k >= 0; --k) {  // next run: advance the odometer
+        in += istride[k];
+        o += ostride[k];
+        if (++idx[k] < ext[k]) break;
+        in -= istride[k] * ext[k];
+        o -= ostride[k] * ext[k];
+        idx[k] = 0;
+      }
     }
-  }
+  });
   for (int64_t i = 0; i < n_out; ++i) y[i] = finish(acc[size_t(i)]);
 }
 

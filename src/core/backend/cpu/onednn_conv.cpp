@@ -124,13 +124,16 @@ std::atomic<bool> g_enabled{true};
 void set_onednn_conv(bool on) { g_enabled = on; }
 
 bool onednn_conv_applies(Op op, const Shape& x, const Shape& w, const ConvAttrs& a) {
-  // 1x1 kernels read the input directly as a GEMM operand and measured as fast or faster. The
-  // data gradient of a few-channel input (an RGB stem) gets oneDNN's GEMM-based fallback
-  // with reorders around it, measured slower than im2col + GEMM.
+  // 1x1 kernels read the input directly as a GEMM operand and measured as fast or faster,
+  // except the data gradient into 1024 or more channels (ResNet-50's last two stages: a GEMM
+  // transposing a tall weight, measured 1.5-2x slower than the primitive). The data gradient
+  // of a few-channel input (an RGB stem) gets oneDNN's GEMM-based fallback with reorders
+  // around it, measured slower than im2col + GEMM.
   if (!g_enabled || x.size() != 4 || w.size() != 4) return false;
   if (op == Op::conv2d_backward_input && x[1] < 8) return false;
+  const bool deep_data_gradient = op == Op::conv2d_backward_input && x[1] >= 1024;
   return a.groups == 1 && a.dilation[0] == 1 && a.dilation[1] == 1 &&
-         (w[2] > 1 || w[3] > 1);
+         (w[2] > 1 || w[3] > 1 || deep_data_gradient);
 }
 
 void onednn_conv(Op op, const Shape& x, const Shape& w, const Shape& y, const ConvAttrs& a, const float* in0,
