@@ -4,6 +4,7 @@
 // directly, except f32 convolutions that oneDNN's primitives run faster (onednn_conv.h).
 
 #include <algorithm>
+#include <limits>
 #include <cmath>
 #include <cstring>
 #include <type_traits>
@@ -252,31 +253,57 @@ void pool(const Dispatch& d, const KernelLaunch& l, const std::vector<Arg>& in, 
   const bool backward = d.op == Op::max_pool2d_backward || d.op == Op::avg_pool2d_backward;
   const int64_t kk = a.kernel[0] * a.kernel[1];
   if (backward) std::fill(out.as<T>(), out.as<T>() + planes * h * w, T(0));
+  if (d.op == Op::max_pool2d || d.op == Op::max_pool2d_backward) {
+    // The first maximum of each window (a NaN never wins; an empty window gives -inf), found
+    // in T (exact for a maximum); the backward pass adds the output gradient at that position.
+    const T* x = in[0].as<T>();
+    const T* dy = backward ? in[1].as<T>() : nullptr;
+    T* y = out.as<T>();
+    parallel_for(planes, (planes * h * w > kParallelMin) ? 1 : INT64_MAX, [&](int64_t begin_, int64_t end_) {
+      for (int64_t p = begin_; p < end_; ++p) {
+        const T* xp = x + p * h * w;
+        for (int64_t oy = 0; oy < oh; ++oy) {
+          const int64_t y0 = oy * a.stride[0] - a.pad[0];
+          const int64_t i0 = std::max<int64_t>(y0, 0), i1 = std::min(y0 + a.kernel[0], h);
+          for (int64_t ox = 0; ox < ow; ++ox) {
+            const int64_t x0 = ox * a.stride[1] - a.pad[1];
+            const int64_t j0 = std::max<int64_t>(x0, 0), j1 = std::min(x0 + a.kernel[1], w);
+            T best = -std::numeric_limits<T>::infinity();
+            int64_t arg = -1;
+            for (int64_t i = i0; i < i1; ++i) {
+              const T* row = xp + i * w;
+              for (int64_t j = j0; j < j1; ++j) {
+                if (row[j] > best) {
+                  best = row[j];
+                  arg = i * w + j;
+                }
+              }
+            }
+            const int64_t o = (p * oh + oy) * ow + ox;
+            if (!backward) y[o] = best;
+            else if (arg >= 0) y[p * h * w + arg] += dy[o];
+          }
+        }
+      }
+    });
+    return;
+  }
+  // Average pooling: the window's mean over its full size (padding counts as zeros).
   parallel_for(planes, (planes * h * w > kParallelMin) ? 1 : INT64_MAX, [&](int64_t begin_, int64_t end_) {
     for (int64_t p = begin_; p < end_; ++p) {
       for (int64_t oy = 0; oy < oh; ++oy) {
         for (int64_t ox = 0; ox < ow; ++ox) {
           const int64_t y0 = oy * a.stride[0] - a.pad[0], x0 = ox * a.stride[1] - a.pad[1];
           const int64_t o = (p * oh + oy) * ow + ox;
-          double best = -INFINITY, acc = 0;
-          int64_t arg = -1;
+          double acc = 0;
           for (int64_t i = std::max<int64_t>(y0, 0); i < std::min(y0 + a.kernel[0], h); ++i) {
             for (int64_t j = std::max<int64_t>(x0, 0); j < std::min(x0 + a.kernel[1], w); ++j) {
               const int64_t idx = (p * h + i) * w + j;
-              switch (d.op) {
-                case Op::max_pool2d: case Op::max_pool2d_backward: {
-                  double v = double(in[0].as<T>()[idx]);
-                  if (v > best) { best = v; arg = idx; }
-                  break;
-                }
-                case Op::avg_pool2d: acc += double(in[0].as<T>()[idx]); break;
-                default: out.as<T>()[idx] += in[0].as<T>()[o] / T(kk); break;  // avg backward
-              }
+              if (backward) out.as<T>()[idx] += in[0].as<T>()[o] / T(kk);
+              else acc += double(in[0].as<T>()[idx]);
             }
           }
-          if (d.op == Op::max_pool2d) out.as<T>()[o] = T(best);
-          else if (d.op == Op::avg_pool2d) out.as<T>()[o] = T(acc / double(kk));
-          else if (d.op == Op::max_pool2d_backward && arg >= 0) out.as<T>()[arg] += in[1].as<T>()[o];
+          if (!backward) out.as<T>()[o] = T(acc / double(kk));
         }
       }
     }

@@ -176,10 +176,12 @@ void onednn_conv(Op op, const Shape& x, const Shape& w, const Shape& y, const Co
   if (op == Op::conv2d_backward_weight) {
     // A fixed order of parts: results are reproducible bit for bit.
     const int64_t nw = numel(w);
-    for (int64_t p = 1; p < parts; ++p) {
-      const float* part = used[size_t(p)]->partial.data();
-      for (int64_t i = 0; i < nw; ++i) out[i] += part[i];
-    }
+    parallel_for(nw, nw > kParallelMin ? 1 : INT64_MAX, [&](int64_t i0, int64_t i1) {
+      for (int64_t p = 1; p < parts; ++p) {
+        const float* part = used[size_t(p)]->partial.data();
+        for (int64_t i = i0; i < i1; ++i) out[i] += part[i];
+      }
+    });
   }
 }
 
