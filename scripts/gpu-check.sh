@@ -9,27 +9,30 @@
 # Usage: gpu-check.sh [options] OUTDIR
 #   --quick             SGEMM up to 1024^3, a subset of the parity tests, one profiled step
 #   --allow-cpu-device  run the checks on a CPU-emulated device (lavapipe) when no GPU is found
-#   --validation        run the tests with the Khronos validation layer (must be installed)
+#   --validation        run the tests with the Khronos validation layer: the pack's copy
+#                       (on by default when the folder has one), else the one installed
+#   --no-validation     run the tests without it
 #   --peak-gflops N     the device's peak f32 GFLOP/s, where the built-in table lacks it
 #   --bin-dir DIR       binaries of a normal build (e.g. build/bin), run directly
 # Exit status: 0 all ran and passed, 1 a step failed or timed out, 2 usage, 3 no GPU device.
 set -u
 here=$(cd "$(dirname "$0")" && pwd)
-quick=0 allow_cpu=0 validation=0 peak_arg="" bin_dir="" out=""
+quick=0 allow_cpu=0 validation="" peak_arg="" bin_dir="" out=""
 while [ $# -gt 0 ]; do
   case $1 in
     --quick) quick=1 ;;
     --allow-cpu-device) allow_cpu=1 ;;
     --validation) validation=1 ;;
+    --no-validation) validation=0 ;;
     --peak-gflops) [ $# -ge 2 ] || { echo "gpu-check: --peak-gflops needs a number" >&2; exit 2; }; peak_arg=$2; shift ;;
     --bin-dir) [ $# -ge 2 ] || { echo "gpu-check: --bin-dir needs a folder" >&2; exit 2; }; bin_dir=$2; shift ;;
-    -h|--help) sed -n '2,15p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,17p' "$0"; exit 0 ;;
     -*) echo "gpu-check: unknown option $1 (see --help)" >&2; exit 2 ;;
     *) [ -z "$out" ] || { echo "gpu-check: one OUTDIR only (got $out and $1)" >&2; exit 2; }; out=$1 ;;
   esac
   shift
 done
-[ -n "$out" ] || { echo "usage: gpu-check.sh [--quick] [--allow-cpu-device] [--validation] [--peak-gflops N] [--bin-dir DIR] OUTDIR" >&2; exit 2; }
+[ -n "$out" ] || { echo "usage: gpu-check.sh [--quick] [--allow-cpu-device] [--validation|--no-validation] [--peak-gflops N] [--bin-dir DIR] OUTDIR" >&2; exit 2; }
 case $peak_arg in
   "") ;;
   *[!0-9.]*|.|*.*.*) echo "gpu-check: --peak-gflops: '$peak_arg' is not a number" >&2; exit 2 ;;
@@ -60,6 +63,33 @@ XDG_CACHE_HOME=$out/cache
 TMPDIR=$out/tmp
 export XDG_CACHE_HOME TMPDIR
 mkdir -p "$TMPDIR"
+# The validation layer: the pack's compressed copy is unpacked into OUTDIR and the loader
+# pointed there (VK_LAYER_PATH replaces the standard layer folders, so this copy is the one
+# used); without one, --validation relies on an installed layer.
+layer_note="off (--no-validation)"
+packed_layer=$here/layers/libVkLayer_khronos_validation.so.gz
+if [ "$validation" != 0 ] && [ -f "$packed_layer" ]; then
+  rm -rf "$out/layers"
+  mkdir -p "$out/layers"
+  if ! command -v gzip >/dev/null 2>&1; then
+    layer_note="off: the pack has it, but gzip is not on this machine to unpack it"
+    validation=0
+  elif gzip -dc "$packed_layer" >"$out/layers/libVkLayer_khronos_validation.so" 2>"$out/layers/gzip.txt" &&
+       cp "$here/layers/VkLayer_khronos_validation.json" "$out/layers/"; then
+    VK_LAYER_PATH=$out/layers
+    export VK_LAYER_PATH
+    layer_note="on (the pack's copy, unpacked into $out/layers)"
+    validation=1
+  else
+    layer_note="off: unpacking the pack's copy failed: $(head -n 1 "$out/layers/gzip.txt")"
+    validation=0
+  fi
+elif [ "$validation" = 1 ]; then
+  layer_note="on (the installed layer)"
+elif [ -z "$validation" ]; then
+  layer_note="off (none in this folder; --validation uses an installed one)"
+  validation=0
+fi
 if [ "$validation" = 1 ]; then MEGANEURA_TEST_VALIDATION=1; else MEGANEURA_TEST_VALIDATION=0; fi
 export MEGANEURA_TEST_VALIDATION
 
@@ -126,6 +156,7 @@ json_field() {
 note "meganeura GPU check, $(date -u +%Y-%m-%dT%H:%M:%SZ) on $(uname -n) ($(uname -sr))"
 [ -f "$here/PACK_INFO.txt" ] && note "pack: $(head -n 1 "$here/PACK_INFO.txt")"
 [ "$quick" = 1 ] && note "mode: quick (SGEMM up to 1024^3, a subset of the parity tests, one profiled step)"
+note "validation layer: $layer_note"
 
 # ---- Devices ---------------------------------------------------------------------------
 limited 30 "$out/devices.json" "$out/devices.stderr.txt" run_bin meganeura devices --json
@@ -269,7 +300,7 @@ for t in core_vulkan_ops_test:$ops_filter:170 core_vulkan_cli_test:$cli_filter:1
   fi
   [ "$rc" = 0 ] || failed_steps="$failed_steps $name"
 done
-note "parity tests: $tests_passed passed, $tests_failed failed, $tests_skipped skipped; validation layer $([ "$validation" = 1 ] && echo on || echo 'off (not bundled; --validation where it is installed)')"
+note "parity tests: $tests_passed passed, $tests_failed failed, $tests_skipped skipped; validation layer $layer_note"
 
 # ---- Profile (before the benchmark, which may need most of the time left) -------------
 steps=3

@@ -3,6 +3,7 @@
 # network: Release binaries (the CLI, the Vulkan parity tests, the SGEMM benchmark), every
 # shared library they load as resolved on this Debian 12 machine (glibc and its dynamic loader
 # included, the Vulkan loader too, but no Vulkan driver: the target's driver brings its own),
+# the Khronos validation layer (compressed; gpu-check.sh unpacks it and runs the tests with it)
 # and scripts/gpu-check.sh. Run scripts/setup.sh first. Copy OUTDIR to the GPU machine and run
 # OUTDIR/gpu-check.sh RESULTS there.
 # Usage: scripts/pack-gpu-check.sh OUTDIR
@@ -24,7 +25,7 @@ if [ -e "$out" ] && [ -n "$(ls -A "$out" 2>/dev/null)" ] && [ ! -f "$out/gpu-che
   echo "pack: $out exists, is not empty and is not a packed check; refusing to overwrite it" >&2
   exit 2
 fi
-for tool in ldd strip cmake; do
+for tool in ldd strip cmake gzip; do
   command -v "$tool" >/dev/null || { echo "pack: $tool not found (run scripts/setup.sh)" >&2; exit 2; }
 done
 
@@ -70,9 +71,16 @@ while read -r name path; do
 done <<<"$libs"
 chmod +x "$stage/lib/ld-linux-x86-64.so.2"
 install -m 755 "$root/scripts/gpu-check.sh" "$stage/gpu-check.sh"
+# The validation layer, compressed; it links only libraries packed above (libstdc++, libm,
+# libgcc_s, libc), checked here.
+layer_lib=$(sh "$root/scripts/pack-validation-layer.sh" "$stage/layers")
+for dep in $(ldd "$layer_lib" | awk '$2 == "=>" && $3 ~ /^\// {print $1}'); do
+  [ -f "$stage/lib/$dep" ] || { echo "pack: the validation layer needs $dep, which no packed binary loads" >&2; rm -rf "$stage"; exit 1; }
+done
 {
   echo "meganeura $(git -C "$root" describe --always --dirty 2>/dev/null || echo unknown), $build_type, oneDNN off"
   echo "packed on $(. /etc/os-release && echo "$PRETTY_NAME"), $(date -u +%Y-%m-%dT%H:%MZ)"
+  echo "validation layer: $layer_lib, gzip-compressed in layers/ ($(dpkg-query -W -f='${Package} ${Version}' vulkan-validationlayers 2>/dev/null || echo '?'))"
   echo "libraries:"
   while read -r name path; do
     pkg=$({ dpkg -S "$path" 2>/dev/null || dpkg -S "$(readlink -f "$path")" 2>/dev/null; } | head -n1 | cut -d: -f1 || true)

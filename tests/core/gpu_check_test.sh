@@ -2,7 +2,8 @@
 # scripts/gpu-check.sh where the Vulkan loader finds no driver (its ICD list points nowhere):
 # exit 3, and a summary naming what was found (the ICD files that do exist, the loader's
 # error, nvidia-smi or its absence). Then, on a machine whose only Vulkan device is
-# CPU-emulated (lavapipe), the check stops and says so unless asked to run on it.
+# CPU-emulated (lavapipe), the check stops and says so unless asked to run on it. The pack's
+# validation layer is unpacked and used.
 # Usage: gpu_check_test.sh GPU_CHECK_SCRIPT BIN_DIR WORK_DIR
 set -u
 script=$1 bin=$2 work=$3
@@ -31,6 +32,35 @@ for f in /etc/vulkan/icd.d/*.json /usr/share/vulkan/icd.d/*.json; do
 done
 grep -q '"status": "no-gpu-device"' "$out/summary.json" || fail "no driver: summary.json status" "$out"
 [ -s "$out/devices.json" ] || fail "no driver: devices.json missing" "$out"
+
+# A folder with the pack's validation layer (made by the pack's own script): gpu-check.sh
+# unpacks it into OUTDIR, says so, and points the loader there; --no-validation leaves it.
+pack=$work/pack
+mkdir -p "$pack"
+cp "$script" "$pack/gpu-check.sh"
+layer_src=$(sh "$(dirname "$script")/pack-validation-layer.sh" "$pack/layers") || fail "pack-validation-layer.sh failed" "$work"
+out=$work/packed-layer
+VK_ICD_FILENAMES=/nonexistent/icd.json VK_DRIVER_FILES=/nonexistent/icd.json sh "$pack/gpu-check.sh" --bin-dir "$bin" "$out" >"$work/packed-layer.log" 2>&1
+rc=$?
+[ "$rc" -eq 3 ] || fail "packed layer: exit $rc, expected 3" "$out"
+grep -q "^validation layer: on (the pack's copy, unpacked into $out/layers)" "$out/summary.txt" || fail "packed layer: not reported as on" "$out"
+cmp -s "$layer_src" "$out/layers/libVkLayer_khronos_validation.so" || fail "packed layer: the unpacked library differs from $layer_src" "$out"
+grep -q '"library_path": "./libVkLayer_khronos_validation.so"' "$out/layers/VkLayer_khronos_validation.json" || fail "packed layer: manifest not pointed at the copy" "$out"
+out=$work/packed-layer-off
+VK_ICD_FILENAMES=/nonexistent/icd.json VK_DRIVER_FILES=/nonexistent/icd.json sh "$pack/gpu-check.sh" --no-validation --bin-dir "$bin" "$out" >/dev/null 2>&1
+grep -q '^validation layer: off (--no-validation)' "$out/summary.txt" || fail "--no-validation: not reported as off" "$out"
+[ ! -e "$out/layers" ] || fail "--no-validation: the layer was unpacked anyway" "$out"
+# The unpacked copy is what the loader uses: with the standard folders replaced by an empty
+# one, validation is refused; with the copy's folder, a training step runs validated.
+if "$bin/meganeura" devices --json | grep -q '"type": "'; then
+  VK_LAYER_PATH=$work/no-layers MEGANEURA_VULKAN_VALIDATION=1 "$bin/meganeura" train --model mlp --device vulkan --steps 1 \
+    --out "$work/mlp.safetensors" >"$work/no-layer.log" 2>&1 && fail "validation ran without any layer on VK_LAYER_PATH" "$work"
+  grep -q 'VK_LAYER_KHRONOS_validation is not installed' "$work/no-layer.log" || fail "no layer: not named: $(cat "$work/no-layer.log")" "$work"
+  VK_LAYER_PATH=$work/packed-layer/layers MEGANEURA_VULKAN_VALIDATION=1 "$bin/meganeura" train --model mlp --device vulkan --steps 1 \
+    --out "$work/mlp.safetensors" >"$work/packed-layer-train.log" 2>&1 || fail "training with the unpacked layer failed: $(tail -n 3 "$work/packed-layer-train.log")" "$work"
+else
+  echo "skipped loading the unpacked layer: no Vulkan device here"
+fi
 
 # Only a CPU-emulated device: without --allow-cpu-device nothing runs. (A machine with a GPU
 # would run the whole check here, so this part needs the listing to show none.)

@@ -117,7 +117,11 @@ Instance::Instance(bool validation) {
   if (created == VK_ERROR_INCOMPATIBLE_DRIVER) {
     throw Unavailable("[vulkan] no Vulkan driver: the loader found none for this machine (VK_ERROR_INCOMPATIBLE_DRIVER)");
   }
-  VK_CHECK(created);
+  if (created == VK_ERROR_LAYER_NOT_PRESENT) {
+    throw std::runtime_error("[vulkan] the validation layer's manifest was found but its library could not be loaded "
+                             "(VK_ERROR_LAYER_NOT_PRESENT); VK_LOADER_DEBUG=layer says why");
+  }
+  if (created < 0) vk::fail(created, "vkCreateInstance", __FILE__, __LINE__);
   load_instance(api_, instance_);
   if (validation) VK_CHECK(api_.vkCreateDebugUtilsMessengerEXT(instance_, &dm, nullptr, &messenger_));
 }
