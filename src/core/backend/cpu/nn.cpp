@@ -104,7 +104,7 @@ void for_each_column_block(Op op, const ConvGeom& g, const T* x, F&& fn) {
 
 // The data gradient of a pointwise convolution, for a batch at least as large as the pool:
 // whole images per pool thread, each a serial GEMM. Splitting every image's GEMM instead packs
-// its gradient once per thread and synchronises once per image: measured 1.2-1.4x slower at
+// its gradient once per thread and synchronises once per image: measured 1.1-1.6x slower at
 // 28x28 and 56x56 (ResNet-50); the forward and weight-gradient GEMMs measured no gain.
 template <class T>
 bool images_per_thread(const ConvGeom& g) {
