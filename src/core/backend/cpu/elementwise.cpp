@@ -290,7 +290,7 @@ void reduce(const Dispatch& d, const KernelLaunch& l, const std::vector<Arg>& in
   }
   const int64_t n_out = p.get(ElementwiseLayout::kNumel);
   std::vector<double> acc(size_t(n_out), is_max ? -INFINITY : 0.0);
-  const int64_t last = dims - 1, run = xs[last];
+  const int64_t last = dims - 1;
   const int64_t parts = split < 0 ? 1 : xs[split];
   parallel_for(parts, n > kParallelMin ? 1 : INT64_MAX, [&](int64_t p0, int64_t p1) {
     int64_t ext[push::kMaxRank], idx[push::kMaxRank] = {};
@@ -303,6 +303,7 @@ void reduce(const Dispatch& d, const KernelLaunch& l, const std::vector<Arg>& in
     }
     int64_t runs = 1;
     for (int64_t k = 0; k < last; ++k) runs *= ext[k];
+    const int64_t run = ext[last];  // this part's share when the split dimension is the last
     for (int64_t r = 0; r < runs; ++r) {
       const T* q = x + in;
       if (red[last]) {
