@@ -106,7 +106,6 @@ void for_each_column_block(Op op, const ConvGeom& g, const T* x, F&& fn) {
 // whole images per pool thread, each a serial GEMM. Splitting every image's GEMM instead packs
 // its gradient once per thread and synchronises once per image: measured 1.1-1.6x slower at
 // 28x28 and 56x56 (ResNet-50); the forward and weight-gradient GEMMs measured no gain.
-template <class T>
 bool images_per_thread(const ConvGeom& g) {
   return is_pointwise(g) && g.groups == 1 && thread_count() > 1 && g.n >= thread_count() &&
          g.c * g.o * g.h * g.w > kParallelMin;
@@ -123,7 +122,7 @@ void conv_forward(const ConvGeom& g, const T* x, const T* w, T* y) {
 template <class T>
 void conv_backward_input(const ConvGeom& g, const T* dy, const T* w, T* dx) {
   const int64_t k = g.cg * g.kh * g.kw, p = g.oh * g.ow;
-  if (images_per_thread<T>(g)) {
+  if (images_per_thread(g)) {
     parallel_for(g.n, 1, [&](int64_t n0, int64_t n1) {
       for (int64_t n = n0; n < n1; ++n) gemm_serial(true, false, g.c, p, g.o, T(1), w, k, dy + n * g.o * p, p, T(0), dx + n * g.c * p, p);
     });
