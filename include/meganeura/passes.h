@@ -26,6 +26,10 @@ struct PassOptions {
   // the further ones), each written in place into its state where the planner finds it safe.
   // Last: positional initialisers in use name the fields above.
   bool multi_output = true;
+  // Reductions over non-contiguous axes (batch norm's per-channel sums over N, H and W) take
+  // the elementwise work that feeds them as fused_reduce: for a backend whose fused reduction
+  // walks any axes (the CPU's); otherwise they stay primitive.
+  bool strided_reductions = true;
 };
 
 struct PassStats {
@@ -43,7 +47,8 @@ Graph remove_dead_nodes(const Graph& g, PassStats* stats = nullptr);
 Graph fuse_softmax(const Graph& g, PassStats* stats = nullptr);
 Graph fuse_norms(const Graph& g, PassStats* stats = nullptr);
 Graph fold_batched_matmul_sums(const Graph& g, PassStats* stats = nullptr);
-Graph fuse_pointwise(const Graph& g, bool matmul_epilogues, PassStats* stats = nullptr, bool multi_output = true);
+Graph fuse_pointwise(const Graph& g, bool matmul_epilogues, PassStats* stats = nullptr, bool multi_output = true,
+                     bool strided_reductions = true);
 
 // All enabled passes in order: softmax, norms, batched matmul sums, pointwise (+ epilogues),
 // dead nodes.

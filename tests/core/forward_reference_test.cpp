@@ -11,6 +11,7 @@
 #include <nlohmann/json.hpp>
 
 #include "forward_harness.h"
+#include "meganeura/passes.h"
 #include "meganeura/session.h"
 
 namespace meganeura {
@@ -317,6 +318,71 @@ TEST(Forward, ReductionsOverAnyAxesAtScale) {
     expect_close(r.eval(sum(x, axes)), want_sum, "sum");
     expect_close(r.eval(mean(x, axes)), want_mean, "mean");
     expect_close(r.eval(max(x, axes)), want_max, "max");
+  }
+}
+
+// The same reductions fed by elementwise work, relu(x * s + b) * z with s, b per channel and z
+// broadcast over the last axis (so a reduced run crosses the program's rows): the CPU's passes
+// make each a fused_reduce, which evaluates the program a block at a time and reduces as it
+// goes; a backend without that walk (strided_reductions off) keeps the non-contiguous ones
+// primitive.
+TEST(Forward, FusedReductionsOverAnyAxesAtScale) {
+  struct C { Shape shape; std::vector<int64_t> axes; };
+  std::vector<C> cases;
+  for (std::vector<int64_t> axes : {std::vector<int64_t>{3}, {2, 3}, {0}, {0, 2, 3}, {0, 2}, {1, 3}, {0, 1, 3}}) {
+    cases.push_back({{3, 37, 41, 29}, axes});
+  }
+  cases.push_back({{3, 5, 9, 301}, {0, 2}});  // the largest kept dimension is the last: split within runs
+  for (const C& k : cases) {
+    const Shape& sh = k.shape;
+    const std::vector<int64_t>& axes = k.axes;
+    std::string what = "axes";
+    for (int64_t a : axes) what += " " + std::to_string(a);
+    SCOPED_TRACE(what);
+    Harness r;
+    Tensor x = r.in("x", sh), s = r.in("s", {1, sh[1], 1, 1}), b = r.in("b", {1, sh[1], 1, 1});
+    Tensor z = r.in("z", {sh[0], sh[1], sh[2], 1});
+    const Vec &X = r.values["x"], &S = r.values["s"], &B = r.values["b"], &Z = r.values["z"];
+    int64_t outputs = 1, count = 1;
+    for (int64_t d = 0; d < 4; ++d) {
+      (std::find(axes.begin(), axes.end(), d) == axes.end() ? outputs : count) *= sh[size_t(d)];
+    }
+    Vec want_sum(size_t(outputs), 0.0), want_max(size_t(outputs), -INFINITY);
+    for (int64_t i0 = 0; i0 < sh[0]; ++i0)
+      for (int64_t i1 = 0; i1 < sh[1]; ++i1)
+        for (int64_t i2 = 0; i2 < sh[2]; ++i2)
+          for (int64_t i3 = 0; i3 < sh[3]; ++i3) {
+            const int64_t idx[4] = {i0, i1, i2, i3};
+            int64_t o = 0;
+            for (int64_t d = 0; d < 4; ++d) {
+              if (std::find(axes.begin(), axes.end(), d) == axes.end()) o = o * sh[size_t(d)] + idx[d];
+            }
+            const double xs = X[size_t(((i0 * sh[1] + i1) * sh[2] + i2) * sh[3] + i3)] * S[size_t(i1)] + B[size_t(i1)];
+            const double v = std::max(xs, 0.0) * Z[size_t((i0 * sh[1] + i1) * sh[2] + i2)];
+            want_sum[size_t(o)] += v;
+            want_max[size_t(o)] = std::max(want_max[size_t(o)], v);
+          }
+    Vec want_mean = want_sum;
+    for (double& v : want_mean) v /= double(count);
+    Tensor v = relu(x * s + b) * z;
+    Tensor ys = sum(v, axes), ym = mean(v, axes), yx = max(v, axes);
+    expect_close(r.eval(ys), want_sum, "sum");
+    expect_close(r.eval(ym), want_mean, "mean");
+    expect_close(r.eval(yx), want_max, "max");
+    // the path taken: three fused reductions, or with strided_reductions off none for the
+    // non-contiguous axes
+    auto fused_reductions = [&](const PassOptions& o) {
+      size_t n = 0;
+      const Graph opt = optimize(r.g, o);
+      for (NodeId id = 0; id < opt.size(); ++id) n += opt.node(id).op == Op::fused_reduce;
+      return n;
+    };
+    bool contiguous = true;
+    for (size_t a = 1; a < axes.size(); ++a) contiguous &= axes[a] == axes[a - 1] + 1;
+    PassOptions primitive;
+    primitive.strided_reductions = false;
+    EXPECT_EQ(fused_reductions({}), 3u);
+    EXPECT_EQ(fused_reductions(primitive), contiguous ? 3u : 0u);
   }
 }
 

@@ -182,7 +182,7 @@ std::vector<float> run_edited(const Graph& g, Op op, const std::vector<std::vect
   std::vector<float> out(size_t(p.tensors.at(f.d->write()).type.numel()), kSentinel);
   std::vector<std::byte> ws(l.workspace_bytes + 1);
   cpu::set_workspace(ws.data(), l.workspace_bytes);
-  cpu::execute<float>(*f.d, l, args, {cpu::Arg{out.data(), DType::f32}}, ws.data());
+  cpu::execute<float>(*f.d, l, args, {cpu::Arg{out.data(), DType::f32}});
   cpu::set_workspace(nullptr, 0);
   return out;
 }
@@ -274,7 +274,7 @@ TEST(ScheduleLayouts, CpuKernelsTakeTheirSizesFromTheLaunch) {
     l.push.set(push::kIndexCount, 2);
     std::vector<float> y(12, kSentinel), t = table;
     cpu::execute<float>(*f.d, l, {cpu::Arg{t.data(), DType::f32}, cpu::Arg{ids.data(), DType::i32}},
-                        {cpu::Arg{y.data(), DType::f32}}, nullptr);
+                        {cpu::Arg{y.data(), DType::f32}});
     for (size_t i = 0; i < 12; ++i) EXPECT_EQ(y[i], i < 6 ? table[size_t(ids[i / 3]) * 3 + i % 3] : kSentinel) << i;
   }
   {  // permute [2,3] -> [3,2] read as a [2,2] output of a [2,3] input: the first two columns

@@ -124,9 +124,13 @@ bool contiguous_axes(const std::vector<int64_t>& axes) {
   return !axes.empty();
 }
 
-bool is_reduce_host(const Graph& g, const Node& n) {
-  return (n.op == Op::sum || n.op == Op::mean || n.op == Op::max) && all_f32(g, n) &&
-         contiguous_axes(std::get<ReduceAttrs>(n.attrs).axes);
+// A reduction a fused program can feed: over contiguous axes, or over any axes (of a domain
+// of rank <= push::kMaxRank) where the backend walks them (`strided`).
+bool is_reduce_host(const Graph& g, const Node& n, bool strided) {
+  if ((n.op != Op::sum && n.op != Op::mean && n.op != Op::max) || !all_f32(g, n)) return false;
+  const auto& axes = std::get<ReduceAttrs>(n.attrs).axes;
+  if (contiguous_axes(axes)) return true;
+  return strided && !axes.empty() && g.node(n.inputs[0]).type.shape.size() <= 8;
 }
 
 }  // namespace
@@ -310,22 +314,35 @@ struct Program {
 
 class Fuser {
  public:
-  Fuser(const Graph& g, bool epilogues, bool multi) : g_(g), u_(g), epilogues_(epilogues), multi_(multi), inl_(g.size(), 0) {
+  Fuser(const Graph& g, bool epilogues, bool multi, bool strided)
+      : g_(g), u_(g), epilogues_(epilogues), multi_(multi), strided_(strided), inl_(g.size(), 0) {
     // heavy: the node's program (its own op and what is inlined into it) calls a transcendental
     // function. A heavy node is recomputed by no more than one consumer and never once per
     // broadcast element: that costs more than the memory round trip it saves.
+    // reads: the tensors of the node's own size its program reads (through what is inlined
+    // into it). A node with several consumers is recomputed by each only where that reads no
+    // more than materialising it would: it read once, written once and read by each consumer.
     std::vector<char> heavy(g.size(), 0);
+    std::vector<std::vector<NodeId>> reads(g.size());
     for (NodeId id = 0; id < g.size(); ++id) {
       const Node& n = g.node(id);
       if (!is_pointwise(g, n) || u_.pinned[id] || u_.consumers[id].empty()) continue;
       heavy[id] = transcendental(n.op);
       for (NodeId k : n.inputs) heavy[id] |= inl_[k] && heavy[k];
-      bool ok = true;
+      for (NodeId k : n.inputs) {
+        for (NodeId r : inl_[k] ? reads[k] : std::vector<NodeId>{k}) {
+          if (g.node(r).type.numel() == n.type.numel() && std::find(reads[id].begin(), reads[id].end(), r) == reads[id].end()) {
+            reads[id].push_back(r);
+          }
+        }
+      }
+      const size_t users = u_.consumers[id].size(), big = reads[id].size();
+      bool ok = users == 1 || users * big <= big + 1 + users;
       if (heavy[id]) {
         ok = u_.count[id] == 1;
-        for (NodeId c : u_.consumers[id]) ok &= g.node(c).type.numel() <= n.type.numel() || is_reduce_host(g, g.node(c));
+        for (NodeId c : u_.consumers[id]) ok &= g.node(c).type.numel() <= n.type.numel() || is_reduce_host(g, g.node(c), strided_);
       }
-      for (NodeId c : u_.consumers[id]) ok &= is_pointwise(g, g.node(c)) || is_reduce_host(g, g.node(c));
+      for (NodeId c : u_.consumers[id]) ok &= is_pointwise(g, g.node(c)) || is_reduce_host(g, g.node(c), strided_);
       // a node with several consumers reading a matmul used nowhere else stays a host: it becomes
       // that matmul's epilogue (inlined into several consumers, all of them would read the product)
       for (NodeId k : n.inputs) {
@@ -444,7 +461,7 @@ class Fuser {
  private:
   bool reduce_host(NodeId id) const {
     const Node& n = g_.node(id);
-    return is_reduce_host(g_, n) && inl_[n.inputs[0]] == 1;
+    return is_reduce_host(g_, n, strided_) && inl_[n.inputs[0]] == 1;
   }
   bool host(NodeId id) const { return is_pointwise(g_, g_.node(id)) || reduce_host(id); }
 
@@ -696,14 +713,15 @@ class Fuser {
 
   const Graph& g_;
   Uses u_;
-  bool epilogues_, multi_;
+  bool epilogues_, multi_, strided_;
   std::vector<char> inl_;  // 1: inlined into its consumers' programs; 2: absorbed by an epilogue
 };
 
 }  // namespace
 
-Graph fuse_pointwise(const Graph& g, bool matmul_epilogues, PassStats* stats, bool multi_output) {
-  return Fuser(g, matmul_epilogues, multi_output).run(stats);
+Graph fuse_pointwise(const Graph& g, bool matmul_epilogues, PassStats* stats, bool multi_output,
+                     bool strided_reductions) {
+  return Fuser(g, matmul_epilogues, multi_output, strided_reductions).run(stats);
 }
 
 Graph decompose_to_primitives(const Graph& g) {
@@ -739,7 +757,7 @@ Graph optimize(const Graph& g, const PassOptions& o, PassStats* stats) {
   if (o.softmax) cur = remove_dead_nodes(fuse_softmax(cur, stats), nullptr);
   if (o.norms) cur = remove_dead_nodes(fuse_norms(cur, stats), nullptr);
   if (o.batched_matmul_sums) cur = remove_dead_nodes(fold_batched_matmul_sums(cur, stats), nullptr);
-  if (o.pointwise) cur = fuse_pointwise(cur, o.matmul_epilogue, stats, o.multi_output);
+  if (o.pointwise) cur = fuse_pointwise(cur, o.matmul_epilogue, stats, o.multi_output, o.strided_reductions);
   if (o.dead_nodes) return remove_dead_nodes(cur, stats);
   return cur;
 }

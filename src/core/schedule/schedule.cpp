@@ -3,6 +3,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include <algorithm>
 #include <cstdio>
 #include <cstring>
 #include <stdexcept>
@@ -144,15 +145,21 @@ Schedule lower(const Program& p) {
         l.spec = {{"inputs", SpecConstant::u32, uint32_t(ins.size())},
                   {"code_length", SpecConstant::u32, uint32_t(a.code.size())}};
         if (d.op == Op::fused_reduce) {
+          // [outer, len, inner] around contiguous axes; any other axes reduce as `len`
+          // elements into each of outer (the outputs) with inner 1, walked by the CPU kernel
+          // from the domain and axes (a backend without that walk keeps those reductions
+          // primitive: PassOptions::strided_reductions).
           int64_t outer = 1, len = 1, inner = 1;
+          bool contiguous = true;
+          for (size_t k = 1; k < a.axes.size(); ++k) contiguous &= a.axes[k] == a.axes[k - 1] + 1;
           for (int64_t i = 0; i < int64_t(domain.size()); ++i) {
-            (i < a.axes.front() ? outer : i <= a.axes.back() ? len : inner) *= domain[size_t(i)];
+            if (!contiguous) (std::find(a.axes.begin(), a.axes.end(), i) != a.axes.end() ? len : outer) *= domain[size_t(i)];
+            else (i < a.axes.front() ? outer : i <= a.axes.back() ? len : inner) *= domain[size_t(i)];
           }
           l.push.set(push::kReduceOuter, u32(outer, "rows"));
           l.push.set(push::kReduceLen, u32(len, "reduced length"));
           l.push.set(push::kReduceInner, u32(inner, "inner"));
           l.push.set(push::kReduceKind, a.reduce == Op::sum ? 0 : a.reduce == Op::mean ? 1 : 2);
-          l.workspace_bytes = uint64_t(numel(domain)) * elem;  // the program's values, then reduced
           linear(l, outer * inner);
         } else if (d.op == Op::fused_elementwise) {
           linear(l, numel(os));

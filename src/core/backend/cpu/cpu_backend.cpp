@@ -120,8 +120,8 @@ class CpuBackend final : public Backend {
       const Dispatch& d = p.program.dispatches[i];
       const KernelLaunch& l = p.schedule.launches[i];
       cpu::set_workspace(ws, l.workspace_bytes);
-      if (f64) cpu::execute<double>(d, l, p.ins[i], p.outs[i], ws);
-      else cpu::execute<float>(d, l, p.ins[i], p.outs[i], ws);
+      if (f64) cpu::execute<double>(d, l, p.ins[i], p.outs[i]);
+      else cpu::execute<float>(d, l, p.ins[i], p.outs[i]);
     }
     cpu::set_workspace(nullptr, 0);
   }
@@ -166,11 +166,10 @@ class CpuBackend final : public Backend {
 namespace cpu {
 
 template <class T>
-void execute(const Dispatch& d, const KernelLaunch& l, const std::vector<Arg>& in, const std::vector<Arg>& outs,
-             std::byte* ws) {
+void execute(const Dispatch& d, const KernelLaunch& l, const std::vector<Arg>& in, const std::vector<Arg>& outs) {
   const Arg& out = outs[0];
   switch (op_info(d.op).family) {
-    case OpFamily::fused: fused<T>(d, l, in, outs, l.workspace_bytes ? ws : nullptr); break;
+    case OpFamily::fused: fused<T>(d, l, in, outs); break;
     case OpFamily::unary:
       if (d.op == Op::cast) cast(l, in, out);
       else unary<T>(d, l, in, out);
@@ -191,8 +190,8 @@ void execute(const Dispatch& d, const KernelLaunch& l, const std::vector<Arg>& i
   }
 }
 
-template void execute<float>(const Dispatch&, const KernelLaunch&, const std::vector<Arg>&, const std::vector<Arg>&, std::byte*);
-template void execute<double>(const Dispatch&, const KernelLaunch&, const std::vector<Arg>&, const std::vector<Arg>&, std::byte*);
+template void execute<float>(const Dispatch&, const KernelLaunch&, const std::vector<Arg>&, const std::vector<Arg>&);
+template void execute<double>(const Dispatch&, const KernelLaunch&, const std::vector<Arg>&, const std::vector<Arg>&);
 
 }  // namespace cpu
 

@@ -6,6 +6,7 @@
 
 #include "backend/cpu/kernels.h"
 #include "backend/cpu/parallel.h"
+#include "backend/cpu/reduce_runs.h"
 
 namespace meganeura::cpu {
 
@@ -152,11 +153,13 @@ void binary(const Dispatch& d, const KernelLaunch& l, const std::vector<Arg>& in
         if (ia && ib) {
           for (int64_t j = 0; j < inner; ++j) yr[j] = f(ar[j], br[j]);
         } else if (ia) {
-          for (int64_t j = 0; j < inner; ++j) yr[j] = f(ar[j], br[0]);
+          const T bv = br[0];  // read once: yr may alias it
+          for (int64_t j = 0; j < inner; ++j) yr[j] = f(ar[j], bv);
         } else if (ib) {
-          for (int64_t j = 0; j < inner; ++j) yr[j] = f(ar[0], br[j]);
+          const T av = ar[0];
+          for (int64_t j = 0; j < inner; ++j) yr[j] = f(av, br[j]);
         } else {
-          for (int64_t j = 0; j < inner; ++j) yr[j] = f(ar[0], br[0]);
+          std::fill(yr, yr + inner, f(ar[0], br[0]));
         }
       }
     });
@@ -167,37 +170,6 @@ void binary(const Dispatch& d, const KernelLaunch& l, const std::vector<Arg>& in
 namespace {
 
 constexpr int64_t kColumns = 256;  // columns summed side by side (reductions over a leading axis)
-
-// The sum (or maximum) of a contiguous run, in double: four interleaved partial sums, so the
-// additions are not one dependent chain (a fixed order: the result does not depend on threads).
-template <class T>
-double run_total(const T* q, int64_t len, bool is_max) {
-  double a[4];
-  std::fill(a, a + 4, is_max ? -INFINITY : 0.0);
-  int64_t j = 0;
-  if (is_max) {
-    for (; j + 4 <= len; j += 4) {
-      for (int k = 0; k < 4; ++k) a[k] = std::max(a[k], double(q[j + k]));
-    }
-    for (; j < len; ++j) a[0] = std::max(a[0], double(q[j]));
-    return std::max(std::max(a[0], a[1]), std::max(a[2], a[3]));
-  }
-  for (; j + 4 <= len; j += 4) {
-    for (int k = 0; k < 4; ++k) a[k] += double(q[j + k]);
-  }
-  for (; j < len; ++j) a[0] += double(q[j]);
-  return (a[0] + a[1]) + (a[2] + a[3]);
-}
-
-// acc[j] (+)= q[j] for a run of kept positions.
-template <class T>
-void accumulate_run(double* __restrict acc, const T* __restrict q, int64_t len, bool is_max) {
-  if (is_max) {
-    for (int64_t j = 0; j < len; ++j) acc[j] = std::max(acc[j], double(q[j]));
-  } else {
-    for (int64_t j = 0; j < len; ++j) acc[j] += double(q[j]);
-  }
-}
 
 }  // namespace
 
@@ -257,71 +229,20 @@ void reduce(const Dispatch& d, const KernelLaunch& l, const std::vector<Arg>& in
     });
     return;
   }
-  // General (reduced axes not contiguous, e.g. batch norm's statistics over N, H and W of NCHW):
-  // neighbouring dimensions that are both reduced or both kept merge (row-major memory keeps
-  // them contiguous), then the input is walked one run of the last dimension at a time, the
-  // offsets advanced by an odometer instead of a division per element. The largest kept
-  // dimension is split over the pool: each output slot belongs to one part and is accumulated
-  // in the same order whatever the thread count.
-  const uint32_t axes = p.get(push::kReduceAxes);
-  int64_t xs[push::kMaxRank];
-  bool red[push::kMaxRank];
-  int64_t dims = 0;
-  for (int64_t i = 0; i < rank; ++i) {
-    const int64_t e = p.get(push::kReduceExtents + size_t(i));
-    const bool r = axes >> i & 1;
-    if (dims > 0 && red[dims - 1] == r) {
-      xs[dims - 1] *= e;
-    } else {
-      xs[dims] = e;
-      red[dims++] = r;
-    }
-  }
-  int64_t istride[push::kMaxRank] = {}, ostride[push::kMaxRank] = {}, s = 1, n = 1;
-  int64_t split = -1;
-  for (int64_t i = dims; i-- > 0;) {
-    istride[i] = n;
-    n *= xs[i];
-    if (!red[i]) {
-      ostride[i] = s;
-      s *= xs[i];
-      if (split < 0 || xs[i] >= xs[split]) split = i;
-    }
-  }
+  // General (reduced axes not contiguous, e.g. batch norm's statistics over N, H and W of NCHW).
+  int64_t extents[push::kMaxRank];
+  for (int64_t i = 0; i < rank; ++i) extents[i] = p.get(push::kReduceExtents + size_t(i));
+  const ReduceShape shape(extents, rank, p.get(push::kReduceAxes));
   const int64_t n_out = p.get(ElementwiseLayout::kNumel);
   std::vector<double> acc(size_t(n_out), is_max ? -INFINITY : 0.0);
-  const int64_t last = dims - 1;
-  const int64_t parts = split < 0 ? 1 : xs[split];
-  parallel_for(parts, n > kParallelMin ? 1 : INT64_MAX, [&](int64_t p0, int64_t p1) {
-    int64_t ext[push::kMaxRank], idx[push::kMaxRank] = {};
-    std::copy(xs, xs + dims, ext);
-    int64_t in = 0, o = 0;
-    if (split >= 0) {
-      ext[split] = p1 - p0;
-      in = p0 * istride[split];
-      o = p0 * ostride[split];
+  struct InPlace {  // the input's runs are read where they are
+    const T* x;
+    const T* values(int64_t offset, int64_t want, int64_t* got) const {
+      *got = want;
+      return x + offset;
     }
-    int64_t runs = 1;
-    for (int64_t k = 0; k < last; ++k) runs *= ext[k];
-    const int64_t run = ext[last];  // this part's share when the split dimension is the last
-    for (int64_t r = 0; r < runs; ++r) {
-      const T* q = x + in;
-      if (red[last]) {
-        const double t = run_total<T>(q, run, is_max), a = acc[size_t(o)];
-        acc[size_t(o)] = is_max ? std::max(a, t) : a + t;
-      } else {
-        accumulate_run(acc.data() + o, q, run, is_max);
-      }
-      for (int64_t k = last - 1; k >= 0; --k) {  // next run: advance the odometer
-        in += istride[k];
-        o += ostride[k];
-        if (++idx[k] < ext[k]) break;
-        in -= istride[k] * ext[k];
-        o -= ostride[k] * ext[k];
-        idx[k] = 0;
-      }
-    }
-  });
+  };
+  reduce_runs<T>(shape, is_max, acc.data(), [&] { return InPlace{x}; });
   for (int64_t i = 0; i < n_out; ++i) y[i] = finish(acc[size_t(i)]);
 }
 

@@ -1,14 +1,16 @@
 // Kernels of the fused ops (created by the rewrite passes). They read their sizes from the
-// launch's push constants (schedule.h), not from tensor shapes, and take scratch memory from
-// the workspace the schedule planned. Values are computed in T (float, or double for the
-// oracle); reductions accumulate in double, as the primitive reductions do.
+// launch's push constants (schedule.h), not from tensor shapes, and need no scratch memory.
+// Values are computed in T (float, or double for the oracle); reductions accumulate in double,
+// as the primitive reductions do.
 #include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <limits>
+#include <memory>
 
 #include "backend/cpu/kernels.h"
 #include "backend/cpu/parallel.h"
+#include "backend/cpu/reduce_runs.h"
 
 namespace meganeura::cpu {
 namespace {
@@ -16,147 +18,255 @@ namespace {
 constexpr int64_t kBlock = 256;  // elements evaluated per program step
 
 template <class T>
-void unary_block(const FusedInstr& f, T* __restrict x, int64_t n) {
+void unary_block(const FusedInstr& f, const T* x, T* y, int64_t n) {  // y may be x
   constexpr double kSqrt2OverPi = 0.7978845608028654, kInvSqrt2 = 0.7071067811865476, kInvSqrt2Pi = 0.3989422804014327;
   switch (f.op) {
-    case Op::copy: case Op::detach: return;
-    case Op::neg: for (int64_t j = 0; j < n; ++j) x[j] = -x[j]; return;
-    case Op::exp: for (int64_t j = 0; j < n; ++j) x[j] = std::exp(x[j]); return;
-    case Op::log: for (int64_t j = 0; j < n; ++j) x[j] = std::log(x[j]); return;
-    case Op::sqrt: for (int64_t j = 0; j < n; ++j) x[j] = std::sqrt(x[j]); return;
-    case Op::rsqrt: for (int64_t j = 0; j < n; ++j) x[j] = T(1) / std::sqrt(x[j]); return;
-    case Op::abs: for (int64_t j = 0; j < n; ++j) x[j] = std::abs(x[j]); return;
-    case Op::tanh: for (int64_t j = 0; j < n; ++j) x[j] = std::tanh(x[j]); return;
-    case Op::sigmoid: for (int64_t j = 0; j < n; ++j) x[j] = T(1) / (T(1) + std::exp(-x[j])); return;
-    case Op::relu: for (int64_t j = 0; j < n; ++j) x[j] = x[j] > T(0) ? x[j] : T(0); return;
-    case Op::silu: for (int64_t j = 0; j < n; ++j) x[j] = x[j] / (T(1) + std::exp(-x[j])); return;
+    case Op::copy: case Op::detach: if (y != x) std::memcpy(y, x, size_t(n) * sizeof(T)); return;
+    case Op::neg: for (int64_t j = 0; j < n; ++j) y[j] = -x[j]; return;
+    case Op::exp: for (int64_t j = 0; j < n; ++j) y[j] = std::exp(x[j]); return;
+    case Op::log: for (int64_t j = 0; j < n; ++j) y[j] = std::log(x[j]); return;
+    case Op::sqrt: for (int64_t j = 0; j < n; ++j) y[j] = std::sqrt(x[j]); return;
+    case Op::rsqrt: for (int64_t j = 0; j < n; ++j) y[j] = T(1) / std::sqrt(x[j]); return;
+    case Op::abs: for (int64_t j = 0; j < n; ++j) y[j] = std::abs(x[j]); return;
+    case Op::tanh: for (int64_t j = 0; j < n; ++j) y[j] = std::tanh(x[j]); return;
+    case Op::sigmoid: for (int64_t j = 0; j < n; ++j) y[j] = T(1) / (T(1) + std::exp(-x[j])); return;
+    case Op::relu: for (int64_t j = 0; j < n; ++j) y[j] = x[j] > T(0) ? x[j] : T(0); return;
+    case Op::silu: for (int64_t j = 0; j < n; ++j) y[j] = x[j] / (T(1) + std::exp(-x[j])); return;
     case Op::gelu_tanh:
       for (int64_t j = 0; j < n; ++j) {
         T v = x[j], t = std::tanh(T(kSqrt2OverPi) * (v + T(0.044715) * v * v * v));
-        x[j] = T(0.5) * v * (T(1) + t);
+        y[j] = T(0.5) * v * (T(1) + t);
       }
       return;
-    case Op::gelu_erf: for (int64_t j = 0; j < n; ++j) x[j] = T(0.5) * x[j] * (T(1) + std::erf(x[j] * T(kInvSqrt2))); return;
+    case Op::gelu_erf: for (int64_t j = 0; j < n; ++j) y[j] = T(0.5) * x[j] * (T(1) + std::erf(x[j] * T(kInvSqrt2))); return;
     case Op::gelu_tanh_grad:
       for (int64_t j = 0; j < n; ++j) {
         T v = x[j], t = std::tanh(T(kSqrt2OverPi) * (v + T(0.044715) * v * v * v));
-        x[j] = T(0.5) * (T(1) + t) + T(0.5) * v * (T(1) - t * t) * T(kSqrt2OverPi) * (T(1) + T(3 * 0.044715) * v * v);
+        y[j] = T(0.5) * (T(1) + t) + T(0.5) * v * (T(1) - t * t) * T(kSqrt2OverPi) * (T(1) + T(3 * 0.044715) * v * v);
       }
       return;
     case Op::gelu_erf_grad:
       for (int64_t j = 0; j < n; ++j) {
         T v = x[j];
-        x[j] = T(0.5) * (T(1) + std::erf(v * T(kInvSqrt2))) + v * T(kInvSqrt2Pi) * std::exp(T(-0.5) * v * v);
+        y[j] = T(0.5) * (T(1) + std::erf(v * T(kInvSqrt2))) + v * T(kInvSqrt2Pi) * std::exp(T(-0.5) * v * v);
       }
       return;
     case Op::affine: {
       const T s = T(f.a), b = T(f.b);
-      for (int64_t j = 0; j < n; ++j) x[j] = s * x[j] + b;
+      for (int64_t j = 0; j < n; ++j) y[j] = s * x[j] + b;
       return;
     }
-    case Op::sign: for (int64_t j = 0; j < n; ++j) x[j] = x[j] > T(0) ? T(1) : x[j] < T(0) ? T(-1) : T(0); return;
-    case Op::positive_mask: for (int64_t j = 0; j < n; ++j) x[j] = x[j] > T(0) ? T(1) : T(0); return;
-    case Op::clip_coef: for (int64_t j = 0; j < n; ++j) x[j] = std::min(T(1), T(f.a) / (x[j] + T(1e-6))); return;
-    case Op::sin: for (int64_t j = 0; j < n; ++j) x[j] = std::sin(x[j]); return;
-    case Op::cos: for (int64_t j = 0; j < n; ++j) x[j] = std::cos(x[j]); return;
+    case Op::sign: for (int64_t j = 0; j < n; ++j) y[j] = x[j] > T(0) ? T(1) : x[j] < T(0) ? T(-1) : T(0); return;
+    case Op::positive_mask: for (int64_t j = 0; j < n; ++j) y[j] = x[j] > T(0) ? T(1) : T(0); return;
+    case Op::clip_coef: for (int64_t j = 0; j < n; ++j) y[j] = std::min(T(1), T(f.a) / (x[j] + T(1e-6))); return;
+    case Op::sin: for (int64_t j = 0; j < n; ++j) y[j] = std::sin(x[j]); return;
+    case Op::cos: for (int64_t j = 0; j < n; ++j) y[j] = std::cos(x[j]); return;
     default: kernel_error(f.op, "not an elementwise op of a fused program");
   }
 }
 
+// y[j] = f(a, b) over a block; an operand that is uniform over the block is one value (its
+// stride 0), so a per-channel scale or shift is not filled out to a block first.
+template <class T, class F>
+void binary_loop(F f, const T* a, bool va, const T* b, bool vb, T* y, int64_t n) {  // y may be a or b
+  if (va && vb) {
+    for (int64_t j = 0; j < n; ++j) y[j] = f(a[j], b[j]);
+  } else if (va) {
+    const T v = *b;
+    for (int64_t j = 0; j < n; ++j) y[j] = f(a[j], v);
+  } else if (vb) {
+    const T v = *a;
+    for (int64_t j = 0; j < n; ++j) y[j] = f(v, b[j]);
+  } else {
+    *y = f(*a, *b);
+  }
+}
+
 template <class T>
-void binary_block(Op op, T* __restrict a, const T* __restrict b, int64_t n) {  // distinct stack rows
+void binary_block(Op op, const T* a, bool va, const T* b, bool vb, T* y, int64_t n) {
   switch (op) {
-    case Op::add: for (int64_t j = 0; j < n; ++j) a[j] = a[j] + b[j]; return;
-    case Op::sub: for (int64_t j = 0; j < n; ++j) a[j] = a[j] - b[j]; return;
-    case Op::mul: for (int64_t j = 0; j < n; ++j) a[j] = a[j] * b[j]; return;
-    case Op::div: for (int64_t j = 0; j < n; ++j) a[j] = a[j] / b[j]; return;
-    case Op::equal: for (int64_t j = 0; j < n; ++j) a[j] = a[j] == b[j] ? T(1) : T(0); return;
-    case Op::maximum: for (int64_t j = 0; j < n; ++j) a[j] = a[j] < b[j] ? b[j] : a[j]; return;
-    case Op::less: for (int64_t j = 0; j < n; ++j) a[j] = a[j] < b[j] ? T(1) : T(0); return;
+    case Op::add: return binary_loop<T>([](T u, T v) { return u + v; }, a, va, b, vb, y, n);
+    case Op::sub: return binary_loop<T>([](T u, T v) { return u - v; }, a, va, b, vb, y, n);
+    case Op::mul: return binary_loop<T>([](T u, T v) { return u * v; }, a, va, b, vb, y, n);
+    case Op::div: return binary_loop<T>([](T u, T v) { return u / v; }, a, va, b, vb, y, n);
+    case Op::equal: return binary_loop<T>([](T u, T v) { return u == v ? T(1) : T(0); }, a, va, b, vb, y, n);
+    case Op::maximum: return binary_loop<T>([](T u, T v) { return u < v ? v : u; }, a, va, b, vb, y, n);
+    case Op::less: return binary_loop<T>([](T u, T v) { return u < v ? T(1) : T(0); }, a, va, b, vb, y, n);
     default: kernel_error(op, "not a binary op of a fused program");
   }
 }
 
-// Evaluates `code` over the push block's (collapsed) domain into dst[0] (a program without
-// `store`) or dst[k] for each stored output k; src[i] is input i. Each block's outputs are
-// written after all of its inputs were read, so an output may alias a same-shaped input.
+// A fused program over the push block's (collapsed) domain; src[i] is input i.
+template <class T>
+class Evaluator {
+ public:
+  // Per-thread buffers: a row of values per stack entry and per stored output.
+  struct Block {
+    alignas(64) T stack[kFusedMaxStack][kBlock];
+    alignas(64) T stored[kFusedMaxOutputs][kBlock];
+  };
+
+  Evaluator(const std::vector<FusedInstr>& code, const PushConstants& p, const T* const* src)
+      : code_(code), bc_(p), src_(src) {
+    from_stack_ = std::none_of(code.begin(), code.end(), [](const FusedInstr& f) { return f.kind == FusedInstr::store; });
+    inner_ = bc_.rank ? bc_.ext[bc_.rank - 1] : 1;
+    for (int64_t i = 0; i < bc_.inputs; ++i) {
+      full_[i] = bc_.spans_all(i);
+      scalar_[i] = std::none_of(bc_.stride[i], bc_.stride[i] + bc_.rank, [](int64_t s) { return s != 0; });
+    }
+  }
+  int64_t numel() const { return bc_.numel; }
+  int64_t inner() const { return inner_; }  // elements of a (collapsed) row
+
+  // Runs the program over `len` elements from column j0 of each of the rows r0 .. r0 + nr - 1
+  // (several rows only when they are whole rows). Returns the program's result (a program
+  // without `store`); stored output k is left in b.stored[k].
+  const T* run(int64_t r0, int64_t j0, int64_t len, int64_t nr, Block& b) const {
+    const int64_t total = len * nr, rank = bc_.rank;
+    // at[k]: where stack entry k's values are: an input read in place where its block is
+    // contiguous, else its own row of b.stack (inputs gathered, results written). vec[k] is
+    // false for a value uniform over the block (a constant, a broadcast scalar or channel
+    // value), held as one element until it meets a varying one.
+    const T* at[kFusedMaxStack];
+    bool vec[kFusedMaxStack];
+    size_t sp = 0;
+    for (const FusedInstr& f : code_) {
+      switch (f.kind) {
+        case FusedInstr::input: {
+          const int64_t i = f.index;
+          const T* s = src_[i];
+          T* x = b.stack[sp];
+          vec[sp] = true;
+          if (full_[i]) {  // rows r0.. are contiguous
+            at[sp] = s + r0 * inner_ + j0;
+          } else if (rank && bc_.stride[i][rank - 1]) {
+            if (nr == 1) {
+              at[sp] = s + row_offset(i, r0) + j0;
+            } else {
+              for (int64_t k = 0; k < nr; ++k) std::memcpy(x + k * len, s + row_offset(i, r0 + k) + j0, size_t(len) * sizeof(T));
+              at[sp] = x;
+            }
+          } else if (nr == 1 || scalar_[i]) {
+            at[sp] = s + row_offset(i, r0);
+            vec[sp] = false;
+          } else {
+            for (int64_t k = 0; k < nr; ++k) std::fill(x + k * len, x + (k + 1) * len, s[row_offset(i, r0 + k)]);
+            at[sp] = x;
+          }
+          ++sp;
+          break;
+        }
+        case FusedInstr::constant:
+          b.stack[sp][0] = T(f.a);
+          at[sp] = b.stack[sp];
+          vec[sp++] = false;
+          break;
+        case FusedInstr::unary:
+          unary_block<T>(f, at[sp - 1], b.stack[sp - 1], vec[sp - 1] ? total : 1);
+          at[sp - 1] = b.stack[sp - 1];
+          break;
+        case FusedInstr::binary:
+          binary_block<T>(f.op, at[sp - 2], vec[sp - 2], at[sp - 1], vec[sp - 1], b.stack[sp - 2], total);
+          at[sp - 2] = b.stack[sp - 2];
+          vec[sp - 2] = vec[sp - 2] || vec[sp - 1];
+          --sp;
+          break;
+        case FusedInstr::store:
+          --sp;
+          if (vec[sp]) std::memcpy(b.stored[f.index], at[sp], size_t(total) * sizeof(T));
+          else std::fill(b.stored[f.index], b.stored[f.index] + total, *at[sp]);
+          break;
+        case FusedInstr::load: at[sp] = b.stored[f.index]; vec[sp++] = true; break;
+      }
+    }
+    if (!from_stack_) return nullptr;
+    if (!vec[0]) {  // a program of uniform values only
+      std::fill(b.stack[0], b.stack[0] + total, *at[0]);
+      at[0] = b.stack[0];
+    }
+    return at[0];
+  }
+
+  bool from_stack() const { return from_stack_; }
+
+ private:
+  int64_t row_offset(int64_t i, int64_t r) const {  // of input i's row r
+    int64_t rem = r, o = 0;
+    for (int64_t d = bc_.rank - 2; d >= 0; --d) {
+      o += (rem % bc_.ext[d]) * bc_.stride[i][d];
+      rem /= bc_.ext[d];
+    }
+    return o;
+  }
+
+  const std::vector<FusedInstr>& code_;
+  const Broadcast bc_;
+  const T* const* src_;
+  bool from_stack_ = true;  // a program without `store` leaves its one result on the stack
+  int64_t inner_ = 1;
+  bool full_[kFusedMaxInputs] = {};    // spans every dimension: rows are contiguous in memory
+  bool scalar_[kFusedMaxInputs] = {};  // spans none: one value everywhere
+};
+
+// Evaluates `code` over the push block's domain into dst[0] (a program without `store`) or
+// dst[k] for each stored output k. Each block's outputs are written after all of its inputs
+// were read, so an output may alias a same-shaped input.
 template <class T>
 void evaluate(const std::vector<FusedInstr>& code, const PushConstants& p, const T* const* src, T* const* dst) {
   const size_t n_out = fused_outputs(code);
-  // a program without `store` leaves its one result on the stack
-  const bool from_stack = std::none_of(code.begin(), code.end(), [](const FusedInstr& f) { return f.kind == FusedInstr::store; });
-  const Broadcast bc(p);
-  const int64_t numel = bc.numel, rank = bc.rank, n_in = bc.inputs;
+  const Evaluator<T> e(code, p, src);
+  const int64_t numel = e.numel(), inner = e.inner();
   if (numel == 0) return;
-  const int64_t* ext = bc.ext;
-  const auto& stride = bc.stride;
-  const int64_t inner = rank ? ext[rank - 1] : 1, rows = numel / inner;
+  const int64_t rows = numel / inner;
   // A work item is up to kBlock elements: part of one long row, or several whole short rows
   // (so each instruction's dispatch is paid for at least kBlock elements).
   const int64_t rows_per_item = inner >= kBlock ? 1 : kBlock / inner;
   const int64_t blocks_per_row = (inner + kBlock - 1) / kBlock;
   const int64_t items = (rows + rows_per_item - 1) / rows_per_item * blocks_per_row;
-  bool full[kFusedMaxInputs] = {};  // spans every dimension: rows are contiguous in memory
-  for (int64_t i = 0; i < n_in; ++i) full[i] = bc.spans_all(i);
-  auto row_offset = [&](int64_t i, int64_t r) {
-    int64_t rem = r, o = 0;
-    for (int64_t d = rank - 2; d >= 0; --d) {
-      o += (rem % ext[d]) * stride[i][d];
-      rem /= ext[d];
-    }
-    return o;
-  };
   parallel_for(items, numel > kParallelMin ? 1 : INT64_MAX, [&](int64_t lo, int64_t hi) {
-    alignas(64) T stack[kFusedMaxStack][kBlock];
-    alignas(64) T stored[kFusedMaxOutputs][kBlock];
+    typename Evaluator<T>::Block b;
     for (int64_t it = lo; it < hi; ++it) {
       const int64_t r0 = it / blocks_per_row * rows_per_item, j0 = (it % blocks_per_row) * kBlock;
       const int64_t len = std::min(kBlock, inner - j0), nr = std::min(rows_per_item, rows - r0);
-      const int64_t total = len * nr;
-      size_t sp = 0;
-      for (const FusedInstr& f : code) {
-        switch (f.kind) {
-          case FusedInstr::input: {
-            const int64_t i = f.index;
-            const T* s = src[i];
-            T* x = stack[sp++];
-            if (full[i]) {  // rows r0.. are contiguous: one copy
-              std::memcpy(x, s + r0 * inner + j0, size_t(total) * sizeof(T));
-            } else if (rank && stride[i][rank - 1]) {
-              for (int64_t k = 0; k < nr; ++k) std::memcpy(x + k * len, s + row_offset(i, r0 + k) + j0, size_t(len) * sizeof(T));
-            } else {
-              for (int64_t k = 0; k < nr; ++k) std::fill(x + k * len, x + (k + 1) * len, s[row_offset(i, r0 + k)]);
-            }
-            break;
-          }
-          case FusedInstr::constant: std::fill(stack[sp], stack[sp] + total, T(f.a)); ++sp; break;
-          case FusedInstr::unary: unary_block<T>(f, stack[sp - 1], total); break;
-          case FusedInstr::binary: binary_block<T>(f.op, stack[sp - 2], stack[sp - 1], total); --sp; break;
-          case FusedInstr::store: std::memcpy(stored[f.index], stack[--sp], size_t(total) * sizeof(T)); break;
-          case FusedInstr::load: std::memcpy(stack[sp++], stored[f.index], size_t(total) * sizeof(T)); break;
-        }
-      }
-      // several rows per item only when a row is shorter than a block: then they are whole rows
+      const T* result = e.run(r0, j0, len, nr, b);
       for (size_t k = 0; k < n_out; ++k) {
-        std::memcpy(dst[k] + r0 * inner + j0, from_stack ? stack[0] : stored[k], size_t(total) * sizeof(T));
+        std::memcpy(dst[k] + r0 * inner + j0, result ? result : b.stored[k], size_t(len * nr) * sizeof(T));
       }
     }
   });
 }
 
+// The program's values reduced over `axes` of its domain as they are computed, a block at a
+// time (no buffer of the whole domain), by the walk the primitive reductions use.
 template <class T>
-void fused_reduce(const FusedAttrs& a, const PushConstants& p, const T* const* src, T* scratch, T* y) {
-  evaluate<T>(a.code, p, src, &scratch);
-  const int64_t outer = p.get(push::kReduceOuter), len = p.get(push::kReduceLen), inner = p.get(push::kReduceInner);
+void fused_reduce(const FusedAttrs& a, const PushConstants& p, const T* const* src, T* y) {
+  const Evaluator<T> e(a.code, p, src);
+  if (!e.from_stack()) kernel_error(Op::fused_reduce, "a reduced program has no stored outputs");
+  int64_t extents[push::kMaxRank];
+  const int64_t rank = int64_t(a.domain.size());
+  if (rank > int64_t(push::kMaxRank)) kernel_error(Op::fused_reduce, "a domain of rank above 8");
+  uint32_t axes = 0;
+  for (int64_t i = 0; i < rank; ++i) extents[i] = a.domain[size_t(i)];
+  for (int64_t ax : a.axes) axes |= 1u << ax;
+  const ReduceShape shape(extents, rank, axes);
+  const int64_t n_out = p.get(push::kReduceOuter) * p.get(push::kReduceInner);
   const uint32_t kind = p.get(push::kReduceKind);
-  parallel_for(outer * inner, (outer * inner * len > kParallelMin) ? 1 : INT64_MAX, [&](int64_t lo, int64_t hi) {
-    for (int64_t r = lo; r < hi; ++r) {
-      const T* x = scratch + (r / inner) * len * inner + r % inner;
-      double acc = kind == 2 ? -INFINITY : 0.0;
-      for (int64_t j = 0; j < len; ++j) acc = kind == 2 ? std::max(acc, double(x[j * inner])) : acc + double(x[j * inner]);
-      y[r] = T(kind == 1 ? acc / double(len) : acc);
+  const bool is_max = kind == 2;
+  std::vector<double> acc(size_t(n_out), is_max ? -INFINITY : 0.0);
+  const int64_t inner = e.inner();
+  struct Part {  // a block's values at a time: never past the end of a (collapsed) row
+    const Evaluator<T>* e;
+    int64_t inner;
+    std::unique_ptr<typename Evaluator<T>::Block> b = std::make_unique<typename Evaluator<T>::Block>();
+    const T* values(int64_t offset, int64_t want, int64_t* got) {
+      const int64_t r = offset / inner, j = offset % inner;
+      *got = std::min({want, kBlock, inner - j});
+      return e->run(r, j, *got, 1, *b);
     }
-  });
+  };
+  if (shape.elements() > 0) reduce_runs<T>(shape, is_max, acc.data(), [&] { return Part{&e, inner}; });
+  const double count = n_out ? double(shape.elements()) / double(n_out) : 1.0;
+  for (int64_t i = 0; i < n_out; ++i) y[i] = T(kind == 1 ? acc[size_t(i)] / count : acc[size_t(i)]);
 }
 
 // Rows of the last axis: centre (layer norm), scale by the reciprocal RMS, then gamma, beta.
@@ -217,8 +327,7 @@ void softmax_scaled(const PushConstants& p, const T* x, T* y) {
 }  // namespace
 
 template <class T>
-void fused(const Dispatch& d, const KernelLaunch& l, const std::vector<Arg>& in, const std::vector<Arg>& outs,
-           std::byte* workspace) {
+void fused(const Dispatch& d, const KernelLaunch& l, const std::vector<Arg>& in, const std::vector<Arg>& outs) {
   const T* src[kFusedMaxInputs + 2] = {};
   const Arg& out = outs.at(0);
   T* y = out.as<T>();
@@ -232,8 +341,7 @@ void fused(const Dispatch& d, const KernelLaunch& l, const std::vector<Arg>& in,
     }
     case Op::fused_reduce: {
       for (size_t i = 0; i < in.size(); ++i) src[i] = in[i].as<T>();
-      if (!workspace) kernel_error(d.op, "no workspace was provided");
-      fused_reduce<T>(std::get<FusedAttrs>(d.attrs), l.push, src, reinterpret_cast<T*>(workspace), out.as<T>());
+      fused_reduce<T>(std::get<FusedAttrs>(d.attrs), l.push, src, out.as<T>());
       return;
     }
     case Op::matmul_epilogue: {
@@ -253,7 +361,7 @@ void fused(const Dispatch& d, const KernelLaunch& l, const std::vector<Arg>& in,
   }
 }
 
-template void fused<float>(const Dispatch&, const KernelLaunch&, const std::vector<Arg>&, const std::vector<Arg>&, std::byte*);
-template void fused<double>(const Dispatch&, const KernelLaunch&, const std::vector<Arg>&, const std::vector<Arg>&, std::byte*);
+template void fused<float>(const Dispatch&, const KernelLaunch&, const std::vector<Arg>&, const std::vector<Arg>&);
+template void fused<double>(const Dispatch&, const KernelLaunch&, const std::vector<Arg>&, const std::vector<Arg>&);
 
 }  // namespace meganeura::cpu

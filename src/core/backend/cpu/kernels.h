@@ -39,17 +39,16 @@ void workload_index(const Dispatch& d, const KernelLaunch& l, const std::vector<
 template <class T>
 void attention_tiled(const Dispatch& d, const KernelLaunch& l, const std::vector<Arg>& in, const Arg& out);
 void cast(const KernelLaunch& l, const std::vector<Arg>& in, const Arg& out);
-// The fused ops: scratch from `workspace`; `outs` are the dispatch's writes (several for a
-// multi-output fused_elementwise).
+// The fused ops; `outs` are the dispatch's writes (several for a multi-output
+// fused_elementwise).
 template <class T>
-void fused(const Dispatch& d, const KernelLaunch& launch, const std::vector<Arg>& in, const std::vector<Arg>& outs,
-           std::byte* workspace);
+void fused(const Dispatch& d, const KernelLaunch& launch, const std::vector<Arg>& in, const std::vector<Arg>& outs);
 // matmul's GEMMs with the sizes of the launch's push::kMatmul words.
 template <class T> void matmul(const PushConstants& p, const Arg& x, const Arg& y, const Arg& out);
 // Runs one dispatch with its launch: the backend's per-dispatch step, routed by op family.
+// Kernels take their scratch from the workspace set with set_workspace().
 template <class T>
-void execute(const Dispatch& d, const KernelLaunch& l, const std::vector<Arg>& in, const std::vector<Arg>& outs,
-             std::byte* workspace);
+void execute(const Dispatch& d, const KernelLaunch& l, const std::vector<Arg>& in, const std::vector<Arg>& outs);
 
 // An ElementwiseLayout block decoded: the collapsed extents and, per input, the element stride
 // of each dimension (0 where the input is broadcast).

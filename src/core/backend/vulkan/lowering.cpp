@@ -631,6 +631,9 @@ class Lowerer {
     l.push[kPushCodeLength] = uint32_t(a.code.size());
     l.bindings[9] = kCodeBinding;
     if (d.op == Op::fused_reduce) {
+      for (size_t k = 1; k < a.axes.size(); ++k) {
+        if (a.axes[k] != a.axes[k - 1] + 1) unsupported(d.op, "a reduction over non-contiguous axes");
+      }
       for (size_t i = 0; i < d.reads.size(); ++i) l.bindings[i] = d.reads[i];
       const uint64_t outputs = uint64_t(k.push.get(push::kReduceOuter)) * k.push.get(push::kReduceInner);
       if (k.push.get(push::kReduceLen) <= kSerialRowMax && outputs >= kSerialRowsMin) {

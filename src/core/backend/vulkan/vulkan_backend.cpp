@@ -160,11 +160,12 @@ class VulkanBackend final : public Backend {
 
   Stats stats() const override { return stats_; }
 
-  // Every pass, where the device allows the wide kernels' twelve bindings per stage; otherwise
+  // Every pass (fused reductions over contiguous axes only), where the device allows the wide kernels' twelve bindings per stage; otherwise
   // graphs keep their primitive ops, and the fused cross-entropy and where (whose kernels use
   // the wide layout) are decomposed into them.
   PassOptions passes() const override {
     PassOptions o;
+    o.strided_reductions = false;  // the fused reduction kernel takes [outer, len, inner] only
     if (!wide_) {
       o.softmax = o.norms = o.pointwise = o.matmul_epilogue = false;
       o.decompose = true;
