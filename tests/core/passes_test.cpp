@@ -266,6 +266,31 @@ TEST(Passes, PatternsFire) {
   EXPECT_GT(fused_ops, 0u);
 }
 
+// A value read by several consumers is recomputed in each only where that reads no more
+// full-size tensors than writing it once and reading it back would: with k consumers and L
+// tensors of its size read, where k * L <= L + 1 + k.
+TEST(Passes, RecomputeOnlyWhereItReadsLess) {
+  for (int big : {1, 2, 5}) {
+    Graph g;
+    const Shape sh{8, 16};
+    Tensor v = g.input("x0", sh);
+    for (int i = 1; i < big; ++i) v = v + g.input("x" + std::to_string(i), sh);
+    v = relu(v);
+    Tensor s = g.input("s", {1, 16});
+    g.output("a", v * s);
+    g.output("b", v - s);
+    g.output("c", sum(v * g.input("x0b", sh), {0}));
+    const Graph opt = optimize(g);
+    size_t reads_x0 = 0;  // the dispatches that read x0
+    for (NodeId id = 0; id < opt.size(); ++id) {
+      for (NodeId k : opt.node(id).inputs) reads_x0 += opt.node(k).op == Op::input && opt.node(k).name == "x0";
+    }
+    // 3 consumers: L = 1 and L = 2 are recomputed (3 and 6 reads against 5 and 6); L = 5 is
+    // written once (15 reads against 9) and its consumers read it.
+    EXPECT_EQ(reads_x0, big <= 2 ? 3u : 1u) << big;
+  }
+}
+
 // Fused ops are never built by models or differentiated: the op table says so, and these tests
 // are their check (the gradient-check coverage test skips GradKind::fused).
 TEST(Passes, FusedOpsAreMarked) {
