@@ -146,9 +146,9 @@ Schedule lower(const Program& p) {
                   {"code_length", SpecConstant::u32, uint32_t(a.code.size())}};
         if (d.op == Op::fused_reduce) {
           // [outer, len, inner] around contiguous axes; any other axes reduce as `len`
-          // elements into each of outer (the outputs) with inner 1, walked by the CPU kernel
-          // from the domain and axes (a backend without that walk keeps those reductions
-          // primitive: PassOptions::strided_reductions).
+          // elements into each of outer (the outputs) with inner 1, and the CPU kernel walks
+          // them from the extents and axis mask (a backend without that walk keeps those
+          // reductions primitive: PassOptions::strided_reductions).
           int64_t outer = 1, len = 1, inner = 1;
           bool contiguous = true;
           for (size_t k = 1; k < a.axes.size(); ++k) contiguous &= a.axes[k] == a.axes[k - 1] + 1;
@@ -160,6 +160,17 @@ Schedule lower(const Program& p) {
           l.push.set(push::kReduceLen, u32(len, "reduced length"));
           l.push.set(push::kReduceInner, u32(inner, "inner"));
           l.push.set(push::kReduceKind, a.reduce == Op::sum ? 0 : a.reduce == Op::mean ? 1 : 2);
+          if (!contiguous) {  // as the primitive reductions over such axes
+            if (domain.size() > push::kMaxRank) {
+              throw std::invalid_argument("[schedule] fused_reduce over non-contiguous axes of a domain of rank " +
+                                          std::to_string(domain.size()) + " (at most " + std::to_string(push::kMaxRank) + ")");
+            }
+            uint32_t mask = 0;
+            for (int64_t ax : a.axes) mask |= 1u << ax;
+            l.push.set(push::kReduceRank, uint32_t(domain.size()));
+            l.push.set(push::kReduceAxes, mask);
+            for (size_t i = 0; i < domain.size(); ++i) l.push.set(push::kReduceExtents + i, u32(domain[i], "extent"));
+          }
           linear(l, outer * inner);
         } else if (d.op == Op::fused_elementwise) {
           linear(l, numel(os));

@@ -98,21 +98,6 @@ void unary(const Dispatch& d, const KernelLaunch& l, const std::vector<Arg>& in,
   });
 }
 
-// Instantiates `body` with the op as a compile-time functor, so the inner loops vectorise.
-template <class T, class Body>
-void with_binary_op(Op op, Body&& body) {
-  switch (op) {
-    case Op::add: return body([](T a, T b) { return a + b; });
-    case Op::sub: return body([](T a, T b) { return a - b; });
-    case Op::mul: return body([](T a, T b) { return a * b; });
-    case Op::div: return body([](T a, T b) { return a / b; });
-    case Op::equal: return body([](T a, T b) { return a == b ? T(1) : T(0); });
-    case Op::maximum: return body([](T a, T b) { return a < b ? b : a; });
-    case Op::less: return body([](T a, T b) { return a < b ? T(1) : T(0); });
-    default: kernel_error(op, "not a binary op");
-  }
-}
-
 template <class T>
 void binary(const Dispatch& d, const KernelLaunch& l, const std::vector<Arg>& in, const Arg& out) {
   const T* a = in[0].as<T>();
@@ -230,9 +215,7 @@ void reduce(const Dispatch& d, const KernelLaunch& l, const std::vector<Arg>& in
     return;
   }
   // General (reduced axes not contiguous, e.g. batch norm's statistics over N, H and W of NCHW).
-  int64_t extents[push::kMaxRank];
-  for (int64_t i = 0; i < rank; ++i) extents[i] = p.get(push::kReduceExtents + size_t(i));
-  const ReduceShape shape(extents, rank, p.get(push::kReduceAxes));
+  const ReduceShape shape(p);
   const int64_t n_out = p.get(ElementwiseLayout::kNumel);
   std::vector<double> acc(size_t(n_out), is_max ? -INFINITY : 0.0);
   struct InPlace {  // the input's runs are read where they are

@@ -84,16 +84,7 @@ void binary_loop(F f, const T* a, bool va, const T* b, bool vb, T* y, int64_t n)
 
 template <class T>
 void binary_block(Op op, const T* a, bool va, const T* b, bool vb, T* y, int64_t n) {
-  switch (op) {
-    case Op::add: return binary_loop<T>([](T u, T v) { return u + v; }, a, va, b, vb, y, n);
-    case Op::sub: return binary_loop<T>([](T u, T v) { return u - v; }, a, va, b, vb, y, n);
-    case Op::mul: return binary_loop<T>([](T u, T v) { return u * v; }, a, va, b, vb, y, n);
-    case Op::div: return binary_loop<T>([](T u, T v) { return u / v; }, a, va, b, vb, y, n);
-    case Op::equal: return binary_loop<T>([](T u, T v) { return u == v ? T(1) : T(0); }, a, va, b, vb, y, n);
-    case Op::maximum: return binary_loop<T>([](T u, T v) { return u < v ? v : u; }, a, va, b, vb, y, n);
-    case Op::less: return binary_loop<T>([](T u, T v) { return u < v ? T(1) : T(0); }, a, va, b, vb, y, n);
-    default: kernel_error(op, "not a binary op of a fused program");
-  }
+  with_binary_op<T>(op, [&](auto f) { binary_loop<T>(f, a, va, b, vb, y, n); });
 }
 
 // A fused program over the push block's (collapsed) domain; src[i] is input i.
@@ -242,13 +233,7 @@ template <class T>
 void fused_reduce(const FusedAttrs& a, const PushConstants& p, const T* const* src, T* y) {
   const Evaluator<T> e(a.code, p, src);
   if (!e.from_stack()) kernel_error(Op::fused_reduce, "a reduced program has no stored outputs");
-  int64_t extents[push::kMaxRank];
-  const int64_t rank = int64_t(a.domain.size());
-  if (rank > int64_t(push::kMaxRank)) kernel_error(Op::fused_reduce, "a domain of rank above 8");
-  uint32_t axes = 0;
-  for (int64_t i = 0; i < rank; ++i) extents[i] = a.domain[size_t(i)];
-  for (int64_t ax : a.axes) axes |= 1u << ax;
-  const ReduceShape shape(extents, rank, axes);
+  const ReduceShape shape(p);
   const int64_t n_out = p.get(push::kReduceOuter) * p.get(push::kReduceInner);
   const uint32_t kind = p.get(push::kReduceKind);
   const bool is_max = kind == 2;

@@ -70,6 +70,21 @@ std::byte* workspace(Op op, size_t bytes);
   throw std::runtime_error("[cpu:" + std::string(op_name(op)) + "] " + msg);
 }
 
+// Instantiates `body` with the op as a compile-time functor, so the inner loops vectorise.
+template <class T, class Body>
+void with_binary_op(Op op, Body&& body) {
+  switch (op) {
+    case Op::add: return body([](T a, T b) { return a + b; });
+    case Op::sub: return body([](T a, T b) { return a - b; });
+    case Op::mul: return body([](T a, T b) { return a * b; });
+    case Op::div: return body([](T a, T b) { return a / b; });
+    case Op::equal: return body([](T a, T b) { return a == b ? T(1) : T(0); });
+    case Op::maximum: return body([](T a, T b) { return a < b ? b : a; });
+    case Op::less: return body([](T a, T b) { return a < b ? T(1) : T(0); });
+    default: kernel_error(op, "not a binary op");
+  }
+}
+
 // Elementwise loops parallelise above this many elements.
 constexpr int64_t kParallelMin = 1 << 15;
 

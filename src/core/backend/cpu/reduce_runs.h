@@ -62,6 +62,19 @@ struct ReduceShape {
       }
     }
   }
+  // From a reduction's push block (schedule.h): the extents and axis mask of a reduction over
+  // non-contiguous axes, else [outer, len, inner] with the middle reduced.
+  explicit ReduceShape(const PushConstants& p) {
+    const int64_t rank = p.get(push::kReduceRank);
+    int64_t e[push::kMaxRank];
+    if (rank > 0) {
+      for (int64_t i = 0; i < rank; ++i) e[i] = p.get(push::kReduceExtents + size_t(i));
+      *this = ReduceShape(e, rank, p.get(push::kReduceAxes));
+    } else {
+      e[0] = p.get(push::kReduceOuter), e[1] = p.get(push::kReduceLen), e[2] = p.get(push::kReduceInner);
+      *this = ReduceShape(e, 3, 0b010);
+    }
+  }
   int64_t elements() const {
     int64_t n = 1;
     for (int64_t i = 0; i < dims; ++i) n *= ext[i];
