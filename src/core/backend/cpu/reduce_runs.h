@@ -44,8 +44,10 @@ void accumulate_run(double* __restrict acc, const T* __restrict q, int64_t len, 
   }
 }
 
-// A reduction's input shape with neighbouring dimensions that are both reduced or both kept
-// merged (row-major memory keeps them contiguous).
+// A reduction's input shape without its dimensions of extent 1 and with neighbouring
+// dimensions that are both reduced or both kept merged (row-major memory keeps them
+// contiguous). Dropping the 1s matters: a trailing kept 1 (a sum over the last axis written as
+// [outer, len, 1]) would otherwise make every run one element long.
 struct ReduceShape {
   int64_t dims = 0;
   int64_t ext[push::kMaxRank] = {};
@@ -54,6 +56,7 @@ struct ReduceShape {
   ReduceShape(const int64_t* extents, int64_t rank, uint32_t axes) {
     for (int64_t i = 0; i < rank; ++i) {
       const bool r = axes >> i & 1;
+      if (extents[i] == 1) continue;
       if (dims > 0 && red[dims - 1] == r) {
         ext[dims - 1] *= extents[i];
       } else {
@@ -61,6 +64,7 @@ struct ReduceShape {
         red[dims++] = r;
       }
     }
+    if (dims == 0 && rank > 0) ext[dims++] = 1;  // one element: one kept run of length 1
   }
   // From a reduction's push block (schedule.h): the extents and axis mask of a reduction over
   // non-contiguous axes, else [outer, len, inner] with the middle reduced.
