@@ -2,13 +2,17 @@
 
 #include <unistd.h>
 
+#include <algorithm>
+#include <atomic>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <iterator>
+#include <set>
 #include <stdexcept>
+#include <thread>
 
 #include "graph/op_table.h"
 
@@ -162,9 +166,7 @@ Pipelines::~Pipelines() {
   }
 }
 
-VkPipeline Pipelines::get(Kernel k, const std::vector<uint32_t>& spec) {
-  auto key = std::make_pair(k, spec);
-  if (auto it = pipelines_.find(key); it != pipelines_.end()) return it->second;
+VkShaderModule Pipelines::module(Kernel k) {
   VkShaderModule& m = modules_[size_t(k)];
   if (!m) {
     auto code = kernel_spirv(k);
@@ -173,21 +175,67 @@ VkPipeline Pipelines::get(Kernel k, const std::vector<uint32_t>& spec) {
     si.pCode = code.data();
     VK_CHECK(d_.api.vkCreateShaderModule(d_.device, &si, nullptr, &m));
   }
+  return m;
+}
+
+// Thread-safe given the key's module exists: the pipeline cache synchronises itself (it is not
+// created with VK_PIPELINE_CACHE_CREATE_EXTERNALLY_SYNCHRONIZED_BIT).
+VkResult Pipelines::build(const Key& key, VkPipeline* out) const {
+  const auto& [k, spec] = key;
+  if (!layout_[wide(k)]) throw std::logic_error("[vulkan] no pipeline layout for the fused kernels on this device");
   std::vector<VkSpecializationMapEntry> entries;
   for (uint32_t i = 0; i < spec.size(); ++i) entries.push_back({i, i * 4, 4});
   VkSpecializationInfo sp{uint32_t(entries.size()), entries.data(), spec.size() * 4, spec.data()};
   auto ci = make<VkComputePipelineCreateInfo>(VK_STRUCTURE_TYPE_COMPUTE_PIPELINE_CREATE_INFO);
   ci.stage = make<VkPipelineShaderStageCreateInfo>(VK_STRUCTURE_TYPE_PIPELINE_SHADER_STAGE_CREATE_INFO);
   ci.stage.stage = VK_SHADER_STAGE_COMPUTE_BIT;
-  ci.stage.module = m;
+  ci.stage.module = modules_[size_t(k)];
   ci.stage.pName = "main";
   ci.stage.pSpecializationInfo = &sp;
-  if (!layout_[wide(k)]) throw std::logic_error("[vulkan] no pipeline layout for the fused kernels on this device");
   ci.layout = layout_[wide(k)];
+  return d_.api.vkCreateComputePipelines(d_.device, cache_ ? cache_->handle() : VK_NULL_HANDLE, 1, &ci, nullptr, out);
+}
+
+VkPipeline Pipelines::get(Kernel k, const std::vector<uint32_t>& spec) {
+  Key key(k, spec);
+  if (auto it = pipelines_.find(key); it != pipelines_.end()) return it->second;
+  module(k);
   VkPipeline p = VK_NULL_HANDLE;
-  VK_CHECK(d_.api.vkCreateComputePipelines(d_.device, cache_ ? cache_->handle() : VK_NULL_HANDLE, 1, &ci, nullptr, &p));
+  VK_CHECK(build(key, &p));
   pipelines_.emplace(std::move(key), p);
   return p;
+}
+
+void Pipelines::create(const std::vector<Key>& keys, unsigned threads) {
+  std::set<Key> wanted;
+  for (const Key& k : keys) {
+    if (!pipelines_.count(k)) wanted.insert(k);
+  }
+  std::vector<const Key*> todo;
+  for (const Key& k : wanted) {
+    module(k.first);
+    todo.push_back(&k);
+  }
+  std::vector<VkPipeline> made(todo.size(), VK_NULL_HANDLE);
+  std::vector<VkResult> result(todo.size(), VK_SUCCESS);
+  std::atomic<size_t> next{0};
+  auto work = [&] {
+    for (size_t i; (i = next++) < todo.size();) result[i] = build(*todo[i], &made[i]);
+  };
+  std::vector<std::thread> pool;
+  const size_t n = std::min<size_t>(std::max(threads, 1u), todo.size());
+  for (size_t t = 1; t < n; ++t) pool.emplace_back(work);
+  work();
+  for (std::thread& t : pool) t.join();
+  for (size_t i = 0; i < todo.size(); ++i) {
+    if (made[i] != VK_NULL_HANDLE) pipelines_.emplace(*todo[i], made[i]);
+  }
+  for (size_t i = 0; i < todo.size(); ++i) {
+    if (result[i] < 0) {
+      const std::string what = std::string("vkCreateComputePipelines (") + kernel_name(todo[i]->first) + " kernel)";
+      fail(result[i], what.c_str(), __FILE__, __LINE__);
+    }
+  }
 }
 
 }  // namespace meganeura::vk

@@ -57,18 +57,26 @@ class Pipelines {
   ~Pipelines();
   Pipelines(const Pipelines&) = delete;
   Pipelines& operator=(const Pipelines&) = delete;
+  using Key = std::pair<Kernel, std::vector<uint32_t>>;
   VkPipeline get(Kernel k, const std::vector<uint32_t>& spec);
+  // Creates the pipelines among keys that do not exist yet, on up to `threads` threads at once
+  // (a driver compiles each pipeline on the calling thread; lavapipe's LLVM takes most of a
+  // cold session build there). The first failure is thrown after all threads have finished.
+  void create(const std::vector<Key>& keys, unsigned threads);
   VkPipelineLayout layout(Kernel k) const { return layout_[wide(k)]; }
   VkDescriptorSetLayout set_layout(Kernel k) const { return set_layout_[wide(k)]; }
   size_t created() const { return pipelines_.size(); }
 
  private:
+  VkShaderModule module(Kernel k);
+  VkResult build(const Key& key, VkPipeline* out) const;
+
   const Device& d_;
   PipelineCache* cache_;
   VkDescriptorSetLayout set_layout_[2] = {};
   VkPipelineLayout layout_[2] = {};
   VkShaderModule modules_[kKernelCount] = {};
-  std::map<std::pair<Kernel, std::vector<uint32_t>>, VkPipeline> pipelines_;
+  std::map<Key, VkPipeline> pipelines_;
 };
 
 }  // namespace meganeura::vk

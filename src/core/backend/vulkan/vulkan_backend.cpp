@@ -4,6 +4,7 @@
 #include <cstring>
 #include <map>
 #include <memory>
+#include <thread>
 
 #include "backend/vulkan/context.h"
 #include "backend/vulkan/lowering.h"
@@ -330,6 +331,9 @@ class VulkanBackend final : public Backend {
 
   void record(Prepared& p) {
     const auto& info = dev_->info;
+    std::vector<Pipelines::Key> keys;
+    for (const Launch& l : p.launches) keys.emplace_back(l.kernel, l.spec);
+    pipelines_->create(keys, std::max(1u, std::thread::hardware_concurrency()));
     std::vector<VkDescriptorSetLayout> layouts;
     for (const Launch& l : p.launches) layouts.push_back(pipelines_->set_layout(l.kernel));
     std::vector<VkDescriptorSet> sets(p.launches.size());
