@@ -4,6 +4,7 @@
 #include <cstring>
 #include <limits>
 
+#include "backend/cpu/elementwise_loops.h"
 #include "backend/cpu/kernels.h"
 #include "backend/cpu/parallel.h"
 #include "backend/cpu/reduce_runs.h"
@@ -35,53 +36,6 @@ bool Broadcast::spans_all(int64_t input) const {
   return true;
 }
 
-namespace {
-
-constexpr double kSqrt2OverPi = 0.7978845608028654;
-constexpr double kInvSqrt2 = 0.7071067811865476;
-constexpr double kInvSqrt2Pi = 0.3989422804014327;
-
-template <class T>
-T apply_unary(Op op, const Attrs& attrs, T x) {
-  switch (op) {
-    case Op::copy: case Op::detach: return x;
-    case Op::neg: return -x;
-    case Op::exp: return std::exp(x);
-    case Op::log: return std::log(x);
-    case Op::sqrt: return std::sqrt(x);
-    case Op::rsqrt: return T(1) / std::sqrt(x);
-    case Op::abs: return std::abs(x);
-    case Op::tanh: return std::tanh(x);
-    case Op::sigmoid: return T(1) / (T(1) + std::exp(-x));
-    case Op::relu: return x > T(0) ? x : T(0);
-    case Op::gelu_tanh: {
-      T t = std::tanh(T(kSqrt2OverPi) * (x + T(0.044715) * x * x * x));
-      return T(0.5) * x * (T(1) + t);
-    }
-    case Op::gelu_erf: return T(0.5) * x * (T(1) + std::erf(x * T(kInvSqrt2)));
-    case Op::gelu_tanh_grad: {
-      T t = std::tanh(T(kSqrt2OverPi) * (x + T(0.044715) * x * x * x));
-      return T(0.5) * (T(1) + t) +
-             T(0.5) * x * (T(1) - t * t) * T(kSqrt2OverPi) * (T(1) + T(3 * 0.044715) * x * x);
-    }
-    case Op::gelu_erf_grad:
-      return T(0.5) * (T(1) + std::erf(x * T(kInvSqrt2))) + x * T(kInvSqrt2Pi) * std::exp(T(-0.5) * x * x);
-    case Op::silu: return x / (T(1) + std::exp(-x));
-    case Op::affine: {
-      const auto& a = std::get<AffineAttrs>(attrs);
-      return T(a.scale) * x + T(a.shift);
-    }
-    case Op::sign: return x > T(0) ? T(1) : x < T(0) ? T(-1) : T(0);
-    case Op::positive_mask: return x > T(0) ? T(1) : T(0);
-    case Op::clip_coef: return std::min(T(1), T(std::get<ClipAttrs>(attrs).max_norm) / (x + T(1e-6)));
-    case Op::sin: return std::sin(x);
-    case Op::cos: return std::cos(x);
-    default: kernel_error(op, "not a unary op");
-  }
-}
-
-}  // namespace
-
 template <class T>
 void unary(const Dispatch& d, const KernelLaunch& l, const std::vector<Arg>& in, const Arg& out) {
   const T* x = in[0].as<T>();
@@ -91,10 +45,15 @@ void unary(const Dispatch& d, const KernelLaunch& l, const std::vector<Arg>& in,
     if (x != y) std::memmove(y, x, size_t(n) * sizeof(T));
     return;
   }
-  const Op op = d.op;
-  const Attrs& attrs = d.attrs;
-  parallel_for(n, (n > kParallelMin) ? 1 : INT64_MAX, [&](int64_t begin_, int64_t end_) {
-    for (int64_t i = begin_; i < end_; ++i) y[i] = apply_unary<T>(op, attrs, x[i]);
+  T p0 = 0, p1 = 0;
+  if (d.op == Op::affine) {
+    const auto& a = std::get<AffineAttrs>(d.attrs);
+    p0 = T(a.scale), p1 = T(a.shift);
+  } else if (d.op == Op::clip_coef) {
+    p0 = T(std::get<ClipAttrs>(d.attrs).max_norm);
+  }
+  parallel_for(n, (n > kParallelMin) ? 1 : INT64_MAX, [&](int64_t lo, int64_t hi) {
+    unary_loop<T>(d.op, p0, p1, x + lo, y + lo, hi - lo);
   });
 }
 
@@ -135,17 +94,8 @@ void binary(const Dispatch& d, const KernelLaunch& l, const std::vector<Arg>& in
         T* yr = y + r * inner;
         const T* ar = a + oa;
         const T* br = b + ob;
-        if (ia && ib) {
-          for (int64_t j = 0; j < inner; ++j) yr[j] = f(ar[j], br[j]);
-        } else if (ia) {
-          const T bv = br[0];  // read once: yr may alias it
-          for (int64_t j = 0; j < inner; ++j) yr[j] = f(ar[j], bv);
-        } else if (ib) {
-          const T av = ar[0];
-          for (int64_t j = 0; j < inner; ++j) yr[j] = f(av, br[j]);
-        } else {
-          std::fill(yr, yr + inner, f(ar[0], br[0]));
-        }
+        binary_loop<T>(f, ar, ia != 0, br, ib != 0, yr, inner);
+        if (!ia && !ib) std::fill(yr, yr + inner, yr[0]);
       }
     });
   });
