@@ -43,8 +43,8 @@ class RMSNorm(nn.Module):
 def rotary(x, theta):
     """Llama rotary embedding, rotate-half convention; x [B, H, S, D]."""
     d, s = x.shape[-1], x.shape[-2]
-    inv = 1.0 / (theta ** (torch.arange(0, d, 2, dtype=torch.float64) / d))
-    ang = torch.arange(s, dtype=torch.float64)[:, None] * inv[None, :]
+    inv = 1.0 / (theta ** (torch.arange(0, d, 2, dtype=torch.float64, device=x.device) / d))
+    ang = torch.arange(s, dtype=torch.float64, device=x.device)[:, None] * inv[None, :]
     ang = torch.cat([ang, ang], dim=-1)
     cos, sin = ang.cos().to(x.dtype), ang.sin().to(x.dtype)
     x1, x2 = x[..., : d // 2], x[..., d // 2:]
@@ -60,7 +60,7 @@ def sdpa(q, k, v, causal):
     scores = q @ k.transpose(-1, -2) / math.sqrt(q.shape[-1])
     if causal:
         sq, sk = scores.shape[-2], scores.shape[-1]
-        mask = torch.ones(sq, sk, dtype=torch.bool).triu(sk - sq + 1)
+        mask = torch.ones(sq, sk, dtype=torch.bool, device=scores.device).triu(sk - sq + 1)
         scores = scores.masked_fill(mask, float("-inf"))
     return scores.softmax(-1) @ v
 
@@ -77,7 +77,7 @@ def unheads(x):
 
 def sinusoidal(t, dim, max_period=10000.0):
     half = dim // 2
-    freqs = torch.exp(-math.log(max_period) * torch.arange(half, dtype=t.dtype) / half)
+    freqs = torch.exp(-math.log(max_period) * torch.arange(half, dtype=t.dtype, device=t.device) / half)
     a = t[:, None] * freqs[None, :]
     return torch.cat([a.cos(), a.sin()], dim=-1)
 

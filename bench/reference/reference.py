@@ -42,18 +42,20 @@ def load(model, weights):
             t.copy_(torch.from_numpy(np.asarray(w, dtype=np.float64)).to(t.dtype))
 
 
-def run(workload, scale, weights, inputs, dtype):
+def run(workload, scale, weights, inputs, dtype, device="cpu"):
     torch.manual_seed(0)
     model = models.build(workload, scale).to(dtype)
     load(model, weights)
+    model = model.to(device)
     model.eval()  # batch norm in inference form
-    inp = {k: torch.from_numpy(v).to(dtype) if v.dtype.kind == "f" else torch.from_numpy(v) for k, v in inputs.items()}
+    inp = {k: (torch.from_numpy(v).to(dtype) if v.dtype.kind == "f" else torch.from_numpy(v)).to(device)
+           for k, v in inputs.items()}
     outs, loss = model.run(inp)
     loss.backward()
-    dump = {k: v.detach() for k, v in outs.items()}
-    dump["loss"] = loss.detach()
+    dump = {k: v.detach().cpu() for k, v in outs.items()}
+    dump["loss"] = loss.detach().cpu()
     for name, p in model.named_parameters():
-        dump["grad." + name] = p.grad if p.grad is not None else torch.zeros_like(p)
+        dump["grad." + name] = (p.grad if p.grad is not None else torch.zeros_like(p)).cpu()
     return dump
 
 
@@ -67,16 +69,19 @@ def main():
     ap.add_argument("--mkldnn", action="store_true", help="leave oneDNN enabled (not for gates)")
     ap.add_argument("--check-f64", action="store_true", help="compare the f32 run with an f64 run of the same model")
     ap.add_argument("--threads", type=int, default=0)
+    ap.add_argument("--device", default="cpu", choices=["cpu", "cuda"], help="where PyTorch runs the model")
     a = ap.parse_args()
+    if a.device == "cuda" and not torch.cuda.is_available():
+        raise SystemExit(f"reference: --device cuda, but this PyTorch ({torch.__version__}) sees no CUDA device")
     strict_f32(a.mkldnn)
     if a.threads:
         torch.set_num_threads(a.threads)
     weights, inputs = st_io.read(a.weights), st_io.read(a.inputs)
-    d32 = run(a.workload, a.scale, weights, inputs, torch.float32)
+    d32 = run(a.workload, a.scale, weights, inputs, torch.float32, a.device)
     if a.dump:
         st_io.write(a.dump, {k: v.to(torch.float32).contiguous().numpy() for k, v in d32.items()})
     if a.check_f64:
-        d64 = run(a.workload, a.scale, weights, inputs, torch.float64)
+        d64 = run(a.workload, a.scale, weights, inputs, torch.float64, a.device)
         worst, worst_name = 0.0, ""
         for k, v in d64.items():
             x, y = d32[k].double(), v

@@ -1,6 +1,7 @@
 // meganeura models|run|gate: the five matched workloads, their external check interface
 // (weights and inputs in, outputs, loss and every parameter's gradient out, all safetensors),
 // and the elementwise gates against the PyTorch reference in bench/reference/.
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <cmath>
@@ -21,7 +22,7 @@ namespace fs = std::filesystem;
 
 struct RunArgs {
   std::string workload, scale = "ci", device = "cpu", weights, inputs, dump, write_weights, write_inputs;
-  std::string reference, work_dir, negative_control;
+  std::string reference, work_dir, negative_control, python = "/usr/bin/python3", reference_device = "cpu";
   uint64_t seed = 1;
   bool json = false, f64 = false;
 };
@@ -81,6 +82,15 @@ int run_gate(const RunArgs& a) {
     dir = tmpl;
     temporary = true;
   }
+  // A temporary folder goes however the gate ends (a failed reference included).
+  struct Cleanup {
+    const fs::path& dir;
+    const bool& on;
+    ~Cleanup() {
+      std::error_code ec;
+      if (on) fs::remove_all(dir, ec);
+    }
+  } cleanup{dir, temporary};
   fs::create_directories(dir);
   const fs::path weights = a.weights.empty() ? dir / "weights.safetensors" : fs::path(a.weights);
   const fs::path inputs = a.inputs.empty() ? dir / "inputs.safetensors" : fs::path(a.inputs);
@@ -90,23 +100,28 @@ int run_gate(const RunArgs& a) {
   if (!a.negative_control.empty()) apply_negative_control(ours.tensors, a.negative_control);
   const fs::path ref_dump = dir / "reference.safetensors";
   std::string script = a.reference.empty() ? std::string(MEGANEURA_SOURCE_DIR) + "/bench/reference/reference.py" : a.reference;
-  std::string cmd = "/usr/bin/python3 " + shell_quote(script) + " --workload " + a.workload + " --scale " + a.scale +
+  std::string cmd = shell_quote(a.python) + " " + shell_quote(script) + " --workload " + a.workload + " --scale " + a.scale +
+                    " --device " + a.reference_device +
                     " --weights " + shell_quote(weights.string()) + " --inputs " + shell_quote(inputs.string()) +
                     " --dump " + shell_quote(ref_dump.string()) + " 1>&2";
   const int rc = std::system(cmd.c_str());
-  if (rc != 0) throw std::runtime_error("[gate] the reference failed (" + cmd + ", status " + std::to_string(rc) + ")");
+  if (rc != 0) {
+    const std::string how = rc == -1 ? "could not start" : WIFEXITED(rc) ? "exit status " + std::to_string(WEXITSTATUS(rc))
+                                                                            : "signal " + std::to_string(WTERMSIG(rc));
+    throw std::runtime_error("[gate] the reference failed (" + cmd + ": " + how + ")");
+  }
   GateReport rep = compare(ours.tensors, read_dump(ref_dump));
   nlohmann::json out = rep.to_json();
   out["workload"] = a.workload;
   out["scale"] = a.scale;
   out["device"] = ours.device;
+  out["torch_device"] = a.reference_device;  // sorts after "scale": the tests match "pass":true,"scale"
   if (!a.negative_control.empty()) out["negative_control"] = a.negative_control;
   if (a.json) {
     std::cout << out.dump() << "\n";
   } else {
     rep.print(std::cout);
   }
-  if (temporary) fs::remove_all(dir);
   return rep.pass ? 0 : 2;
 }
 
@@ -136,6 +151,9 @@ void add_workload_commands(CLI::App& app) {
   gc->add_option("--weights", gte->weights, "weights to use on both sides; default seeded random");
   gc->add_option("--inputs", gte->inputs, "inputs to use on both sides; default synthetic");
   gc->add_option("--reference", gte->reference, "reference script (default bench/reference/reference.py)");
+  gc->add_option("--python", gte->python, "the Python with PyTorch that runs the reference (default /usr/bin/python3)");
+  gc->add_option("--reference-device", gte->reference_device, "where PyTorch runs the reference: cpu | cuda")
+      ->check(CLI::IsMember({"cpu", "cuda"}));
   gc->add_option("--work-dir", gte->work_dir, "keep the exchanged files here");
   gc->add_option("--negative-control", gte->negative_control,
                  "corrupt our side on purpose (flip-grad:<parameter> | scale-output:<factor>); the gate must fail");
