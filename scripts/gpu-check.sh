@@ -14,10 +14,13 @@
 #   --no-validation     run the tests without it
 #   --peak-gflops N     the device's peak f32 GFLOP/s, where the built-in table lacks it
 #   --bin-dir DIR       binaries of a normal build (e.g. build/bin), run directly
+#   --python PATH       the Python with PyTorch for the workload gates (default: python3 on PATH);
+#                       the gates run the five workloads at ci scale on the Vulkan device against
+#                       PyTorch on CUDA where that Python sees a GPU, else on its CPU
 # Exit status: 0 all ran and passed, 1 a step failed or timed out, 2 usage, 3 no GPU device.
 set -u
 here=$(cd "$(dirname "$0")" && pwd)
-quick=0 allow_cpu=0 validation="" peak_arg="" bin_dir="" out=""
+quick=0 allow_cpu=0 validation="" peak_arg="" bin_dir="" out="" python_arg=""
 while [ $# -gt 0 ]; do
   case $1 in
     --quick) quick=1 ;;
@@ -26,13 +29,14 @@ while [ $# -gt 0 ]; do
     --no-validation) validation=0 ;;
     --peak-gflops) [ $# -ge 2 ] || { echo "gpu-check: --peak-gflops needs a number" >&2; exit 2; }; peak_arg=$2; shift ;;
     --bin-dir) [ $# -ge 2 ] || { echo "gpu-check: --bin-dir needs a folder" >&2; exit 2; }; bin_dir=$2; shift ;;
-    -h|--help) sed -n '2,17p' "$0"; exit 0 ;;
+    --python) [ $# -ge 2 ] || { echo "gpu-check: --python needs a path" >&2; exit 2; }; python_arg=$2; shift ;;
+    -h|--help) sed -n '2,20p' "$0"; exit 0 ;;
     -*) echo "gpu-check: unknown option $1 (see --help)" >&2; exit 2 ;;
     *) [ -z "$out" ] || { echo "gpu-check: one OUTDIR only (got $out and $1)" >&2; exit 2; }; out=$1 ;;
   esac
   shift
 done
-[ -n "$out" ] || { echo "usage: gpu-check.sh [--quick] [--allow-cpu-device] [--validation|--no-validation] [--peak-gflops N] [--bin-dir DIR] OUTDIR" >&2; exit 2; }
+[ -n "$out" ] || { echo "usage: gpu-check.sh [--quick] [--allow-cpu-device] [--validation|--no-validation] [--peak-gflops N] [--bin-dir DIR] [--python PATH] OUTDIR" >&2; exit 2; }
 case $peak_arg in
   "") ;;
   *[!0-9.]*|.|*.*.*) echo "gpu-check: --peak-gflops: '$peak_arg' is not a number" >&2; exit 2 ;;
@@ -244,6 +248,7 @@ write_json() {  # status, then the summary as JSON
       "$(json_str "${peak_source:-unknown}")" "${fraction:-null}"
     printf '  "profile": {"dispatches_per_step": %s, "barriers_per_step": %s, "barriers_per_dispatch": %s, "step_ms": %s},\n' \
       "${p_disp:-null}" "${p_barr:-null}" "${p_bpd:-null}" "${p_ms:-null}"
+    printf '  "gates": {"reference": %s, "results": {%s}},\n' "$(json_str "${gate_reference:-not run}")" "${gates_json:-}"
     printf '  "failed_steps": %s,\n  "seconds": %s\n}\n' "$(json_str "${failed_steps# }")" "$(($(date +%s) - start))"
   } >"$out/summary.json"
 }
@@ -318,6 +323,39 @@ else
   note "chargpt profile: failed (exit $rc$(why "$rc")): $(head -n 2 "$out/profile.stderr.txt" | tr '\n' ' ')"
 fi
 
+# ---- Workload gates against PyTorch ----------------------------------------------------
+# The five workloads at ci scale on the Vulkan device, each against the PyTorch reference
+# (bench/reference, packed in reference/) on CUDA where the Python's PyTorch sees a GPU.
+if [ -f "$here/reference/reference.py" ]; then ref=$here/reference/reference.py; else ref=$here/../bench/reference/reference.py; fi
+py=${python_arg:-$(command -v python3 2>/dev/null || true)}
+gates_json="" gate_reference=""
+if [ -z "$py" ]; then
+  note "workload gates: not run: no python3 on PATH (--python PATH gives one with PyTorch)"
+elif [ ! -f "$ref" ]; then
+  note "workload gates: not run: the reference scripts are missing ($ref)"
+elif ! limited 60 "$out/torch.txt" "$out/torch.stderr.txt" "$py" -c 'import torch, numpy; print(torch.__version__, "cuda" if torch.cuda.is_available() else "cpu", torch.cuda.get_device_name(0) if torch.cuda.is_available() else "")'; then
+  note "workload gates: not run: $py cannot import PyTorch and numpy: $(tail -n 1 "$out/torch.stderr.txt")"
+else
+  read -r torch_version torch_device torch_gpu <"$out/torch.txt"
+  gate_reference="PyTorch $torch_version on $torch_device${torch_gpu:+ ($torch_gpu)}"
+  [ "$torch_device" = cuda ] || note "NOTE: $py's PyTorch sees no CUDA device: the gates compare against PyTorch on the CPU"
+  for w in smollm2 smolvla unet resnet50 whisper; do
+    limited 60 "$out/gate-$w.txt" "$out/gate-$w.stderr.txt" run_bin meganeura gate --workload "$w" --scale ci --device vulkan \
+      --python "$py" --reference "$ref" --reference-device "$torch_device"
+    rc=$?
+    case $rc in
+      0) result=pass ;;
+      2) result=fail ;;
+      *) result=error ;;
+    esac
+    [ "$rc" = 0 ] || failed_steps="$failed_steps gate-$w"
+    detail=$(grep -E '^gradient rel L2' "$out/gate-$w.txt" 2>/dev/null | head -n 1)
+    [ "$result" = error ] && detail="exit $rc$(why "$rc"): $(tail -n 1 "$out/gate-$w.stderr.txt" 2>/dev/null)"
+    note "gate $w (ci scale, Vulkan vs $gate_reference): $result; $detail"
+    gates_json="$gates_json${gates_json:+, }$(json_str "$w"): $(json_str "$result")"
+  done
+fi
+
 # ---- SGEMM -----------------------------------------------------------------------------
 # One run per size (size:seconds), so that a size running out of time keeps the others.
 if [ "$quick" = 1 ]; then sizes="256:30 512:30 1024:40" reps=1; else sizes="256:30 512:30 1024:40 2048:60 4096:120" reps=3; fi
@@ -390,6 +428,29 @@ elif [ -n "$g4096" ]; then
   note "SGEMM 4096^3 on $dev_name: $g4096 GFLOP/s; peak f32: unknown (--peak-gflops N gives it)"
 else
   note "SGEMM 4096^3: not run$([ "$quick" = 1 ] && echo ' (quick mode)'); peak f32: ${peak:-unknown}${peak:+ GFLOP/s ($peak_source)}"
+fi
+
+# ---- Workloads against PyTorch CUDA -----------------------------------------------------
+# Full scale, five samples after one warm-up, with the time that is left: our Vulkan backend
+# against PyTorch CUDA eager and CUDA-graph replay (bench/side_by_side.py --gpu).
+if [ -f "$here/reference/side_by_side.py" ]; then sbs=$here/reference/side_by_side.py; else sbs=$here/../bench/side_by_side.py; fi
+if [ "${torch_device:-}" = cuda ] && [ "$quick" = 0 ]; then
+  mkdir -p "$out/bench"
+  for w in unet whisper smolvla resnet50 smollm2; do
+    limited 120 "$out/bench-$w.txt" "$out/bench-$w.stderr.txt" "$py" "$sbs" --gpu --workload "$w" --scale full \
+      --samples 5 --warmup 1 --out "$out/bench"
+    rc=$?
+    if [ "$rc" = 0 ]; then
+      note "$w full scale, ours (Vulkan) / PyTorch CUDA:"
+      sed 's/^/  /' "$out/bench-$w.txt" >>"$out/summary.txt"
+    else
+      note "$w full scale vs PyTorch CUDA: not measured (exit $rc$(why "$rc")): $(tail -n 1 "$out/bench-$w.stderr.txt" 2>/dev/null)"
+    fi
+  done
+elif [ "${torch_device:-}" = cuda ]; then
+  note "workloads vs PyTorch CUDA: not run (quick mode)"
+else
+  note "workloads vs PyTorch CUDA: not run (no PyTorch with CUDA: ${gate_reference:-none found})"
 fi
 
 elapsed=$(($(date +%s) - start))

@@ -71,6 +71,8 @@ while read -r name path; do
 done <<<"$libs"
 chmod +x "$stage/lib/ld-linux-x86-64.so.2"
 install -m 755 "$root/scripts/gpu-check.sh" "$stage/gpu-check.sh"
+mkdir -p "$stage/reference"
+install -m 644 "$root"/bench/reference/*.py "$root/bench/side_by_side.py" "$stage/reference/"
 # The validation layer, compressed; it links only libraries packed above (libstdc++, libm,
 # libgcc_s, libc), checked here.
 layer_lib=$(sh "$root/scripts/pack-validation-layer.sh" "$stage/layers")
