@@ -10,8 +10,8 @@
 #include <filesystem>
 #include <fstream>
 #include <iterator>
-#include <set>
 #include <stdexcept>
+#include <system_error>
 #include <thread>
 
 #include "graph/op_table.h"
@@ -166,7 +166,8 @@ Pipelines::~Pipelines() {
   }
 }
 
-VkShaderModule Pipelines::module(Kernel k) {
+void Pipelines::prepare(Kernel k) {
+  if (!layout_[wide(k)]) throw std::logic_error("[vulkan] no pipeline layout for the fused kernels on this device");
   VkShaderModule& m = modules_[size_t(k)];
   if (!m) {
     auto code = kernel_spirv(k);
@@ -175,14 +176,13 @@ VkShaderModule Pipelines::module(Kernel k) {
     si.pCode = code.data();
     VK_CHECK(d_.api.vkCreateShaderModule(d_.device, &si, nullptr, &m));
   }
-  return m;
 }
 
-// Thread-safe given the key's module exists: the pipeline cache synchronises itself (it is not
-// created with VK_PIPELINE_CACHE_CREATE_EXTERNALLY_SYNCHRONIZED_BIT).
+// Thread-safe once prepare() has run for the key's kernel: the pipeline
+// cache synchronises itself (it is not created with
+// VK_PIPELINE_CACHE_CREATE_EXTERNALLY_SYNCHRONIZED_BIT).
 VkResult Pipelines::build(const Key& key, VkPipeline* out) const {
   const auto& [k, spec] = key;
-  if (!layout_[wide(k)]) throw std::logic_error("[vulkan] no pipeline layout for the fused kernels on this device");
   std::vector<VkSpecializationMapEntry> entries;
   for (uint32_t i = 0; i < spec.size(); ++i) entries.push_back({i, i * 4, 4});
   VkSpecializationInfo sp{uint32_t(entries.size()), entries.data(), spec.size() * 4, spec.data()};
@@ -199,7 +199,7 @@ VkResult Pipelines::build(const Key& key, VkPipeline* out) const {
 VkPipeline Pipelines::get(Kernel k, const std::vector<uint32_t>& spec) {
   Key key(k, spec);
   if (auto it = pipelines_.find(key); it != pipelines_.end()) return it->second;
-  module(k);
+  prepare(k);
   VkPipeline p = VK_NULL_HANDLE;
   VK_CHECK(build(key, &p));
   pipelines_.emplace(std::move(key), p);
@@ -207,32 +207,33 @@ VkPipeline Pipelines::get(Kernel k, const std::vector<uint32_t>& spec) {
 }
 
 void Pipelines::create(const std::vector<Key>& keys, unsigned threads) {
-  std::set<Key> wanted;
+  std::vector<Key> missing;
   for (const Key& k : keys) {
-    if (!pipelines_.count(k)) wanted.insert(k);
+    if (!pipelines_.count(k)) missing.push_back(k);
   }
-  std::vector<const Key*> todo;
-  for (const Key& k : wanted) {
-    module(k.first);
-    todo.push_back(&k);
-  }
-  std::vector<VkPipeline> made(todo.size(), VK_NULL_HANDLE);
-  std::vector<VkResult> result(todo.size(), VK_SUCCESS);
+  std::sort(missing.begin(), missing.end());
+  missing.erase(std::unique(missing.begin(), missing.end()), missing.end());
+  for (const Key& k : missing) prepare(k.first);  // on this thread: it may throw
+  std::vector<VkPipeline> made(missing.size(), VK_NULL_HANDLE);
+  std::vector<VkResult> result(missing.size(), VK_SUCCESS);
   std::atomic<size_t> next{0};
   auto work = [&] {
-    for (size_t i; (i = next++) < todo.size();) result[i] = build(*todo[i], &made[i]);
+    for (size_t i; (i = next++) < missing.size();) result[i] = build(missing[i], &made[i]);
   };
   std::vector<std::thread> pool;
-  const size_t n = std::min<size_t>(std::max(threads, 1u), todo.size());
-  for (size_t t = 1; t < n; ++t) pool.emplace_back(work);
+  const size_t n = std::min<size_t>(std::max(threads, 1u), missing.size());
+  try {
+    for (size_t t = 1; t < n; ++t) pool.emplace_back(work);
+  } catch (const std::system_error&) {  // fewer threads than asked for: the others share the work
+  }
   work();
   for (std::thread& t : pool) t.join();
-  for (size_t i = 0; i < todo.size(); ++i) {
-    if (made[i] != VK_NULL_HANDLE) pipelines_.emplace(*todo[i], made[i]);
+  for (size_t i = 0; i < missing.size(); ++i) {
+    if (made[i] != VK_NULL_HANDLE) pipelines_.emplace(missing[i], made[i]);
   }
-  for (size_t i = 0; i < todo.size(); ++i) {
+  for (size_t i = 0; i < missing.size(); ++i) {
     if (result[i] < 0) {
-      const std::string what = std::string("vkCreateComputePipelines (") + kernel_name(todo[i]->first) + " kernel)";
+      const std::string what = std::string("vkCreateComputePipelines (") + kernel_name(missing[i].first) + " kernel)";
       fail(result[i], what.c_str(), __FILE__, __LINE__);
     }
   }

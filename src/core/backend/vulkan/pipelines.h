@@ -68,7 +68,7 @@ class Pipelines {
   size_t created() const { return pipelines_.size(); }
 
  private:
-  VkShaderModule module(Kernel k);
+  void prepare(Kernel k);  // checks k's layout and creates its shader module
   VkResult build(const Key& key, VkPipeline* out) const;
 
   const Device& d_;

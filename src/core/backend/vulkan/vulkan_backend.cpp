@@ -333,7 +333,7 @@ class VulkanBackend final : public Backend {
     const auto& info = dev_->info;
     std::vector<Pipelines::Key> keys;
     for (const Launch& l : p.launches) keys.emplace_back(l.kernel, l.spec);
-    pipelines_->create(keys, std::max(1u, std::thread::hardware_concurrency()));
+    pipelines_->create(keys, std::thread::hardware_concurrency());  // 0 (unknown): one thread
     std::vector<VkDescriptorSetLayout> layouts;
     for (const Launch& l : p.launches) layouts.push_back(pipelines_->set_layout(l.kernel));
     std::vector<VkDescriptorSet> sets(p.launches.size());
