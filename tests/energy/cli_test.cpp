@@ -212,8 +212,24 @@ TEST(EnergyCommand, MeasurePreservesExitStatus) {
   EXPECT_NE(missing.output.find("cannot run '/nonexistent/command'"), std::string::npos);
 }
 
+// Whether `parent` has a child process yet (from /proc: the 4th field of /proc/N/stat, after
+// the parenthesised command name).
+bool has_child(pid_t parent) {
+  for (const auto& e : std::filesystem::directory_iterator("/proc")) {
+    std::ifstream f(e.path() / "stat");
+    std::string line;
+    if (!f || !std::getline(f, line)) continue;
+    const auto close = line.rfind(')');
+    if (close == std::string::npos) continue;
+    std::istringstream rest(line.substr(close + 1));
+    char state = 0;
+    long ppid = 0;
+    if (rest >> state >> ppid && ppid == long(parent)) return true;
+  }
+  return false;
+}
+
 TEST(EnergyCommand, MeasureForwardsTerminationToTheCommand) {
-  const auto t0 = std::chrono::steady_clock::now();
   const pid_t pid = fork();
   ASSERT_GE(pid, 0);
   if (pid == 0) {
@@ -221,13 +237,20 @@ TEST(EnergyCommand, MeasureForwardsTerminationToTheCommand) {
           "/nonexistent", "--nvml-library", "/nonexistent.so", "--", "sleep", "20", static_cast<char*>(nullptr));
     _exit(99);
   }
-  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  // Measure installs its forwarding handlers before it starts the command: signal once the
+  // command exists, not after a fixed delay (a sanitised build starts slowly under load).
+  const auto give_up = std::chrono::steady_clock::now() + std::chrono::seconds(15);
+  while (!has_child(pid) && std::chrono::steady_clock::now() < give_up) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  const auto killed = std::chrono::steady_clock::now();
   kill(pid, SIGTERM);
   int status = 0;
   waitpid(pid, &status, 0);
   ASSERT_TRUE(WIFEXITED(status)) << "measure itself died instead of reporting";
   EXPECT_EQ(WEXITSTATUS(status), 128 + SIGTERM);
-  EXPECT_LT(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(), 10.0);
+  // The command's 20 s sleep ended by the forwarded signal, not by itself.
+  EXPECT_LT(std::chrono::duration<double>(std::chrono::steady_clock::now() - killed).count(), 10.0);
 }
 
 bool wait_for_file(const std::filesystem::path& p, double seconds) {
