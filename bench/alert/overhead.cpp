@@ -98,9 +98,12 @@ int main(int argc, char** argv) {
   std::string state_dir;
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
-    if (a == "--runs" && i + 1 < argc) runs = std::max(30, std::atoi(argv[++i]));
-    else if (a == "--json" && i + 1 < argc) json_path = argv[++i];
-    else if (a == "--state-dir" && i + 1 < argc) state_dir = argv[++i];
+    if (a == "--runs" && i + 1 < argc)
+      runs = std::max(30, std::atoi(argv[++i]));
+    else if (a == "--json" && i + 1 < argc)
+      json_path = argv[++i];
+    else if (a == "--state-dir" && i + 1 < argc)
+      state_dir = argv[++i];
     else {
       std::fprintf(stderr, "usage: %s [--runs N>=30] [--json FILE] [--state-dir DIR]\n", argv[0]);
       return 2;
@@ -117,8 +120,7 @@ int main(int argc, char** argv) {
   }
   std::vector<std::string> bare = {true_bin};
   std::vector<std::string> floor_side = {self + "/gpualert_floor_wrapper", true_bin};
-  std::vector<std::string> wrapped = {gpualert, "--no-notify", "--quiet", "--state-dir", state_dir,
-                                      "--", true_bin};
+  std::vector<std::string> wrapped = {gpualert, "--no-notify", "--quiet", "--state-dir", state_dir, "--", true_bin};
   for (int i = 0; i < 5; ++i) {  // warm-up: page cache, dynamic loader
     run_once(bare);
     run_once(wrapped);
@@ -143,15 +145,16 @@ int main(int argc, char** argv) {
   double mb = median(b), mw = median(w), md = median(d), mdf = median(df);
   utsname u{};
   uname(&u);
-  std::string machine = cpu_model() + ", " + std::to_string(std::thread::hardware_concurrency()) +
-                        " cores, " + u.sysname + " " + u.release;
+  std::string machine = cpu_model() + ", " + std::to_string(std::thread::hardware_concurrency()) + " cores, " +
+                        u.sysname + " " + u.release;
   std::printf("machine: %s\n", machine.c_str());
   std::printf("runs: %d paired (state dir %s)\n", runs, state_dir.c_str());
   std::printf("bare true:        median %.3f ms  (p10 %.3f, p90 %.3f)\n", mb, quantile(b, 0.1), quantile(b, 0.9));
   std::printf("gpualert -- true: median %.3f ms  (p10 %.3f, p90 %.3f)\n", mw, quantile(w, 0.1), quantile(w, 0.9));
-  std::printf("floor -- true:    median %.3f ms  (p10 %.3f, p90 %.3f)\n", median(f), quantile(f, 0.1), quantile(f, 0.9));
-  std::printf("added wall time:  median %.3f ms  (p10 %.3f, p90 %.3f), ratio %.2fx\n", md,
-              quantile(d, 0.1), quantile(d, 0.9), mw / mb);
+  std::printf("floor -- true:    median %.3f ms  (p10 %.3f, p90 %.3f)\n", median(f), quantile(f, 0.1),
+              quantile(f, 0.9));
+  std::printf("added wall time:  median %.3f ms  (p10 %.3f, p90 %.3f), ratio %.2fx\n", md, quantile(d, 0.1),
+              quantile(d, 0.9), mw / mb);
   std::printf("floor added:      median %.3f ms (one extra process on this machine)\n", mdf);
   std::printf("gpualert beyond the floor: %.3f ms\n", md - mdf);
   const double touch = page_touch_us();
@@ -159,9 +162,8 @@ int main(int argc, char** argv) {
   if (!json_path.empty()) {
     std::ofstream out(json_path);
     out << "{\"machine\": \"" << machine << "\", \"runs\": " << runs << ", \"bare_median_ms\": " << mb
-        << ", \"wrapped_median_ms\": " << mw << ", \"added_median_ms\": " << md
-        << ", \"ratio\": " << mw / mb << ", \"floor_added_median_ms\": " << mdf
-        << ", \"page_touch_us\": " << touch << ", \"bare_ms\": [";
+        << ", \"wrapped_median_ms\": " << mw << ", \"added_median_ms\": " << md << ", \"ratio\": " << mw / mb
+        << ", \"floor_added_median_ms\": " << mdf << ", \"page_touch_us\": " << touch << ", \"bare_ms\": [";
     for (size_t i = 0; i < b.size(); ++i) out << (i ? "," : "") << b[i];
     out << "], \"wrapped_ms\": [";
     for (size_t i = 0; i < w.size(); ++i) out << (i ? "," : "") << w[i];

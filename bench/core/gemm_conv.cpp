@@ -4,7 +4,6 @@
 // primitives where they apply, batch split over the pool), and oneDNN's primitives called
 // directly, threaded by OpenMP. Prints one table line per case: medians over the
 // repetitions and the ratios. Usage: bench_core_gemm_conv [threads] [max gemm size]
-#include "backend/cpu/openmp.h"
 #include <oneapi/dnnl/dnnl.h>
 
 #include <algorithm>
@@ -21,6 +20,7 @@
 
 #include "backend/cpu/gemm.h"
 #include "backend/cpu/onednn_conv.h"
+#include "backend/cpu/openmp.h"
 #include "backend/cpu/parallel.h"
 #include "meganeura/session.h"
 
@@ -57,7 +57,8 @@ std::vector<float> randn(int64_t n, uint64_t seed) {
 }
 
 void bench_gemm(int threads, int64_t max_n) {
-  std::printf("| sgemm n=m=k | OpenBLAS (pool) | oneDNN (pool) | oneDNN (own OpenMP threads) | OpenBLAS/oneDNN(pool) |\n");
+  std::printf(
+      "| sgemm n=m=k | OpenBLAS (pool) | oneDNN (pool) | oneDNN (own OpenMP threads) | OpenBLAS/oneDNN(pool) |\n");
   std::printf("| --- | --- | --- | --- | --- |\n");
   for (int64_t n = 128; n <= max_n; n *= 2) {
     std::vector<float> a = randn(n * n, 1), b = randn(n * n, 2), c(size_t(n * n));
@@ -69,11 +70,12 @@ void bench_gemm(int threads, int64_t max_n) {
         cpu::gemm(false, false, n, n, n, 1.f, a.data(), n, b.data(), n, 0.f, c.data(), n);
       };
     };
-    const std::vector<double> t = medians_s(reps, {ours(cpu::F32Gemm::openblas), ours(cpu::F32Gemm::onednn), [&] {
-      omp_set_num_threads(threads);
-      dnnl_sgemm('N', 'N', n, n, n, 1.f, a.data(), n, b.data(), n, 0.f, c.data(), n);
-      omp_set_num_threads(1);
-    }});
+    const std::vector<double> t =
+        medians_s(reps, {ours(cpu::F32Gemm::openblas), ours(cpu::F32Gemm::onednn), [&] {
+                           omp_set_num_threads(threads);
+                           dnnl_sgemm('N', 'N', n, n, n, 1.f, a.data(), n, b.data(), n, 0.f, c.data(), n);
+                           omp_set_num_threads(1);
+                         }});
     const double t_blas = t[0], t_dnnl = t[1], t_omp = t[2];
     std::printf("| %lld | %.2f ms (%.0f GFLOP/s) | %.2f ms (%.0f GFLOP/s) | %.2f ms (%.0f GFLOP/s) | %.2f |\n",
                 (long long)n, t_blas * 1e3, flop / t_blas * 1e-9, t_dnnl * 1e3, flop / t_dnnl * 1e-9, t_omp * 1e3,
@@ -81,7 +83,10 @@ void bench_gemm(int threads, int64_t max_n) {
   }
 }
 
-struct Layer { const char* name; int64_t n, c, h, w, o, k, s, p; };
+struct Layer {
+  const char* name;
+  int64_t n, c, h, w, o, k, s, p;
+};
 
 // oneDNN's convolution primitives, created once. plain: on NCHW/OIHW memory as the backend's
 // tensors are; blocked: oneDNN's preferred layouts, with the reorders from and to NCHW/OIHW
@@ -99,17 +104,25 @@ struct OnednnConv {
     using tag = memory::format_tag;
     const memory::dims xd{l.n, l.c, l.h, l.w}, wd{l.o, l.c, l.k, l.k}, yd{l.n, l.o, oh, ow};
     const memory::dims stride{l.s, l.s}, pad{l.p, l.p};
-    auto md = [&](const memory::dims& d, tag t) { return memory::desc(d, memory::data_type::f32, blocked ? tag::any : t); };
+    auto md = [&](const memory::dims& d, tag t) {
+      return memory::desc(d, memory::data_type::f32, blocked ? tag::any : t);
+    };
     convolution_forward::primitive_desc fwd(
         convolution_forward::desc(prop_kind::forward_training, algorithm::convolution_direct, md(xd, tag::nchw),
                                   md(wd, tag::oihw), md(yd, tag::nchw), stride, pad, pad),
         eng);
     // The op's two inputs and its output: (plain dims and tag, the primitive's desc, argument).
-    struct Io { memory::dims dims; tag t; memory::desc want; int arg; };
+    struct Io {
+      memory::dims dims;
+      tag t;
+      memory::desc want;
+      int arg;
+    };
     std::vector<Io> io;
     primitive prim;
     if (dir == 0) {
-      io = {{xd, tag::nchw, fwd.src_desc(), DNNL_ARG_SRC}, {wd, tag::oihw, fwd.weights_desc(), DNNL_ARG_WEIGHTS},
+      io = {{xd, tag::nchw, fwd.src_desc(), DNNL_ARG_SRC},
+            {wd, tag::oihw, fwd.weights_desc(), DNNL_ARG_WEIGHTS},
             {yd, tag::nchw, fwd.dst_desc(), DNNL_ARG_DST}};
       prim = convolution_forward(fwd);
       impl = fwd.impl_info_str();
@@ -118,7 +131,8 @@ struct OnednnConv {
           convolution_backward_data::desc(algorithm::convolution_direct, md(xd, tag::nchw), md(wd, tag::oihw),
                                           md(yd, tag::nchw), stride, pad, pad),
           eng, fwd);
-      io = {{yd, tag::nchw, pd.diff_dst_desc(), DNNL_ARG_DIFF_DST}, {wd, tag::oihw, pd.weights_desc(), DNNL_ARG_WEIGHTS},
+      io = {{yd, tag::nchw, pd.diff_dst_desc(), DNNL_ARG_DIFF_DST},
+            {wd, tag::oihw, pd.weights_desc(), DNNL_ARG_WEIGHTS},
             {xd, tag::nchw, pd.diff_src_desc(), DNNL_ARG_DIFF_SRC}};
       prim = convolution_backward_data(pd);
       impl = pd.impl_info_str();
@@ -127,7 +141,8 @@ struct OnednnConv {
           convolution_backward_weights::desc(algorithm::convolution_direct, md(xd, tag::nchw), md(wd, tag::oihw),
                                              md(yd, tag::nchw), stride, pad, pad),
           eng, fwd);
-      io = {{xd, tag::nchw, pd.src_desc(), DNNL_ARG_SRC}, {yd, tag::nchw, pd.diff_dst_desc(), DNNL_ARG_DIFF_DST},
+      io = {{xd, tag::nchw, pd.src_desc(), DNNL_ARG_SRC},
+            {yd, tag::nchw, pd.diff_dst_desc(), DNNL_ARG_DIFF_DST},
             {wd, tag::oihw, pd.diff_weights_desc(), DNNL_ARG_DIFF_WEIGHTS}};
       prim = convolution_backward_weights(pd);
       impl = pd.impl_info_str();
@@ -167,8 +182,9 @@ void bench_conv(int threads) {
   const Layer layers[] = {{"3x3 64->64 56x56", 8, 64, 56, 56, 64, 3, 1, 1},
                           {"1x1 256->64 56x56", 8, 256, 56, 56, 64, 1, 1, 0},
                           {"7x7/2 3->64 224x224 (stem)", 8, 3, 224, 224, 64, 7, 2, 3}};
-  std::printf("\n| conv (batch 8) | direction | im2col+OpenBLAS (before) | im2col+oneDNN sgemm | backend now | before/now |"
-              " oneDNN primitive, NCHW, OpenMP | oneDNN primitive, blocked + reorders, OpenMP |\n");
+  std::printf(
+      "\n| conv (batch 8) | direction | im2col+OpenBLAS (before) | im2col+oneDNN sgemm | backend now | before/now |"
+      " oneDNN primitive, NCHW, OpenMP | oneDNN primitive, blocked + reorders, OpenMP |\n");
   std::printf("| --- | --- | --- | --- | --- | --- | --- | --- |\n");
   for (const Layer& l : layers) {
     const int64_t oh = (l.h + 2 * l.p - l.k) / l.s + 1, ow = (l.w + 2 * l.p - l.k) / l.s + 1;
@@ -208,14 +224,14 @@ void bench_conv(int threads) {
           s.run();
         };
       };
-      const std::vector<double> t = medians_s(reps, {backend(cpu::F32Gemm::openblas, false), backend(cpu::F32Gemm::onednn, false),
-                                                     backend(cpu::F32Gemm::onednn, true), [&] { plain.run(); },
-                                                     [&] { blocked.run(); }});
+      const std::vector<double> t =
+          medians_s(reps, {backend(cpu::F32Gemm::openblas, false), backend(cpu::F32Gemm::onednn, false),
+                           backend(cpu::F32Gemm::onednn, true), [&] { plain.run(); }, [&] { blocked.run(); }});
       cpu::set_onednn_conv(true);
       const char* names[] = {"forward", "backward input", "backward weight"};
-      std::printf("| %s | %s | %.1f ms | %.1f ms | %.1f ms | %.2f | %.1f ms (%s) | %.1f ms (%s) |\n", l.name, names[dir],
-                  t[0] * 1e3, t[1] * 1e3, t[2] * 1e3, t[0] / t[2], t[3] * 1e3, plain.impl.c_str(), t[4] * 1e3,
-                  blocked.impl.c_str());
+      std::printf("| %s | %s | %.1f ms | %.1f ms | %.1f ms | %.2f | %.1f ms (%s) | %.1f ms (%s) |\n", l.name,
+                  names[dir], t[0] * 1e3, t[1] * 1e3, t[2] * 1e3, t[0] / t[2], t[3] * 1e3, plain.impl.c_str(),
+                  t[4] * 1e3, blocked.impl.c_str());
       std::fflush(stdout);
     }
   }

@@ -104,8 +104,11 @@ void run(const std::map<std::string, std::string>& flags) {
                                                    {"seed", flags.at("seed")}};
   io::write_safetensors(out / (stem + ".weights.safetensors"), views_of(weights), meta);
   io::write_safetensors(out / (stem + ".ours.safetensors"), views_of(ours), meta);
-  std::cout << nlohmann::json{{"model", w.name}, {"precision", precision}, {"loss", s.get_f64("loss")[0]},
-                              {"parameters", params.size()}, {"device", s.device_name()}}
+  std::cout << nlohmann::json{{"model", w.name},
+                              {"precision", precision},
+                              {"loss", s.get_f64("loss")[0]},
+                              {"parameters", params.size()},
+                              {"device", s.device_name()}}
                    .dump()
             << "\n";
 }
@@ -114,8 +117,12 @@ void run(const std::map<std::string, std::string>& flags) {
 
 int main(int argc, char** argv) {
   try {
-    run(mb::parse_flags(argc, argv, {{"model", "mlp"}, {"precision", "f32"}, {"seed", "1"}, {"threads", "0"},
-                                     {"out", "bench/core/results/parity"}}));
+    run(mb::parse_flags(argc, argv,
+                        {{"model", "mlp"},
+                         {"precision", "f32"},
+                         {"seed", "1"},
+                         {"threads", "0"},
+                         {"out", "bench/core/results/parity"}}));
     return 0;
   } catch (const std::exception& e) {
     std::cerr << "bench_core_parity: " << e.what() << "\n";

@@ -57,8 +57,10 @@ void serve(const std::map<std::string, std::string>& flags) {
   s.initialise();  // initial values are drawn on first use: not inside the first timed sample
   int64_t parameter_count = 0;
   for (const Tensor& p : params) parameter_count += numel(p.shape());
-  std::cout << nlohmann::json{{"ready", true},          {"model", w.name},
-                              {"compile_step_s", compile_step_s}, {"device", s.device_name()},
+  std::cout << nlohmann::json{{"ready", true},
+                              {"model", w.name},
+                              {"compile_step_s", compile_step_s},
+                              {"device", s.device_name()},
                               {"parameters", parameter_count},
                               {"optimizer", w.optimizer_json()}}
                    .dump()

@@ -43,7 +43,7 @@ Workload mlp_workload() {
   w.optimizer.warmup_steps = 30;
   w.optimizer.total_steps = 600;
   w.optimizer.min_lr = 1e-4;
-  w.config = {{"model", "mlp"},     {"inputs", c.inputs}, {"hidden", c.hidden},
+  w.config = {{"model", "mlp"},       {"inputs", c.inputs}, {"hidden", c.hidden},
               {"classes", c.classes}, {"layers", c.layers}, {"batch", kMlpBatch}};
   return w;
 }
@@ -83,9 +83,9 @@ Workload chargpt_workload() {
   w.optimizer.warmup_steps = 20;
   w.optimizer.total_steps = 300;
   w.optimizer.min_lr = 3e-4;
-  w.config = {{"model", "chargpt"}, {"vocab", c.vocab},   {"dim", c.dim},         {"heads", c.heads},
-              {"kv_heads", c.kv_heads}, {"layers", c.layers}, {"ffn", c.ffn},     {"seq", c.seq},
-              {"rope_theta", c.rope_theta}, {"norm_eps", 1e-5}, {"batch", kCharGptBatch}};
+  w.config = {{"model", "chargpt"},         {"vocab", c.vocab},   {"dim", c.dim},          {"heads", c.heads},
+              {"kv_heads", c.kv_heads},     {"layers", c.layers}, {"ffn", c.ffn},          {"seq", c.seq},
+              {"rope_theta", c.rope_theta}, {"norm_eps", 1e-5},   {"batch", kCharGptBatch}};
   return w;
 }
 
@@ -110,7 +110,8 @@ nlohmann::json Workload::optimizer_json() const {
 
 void Workload::feed(Session& s, const std::string& prefix, bool with_targets, int64_t rows) const {
   if (rows < 0 || rows > batch) {
-    throw std::invalid_argument("[bench] cannot feed " + std::to_string(rows) + " of " + std::to_string(batch) + " examples");
+    throw std::invalid_argument("[bench] cannot feed " + std::to_string(rows) + " of " + std::to_string(batch) +
+                                " examples");
   }
   auto set_all = [&](const std::map<std::string, io::TensorRecord>& records) {
     for (const auto& [name, r] : records) {
@@ -132,8 +133,7 @@ Workload make_workload(const std::string& name) {
   throw std::invalid_argument("[bench] unknown model '" + name + "' (expected mlp or chargpt)");
 }
 
-std::map<std::string, std::string> parse_flags(int argc, char** argv,
-                                               const std::map<std::string, std::string>& known) {
+std::map<std::string, std::string> parse_flags(int argc, char** argv, const std::map<std::string, std::string>& known) {
   std::map<std::string, std::string> flags = known;
   for (int i = 1; i < argc; i += 2) {
     const std::string flag = argv[i];
@@ -157,7 +157,8 @@ int64_t flag_int(const std::map<std::string, std::string>& flags, const std::str
   } catch (const std::exception&) {
     used = 0;
   }
-  if (v.empty() || used != v.size()) throw std::invalid_argument("[bench] --" + key + " must be an integer, got '" + v + "'");
+  if (v.empty() || used != v.size())
+    throw std::invalid_argument("[bench] --" + key + " must be an integer, got '" + v + "'");
   return n;
 }
 

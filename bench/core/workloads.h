@@ -5,10 +5,9 @@
 
 #include <functional>
 #include <map>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
-
-#include <nlohmann/json.hpp>
 
 #include "meganeura/safetensors.h"
 #include "meganeura/session.h"
@@ -26,8 +25,8 @@ struct Workload {
   std::function<Tensor(Graph& g, Tensor logits, const std::string& prefix)> criterion;
   std::map<std::string, io::TensorRecord> inputs;   // forward's inputs -> the fixed batch
   std::map<std::string, io::TensorRecord> targets;  // criterion's inputs -> the fixed batch
-  OptimizerConfig optimizer;                    // the training task's optimizer
-  nlohmann::json config;                        // model hyper-parameters, for the reference
+  OptimizerConfig optimizer;                        // the training task's optimizer
+  nlohmann::json config;                            // model hyper-parameters, for the reference
 
   // forward then criterion, with the unprefixed input names (what the Trainer builds).
   LossFn loss() const;
@@ -44,8 +43,7 @@ Workload make_workload(const std::string& name);
 
 // Reads the `--flag value` pairs of argv into a map, accepting only the flags in `known`
 // (with their defaults); throws std::invalid_argument with a one-line message otherwise.
-std::map<std::string, std::string> parse_flags(int argc, char** argv,
-                                               const std::map<std::string, std::string>& known);
+std::map<std::string, std::string> parse_flags(int argc, char** argv, const std::map<std::string, std::string>& known);
 
 // The integer value of flag `key`; throws std::invalid_argument naming the flag otherwise.
 int64_t flag_int(const std::map<std::string, std::string>& flags, const std::string& key);

@@ -7,11 +7,10 @@
 #include <cstring>
 #include <functional>
 #include <iostream>
+#include <nlohmann/json.hpp>
 #include <sstream>
 #include <string>
 #include <vector>
-
-#include <nlohmann/json.hpp>
 
 #include "meganeura/backend.h"
 #include "meganeura/program.h"
@@ -57,7 +56,10 @@ int main(int argc, char** argv) {
       return 2;
     }
   }
-  struct Target { std::string label; std::function<std::unique_ptr<Backend>()> make; };
+  struct Target {
+    std::string label;
+    std::function<std::unique_ptr<Backend>()> make;
+  };
   std::vector<Target> targets = {{"cpu", [] { return make_cpu_backend(); }}};
   try {
     for (const auto& d : vulkan_devices()) {
@@ -75,9 +77,12 @@ int main(int argc, char** argv) {
       try {
         auto b = t.make();
         const double s = time_sgemm(*b, n, reps);
-        const double gflops = 2.0 * double(n) * double(n) * double(n) / s * 1e-9, gbps = 12.0 * double(n) * double(n) / s * 1e-9;
+        const double gflops = 2.0 * double(n) * double(n) * double(n) / s * 1e-9,
+                     gbps = 12.0 * double(n) * double(n) / s * 1e-9;
         out.push_back({{"backend", t.label}, {"n", n}, {"ms", s * 1e3}, {"gflops", gflops}, {"gbps", gbps}});
-        if (!json) std::printf("%-48s %6lld %10.2f %9.2f %9.2f\n", t.label.c_str(), static_cast<long long>(n), s * 1e3, gflops, gbps);
+        if (!json)
+          std::printf("%-48s %6lld %10.2f %9.2f %9.2f\n", t.label.c_str(), static_cast<long long>(n), s * 1e3, gflops,
+                      gbps);
       } catch (const std::exception& e) {
         out.push_back({{"backend", t.label}, {"n", n}, {"error", e.what()}});
         if (!json) std::printf("%-48s %6lld  error: %s\n", t.label.c_str(), static_cast<long long>(n), e.what());

@@ -32,10 +32,10 @@ class Backend {
 
   // Counters of the work behind run(): what a test or a profile inspects.
   struct Stats {
-    uint64_t recordings = 0;     // command buffers recorded since creation
-    uint64_t submissions = 0;    // queue submissions since creation
-    uint64_t dispatches = 0;     // per run of the last program run
-    uint64_t barriers = 0;       // per run of the last program run
+    uint64_t recordings = 0;   // command buffers recorded since creation
+    uint64_t submissions = 0;  // queue submissions since creation
+    uint64_t dispatches = 0;   // per run of the last program run
+    uint64_t barriers = 0;     // per run of the last program run
   };
   virtual Stats stats() const { return {}; }
 };

@@ -12,8 +12,11 @@ enum class DType : uint8_t { f32, f16, bf16, i32, u32, f64 };
 
 constexpr size_t dtype_size(DType t) {
   switch (t) {
-    case DType::f32: case DType::i32: case DType::u32: return 4;
-    case DType::f16: case DType::bf16: return 2;
+    case DType::f32:
+    case DType::i32:
+    case DType::u32: return 4;
+    case DType::f16:
+    case DType::bf16: return 2;
     case DType::f64: return 8;
   }
   return 0;

@@ -35,33 +35,91 @@ struct TensorType {
 // ---- The op set: a small closed set of primitives (see op_table.h for each op's row). -----
 enum class Op : uint8_t {
   // leaves
-  input, parameter, state, constant,
+  input,
+  parameter,
+  state,
+  constant,
   // unary elementwise
-  copy, detach, neg, exp, log, sqrt, rsqrt, abs, tanh, sigmoid, relu, gelu_tanh, gelu_erf,
-  silu, affine, cast, sign, positive_mask, gelu_tanh_grad, gelu_erf_grad, clip_coef,
-  sin, cos,
+  copy,
+  detach,
+  neg,
+  exp,
+  log,
+  sqrt,
+  rsqrt,
+  abs,
+  tanh,
+  sigmoid,
+  relu,
+  gelu_tanh,
+  gelu_erf,
+  silu,
+  affine,
+  cast,
+  sign,
+  positive_mask,
+  gelu_tanh_grad,
+  gelu_erf_grad,
+  clip_coef,
+  sin,
+  cos,
   // binary elementwise with broadcasting
-  add, sub, mul, div, equal,
-  maximum, less,
+  add,
+  sub,
+  mul,
+  div,
+  equal,
+  maximum,
+  less,
   // reductions and normalisers
-  sum, mean, max, softmax, log_softmax,
+  sum,
+  mean,
+  max,
+  softmax,
+  log_softmax,
   // linear algebra and convolution
-  matmul, conv2d, conv2d_backward_input, conv2d_backward_weight,
+  matmul,
+  conv2d,
+  conv2d_backward_input,
+  conv2d_backward_weight,
   // pooling and resampling
-  max_pool2d, max_pool2d_backward, avg_pool2d, avg_pool2d_backward, upsample_nearest2x,
+  max_pool2d,
+  max_pool2d_backward,
+  avg_pool2d,
+  avg_pool2d_backward,
+  upsample_nearest2x,
   // movement
-  reshape, permute, slice, pad, concat, broadcast_to,
+  reshape,
+  permute,
+  slice,
+  pad,
+  concat,
+  broadcast_to,
   // indexing
-  embedding, embedding_backward, one_hot,
-  where, gather, gather_backward, softmax_cross_entropy, softmax_cross_entropy_backward,
+  embedding,
+  embedding_backward,
+  one_hot,
+  where,
+  gather,
+  gather_backward,
+  softmax_cross_entropy,
+  softmax_cross_entropy_backward,
   // sequence models
-  rope, causal_mask,
-  attention_fused, attention_fused_backward,
+  rope,
+  causal_mask,
+  attention_fused,
+  attention_fused_backward,
   // optimisation
-  lr_schedule, bias_correction, increment,
+  lr_schedule,
+  bias_correction,
+  increment,
   // fused: created by rewrite passes (passes.h) from the primitives above; never built by
   // models and never differentiated (the passes run after autodiff)
-  fused_elementwise, fused_reduce, matmul_epilogue, norm, softmax_scaled,
+  fused_elementwise,
+  fused_reduce,
+  matmul_epilogue,
+  norm,
+  softmax_scaled,
   // secondary output `axis` (>= 1) of a multi-output fused_elementwise, its only input: planned
   // as one more write of that node's dispatch, never dispatched itself
   fused_output,
@@ -70,13 +128,34 @@ enum class Op : uint8_t {
 constexpr size_t kOpCount = size_t(Op::count_);
 
 // ---- Typed attributes, one struct per op family. -----
-struct NoAttrs { bool operator==(const NoAttrs&) const = default; };
-struct AffineAttrs { double scale = 1, shift = 0; bool operator==(const AffineAttrs&) const = default; };
-struct CastAttrs { DType to = DType::f32; bool operator==(const CastAttrs&) const = default; };
-struct ClipAttrs { double max_norm = 1; bool operator==(const ClipAttrs&) const = default; };
-struct ReduceAttrs { std::vector<int64_t> axes; bool keepdims = false; bool operator==(const ReduceAttrs&) const = default; };
-struct AxisAttrs { int64_t axis = -1; bool operator==(const AxisAttrs&) const = default; };
-struct MatmulAttrs { bool trans_a = false, trans_b = false; bool operator==(const MatmulAttrs&) const = default; };
+struct NoAttrs {
+  bool operator==(const NoAttrs&) const = default;
+};
+struct AffineAttrs {
+  double scale = 1, shift = 0;
+  bool operator==(const AffineAttrs&) const = default;
+};
+struct CastAttrs {
+  DType to = DType::f32;
+  bool operator==(const CastAttrs&) const = default;
+};
+struct ClipAttrs {
+  double max_norm = 1;
+  bool operator==(const ClipAttrs&) const = default;
+};
+struct ReduceAttrs {
+  std::vector<int64_t> axes;
+  bool keepdims = false;
+  bool operator==(const ReduceAttrs&) const = default;
+};
+struct AxisAttrs {
+  int64_t axis = -1;
+  bool operator==(const AxisAttrs&) const = default;
+};
+struct MatmulAttrs {
+  bool trans_a = false, trans_b = false;
+  bool operator==(const MatmulAttrs&) const = default;
+};
 struct ConvAttrs {
   int64_t stride[2] = {1, 1}, pad[2] = {0, 0}, dilation[2] = {1, 1};
   int64_t groups = 1;
@@ -88,23 +167,52 @@ struct PoolAttrs {
   Shape grad_shape;  // backward ops: the input shape
   bool operator==(const PoolAttrs&) const = default;
 };
-struct ShapeAttrs { Shape shape; bool operator==(const ShapeAttrs&) const = default; };
-struct PermuteAttrs { std::vector<int64_t> perm; bool operator==(const PermuteAttrs&) const = default; };
-struct SliceAttrs { std::vector<int64_t> starts, ends; bool operator==(const SliceAttrs&) const = default; };
-struct PadAttrs { std::vector<int64_t> before, after; bool operator==(const PadAttrs&) const = default; };
-struct EmbeddingAttrs { int64_t num_rows = 0; bool operator==(const EmbeddingAttrs&) const = default; };
-struct OneHotAttrs { int64_t classes = 0; int64_t ignore_index = -100; bool operator==(const OneHotAttrs&) const = default; };
-struct RopeAttrs { double theta = 10000; bool inverse = false; bool operator==(const RopeAttrs&) const = default; };
-struct MaskAttrs { double fill = -1e30; bool operator==(const MaskAttrs&) const = default; };  // large finite: no inf*0
+struct ShapeAttrs {
+  Shape shape;
+  bool operator==(const ShapeAttrs&) const = default;
+};
+struct PermuteAttrs {
+  std::vector<int64_t> perm;
+  bool operator==(const PermuteAttrs&) const = default;
+};
+struct SliceAttrs {
+  std::vector<int64_t> starts, ends;
+  bool operator==(const SliceAttrs&) const = default;
+};
+struct PadAttrs {
+  std::vector<int64_t> before, after;
+  bool operator==(const PadAttrs&) const = default;
+};
+struct EmbeddingAttrs {
+  int64_t num_rows = 0;
+  bool operator==(const EmbeddingAttrs&) const = default;
+};
+struct OneHotAttrs {
+  int64_t classes = 0;
+  int64_t ignore_index = -100;
+  bool operator==(const OneHotAttrs&) const = default;
+};
+struct RopeAttrs {
+  double theta = 10000;
+  bool inverse = false;
+  bool operator==(const RopeAttrs&) const = default;
+};
+struct MaskAttrs {
+  double fill = -1e30;
+  bool operator==(const MaskAttrs&) const = default;
+};  // large finite: no inf*0
 struct ScheduleAttrs {
   double base_lr = 1e-3;
-  int64_t warmup = 0;      // linear warm-up steps
-  int64_t total = 0;       // 0: constant after warm-up; else cosine decay to min_lr at `total`
+  int64_t warmup = 0;  // linear warm-up steps
+  int64_t total = 0;   // 0: constant after warm-up; else cosine decay to min_lr at `total`
   double min_lr = 0;
   bool operator==(const ScheduleAttrs&) const = default;
 };
 // gather / gather_backward: indices select along `axis`, whose full length is `size`.
-struct GatherAttrs { int64_t axis = 0, size = 0; bool operator==(const GatherAttrs&) const = default; };
+struct GatherAttrs {
+  int64_t axis = 0, size = 0;
+  bool operator==(const GatherAttrs&) const = default;
+};
 struct AttentionAttrs {
   bool causal = false;
   double scale = 1;
@@ -157,7 +265,11 @@ struct FusedAttrs {
   bool operator==(const FusedAttrs&) const = default;
 };
 // norm over the last axis: y = (x - mean if center) * rsqrt(mean((x - mean)^2) + eps) [* gamma] [+ beta]
-struct NormAttrs { bool center = false; double eps = 1e-5; bool operator==(const NormAttrs&) const = default; };
+struct NormAttrs {
+  bool center = false;
+  double eps = 1e-5;
+  bool operator==(const NormAttrs&) const = default;
+};
 // softmax_scaled over the last axis: softmax(causal_mask(x * scale, fill)) (mask when causal)
 struct SoftmaxAttrs {
   double scale = 1;
@@ -166,11 +278,10 @@ struct SoftmaxAttrs {
   bool operator==(const SoftmaxAttrs&) const = default;
 };
 
-using Attrs = std::variant<NoAttrs, AffineAttrs, CastAttrs, ClipAttrs, ReduceAttrs, AxisAttrs,
-                           MatmulAttrs, ConvAttrs, PoolAttrs, ShapeAttrs, PermuteAttrs, SliceAttrs,
-                           PadAttrs, EmbeddingAttrs, OneHotAttrs, RopeAttrs, MaskAttrs,
-                           ScheduleAttrs, BiasCorrectionAttrs, FusedAttrs, NormAttrs, SoftmaxAttrs,
-                           GatherAttrs, AttentionAttrs>;
+using Attrs =
+    std::variant<NoAttrs, AffineAttrs, CastAttrs, ClipAttrs, ReduceAttrs, AxisAttrs, MatmulAttrs, ConvAttrs, PoolAttrs,
+                 ShapeAttrs, PermuteAttrs, SliceAttrs, PadAttrs, EmbeddingAttrs, OneHotAttrs, RopeAttrs, MaskAttrs,
+                 ScheduleAttrs, BiasCorrectionAttrs, FusedAttrs, NormAttrs, SoftmaxAttrs, GatherAttrs, AttentionAttrs>;
 
 // How a parameter or state is initialised before training.
 struct Init {
@@ -216,8 +327,7 @@ class Graph {
   void assign(Tensor state, Tensor value);
 
   // Appends a node after checking its type; used by the builders.
-  Tensor add_node(Op op, Attrs attrs, std::vector<NodeId> inputs, TensorType type,
-                  std::string name = {});
+  Tensor add_node(Op op, Attrs attrs, std::vector<NodeId> inputs, TensorType type, std::string name = {});
 
   const Node& node(NodeId id) const { return nodes_.at(id); }
   Node& node(NodeId id) { return nodes_.at(id); }
@@ -263,9 +373,9 @@ Tensor silu(Tensor x);
 Tensor affine(Tensor x, double scale, double shift = 0);  // scale * x + shift
 Tensor cast(Tensor x, DType to);
 Tensor sign(Tensor x);
-Tensor positive_mask(Tensor x);                            // 1 where x > 0, else 0
-Tensor gelu_grad(Tensor x, bool tanh_approximation);       // d gelu / dx
-Tensor clip_coef(Tensor norm, double max_norm);            // min(1, max_norm / (norm + 1e-6))
+Tensor positive_mask(Tensor x);                       // 1 where x > 0, else 0
+Tensor gelu_grad(Tensor x, bool tanh_approximation);  // d gelu / dx
+Tensor clip_coef(Tensor norm, double max_norm);       // min(1, max_norm / (norm + 1e-6))
 Tensor sin(Tensor x);
 Tensor cos(Tensor x);
 
@@ -273,7 +383,7 @@ Tensor add(Tensor a, Tensor b);
 Tensor sub(Tensor a, Tensor b);
 Tensor mul(Tensor a, Tensor b);
 Tensor div(Tensor a, Tensor b);
-Tensor equal(Tensor a, Tensor b);  // 1 where equal, else 0
+Tensor equal(Tensor a, Tensor b);    // 1 where equal, else 0
 Tensor maximum(Tensor a, Tensor b);  // elementwise; ties send the gradient to a
 Tensor less(Tensor a, Tensor b);     // 1 where a < b, else 0
 // cond != 0 ? a : b, all three broadcast together; cond is a float mask (from less, equal).
@@ -305,14 +415,13 @@ Tensor conv2d(Tensor x, Tensor w, const Conv2dOptions& o = {});
 Tensor conv2d_backward_input(Tensor dy, Tensor w, const ConvAttrs& a);
 Tensor conv2d_backward_weight(Tensor x, Tensor dy, const ConvAttrs& a);
 // x: [N, C, L], w: [O, C/groups, K]; lowered to conv2d over a unit height.
-Tensor conv1d(Tensor x, Tensor w, int64_t stride = 1, int64_t pad = 0, int64_t dilation = 1,
-              int64_t groups = 1);
+Tensor conv1d(Tensor x, Tensor w, int64_t stride = 1, int64_t pad = 0, int64_t dilation = 1, int64_t groups = 1);
 
 Tensor max_pool2d(Tensor x, int64_t kernel, int64_t stride, int64_t pad = 0);
 Tensor max_pool2d_backward(Tensor x, Tensor dy, const PoolAttrs& a);
 Tensor avg_pool2d(Tensor x, int64_t kernel, int64_t stride, int64_t pad = 0);  // pads count
 Tensor avg_pool2d_backward(Tensor dy, const PoolAttrs& a);
-Tensor global_avg_pool2d(Tensor x);  // [N, C, H, W] -> [N, C]
+Tensor global_avg_pool2d(Tensor x);   // [N, C, H, W] -> [N, C]
 Tensor upsample_nearest2x(Tensor x);  // [N, C, H, W] -> [N, C, 2H, 2W]
 
 Tensor reshape(Tensor x, Shape shape);  // one dimension may be -1
@@ -325,7 +434,7 @@ Tensor concat(std::vector<Tensor> xs, int64_t axis);
 Tensor broadcast_to(Tensor x, Shape shape);
 Tensor sum_to(Tensor x, const Shape& shape);  // reverses broadcasting
 
-Tensor embedding(Tensor table, Tensor ids);  // table [V, D], ids i32 [...] -> [..., D]
+Tensor embedding(Tensor table, Tensor ids);                          // table [V, D], ids i32 [...] -> [..., D]
 Tensor embedding_backward(Tensor dy, Tensor ids, int64_t num_rows);  // scatter-add
 Tensor one_hot(Tensor ids, int64_t classes, int64_t ignore_index = -100);
 // Selects entries along `axis` by i32 indices [n]: the output has n there (index_select).
@@ -357,12 +466,10 @@ Tensor attention_fused_backward(Tensor q, Tensor k, Tensor v, Tensor packed, Ten
                                 const AttentionAttrs& a);
 
 // ---- Compositions (user-level ops built from primitives) -----
-Tensor layer_norm(Tensor x, std::optional<Tensor> gamma, std::optional<Tensor> beta,
-                  double eps = 1e-5);
+Tensor layer_norm(Tensor x, std::optional<Tensor> gamma, std::optional<Tensor> beta, double eps = 1e-5);
 Tensor rms_norm(Tensor x, std::optional<Tensor> gamma, double eps = 1e-5);
 // x: [N, C, ...]; gamma, beta: [C]
-Tensor group_norm(Tensor x, int64_t groups, std::optional<Tensor> gamma,
-                  std::optional<Tensor> beta, double eps = 1e-5);
+Tensor group_norm(Tensor x, int64_t groups, std::optional<Tensor> gamma, std::optional<Tensor> beta, double eps = 1e-5);
 Tensor swiglu(Tensor gate, Tensor up);  // silu(gate) * up
 // q: [B, Hq, Sq, D], k: [B, Hkv, Sk, D], v: [B, Hkv, Sk, Dv]; Hq a multiple of Hkv (grouped
 // heads); causal aligns the mask to the bottom right so Sq < Sk attends to a prefix.

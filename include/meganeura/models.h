@@ -21,8 +21,8 @@ Tensor mlp(Graph& g, Tensor x, const MlpConfig& c);
 // A deterministic synthetic classification set: Gaussian clusters warped by a fixed
 // nonlinearity. `split` 0 is the training set, 1 the test set (disjoint draws).
 struct Classification {
-  std::vector<float> x;        // [n, inputs]
-  std::vector<int32_t> y;      // [n]
+  std::vector<float> x;    // [n, inputs]
+  std::vector<int32_t> y;  // [n]
   int64_t n = 0;
 };
 Classification synthetic_classification(const MlpConfig& c, int64_t n, int split, uint64_t seed = 1234);

@@ -16,15 +16,15 @@ struct OptimizerConfig {
   enum class Kind : uint8_t { sgd, adam, adamw };
   Kind kind = Kind::adamw;
   double lr = 1e-3;
-  double momentum = 0;     // sgd
-  bool nesterov = false;   // sgd
+  double momentum = 0;                            // sgd
+  bool nesterov = false;                          // sgd
   double beta1 = 0.9, beta2 = 0.999, eps = 1e-8;  // adam, adamw
-  double weight_decay = 0; // sgd/adam: L2 added to the gradient; adamw: decoupled
-  double clip_norm = 0;    // > 0: scale gradients so their global L2 norm is at most this
-  int64_t warmup_steps = 0;  // linear warm-up from 0 to lr
-  int64_t total_steps = 0;   // > 0: cosine decay to min_lr at this step
+  double weight_decay = 0;                        // sgd/adam: L2 added to the gradient; adamw: decoupled
+  double clip_norm = 0;                           // > 0: scale gradients so their global L2 norm is at most this
+  int64_t warmup_steps = 0;                       // linear warm-up from 0 to lr
+  int64_t total_steps = 0;                        // > 0: cosine decay to min_lr at this step
   double min_lr = 0;
-  int accumulation = 1;      // micro-steps whose gradients are averaged per update
+  int accumulation = 1;  // micro-steps whose gradients are averaged per update
 };
 OptimizerConfig::Kind parse_optimizer(const std::string& s);
 

@@ -12,12 +12,12 @@
 namespace meganeura {
 
 struct PassOptions {
-  bool dead_nodes = true;       // drop nodes no output or assignment needs
-  bool softmax = true;          // softmax(causal_mask(x * s)) -> softmax_scaled
-  bool norms = true;            // RMS / layer / group normalisation chains -> norm
+  bool dead_nodes = true;           // drop nodes no output or assignment needs
+  bool softmax = true;              // softmax(causal_mask(x * s)) -> softmax_scaled
+  bool norms = true;                // RMS / layer / group normalisation chains -> norm
   bool batched_matmul_sums = true;  // sum over the batch of a batched A^T B -> one GEMM
-  bool pointwise = true;        // elementwise chains -> fused_elementwise / fused_reduce
-  bool matmul_epilogue = true;  // matmul followed by elementwise work -> matmul_epilogue
+  bool pointwise = true;            // elementwise chains -> fused_elementwise / fused_reduce
+  bool matmul_epilogue = true;      // matmul followed by elementwise work -> matmul_epilogue
   // For a backend without their kernels: the fused token cross-entropy (and its backward) and
   // `where` become compositions of primitive ops (one-hot, log-softmax, masks). Runs first.
   bool decompose = false;
@@ -33,13 +33,13 @@ struct PassOptions {
 };
 
 struct PassStats {
-  uint32_t removed = 0;      // dead nodes dropped
-  uint32_t softmaxes = 0;    // softmax_scaled created
-  uint32_t norms = 0;        // norm created
-  uint32_t fused = 0;        // fused_elementwise / fused_reduce created
-  uint32_t inlined = 0;      // elementwise nodes folded into a fused program
-  uint32_t epilogues = 0;    // matmul_epilogue created
-  uint32_t folded = 0;       // batched matmul + batch sum turned into one matmul
+  uint32_t removed = 0;        // dead nodes dropped
+  uint32_t softmaxes = 0;      // softmax_scaled created
+  uint32_t norms = 0;          // norm created
+  uint32_t fused = 0;          // fused_elementwise / fused_reduce created
+  uint32_t inlined = 0;        // elementwise nodes folded into a fused program
+  uint32_t epilogues = 0;      // matmul_epilogue created
+  uint32_t folded = 0;         // batched matmul + batch sum turned into one matmul
   uint32_t multi_outputs = 0;  // programs merged into another as its secondary outputs
 };
 

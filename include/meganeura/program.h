@@ -20,8 +20,8 @@ enum class Role : uint8_t { input, parameter, state, constant, output, temp };
 std::string_view role_name(Role r);
 
 struct ProgramTensor {
-  TensorType type;       // logical dtype and shape
-  DType stored;          // dtype in memory (f64 for float tensors in oracle mode)
+  TensorType type;  // logical dtype and shape
+  DType stored;     // dtype in memory (f64 for float tensors in oracle mode)
   Role role = Role::temp;
   std::string binding;   // external buffers: their name; temps: empty
   uint32_t buffer = 0;   // temps: which arena buffer
@@ -67,8 +67,8 @@ struct ExternalBuffer {
   Role role;
   TensorType type;
   DType stored;
-  Init init;                         // parameters and states
-  std::vector<double> const_data;    // constants
+  Init init;                       // parameters and states
+  std::vector<double> const_data;  // constants
 };
 
 // What the device allows; the backend reports it and the planner places tensors within it.
@@ -76,7 +76,9 @@ struct DeviceLimits {
   uint64_t max_binding_bytes = UINT64_MAX;     // one storage-buffer binding (maxStorageBufferRange)
   uint64_t max_allocation_bytes = UINT64_MAX;  // one buffer (maxMemoryAllocationSize, maxBufferSize)
   uint64_t offset_alignment = 256;             // minStorageBufferOffsetAlignment
-  uint64_t buffer_limit() const { return max_binding_bytes < max_allocation_bytes ? max_binding_bytes : max_allocation_bytes; }
+  uint64_t buffer_limit() const {
+    return max_binding_bytes < max_allocation_bytes ? max_binding_bytes : max_allocation_bytes;
+  }
   bool operator==(const DeviceLimits&) const = default;
 };
 
@@ -118,7 +120,7 @@ struct PlanOptions {
   bool inplace = true;             // let elementwise outputs overwrite dying inputs
   // Order independent dispatches so that they share barriers (otherwise node order).
   bool group_barriers = true;
-  bool verify = true;              // run verify() on the result
+  bool verify = true;  // run verify() on the result
 };
 
 // Orders the live part of `g` (what outputs and assignments need), makes reshapes views,

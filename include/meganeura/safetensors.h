@@ -129,16 +129,14 @@ Checkpoint read_checkpoint(const std::filesystem::path& path);
 // Validates the checkpoint keys that are present: format, format_version, step (a
 // non-negative integer) and layout (valid JSON). Files from other writers carry none of
 // them and pass. Throws io::Error naming `source` and the key.
-void check_checkpoint_metadata(const std::map<std::string, std::string>& metadata,
-                               const std::filesystem::path& source);
+void check_checkpoint_metadata(const std::map<std::string, std::string>& metadata, const std::filesystem::path& source);
 
 // Strict loading: the file must hold exactly the expected tensors with the expected dtypes
 // and shapes. Throws io::Error whose message names the first offending tensor (with both
 // shapes when they differ) and how many other problems there are. Extra tensors named
 // "<state>.<expected name>" with <state> in `ignored_state` (e.g. "adam_m") are allowed,
 // so an inference program can accept a training checkpoint.
-void check_checkpoint_matches(const SafetensorsFile& file,
-                              const std::vector<ExpectedTensor>& expected,
+void check_checkpoint_matches(const SafetensorsFile& file, const std::vector<ExpectedTensor>& expected,
                               const std::vector<std::string>& ignored_state = {});
 
 // "[2, 3]"; used in messages.

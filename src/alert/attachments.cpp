@@ -18,7 +18,7 @@ namespace {
 
 constexpr uint64_t kCompressAbove = 16 * 1024;
 constexpr size_t kMaxDefaultOutputs = 20;
-const std::set<std::string> kOutputExtensions = {".log", ".out", ".err", ".txt", ".json",
+const std::set<std::string> kOutputExtensions = {".log",   ".out", ".err",  ".txt", ".json",
                                                  ".jsonl", ".csv", ".yaml", ".yml", ".md"};
 
 // Same clock as start_reference. A filesystem that keeps whole seconds only (zero
@@ -29,9 +29,7 @@ bool modified_since(const timespec& mtime, const timespec& ref) {
   return mtime.tv_nsec == 0 || mtime.tv_nsec >= ref.tv_nsec;
 }
 
-bool looks_binary(std::string_view data) {
-  return data.substr(0, 8192).find('\0') != std::string_view::npos;
-}
+bool looks_binary(std::string_view data) { return data.substr(0, 8192).find('\0') != std::string_view::npos; }
 
 }  // namespace
 
@@ -52,8 +50,7 @@ std::string gzip_compress(std::string_view data) {
   return out;
 }
 
-std::string read_head_tail(const std::filesystem::path& path, uint64_t offset, uint64_t budget,
-                           bool& truncated) {
+std::string read_head_tail(const std::filesystem::path& path, uint64_t offset, uint64_t budget, bool& truncated) {
   std::ifstream in(path, std::ios::binary);
   if (!in) throw std::runtime_error(std::strerror(errno));
   in.seekg(0, std::ios::end);
@@ -73,9 +70,11 @@ std::string read_head_tail(const std::filesystem::path& path, uint64_t offset, u
   std::string head = read_at(offset, half);
   std::string tail = read_at(size - half, half);
   uint64_t cut = body - head.size() - tail.size();
-  return head + fmt::format("\n[... gpualert cut {} bytes ({} of {} total) here; the full log is on "
-                            "the job's machine ...]\n",
-                            cut, format_size(cut), format_size(body)) +
+  return head +
+         fmt::format(
+             "\n[... gpualert cut {} bytes ({} of {} total) here; the full log is on "
+             "the job's machine ...]\n",
+             cut, format_size(cut), format_size(body)) +
          tail;
 }
 
@@ -85,8 +84,7 @@ AttachmentPlan collect_attachments(const AttachConfig& config, const AttachReque
   std::set<std::string> seen;
 
   // Fits one file into the per-file and remaining total budgets; returns false with a reason.
-  auto add_file = [&](const std::filesystem::path& path, uint64_t offset, const std::string& name,
-                      bool always_text) {
+  auto add_file = [&](const std::filesystem::path& path, uint64_t offset, const std::string& name, bool always_text) {
     std::error_code ec;
     auto canonical = std::filesystem::weakly_canonical(path, ec).string();
     if (!seen.insert(canonical.empty() ? path.string() : canonical).second) return;
@@ -104,8 +102,7 @@ AttachmentPlan collect_attachments(const AttachConfig& config, const AttachReque
     uint64_t budget = std::min(config.max_file, remaining);
     if (budget < 1024) {
       plan.skipped.push_back(
-          {path.string(), size,
-           fmt::format("total attachment budget {} used up", format_size(config.max_total))});
+          {path.string(), size, fmt::format("total attachment budget {} used up", format_size(config.max_total))});
       return;
     }
     std::string data;
@@ -124,8 +121,7 @@ AttachmentPlan collect_attachments(const AttachConfig& config, const AttachReque
     mask();
     if (binary && truncated) {
       plan.skipped.push_back({path.string(), size,
-                              fmt::format("binary file over the per-file budget of {}",
-                                          format_size(config.max_file))});
+                              fmt::format("binary file over the per-file budget of {}", format_size(config.max_file))});
       return;
     }
     AttachmentBlob blob{name, binary ? "application/octet-stream" : "text/plain; charset=utf-8", {}};
@@ -141,8 +137,8 @@ AttachmentPlan collect_attachments(const AttachConfig& config, const AttachReque
     }
     if (payload.size() > budget) {
       plan.skipped.push_back({path.string(), size,
-                              fmt::format("{} after compression, over the budget of {}",
-                                          format_size(payload.size()), format_size(budget))});
+                              fmt::format("{} after compression, over the budget of {}", format_size(payload.size()),
+                                          format_size(budget))});
       return;
     }
     if (compressed) {
@@ -151,8 +147,8 @@ AttachmentPlan collect_attachments(const AttachConfig& config, const AttachReque
     }
     blob.data = std::move(payload);
     used += blob.data.size();
-    plan.attached.push_back({path.string(), blob.name, size - std::min(size, offset),
-                             blob.data.size(), truncated, compressed});
+    plan.attached.push_back(
+        {path.string(), blob.name, size - std::min(size, offset), blob.data.size(), truncated, compressed});
     plan.blobs.push_back(std::move(blob));
   };
 

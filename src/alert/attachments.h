@@ -38,7 +38,7 @@ struct AttachRequest {
   // as the job's own files' mtimes; a wall-clock reading could be a tick ahead of them.
   timespec start_reference{};
   std::filesystem::path cwd;
-  std::filesystem::path job_dir;  // never scanned for artifacts
+  std::filesystem::path job_dir;     // never scanned for artifacts
   const Redactor* redact = nullptr;  // masks text attachments before compression
 };
 
@@ -49,7 +49,6 @@ std::string gzip_compress(std::string_view data);
 
 // Reads at most `budget` bytes of `path`: the whole file when it fits, else its first and
 // last parts around a line saying how many bytes were cut.
-std::string read_head_tail(const std::filesystem::path& path, uint64_t offset, uint64_t budget,
-                           bool& truncated);
+std::string read_head_tail(const std::filesystem::path& path, uint64_t offset, uint64_t budget, bool& truncated);
 
 }  // namespace meganeura::alert

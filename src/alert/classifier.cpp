@@ -55,8 +55,7 @@ class LineReader {
  public:
   LineReader(const std::filesystem::path& path, uint64_t offset) {
     file_ = gzopen(path.c_str(), "rb");
-    if (file_ == nullptr)
-      throw std::runtime_error(fmt::format("[gpualert] cannot read log '{}'", path.string()));
+    if (file_ == nullptr) throw std::runtime_error(fmt::format("[gpualert] cannot read log '{}'", path.string()));
     if (offset > 0 && gzseek(file_, static_cast<z_off_t>(offset), SEEK_SET) < 0)
       throw std::runtime_error(fmt::format("[gpualert] cannot seek in log '{}'", path.string()));
   }
@@ -146,8 +145,8 @@ struct Classifier::Impl {
     if (!set->Compile()) throw std::logic_error("[gpualert] cannot compile the rule set");
   }
 
-  void scan_line(std::string_view line, uint64_t number, std::vector<RuleHits>& hits,
-                 Landmarks& marks, std::vector<int>& matched) const {
+  void scan_line(std::string_view line, uint64_t number, std::vector<RuleHits>& hits, Landmarks& marks,
+                 std::vector<int>& matched) const {
     std::call_once(compiled, [this] { compile(); });
     matched.clear();
     if (!set->Match(line, &matched)) return;
@@ -182,15 +181,17 @@ struct Classifier::Impl {
     return start;
   }
 
-  Classification decide(const std::vector<RuleHits>& hits, const Landmarks& marks,
-                        const Evidence& last_line, uint64_t lines, const SystemFacts& f) const;
-  std::optional<Classification> pick(const std::vector<RuleHits>& hits, const Evidence& last_line,
-                                     const SystemFacts& f, std::optional<uint64_t> tail) const;
+  Classification decide(const std::vector<RuleHits>& hits, const Landmarks& marks, const Evidence& last_line,
+                        uint64_t lines, const SystemFacts& f) const;
+  std::optional<Classification> pick(const std::vector<RuleHits>& hits, const Evidence& last_line, const SystemFacts& f,
+                                     std::optional<uint64_t> tail) const;
 };
 
 Classifier::Classifier() : impl_(std::make_unique<Impl>()) { impl_->rules = rule_table(); }
 
-void Classifier::check_rules() const { std::call_once(impl_->compiled, [this] { impl_->compile(); }); }
+void Classifier::check_rules() const {
+  std::call_once(impl_->compiled, [this] { impl_->compile(); });
+}
 
 Classifier::~Classifier() = default;
 
@@ -203,8 +204,7 @@ std::vector<ClassInfo> Classifier::classes() {
 // First the end of the output, the death signal and the system's evidence about this job;
 // only when they name nothing specific, the whole log (earlier lines are context).
 Classification Classifier::Impl::decide(const std::vector<RuleHits>& hits, const Landmarks& marks,
-                                        const Evidence& last_line, uint64_t lines,
-                                        const SystemFacts& f) const {
+                                        const Evidence& last_line, uint64_t lines, const SystemFacts& f) const {
   if (auto c = pick(hits, last_line, f, tail_start(marks, lines))) return *c;
   if (auto c = pick(hits, last_line, f, std::nullopt)) return *c;
   throw std::logic_error("[gpualert] the rule table has no catch-all");
@@ -213,17 +213,14 @@ Classification Classifier::Impl::decide(const std::vector<RuleHits>& hits, const
 // With `tail`, a rule matches by text only when it matched at or after that line, and the
 // generic outcomes (exit 0, unknown) wait for the second, whole-log pass. Death by a signal
 // is decisive in both: an interrupted Python prints a traceback on its way out.
-std::optional<Classification> Classifier::Impl::pick(const std::vector<RuleHits>& hits,
-                                                     const Evidence& last_line,
-                                                     const SystemFacts& f,
-                                                     std::optional<uint64_t> tail) const {
+std::optional<Classification> Classifier::Impl::pick(const std::vector<RuleHits>& hits, const Evidence& last_line,
+                                                     const SystemFacts& f, std::optional<uint64_t> tail) const {
   bool from_shell = false;
   const std::optional<int> sig = effective_signal(f, from_shell);
   const bool failed = f.signal.has_value() || (f.exit_code && *f.exit_code != 0);
   const bool oom = f.cgroup_oom_kills > 0 || !f.kernel_oom.empty();
   std::vector<std::string> hw_events, app_events;
-  for (const auto& e : f.gpu_events)
-    (is_application_xid(xid_of(e)) ? app_events : hw_events).push_back(e);
+  for (const auto& e : f.gpu_events) (is_application_xid(xid_of(e)) ? app_events : hw_events).push_back(e);
 
   for (size_t i = 0; i < rules.size(); ++i) {
     const Rule& r = rules[i];
@@ -246,8 +243,7 @@ std::optional<Classification> Classifier::Impl::pick(const std::vector<RuleHits>
       case Fact::kOomKill:
         fact = oom;
         if (f.cgroup_oom_kills > 0)
-          fact_evidence.push_back(
-              {0, fmt::format("cgroup memory.events: oom_kill +{}", f.cgroup_oom_kills)});
+          fact_evidence.push_back({0, fmt::format("cgroup memory.events: oom_kill +{}", f.cgroup_oom_kills)});
         for (const auto& k : f.kernel_oom) fact_evidence.push_back({0, "kernel: " + k});
         break;
       case Fact::kAnySignal: fact = sig.has_value(); break;
@@ -266,9 +262,9 @@ std::optional<Classification> Classifier::Impl::pick(const std::vector<RuleHits>
     c.remedy = std::string(r.remedy);
     c.evidence = fact_evidence;
     if (sig && (by_signal || r.fact == Fact::kAnySignal || r.fact == Fact::kTerminated))
-      c.evidence.push_back({0, from_shell ? fmt::format("exit status {} (a child died by {})",
-                                                        *f.exit_code, signal_name(*sig))
-                                          : fmt::format("terminated by {}", signal_name(*sig))});
+      c.evidence.push_back({0, from_shell
+                                   ? fmt::format("exit status {} (a child died by {})", *f.exit_code, signal_name(*sig))
+                                   : fmt::format("terminated by {}", signal_name(*sig))});
     if (r.fact == Fact::kTerminated && f.terminated_by_request)
       c.evidence.push_back({0, "gpualert received SIGTERM/SIGHUP or the timeout expired"});
     if (r.fact == Fact::kHangKilled && fact)
@@ -283,8 +279,10 @@ std::optional<Classification> Classifier::Impl::pick(const std::vector<RuleHits>
     }
     // Agreement between independent sources raises confidence; a lone status lowers it.
     double conf = r.confidence;
-    if ((by_text && (by_signal || fact)) && r.fact != Fact::kAlways) conf = std::min(0.99, conf + 0.04);
-    else if (!by_text && by_signal && from_shell) conf -= 0.1;
+    if ((by_text && (by_signal || fact)) && r.fact != Fact::kAlways)
+      conf = std::min(0.99, conf + 0.04);
+    else if (!by_text && by_signal && from_shell)
+      conf -= 0.1;
     if (!tail && by_text && !fact && !by_signal && !r.pattern.empty()) conf *= kEarlyEvidenceFactor;
     c.confidence = conf;
     return c;

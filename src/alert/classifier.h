@@ -30,10 +30,10 @@ struct Evidence {
 // What is known besides the log.
 struct SystemFacts {
   std::optional<int> exit_code;
-  std::optional<int> signal;         // the child died by this signal
+  std::optional<int> signal;           // the child died by this signal
   bool terminated_by_request = false;  // the wrapper got SIGTERM/SIGHUP, or --timeout fired
   bool hang_killed = false;
-  uint64_t cgroup_oom_kills = 0;     // increase of memory.events oom_kill during the job
+  uint64_t cgroup_oom_kills = 0;        // increase of memory.events oom_kill during the job
   std::vector<std::string> kernel_oom;  // kernel log lines about killing one of our processes
   std::vector<std::string> gpu_events;  // "Xid 79 on GPU 0", "double-bit ECC error on GPU 1"
 };
@@ -62,8 +62,7 @@ class Classifier {
 
   // Classifies the file's content from `body_offset` (see find_body_offset). A ".gz"
   // file is read through zlib.
-  Classification classify_file(const std::filesystem::path& log, uint64_t body_offset,
-                               const SystemFacts& facts) const;
+  Classification classify_file(const std::filesystem::path& log, uint64_t body_offset, const SystemFacts& facts) const;
   Classification classify_text(std::string_view body, const SystemFacts& facts) const;
 
   // Every class id, in rule order.

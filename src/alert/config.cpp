@@ -2,12 +2,12 @@
 
 #include <fmt/format.h>
 #include <sys/stat.h>
+#include <toml++/toml.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <optional>
 #include <stdexcept>
-#include <toml++/toml.h>
 
 #include "alert/util.h"
 
@@ -30,10 +30,8 @@ std::filesystem::path default_state_dir() {
   return fmt::format("/tmp/gpualert-{}", geteuid());
 }
 
-[[noreturn]] void bad(const std::filesystem::path& file, std::string_view key,
-                      std::string_view what) {
-  throw std::runtime_error(
-      fmt::format("[gpualert] config '{}': {}: {}", file.string(), key, what));
+[[noreturn]] void bad(const std::filesystem::path& file, std::string_view key, std::string_view what) {
+  throw std::runtime_error(fmt::format("[gpualert] config '{}': {}: {}", file.string(), key, what));
 }
 
 std::string get_string(const toml::table& t, std::string_view section, std::string_view key,
@@ -44,8 +42,7 @@ std::string get_string(const toml::table& t, std::string_view section, std::stri
   bad(file, fmt::format("{}.{}", section, key), "expected a string");
 }
 
-bool get_bool(const toml::table& t, std::string_view path, const std::filesystem::path& file,
-              bool fallback) {
+bool get_bool(const toml::table& t, std::string_view path, const std::filesystem::path& file, bool fallback) {
   const toml::node* n = t.at_path(path).node();
   if (n == nullptr) return fallback;
   if (auto b = n->value<bool>()) return *b;
@@ -53,8 +50,7 @@ bool get_bool(const toml::table& t, std::string_view path, const std::filesystem
 }
 
 // Durations and sizes accept a number (seconds, bytes) or a string with a unit.
-double get_duration(const toml::table& t, std::string_view path,
-                    const std::filesystem::path& file, double fallback) {
+double get_duration(const toml::table& t, std::string_view path, const std::filesystem::path& file, double fallback) {
   const toml::node* n = t.at_path(path).node();
   if (n == nullptr) return fallback;
   if (auto d = n->value<double>()) return *d;
@@ -68,8 +64,7 @@ double get_duration(const toml::table& t, std::string_view path,
   bad(file, path, "expected a duration such as \"30s\"");
 }
 
-uint64_t get_size(const toml::table& t, std::string_view path, const std::filesystem::path& file,
-                  uint64_t fallback) {
+uint64_t get_size(const toml::table& t, std::string_view path, const std::filesystem::path& file, uint64_t fallback) {
   const toml::node* n = t.at_path(path).node();
   if (n == nullptr) return fallback;
   // value_exact: a float node is not a size (value<> would convert it, undefined past 2^63).
@@ -84,8 +79,7 @@ uint64_t get_size(const toml::table& t, std::string_view path, const std::filesy
   bad(file, path, "expected a size such as \"10MiB\"");
 }
 
-std::vector<std::string> get_list(const toml::table& t, std::string_view path,
-                                  const std::filesystem::path& file) {
+std::vector<std::string> get_list(const toml::table& t, std::string_view path, const std::filesystem::path& file) {
   const toml::node* n = t.at_path(path).node();
   std::vector<std::string> out;
   if (n == nullptr) return out;
@@ -210,14 +204,12 @@ void check_known_keys(const toml::table& t, const std::filesystem::path& file) {
   };
   for (const auto& [key, node] : t) {
     const std::string_view name = key.str();  // clang 15 cannot capture a structured binding
-    auto section = std::find_if(kKnown.begin(), kKnown.end(),
-                                [&](const auto& k) { return k.first == name; });
+    auto section = std::find_if(kKnown.begin(), kKnown.end(), [&](const auto& k) { return k.first == name; });
     if (section == kKnown.end()) bad(file, key.str(), "unknown section");
     const toml::table* sub = node.as_table();
     if (sub == nullptr) bad(file, key.str(), "expected a [section]");
     for (const auto& [k, v] : *sub) {
-      if (std::find(section->second.begin(), section->second.end(), k.str()) ==
-          section->second.end())
+      if (std::find(section->second.begin(), section->second.end(), k.str()) == section->second.end())
         bad(file, fmt::format("{}.{}", key.str(), k.str()), "unknown key");
     }
   }
@@ -242,35 +234,33 @@ Config load_config(const std::optional<std::filesystem::path>& explicit_path) {
     throw std::runtime_error(fmt::format("[gpualert] config '{}' does not exist", path.string()));
   if (exists) {
     auto text = read_file(path.string(), 0, kMaxConfigBytes + 1);
-    if (!text)
-      throw std::runtime_error(fmt::format("[gpualert] config '{}' cannot be read", path.string()));
+    if (!text) throw std::runtime_error(fmt::format("[gpualert] config '{}' cannot be read", path.string()));
     if (text->size() > kMaxConfigBytes)
-      throw std::runtime_error(fmt::format(
-          "[gpualert] config '{}' is larger than the limit of {} bytes (kMaxConfigBytes)",
-          path.string(), kMaxConfigBytes));
+      throw std::runtime_error(
+          fmt::format("[gpualert] config '{}' is larger than the limit of {} bytes (kMaxConfigBytes)", path.string(),
+                      kMaxConfigBytes));
     AsciiToml ascii = ascii_toml(*text);
     if (ascii.bad_line != 0)
-      throw std::runtime_error(fmt::format("[gpualert] config '{}' line {}: {}", path.string(),
-                                           ascii.bad_line, ascii.why));
+      throw std::runtime_error(
+          fmt::format("[gpualert] config '{}' line {}: {}", path.string(), ascii.bad_line, ascii.why));
     toml::table t;
     try {
       t = toml::parse(ascii.text, path.string());
     } catch (const toml::parse_error& e) {
-      throw std::runtime_error(fmt::format("[gpualert] config '{}' line {}: {}", path.string(),
-                                           e.source().begin.line, e.description()));
+      throw std::runtime_error(
+          fmt::format("[gpualert] config '{}' line {}: {}", path.string(), e.source().begin.line, e.description()));
     }
     check_known_keys(t, path);
     // A webhook or ntfy URL is a credential too: whoever has it can post to the channel.
     bool has_secret = false;
-    for (const char* key : {"smtp.password", "webhook.token", "webhook.ntfy_token", "webhook.url",
-                            "webhook.ntfy_url"})
+    for (const char* key : {"smtp.password", "webhook.token", "webhook.ntfy_token", "webhook.url", "webhook.ntfy_url"})
       has_secret |= t.at_path(key).node() != nullptr;
     struct stat st {};
     if (has_secret && stat(path.c_str(), &st) == 0 && (st.st_mode & 077) != 0)
-      throw std::runtime_error(fmt::format(
-          "[gpualert] config '{}' holds a secret but is readable by group or others "
-          "(mode {:o}); run: chmod 600 {}",
-          path.string(), st.st_mode & 0777, shell_quote(path.string())));
+      throw std::runtime_error(
+          fmt::format("[gpualert] config '{}' holds a secret but is readable by group or others "
+                      "(mode {:o}); run: chmod 600 {}",
+                      path.string(), st.st_mode & 0777, shell_quote(path.string())));
     c.file = path;
     c.smtp.url = get_string(t, "smtp", "url", path, "");
     c.smtp.from = get_string(t, "smtp", "from", path, "");
@@ -310,14 +300,12 @@ Config load_config(const std::optional<std::filesystem::path>& explicit_path) {
   if (auto v = env("GPUALERT_WEBHOOK_TOKEN")) c.webhook.token = *v;
   if (auto v = env("GPUALERT_NTFY_TOKEN")) c.webhook.ntfy_token = *v;
   if (auto v = env("GPUALERT_STATE_DIR")) c.state_dir = *v;
-  if (c.smtp.tls != "auto" && c.smtp.tls != "require" && c.smtp.tls != "none" &&
-      c.smtp.tls != "insecure")
-    throw std::runtime_error(fmt::format(
-        "[gpualert] smtp.tls must be auto, require, none or insecure, not '{}'", c.smtp.tls));
-  if (!c.smtp.url.empty() && c.smtp.url.rfind("smtp://", 0) != 0 &&
-      c.smtp.url.rfind("smtps://", 0) != 0)
-    throw std::runtime_error(fmt::format(
-        "[gpualert] smtp.url must start with smtp:// or smtps://, not '{}'", c.smtp.url));
+  if (c.smtp.tls != "auto" && c.smtp.tls != "require" && c.smtp.tls != "none" && c.smtp.tls != "insecure")
+    throw std::runtime_error(
+        fmt::format("[gpualert] smtp.tls must be auto, require, none or insecure, not '{}'", c.smtp.tls));
+  if (!c.smtp.url.empty() && c.smtp.url.rfind("smtp://", 0) != 0 && c.smtp.url.rfind("smtps://", 0) != 0)
+    throw std::runtime_error(
+        fmt::format("[gpualert] smtp.url must start with smtp:// or smtps://, not '{}'", c.smtp.url));
   if (!c.smtp.url.empty() && c.smtp.to.empty())
     c.notes.push_back("warning: smtp.url is set but there are no recipients (smtp.to)");
   if (c.smtp.from.empty()) c.smtp.from = fmt::format("gpualert@{}", hostname());
@@ -327,8 +315,10 @@ Config load_config(const std::optional<std::filesystem::path>& explicit_path) {
   if (env("SLURM_JOB_ID")) {
     if (!grace_set) c.grace_s = kSlurmGraceS;
     if (!notify_set) c.notify_timeout_s = kSlurmNotifyTimeoutS;
-    c.notes.push_back(fmt::format("under Slurm: grace {} s + notification {} s fit in KillWait "
-                                  "(30 s by default)", c.grace_s, c.notify_timeout_s));
+    c.notes.push_back(
+        fmt::format("under Slurm: grace {} s + notification {} s fit in KillWait "
+                    "(30 s by default)",
+                    c.grace_s, c.notify_timeout_s));
   }
   return c;
 }
@@ -343,14 +333,11 @@ std::string describe_config(const Config& c) {
   std::string out;
   out += fmt::format("# source: {}\n", c.file ? c.file->string() : "(no config file)");
   for (const auto& n : c.notes) out += "# " + n + "\n";
-  out += fmt::format("[smtp]\nurl = {}\nfrom = {}\nto = [{}]\nusername = {}\npassword = {}\n",
-                     q(c.smtp.url), q(c.smtp.from), to, q(c.smtp.username),
-                     mask(c.smtp.password));
-  out += fmt::format("tls = {}\nca_file = {}\ninsecure = {}\n", q(c.smtp.tls), q(c.smtp.ca_file),
-                     c.smtp.insecure);
-  out += fmt::format("\n[webhook]\nurl = {}\nntfy_url = {}\ntoken = {}\nntfy_token = {}\n",
-                     q(mask_url(c.webhook.url)), q(mask_url(c.webhook.ntfy_url)),
-                     mask(c.webhook.token), mask(c.webhook.ntfy_token));
+  out += fmt::format("[smtp]\nurl = {}\nfrom = {}\nto = [{}]\nusername = {}\npassword = {}\n", q(c.smtp.url),
+                     q(c.smtp.from), to, q(c.smtp.username), mask(c.smtp.password));
+  out += fmt::format("tls = {}\nca_file = {}\ninsecure = {}\n", q(c.smtp.tls), q(c.smtp.ca_file), c.smtp.insecure);
+  out += fmt::format("\n[webhook]\nurl = {}\nntfy_url = {}\ntoken = {}\nntfy_token = {}\n", q(mask_url(c.webhook.url)),
+                     q(mask_url(c.webhook.ntfy_url)), mask(c.webhook.token), mask(c.webhook.ntfy_token));
   out += fmt::format("\n[attach]\nglobs = [{}]\ndefault_outputs = {}\nmax_file = {}  # {}\nmax_total = {}  # {}\n",
                      globs, c.attach.default_outputs, c.attach.max_file, format_size(c.attach.max_file),
                      c.attach.max_total, format_size(c.attach.max_total));

@@ -27,8 +27,8 @@ struct SmtpConfig {
   // auto: STARTTLS if offered, required when there is a login; require; none: never TLS,
   // and then no login; insecure: no TLS, login in clear text allowed. Ignored for smtps.
   std::string tls = "auto";
-  std::string ca_file;       // extra CA bundle, e.g. a site's private CA
-  bool insecure = false;     // skip certificate verification (test relays only)
+  std::string ca_file;    // extra CA bundle, e.g. a site's private CA
+  bool insecure = false;  // skip certificate verification (test relays only)
 };
 
 struct WebhookConfig {
@@ -41,17 +41,16 @@ struct WebhookConfig {
 // Variables that carry gpualert's credentials. The job never sees them: a job that prints
 // its environment would otherwise put them into the log, the report and the notification.
 inline const std::vector<std::string>& secret_env_names() {
-  static const std::vector<std::string> kNames = {
-      "GPUALERT_SMTP_PASSWORD", "GPUALERT_WEBHOOK_TOKEN", "GPUALERT_NTFY_TOKEN",
-      "GPUALERT_WEBHOOK_URL", "GPUALERT_NTFY_URL"};
+  static const std::vector<std::string> kNames = {"GPUALERT_SMTP_PASSWORD", "GPUALERT_WEBHOOK_TOKEN",
+                                                  "GPUALERT_NTFY_TOKEN", "GPUALERT_WEBHOOK_URL", "GPUALERT_NTFY_URL"};
   return kNames;
 }
 
 struct AttachConfig {
-  std::vector<std::string> globs;        // extra artifacts (--attach)
-  bool default_outputs = true;           // files in the working directory written during the job
-  uint64_t max_file = 8ull << 20;        // per attachment, after compression
-  uint64_t max_total = 20ull << 20;      // all attachments of one message
+  std::vector<std::string> globs;    // extra artifacts (--attach)
+  bool default_outputs = true;       // files in the working directory written during the job
+  uint64_t max_file = 8ull << 20;    // per attachment, after compression
+  uint64_t max_total = 20ull << 20;  // all attachments of one message
 };
 
 // Defaults under Slurm (SLURM_JOB_ID set), unless the config file sets them.
@@ -64,16 +63,14 @@ struct Config {
   AttachConfig attach;
   std::filesystem::path state_dir;  // jobs/ and outbox/ live here
   double grace_s = 30;
-  double notify_timeout_s = 30;     // hard deadline for sending at the end of a job
+  double notify_timeout_s = 30;  // hard deadline for sending at the end of a job
   bool notify_on_success = true;
-  std::vector<std::string> redact;  // RE2 patterns masked in everything sent
+  std::vector<std::string> redact;            // RE2 patterns masked in everything sent
   std::optional<std::filesystem::path> file;  // the config file actually read
   std::vector<std::string> notes;             // where each setting came from, warnings
 
   bool email_enabled() const { return !smtp.url.empty() && !smtp.to.empty(); }
-  bool any_channel() const {
-    return email_enabled() || !webhook.url.empty() || !webhook.ntfy_url.empty();
-  }
+  bool any_channel() const { return email_enabled() || !webhook.url.empty() || !webhook.ntfy_url.empty(); }
 };
 
 // Reads the file (if any) and the environment. `explicit_path` must exist when given.

@@ -40,13 +40,15 @@ std::vector<LabelledLog> read_labels(const std::filesystem::path& labels_file) {
     l.file = cols[0];
     l.expected = cols[1];
     if (std::none_of(known.begin(), known.end(), [&](const auto& c) { return c.id == l.expected; }))
-      throw std::runtime_error(fmt::format("[gpualert] {}:{}: unknown class '{}'",
-                                           labels_file.string(), number, l.expected));
-    if (cols[2].rfind("exit:", 0) == 0) l.exit_code = std::stoi(cols[2].substr(5));
-    else if (cols[2].rfind("signal:", 0) == 0) l.signal = parse_signal(cols[2].substr(7));
+      throw std::runtime_error(
+          fmt::format("[gpualert] {}:{}: unknown class '{}'", labels_file.string(), number, l.expected));
+    if (cols[2].rfind("exit:", 0) == 0)
+      l.exit_code = std::stoi(cols[2].substr(5));
+    else if (cols[2].rfind("signal:", 0) == 0)
+      l.signal = parse_signal(cols[2].substr(7));
     else
-      throw std::runtime_error(fmt::format("[gpualert] {}:{}: status must be exit:N or signal:NAME",
-                                           labels_file.string(), number));
+      throw std::runtime_error(
+          fmt::format("[gpualert] {}:{}: status must be exit:N or signal:NAME", labels_file.string(), number));
     if (cols[3] != "-") {
       std::stringstream fs(cols[3]);
       while (std::getline(fs, col, ',')) l.facts.push_back(col);
@@ -87,7 +89,9 @@ std::vector<LabelledLog> read_labels(const std::filesystem::path& labels_file) {
   }
   gzclose(f);
   if (signal) {
-    struct rlimit no_core {0, 0};
+    struct rlimit no_core {
+      0, 0
+    };
     setrlimit(RLIMIT_CORE, &no_core);
     std::signal(*signal, SIG_DFL);
     sigset_t set;
@@ -115,8 +119,10 @@ EvalResult evaluate_corpus(const std::filesystem::path& corpus_dir, const std::s
       throw std::runtime_error(fmt::format("[gpualert] eval: missing log '{}'", path.string()));
     SupervisorOptions so;
     so.argv = {self_exe, "replay", path.string()};
-    if (l.signal) so.argv.insert(so.argv.end(), {"--signal", signal_name(*l.signal)});
-    else so.argv.insert(so.argv.end(), {"--exit-status", std::to_string(l.exit_code.value_or(0))});
+    if (l.signal)
+      so.argv.insert(so.argv.end(), {"--signal", signal_name(*l.signal)});
+    else
+      so.argv.insert(so.argv.end(), {"--exit-status", std::to_string(l.exit_code.value_or(0))});
     so.echo = false;
     auto dir = tmp / std::to_string(index++);
     ChildOutcome outcome;
@@ -132,12 +138,18 @@ EvalResult evaluate_corpus(const std::filesystem::path& corpus_dir, const std::s
     facts.exit_code = outcome.exit_code;
     facts.signal = outcome.term_signal;
     for (const auto& f : l.facts) {
-      if (f == "oom_kill") facts.cgroup_oom_kills = 1;
-      else if (f.rfind("xid:", 0) == 0) facts.gpu_events.push_back("Xid " + f.substr(4) + " on GPU 0");
-      else if (f == "ecc") facts.gpu_events.push_back("double-bit ECC error on GPU 0");
-      else if (f == "terminated") facts.terminated_by_request = true;
-      else if (f == "hang_killed") facts.hang_killed = true;
-      else throw std::runtime_error(fmt::format("[gpualert] eval: unknown fact '{}' for {}", f, l.file));
+      if (f == "oom_kill")
+        facts.cgroup_oom_kills = 1;
+      else if (f.rfind("xid:", 0) == 0)
+        facts.gpu_events.push_back("Xid " + f.substr(4) + " on GPU 0");
+      else if (f == "ecc")
+        facts.gpu_events.push_back("double-bit ECC error on GPU 0");
+      else if (f == "terminated")
+        facts.terminated_by_request = true;
+      else if (f == "hang_killed")
+        facts.hang_killed = true;
+      else
+        throw std::runtime_error(fmt::format("[gpualert] eval: unknown fact '{}' for {}", f, l.file));
     }
     auto c = classifier.classify_file(log_path, body, facts);
     ++result.total;
@@ -162,11 +174,11 @@ EvalResult evaluate_corpus(const std::filesystem::path& corpus_dir, const std::s
 }
 
 std::string format_eval(const EvalResult& r) {
-  std::string s = fmt::format("{:<16} {:>5} {:>5} {:>5} {:>9} {:>7} {:>6}\n", "class", "tp", "fp",
-                              "fn", "precision", "recall", "f1");
+  std::string s = fmt::format("{:<16} {:>5} {:>5} {:>5} {:>9} {:>7} {:>6}\n", "class", "tp", "fp", "fn", "precision",
+                              "recall", "f1");
   for (const auto& [id, c] : r.per_class)
-    s += fmt::format("{:<16} {:>5} {:>5} {:>5} {:>9.3f} {:>7.3f} {:>6.3f}\n", id, c.tp, c.fp, c.fn,
-                     c.precision(), c.recall(), c.f1());
+    s += fmt::format("{:<16} {:>5} {:>5} {:>5} {:>9.3f} {:>7.3f} {:>6.3f}\n", id, c.tp, c.fp, c.fn, c.precision(),
+                     c.recall(), c.f1());
   // Columns: every class that was expected or predicted, abbreviated to fit.
   std::vector<std::string> cols;
   for (const auto& [id, c] : r.per_class) cols.push_back(id);
@@ -181,9 +193,8 @@ std::string format_eval(const EvalResult& r) {
     }
     s += "\n";
   }
-  s += fmt::format("logs {}  correct {}  accuracy {:.4f}  classes {}  macro-F1 {:.4f}\n", r.total,
-                   r.correct, r.total ? double(r.correct) / r.total : 0.0, r.per_class.size(),
-                   r.macro_f1);
+  s += fmt::format("logs {}  correct {}  accuracy {:.4f}  classes {}  macro-F1 {:.4f}\n", r.total, r.correct,
+                   r.total ? double(r.correct) / r.total : 0.0, r.per_class.size(), r.macro_f1);
   for (const auto& m : r.mistakes) s += "mistake: " + m + "\n";
   return s;
 }

@@ -42,7 +42,7 @@ struct EvalResult {
   double macro_f1 = 0;
   size_t total = 0;
   size_t correct = 0;
-  std::vector<std::string> mistakes;  // "file: expected X, got Y"
+  std::vector<std::string> mistakes;                            // "file: expected X, got Y"
   std::map<std::string, std::map<std::string, int>> confusion;  // expected -> predicted -> count
 };
 
@@ -58,7 +58,6 @@ EvalResult evaluate_corpus(const std::filesystem::path& corpus_dir, const std::s
 std::string format_eval(const EvalResult& result);
 
 // The replay child: writes the log to stdout in uneven chunks, then ends as recorded.
-[[noreturn]] void replay_log(const std::filesystem::path& log, std::optional<int> exit_code,
-                             std::optional<int> signal);
+[[noreturn]] void replay_log(const std::filesystem::path& log, std::optional<int> exit_code, std::optional<int> signal);
 
 }  // namespace meganeura::alert

@@ -71,8 +71,7 @@ std::vector<std::string> job_kernel_oom(const std::vector<std::string>& lines, c
   return out;
 }
 
-std::vector<std::string> job_gpu_events(const std::vector<std::string>& events,
-                                        const char* cuda_visible_devices) {
+std::vector<std::string> job_gpu_events(const std::vector<std::string>& events, const char* cuda_visible_devices) {
   if (cuda_visible_devices == nullptr) return events;
   std::set<long> visible;
   std::string_view rest = cuda_visible_devices;

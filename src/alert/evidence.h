@@ -26,8 +26,7 @@ std::vector<std::string> job_kernel_oom(const std::vector<std::string>& lines, c
 
 // GPU events ("... on GPU N") on the GPUs of CUDA_VISIBLE_DEVICES when it lists indices;
 // all of them when it is unset or names GPUs by UUID; none when it is set and empty.
-std::vector<std::string> job_gpu_events(const std::vector<std::string>& events,
-                                        const char* cuda_visible_devices);
+std::vector<std::string> job_gpu_events(const std::vector<std::string>& events, const char* cuda_visible_devices);
 
 // The pids of the processes in session `sid` (the job runs in a session of its own).
 std::vector<long> session_members(long sid);

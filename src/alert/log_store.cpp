@@ -18,8 +18,7 @@ namespace {
 constexpr size_t kMaxLine = 64 * 1024;
 
 [[noreturn]] void fail(const std::string& what, const std::filesystem::path& p) {
-  throw std::runtime_error(
-      fmt::format("[gpualert] cannot {} '{}': {}", what, p.string(), std::strerror(errno)));
+  throw std::runtime_error(fmt::format("[gpualert] cannot {} '{}': {}", what, p.string(), std::strerror(errno)));
 }
 
 void make_private_dirs(const std::filesystem::path& dir) {
@@ -34,8 +33,7 @@ void make_private_dirs(const std::filesystem::path& dir) {
   if (stat(dir.c_str(), &st) != 0 || !S_ISDIR(st.st_mode)) fail("use directory", dir);
 }
 
-void write_all(int fd, const char* data, size_t size, uint64_t offset,
-               const std::filesystem::path& p) {
+void write_all(int fd, const char* data, size_t size, uint64_t offset, const std::filesystem::path& p) {
   while (size > 0) {
     ssize_t n = pwrite(fd, data, size, static_cast<off_t>(offset));
     if (n < 0) {
@@ -50,8 +48,7 @@ void write_all(int fd, const char* data, size_t size, uint64_t offset,
 
 }  // namespace
 
-LogStore::LogStore(const std::filesystem::path& job_dir, const LogHeader& header)
-    : path_(job_dir / "output.log") {
+LogStore::LogStore(const std::filesystem::path& job_dir, const LogHeader& header) : path_(job_dir / "output.log") {
   make_private_dirs(job_dir);
   fd_ = open(path_.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
   if (fd_ < 0) fail("create log", path_);
@@ -59,9 +56,8 @@ LogStore::LogStore(const std::filesystem::path& job_dir, const LogHeader& header
   std::string command = header.command;
   for (auto& c : command)
     if (c == '\n' || c == '\r') c = ' ';
-  std::string head = fmt::format("{}{}\n# command: {}\n# host: {}\n# cwd: {}\n# start: {}\n{}\n",
-                                 kLogMagic, header.job_id, command, header.host, header.cwd,
-                                 header.start_time, kBodyMarker);
+  std::string head = fmt::format("{}{}\n# command: {}\n# host: {}\n# cwd: {}\n# start: {}\n{}\n", kLogMagic,
+                                 header.job_id, command, header.host, header.cwd, header.start_time, kBodyMarker);
   write_all(fd_, head.data(), head.size(), 0, path_);
   if (fsync(fd_) != 0) fail("fsync", path_);
   struct stat st {};
@@ -124,11 +120,12 @@ void LogStore::append(std::string_view bytes) {
         }
         continue;
       case 3:  // OSC: until BEL or ESC
-        if (c == '\a') escape_state_ = 0;
-        else if (c == '\x1b') escape_state_ = 1;
+        if (c == '\a')
+          escape_state_ = 0;
+        else if (c == '\x1b')
+          escape_state_ = 1;
         continue;
-      default:
-        break;
+      default: break;
     }
     if (c == '\x1b') {
       escape_state_ = 1;
@@ -150,8 +147,8 @@ void LogStore::append(std::string_view bytes) {
 
 bool LogStore::io(bool ok, const char* what) {
   if (ok || !error_.empty()) return ok;
-  error_ = fmt::format("cannot {} '{}' at byte {}: {}", what, path_.string(),
-                       line_start_ - body_offset_, std::strerror(errno));
+  error_ = fmt::format("cannot {} '{}' at byte {}: {}", what, path_.string(), line_start_ - body_offset_,
+                       std::strerror(errno));
   return false;
 }
 

@@ -70,17 +70,17 @@ class LogStore {
   int fd_ = -1;
   uint64_t body_offset_ = 0;
   timespec created_mtime_{};
-  uint64_t line_start_ = 0;   // file offset where the current (unterminated) line begins
-  std::string line_;          // current line as a terminal would show it
-  size_t cursor_ = 0;         // column of the next character within line_
-  size_t dirty_from_ = 0;     // first byte of line_ not yet written to the file
-  size_t written_len_ = 0;    // bytes of line_ currently in the file
-  int escape_state_ = 0;      // 0 none, 1 after ESC, 2 inside CSI, 3 inside OSC
+  uint64_t line_start_ = 0;  // file offset where the current (unterminated) line begins
+  std::string line_;         // current line as a terminal would show it
+  size_t cursor_ = 0;        // column of the next character within line_
+  size_t dirty_from_ = 0;    // first byte of line_ not yet written to the file
+  size_t written_len_ = 0;   // bytes of line_ currently in the file
+  int escape_state_ = 0;     // 0 none, 1 after ESC, 2 inside CSI, 3 inside OSC
   bool dirty_ = false;
   bool finished_ = false;
   std::string error_;
-  std::string tail_;          // complete lines after the file stopped (bounded)
-  uint64_t lost_bytes_ = 0;   // bytes of complete lines dropped from tail_
+  std::string tail_;         // complete lines after the file stopped (bounded)
+  uint64_t lost_bytes_ = 0;  // bytes of complete lines dropped from tail_
 };
 
 // Splits a log file into the child's output, skipping gpualert's own header when present.

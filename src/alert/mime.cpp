@@ -53,18 +53,17 @@ std::string random_token() {
 
 // Quoted-printable would keep the text readable in raw form, but base64 is simpler to get
 // exactly right for arbitrary log bytes and long lines.
-void add_text_part(std::string& out, const std::string& boundary, std::string_view type,
-                   std::string_view body) {
-  out += fmt::format("--{}\r\nContent-Type: {}; charset=utf-8\r\nContent-Transfer-Encoding: "
-                     "base64\r\n\r\n{}",
-                     boundary, type, base64_encode(body));
+void add_text_part(std::string& out, const std::string& boundary, std::string_view type, std::string_view body) {
+  out += fmt::format(
+      "--{}\r\nContent-Type: {}; charset=utf-8\r\nContent-Transfer-Encoding: "
+      "base64\r\n\r\n{}",
+      boundary, type, base64_encode(body));
 }
 
 }  // namespace
 
 std::string base64_encode(std::string_view data, size_t line_length) {
-  static constexpr char kAlphabet[] =
-      "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+  static constexpr char kAlphabet[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
   std::string out;
   out.reserve(data.size() * 4 / 3 + data.size() / 50 + 8);
   size_t col = 0;
@@ -77,8 +76,7 @@ std::string base64_encode(std::string_view data, size_t line_length) {
   };
   size_t i = 0;
   for (; i + 2 < data.size(); i += 3) {
-    uint32_t v = (static_cast<unsigned char>(data[i]) << 16) |
-                 (static_cast<unsigned char>(data[i + 1]) << 8) |
+    uint32_t v = (static_cast<unsigned char>(data[i]) << 16) | (static_cast<unsigned char>(data[i + 1]) << 8) |
                  static_cast<unsigned char>(data[i + 2]);
     put(kAlphabet[(v >> 18) & 63]);
     put(kAlphabet[(v >> 12) & 63]);
@@ -105,8 +103,8 @@ std::string build_email(const EmailParts& p) {
   for (const auto& r : p.to) to += (to.empty() ? "" : ", ") + one_line(r);
   std::string domain = hostname();
   std::string out;
-  out += fmt::format("From: {}\r\nTo: {}\r\nSubject: {}\r\nDate: {}\r\nMessage-ID: <{}.{}@{}>\r\n",
-                     one_line(p.from), to, header_text(p.subject), rfc2822_date(), token, getpid(), domain);
+  out += fmt::format("From: {}\r\nTo: {}\r\nSubject: {}\r\nDate: {}\r\nMessage-ID: <{}.{}@{}>\r\n", one_line(p.from),
+                     to, header_text(p.subject), rfc2822_date(), token, getpid(), domain);
   out += "MIME-Version: 1.0\r\nX-Mailer: gpualert\r\n";
   out += fmt::format("Content-Type: multipart/mixed; boundary=\"{}\"\r\n\r\n", mixed);
   out += "This is a multi-part message in MIME format.\r\n";
@@ -117,9 +115,10 @@ std::string build_email(const EmailParts& p) {
   for (const auto& a : p.attachments) {
     std::string name;
     for (char c : a.name) name += (c == '"' || c == '\\' || c == '\r' || c == '\n') ? '_' : c;
-    out += fmt::format("--{}\r\nContent-Type: {}; name=\"{}\"\r\nContent-Disposition: attachment; "
-                       "filename=\"{}\"\r\nContent-Transfer-Encoding: base64\r\n\r\n{}",
-                       mixed, a.content_type, name, name, base64_encode(a.data));
+    out += fmt::format(
+        "--{}\r\nContent-Type: {}; name=\"{}\"\r\nContent-Disposition: attachment; "
+        "filename=\"{}\"\r\nContent-Transfer-Encoding: base64\r\n\r\n{}",
+        mixed, a.content_type, name, name, base64_encode(a.data));
   }
   out += fmt::format("--{}--\r\n", mixed);
   return out;

@@ -16,18 +16,15 @@ namespace meganeura::alert {
 MonitorLock::MonitorLock(const std::filesystem::path& state_dir, const std::string& job_id) {
   auto dir = state_dir / "running";
   if (mkdir(dir.c_str(), 0700) != 0 && errno != EEXIST)
-    throw std::runtime_error(fmt::format("[gpualert] cannot create '{}': {}", dir.string(),
-                                         std::strerror(errno)));
+    throw std::runtime_error(fmt::format("[gpualert] cannot create '{}': {}", dir.string(), std::strerror(errno)));
   // Locked under a temporary name, then renamed: a scan never sees an unlocked new file.
   auto tmp = dir / (".tmp-" + job_id);
   fd_ = open(tmp.c_str(), O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, 0600);
   if (fd_ < 0 || flock(fd_, LOCK_EX) != 0)
-    throw std::runtime_error(fmt::format("[gpualert] cannot create '{}': {}", tmp.string(),
-                                         std::strerror(errno)));
+    throw std::runtime_error(fmt::format("[gpualert] cannot create '{}': {}", tmp.string(), std::strerror(errno)));
   path_ = dir / (job_id + ".lock");
   if (std::rename(tmp.c_str(), path_.c_str()) != 0)
-    throw std::runtime_error(fmt::format("[gpualert] cannot create '{}': {}", path_.string(),
-                                         std::strerror(errno)));
+    throw std::runtime_error(fmt::format("[gpualert] cannot create '{}': {}", path_.string(), std::strerror(errno)));
 }
 
 MonitorLock::~MonitorLock() {

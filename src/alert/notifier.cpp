@@ -1,19 +1,19 @@
 #include "alert/notifier.h"
 
 #include <curl/curl.h>
-#include <openssl/evp.h>
-#include <openssl/hmac.h>
 #include <fcntl.h>
 #include <fmt/format.h>
+#include <openssl/evp.h>
+#include <openssl/hmac.h>
 #include <sys/file.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <chrono>
+#include <cstring>
 #include <map>
 #include <mutex>
 #include <thread>
-#include <chrono>
-#include <cstring>
 
 #include "alert/util.h"
 
@@ -73,7 +73,7 @@ bool permanent_code(long code, bool http) {
 
 // Pairs each RCPT command with the server's reply, from libcurl's protocol trace.
 struct RcptTrace {
-  std::string pending;  // the recipient of the last RCPT sent
+  std::string pending;                                       // the recipient of the last RCPT sent
   std::vector<std::pair<std::string, std::string>> refused;  // recipient, reply
 };
 
@@ -83,7 +83,8 @@ int trace_smtp(CURL*, curl_infotype type, char* data, size_t size, void* user) {
   if (type == CURLINFO_HEADER_OUT && text.rfind("RCPT TO:", 0) == 0) {
     auto open = text.find('<'), close = text.find('>');
     t->pending = open != std::string_view::npos && close != std::string_view::npos && close > open
-                     ? std::string(text.substr(open + 1, close - open - 1)) : std::string(text);
+                     ? std::string(text.substr(open + 1, close - open - 1))
+                     : std::string(text);
   } else if (type == CURLINFO_HEADER_IN && !t->pending.empty() && text.size() >= 3) {
     if (text[0] == '4' || text[0] == '5') {
       std::string reply(text);
@@ -95,8 +96,7 @@ int trace_smtp(CURL*, curl_infotype type, char* data, size_t size, void* user) {
   return 0;
 }
 
-Delivery send_email(const nlohmann::json& meta, const std::string& payload, const Config& config,
-                    double timeout_s) {
+Delivery send_email(const nlohmann::json& meta, const std::string& payload, const Config& config, double timeout_s) {
   const auto& smtp = meta.at("smtp");
   Curl curl;
   if (curl.get() == nullptr) return {"cannot initialise libcurl"};
@@ -111,12 +111,14 @@ Delivery send_email(const nlohmann::json& meta, const std::string& payload, cons
   // relay that does not offer it, or a network that strips it, fails the delivery), and
   // "none" refuses. Only tls = "insecure" says clear text is acceptable.
   if (!user.empty() && tls == "none" && url.rfind("smtps://", 0) != 0)
-    return {"refusing to send the SMTP login without TLS (tls = \"none\"); use tls = \"require\", "
-           "or tls = \"insecure\" to allow it in clear text", true};
+    return {
+        "refusing to send the SMTP login without TLS (tls = \"none\"); use tls = \"require\", "
+        "or tls = \"insecure\" to allow it in clear text",
+        true};
   if (url.rfind("smtps://", 0) != 0) {
     long use_ssl = tls == "require" || (tls == "auto" && !user.empty()) ? CURLUSESSL_ALL
-                   : tls == "none" || tls == "insecure"                  ? CURLUSESSL_NONE
-                                                                         : CURLUSESSL_TRY;
+                   : tls == "none" || tls == "insecure"                 ? CURLUSESSL_NONE
+                                                                        : CURLUSESSL_TRY;
     curl_easy_setopt(h, CURLOPT_USE_SSL, use_ssl);
   }
   std::string ca = smtp.value("ca_file", "");
@@ -164,8 +166,7 @@ Delivery send_email(const nlohmann::json& meta, const std::string& payload, cons
   return d;
 }
 
-Delivery send_http(const nlohmann::json& meta, const std::string& payload, const Config& config,
-                   double timeout_s) {
+Delivery send_http(const nlohmann::json& meta, const std::string& payload, const Config& config, double timeout_s) {
   Curl curl;
   if (curl.get() == nullptr) return {"cannot initialise libcurl"};
   CURL* h = curl.get();
@@ -182,18 +183,15 @@ Delivery send_http(const nlohmann::json& meta, const std::string& payload, const
     for (const auto& [k, v] : meta["headers"].items())
       headers = curl_slist_append(headers, fmt::format("{}: {}", k, v.get<std::string>()).c_str());
   // One credential per channel: the ntfy token never reaches the webhook, nor the reverse.
-  const std::string& token =
-      meta.value("channel", "") == "ntfy" ? config.webhook.ntfy_token : config.webhook.token;
-  if (!token.empty())
-    headers = curl_slist_append(headers, ("Authorization: Bearer " + token).c_str());
+  const std::string& token = meta.value("channel", "") == "ntfy" ? config.webhook.ntfy_token : config.webhook.token;
+  if (!token.empty()) headers = curl_slist_append(headers, ("Authorization: Bearer " + token).c_str());
   curl_easy_setopt(h, CURLOPT_HTTPHEADER, headers);
   CURLcode rc = curl_easy_perform(h);
   long code = 0;
   curl_easy_getinfo(h, CURLINFO_RESPONSE_CODE, &code);
   curl_slist_free_all(headers);
   if (rc != CURLE_OK) return {curl_error(rc, errbuf, h)};
-  if (code < 200 || code >= 300)
-    return {fmt::format("server replied HTTP {}", code), permanent_code(code, true)};
+  if (code < 200 || code >= 300) return {fmt::format("server replied HTTP {}", code), permanent_code(code, true)};
   return {};
 }
 
@@ -203,21 +201,17 @@ const std::string& credential_for(const nlohmann::json& meta, const Config& conf
   static const std::string kNone;
   std::string channel = meta.value("channel", "");
   if (channel == "email")
-    return meta.contains("smtp") && !meta["smtp"].value("username", "").empty()
-               ? config.smtp.password : kNone;
+    return meta.contains("smtp") && !meta["smtp"].value("username", "").empty() ? config.smtp.password : kNone;
   if (channel == "webhook") return config.webhook.token;
   if (channel == "ntfy") return config.webhook.ntfy_token;
   return kNone;
 }
 
-double mono_now() {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
-}
+double mono_now() { return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count(); }
 
 }  // namespace
 
-Delivery send_entry(const nlohmann::json& meta, const std::string& payload, const Config& config,
-                    double timeout_s) {
+Delivery send_entry(const nlohmann::json& meta, const std::string& payload, const Config& config, double timeout_s) {
   try {
     std::string channel = meta.value("channel", "");
     if (channel == "email") return send_email(meta, payload, config, timeout_s);
@@ -228,19 +222,18 @@ Delivery send_entry(const nlohmann::json& meta, const std::string& payload, cons
   }
 }
 
-std::string entry_signature(const nlohmann::json& meta, const std::string& payload,
-                            const std::string& key) {
+std::string entry_signature(const nlohmann::json& meta, const std::string& payload, const std::string& key) {
   // Everything that decides where the message and the credential go, and the message; not
   // the delivery bookkeeping a failed attempt updates.
   nlohmann::json what = meta;
-  for (const char* k : {"id", "created", "attempts", "last_error", "last_attempt", "signature",
-                        "given_up", "permanent_failures"})
+  for (const char* k :
+       {"id", "created", "attempts", "last_error", "last_attempt", "signature", "given_up", "permanent_failures"})
     what.erase(k);
   std::string data = what.dump() + '\n' + payload;
   unsigned char mac[EVP_MAX_MD_SIZE];
   unsigned int len = 0;
-  HMAC(EVP_sha256(), key.data(), static_cast<int>(key.size()),
-       reinterpret_cast<const unsigned char*>(data.data()), data.size(), mac, &len);
+  HMAC(EVP_sha256(), key.data(), static_cast<int>(key.size()), reinterpret_cast<const unsigned char*>(data.data()),
+       data.size(), mac, &len);
   std::string hex;
   for (unsigned int i = 0; i < len; ++i) hex += fmt::format("{:02x}", mac[i]);
   return hex;
@@ -278,12 +271,10 @@ FlushResult flush_outbox(const Outbox& outbox, const Config& config, const Flush
   // One worker per destination; each sends its entries in order until the deadline.
   std::map<std::string, std::vector<const OutboxEntry*>> by_destination;
   for (const auto& entry : entries) {
-    bool requested =
-        std::find(options.only.begin(), options.only.end(), entry.id) != options.only.end();
+    bool requested = std::find(options.only.begin(), options.only.end(), entry.id) != options.only.end();
     if (options.only_these && !requested) continue;
     std::string key = entry.meta.value("channel", "?") + " " +
-                      (entry.meta.contains("smtp") ? entry.meta["smtp"].value("url", "")
-                                                   : entry.meta.value("url", ""));
+                      (entry.meta.contains("smtp") ? entry.meta["smtp"].value("url", "") : entry.meta.value("url", ""));
     by_destination[key].push_back(&entry);
   }
   std::mutex mu;
@@ -317,21 +308,24 @@ FlushResult flush_outbox(const Outbox& outbox, const Config& config, const Flush
       std::string payload = outbox.payload(entry);
       const std::string& key = credential_for(entry.meta, config);
       if (!key.empty() && entry.meta.value("signature", "") != entry_signature(entry.meta, payload, key))
-        d = {"refused: not signed with the current credential for this channel (queued by someone "
-             "else, or with other credentials); not sent", true};
+        d = {
+            "refused: not signed with the current credential for this channel (queued by someone "
+            "else, or with other credentials); not sent",
+            true};
       else
         d = send_entry(entry.meta, payload, config, left);
     } catch (const std::exception& e) {
       d = {e.what()};
     }
-    std::string what = fmt::format("{} {} ({})", entry.meta.value("channel", "?"), entry.id,
-                                   entry.meta.value("subject", ""));
+    std::string what =
+        fmt::format("{} {} ({})", entry.meta.value("channel", "?"), entry.id, entry.meta.value("subject", ""));
     const bool delivered = d.error.empty() || !d.rejected.empty();
     int attempts = entry.meta.value("attempts", 0) + 1;
     int permanent = entry.meta.value("permanent_failures", 0) + (d.permanent ? 1 : 0);
     double age = wall_now() - entry.meta.value("created_epoch", wall_now());
     std::string give_up_reason;
-    if (!d.rejected.empty()) give_up_reason = d.error;
+    if (!d.rejected.empty())
+      give_up_reason = d.error;
     else if (!delivered && permanent >= kMaxPermanentAttempts)
       give_up_reason = fmt::format("refused {} times for good: {}", permanent, d.error);
     else if (!delivered && attempts >= kMaxAttempts)
@@ -365,8 +359,7 @@ FlushResult flush_outbox(const Outbox& outbox, const Config& config, const Flush
       } else if (!give_up_reason.empty()) {
         delivered ? ++result.sent : ++result.failed;
         ++result.given_up;
-        result.messages.push_back(fmt::format("{}gave up: {}: {}", delivered ? "sent, " : "", what,
-                                              give_up_reason));
+        result.messages.push_back(fmt::format("{}gave up: {}: {}", delivered ? "sent, " : "", what, give_up_reason));
       } else {
         ++result.failed;
         result.messages.push_back(fmt::format("failed: {}: {}", what, d.error));

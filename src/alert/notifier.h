@@ -30,15 +30,14 @@ struct FlushResult {
 struct Delivery {
   Delivery() = default;
   Delivery(std::string e, bool perm = false) : error(std::move(e)), permanent(perm) {}
-  std::string error;       // empty: delivered (to at least one recipient)
-  bool permanent = false;  // the server refused for good (5xx, HTTP 4xx): retrying will not help
+  std::string error;                  // empty: delivered (to at least one recipient)
+  bool permanent = false;             // the server refused for good (5xx, HTTP 4xx): retrying will not help
   std::vector<std::string> rejected;  // email recipients refused while others accepted
 };
 
 // Sends one entry. Secrets (SMTP password, webhook token) are taken from `config`, never
 // from the entry.
-Delivery send_entry(const nlohmann::json& meta, const std::string& payload, const Config& config,
-                    double timeout_s);
+Delivery send_entry(const nlohmann::json& meta, const std::string& payload, const Config& config, double timeout_s);
 
 // An entry is given up (moved to <state>/given-up/ with the reason, and reported) after
 // kMaxPermanentAttempts permanent refusals, or kMaxAttempts attempts, or kMaxAgeS seconds.

@@ -35,16 +35,14 @@ std::string Outbox::put(nlohmann::json meta, std::string_view payload) {
   chmod(dir_.parent_path().c_str(), 0700);
   chmod(dir_.c_str(), 0700);
   if (ec)
-    throw std::runtime_error(fmt::format("[gpualert] outbox: cannot create '{}': {}", dir_.string(),
-                                         ec.message()));
+    throw std::runtime_error(fmt::format("[gpualert] outbox: cannot create '{}': {}", dir_.string(), ec.message()));
   // Ids sort by creation time, so a flush sends the oldest first.
   std::random_device rd;
   std::string id = fmt::format("{:.6f}-{:06x}", wall_now(), rd() & 0xffffff);
   auto tmp = dir_ / (".tmp-" + id);
   std::filesystem::create_directory(tmp, ec);
   if (ec)
-    throw std::runtime_error(fmt::format("[gpualert] outbox: cannot create '{}': {}", tmp.string(),
-                                         ec.message()));
+    throw std::runtime_error(fmt::format("[gpualert] outbox: cannot create '{}': {}", tmp.string(), ec.message()));
   meta["id"] = id;
   meta["created"] = iso_time(wall_now());
   meta["created_epoch"] = wall_now();
@@ -92,15 +90,13 @@ std::vector<OutboxEntry> list_entries(const std::filesystem::path& dir) {
 
 std::vector<OutboxEntry> Outbox::list() const { return list_entries(dir_); }
 
-std::vector<OutboxEntry> Outbox::given_up() const {
-  return list_entries(dir_.parent_path() / "given-up");
-}
+std::vector<OutboxEntry> Outbox::given_up() const { return list_entries(dir_.parent_path() / "given-up"); }
 
 void Outbox::give_up(const OutboxEntry& entry, const std::string& reason) const {
   auto dest_dir = dir_.parent_path() / "given-up";
   if (mkdir(dest_dir.c_str(), 0700) != 0 && errno != EEXIST)
-    throw std::runtime_error(fmt::format("[gpualert] outbox: cannot create '{}': {}",
-                                         dest_dir.string(), std::strerror(errno)));
+    throw std::runtime_error(
+        fmt::format("[gpualert] outbox: cannot create '{}': {}", dest_dir.string(), std::strerror(errno)));
   OutboxEntry updated = entry;
   updated.meta["given_up"] = reason;
   updated.meta["last_attempt"] = iso_time(wall_now());
@@ -108,8 +104,8 @@ void Outbox::give_up(const OutboxEntry& entry, const std::string& reason) const 
   std::error_code ec;
   std::filesystem::rename(entry.dir, dest_dir / entry.id, ec);
   if (ec)
-    throw std::runtime_error(fmt::format("[gpualert] outbox: cannot move '{}' to '{}': {}",
-                                         entry.dir.string(), dest_dir.string(), ec.message()));
+    throw std::runtime_error(fmt::format("[gpualert] outbox: cannot move '{}' to '{}': {}", entry.dir.string(),
+                                         dest_dir.string(), ec.message()));
   sync_dir(dir_);
 }
 
@@ -123,8 +119,7 @@ bool Outbox::empty() const {
 std::string Outbox::payload(const OutboxEntry& entry) const {
   std::ifstream in(entry.dir / "payload", std::ios::binary);
   if (!in)
-    throw std::runtime_error(
-        fmt::format("[gpualert] outbox: cannot read '{}'", (entry.dir / "payload").string()));
+    throw std::runtime_error(fmt::format("[gpualert] outbox: cannot read '{}'", (entry.dir / "payload").string()));
   return {std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
 }
 
@@ -140,8 +135,8 @@ void Outbox::write_meta(const OutboxEntry& entry) const {
   std::error_code ec;
   std::filesystem::rename(tmp, entry.dir / "meta.json", ec);
   if (ec)
-    throw std::runtime_error(fmt::format("[gpualert] outbox: cannot update '{}': {}",
-                                         entry.dir.string(), ec.message()));
+    throw std::runtime_error(
+        fmt::format("[gpualert] outbox: cannot update '{}': {}", entry.dir.string(), ec.message()));
 }
 
 void Outbox::record_failure(const OutboxEntry& entry, const std::string& error) const {

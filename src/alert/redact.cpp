@@ -13,11 +13,9 @@ Redactor::Redactor(const std::vector<std::string>& patterns) {
   for (const auto& p : patterns) {
     RE2 one(p, RE2::Quiet);
     if (!one.ok())
-      throw std::invalid_argument(
-          fmt::format("[gpualert] --redact: bad pattern '{}': {}", p, one.error()));
+      throw std::invalid_argument(fmt::format("[gpualert] --redact: bad pattern '{}': {}", p, one.error()));
     if (one.pattern().empty() || RE2::FullMatch("", one))
-      throw std::invalid_argument(
-          fmt::format("[gpualert] --redact: pattern '{}' matches the empty string", p));
+      throw std::invalid_argument(fmt::format("[gpualert] --redact: pattern '{}' matches the empty string", p));
     combined += (combined.empty() ? "" : "|") + fmt::format("(?:{})", p);
   }
   re_ = std::make_unique<RE2>(combined, RE2::Quiet);

@@ -56,9 +56,8 @@ std::string telemetry_text(const TelemetryResult& t) {
     s += fmt::format(
         "GPU {} {}: util avg {:.0f}% max {:.0f}%, memory max {} of {}, temp max {} C, power avg "
         "{:.0f} W max {:.0f} W, energy {:.1f} kJ\n",
-        g.index, g.name, g.util_avg, g.util_max, format_size(g.mem_max_bytes),
-        format_size(g.mem_total_bytes), g.temp_max_c, g.power_avg_w, g.power_max_w,
-        g.energy_j / 1000);
+        g.index, g.name, g.util_avg, g.util_max, format_size(g.mem_max_bytes), format_size(g.mem_total_bytes),
+        g.temp_max_c, g.power_avg_w, g.power_max_w, g.energy_j / 1000);
   for (const auto& e : t.gpu_events) s += "GPU event: " + e + "\n";
   if (t.energy.is_object()) {
     s += fmt::format("Energy: {:.1f} J measured", t.energy.value("total_joules", 0.0));
@@ -73,15 +72,14 @@ std::string telemetry_text(const TelemetryResult& t) {
 
 std::map<std::string, std::string> slurm_environment() {
   std::map<std::string, std::string> out;
-  for (const char* key : {"SLURM_JOB_ID", "SLURM_JOB_NAME", "SLURM_JOB_NODELIST",
-                          "SLURM_ARRAY_JOB_ID", "SLURM_ARRAY_TASK_ID", "SLURM_JOB_PARTITION",
-                          "SLURM_JOB_ACCOUNT", "SLURM_PROCID", "SLURM_NTASKS"})
+  for (const char* key :
+       {"SLURM_JOB_ID", "SLURM_JOB_NAME", "SLURM_JOB_NODELIST", "SLURM_ARRAY_JOB_ID", "SLURM_ARRAY_TASK_ID",
+        "SLURM_JOB_PARTITION", "SLURM_JOB_ACCOUNT", "SLURM_PROCID", "SLURM_NTASKS"})
     if (auto v = env(key)) out[key] = *v;
   return out;
 }
 
-std::vector<std::string> tail_lines(const std::string& log_path, uint64_t body_offset,
-                                    size_t count) {
+std::vector<std::string> tail_lines(const std::string& log_path, uint64_t body_offset, size_t count) {
   struct stat st {};
   if (stat(log_path.c_str(), &st) != 0) return {};
   // Only the end of a big log matters: start reading at most 256 KiB before its end.
@@ -101,16 +99,17 @@ std::vector<std::string> tail_lines(const std::string& log_path, uint64_t body_o
 
 nlohmann::json to_json(const Report& r) {
   nlohmann::json evidence = nlohmann::json::array();
-  for (const auto& e : r.classification.evidence)
-    evidence.push_back({{"line", e.line}, {"text", e.text}});
+  for (const auto& e : r.classification.evidence) evidence.push_back({{"line", e.line}, {"text", e.text}});
   nlohmann::json attached = nlohmann::json::array();
   for (const auto& a : r.attachments)
-    attached.push_back({{"source", a.source}, {"name", a.name}, {"original_size", a.original_size},
-                        {"attached_size", a.attached_size}, {"truncated", a.truncated},
+    attached.push_back({{"source", a.source},
+                        {"name", a.name},
+                        {"original_size", a.original_size},
+                        {"attached_size", a.attached_size},
+                        {"truncated", a.truncated},
                         {"compressed", a.compressed}});
   nlohmann::json skipped = nlohmann::json::array();
-  for (const auto& s : r.skipped)
-    skipped.push_back({{"path", s.path}, {"size", s.size}, {"reason", s.reason}});
+  for (const auto& s : r.skipped) skipped.push_back({{"path", s.path}, {"size", s.size}, {"reason", s.reason}});
   nlohmann::json notes = nlohmann::json::array();
   for (const auto& n : r.notifications)
     notes.push_back({{"channel", n.channel}, {"status", n.status}, {"detail", n.detail}});
@@ -154,22 +153,18 @@ std::string subject_line(const Report& r) {
   std::string cmd = r.argv.empty() ? "" : r.argv[0];
   if (auto slash = cmd.rfind('/'); slash != std::string::npos) cmd = cmd.substr(slash + 1);
   std::string where = r.slurm.count("SLURM_JOB_ID") ? " slurm " + r.slurm.at("SLURM_JOB_ID") : "";
-  if (r.kind == "hang")
-    return fmt::format("[gpualert] HANG {} on {}{}: no output", cmd, r.host, where);
-  if (r.kind == "monitor_lost")
-    return fmt::format("[gpualert] LOST {} on {}{}: its monitor died", cmd, r.host, where);
+  if (r.kind == "hang") return fmt::format("[gpualert] HANG {} on {}{}: no output", cmd, r.host, where);
+  if (r.kind == "monitor_lost") return fmt::format("[gpualert] LOST {} on {}{}: its monitor died", cmd, r.host, where);
   if (r.classification.id == "success")
-    return fmt::format("[gpualert] OK {} on {}{} ({})", cmd, r.host, where,
-                       format_duration(r.end_time - r.start_time));
-  return fmt::format("[gpualert] FAILED {} on {}{}: {} ({})", cmd, r.host, where,
-                     r.classification.label, outcome(r));
+    return fmt::format("[gpualert] OK {} on {}{} ({})", cmd, r.host, where, format_duration(r.end_time - r.start_time));
+  return fmt::format("[gpualert] FAILED {} on {}{}: {} ({})", cmd, r.host, where, r.classification.label, outcome(r));
 }
 
 std::string render_text(const Report& r) {
   std::string s;
   s += fmt::format("Status:    {}\n", outcome(r));
-  s += fmt::format("Cause:     {} [{}] (confidence {:.2f})\n", r.classification.label,
-                   r.classification.id, r.classification.confidence);
+  s += fmt::format("Cause:     {} [{}] (confidence {:.2f})\n", r.classification.label, r.classification.id,
+                   r.classification.confidence);
   s += fmt::format("Remedy:    {}\n", r.classification.remedy);
   s += fmt::format("Command:   {}\n", r.command);
   s += fmt::format("Host:      {}\n", r.host);
@@ -178,8 +173,7 @@ std::string render_text(const Report& r) {
   s += fmt::format("Ended:     {}\n", iso_time(r.end_time));
   s += fmt::format("Duration:  {}\n", format_duration(r.end_time - r.start_time));
   s += fmt::format("Job:       {} ({})\n", r.job_id, r.log_path);
-  if (r.received_signal)
-    s += fmt::format("gpualert received {}\n", signal_name(*r.received_signal));
+  if (r.received_signal) s += fmt::format("gpualert received {}\n", signal_name(*r.received_signal));
   if (r.timed_out) s += "The --timeout expired; the process group was ended.\n";
   for (const auto& n : r.notes) s += "Note:      " + n + "\n";
   s += "\nEvidence:\n";
@@ -191,14 +185,12 @@ std::string render_text(const Report& r) {
   if (!r.attachments.empty()) {
     s += "\nAttached:\n";
     for (const auto& a : r.attachments)
-      s += fmt::format("  {} ({} of {}{}{})\n", a.name, format_size(a.attached_size),
-                       format_size(a.original_size), a.truncated ? ", head+tail" : "",
-                       a.compressed ? ", gzip" : "");
+      s += fmt::format("  {} ({} of {}{}{})\n", a.name, format_size(a.attached_size), format_size(a.original_size),
+                       a.truncated ? ", head+tail" : "", a.compressed ? ", gzip" : "");
   }
   if (!r.skipped.empty()) {
     s += "\nNot attached:\n";
-    for (const auto& k : r.skipped)
-      s += fmt::format("  {} ({}): {}\n", k.path, format_size(k.size), k.reason);
+    for (const auto& k : r.skipped) s += fmt::format("  {} ({}): {}\n", k.path, format_size(k.size), k.reason);
   }
   return s;
 }
@@ -213,8 +205,8 @@ std::string render_html(const Report& r) {
     s += fmt::format("<tr><th align=\"left\">{}</th><td>{}</td></tr>", k, html_escape(v));
   };
   row("Status", outcome(r));
-  row("Cause", fmt::format("{} [{}], confidence {:.2f}", r.classification.label,
-                           r.classification.id, r.classification.confidence));
+  row("Cause", fmt::format("{} [{}], confidence {:.2f}", r.classification.label, r.classification.id,
+                           r.classification.confidence));
   row("Remedy", r.classification.remedy);
   row("Command", r.command);
   row("Host", r.host);
@@ -234,8 +226,7 @@ std::string render_html(const Report& r) {
   if (!r.skipped.empty()) {
     s += "<h3>Not attached</h3><ul>";
     for (const auto& k : r.skipped)
-      s += fmt::format("<li>{} ({}): {}</li>", html_escape(k.path), format_size(k.size),
-                       html_escape(k.reason));
+      s += fmt::format("<li>{} ({}): {}</li>", html_escape(k.path), format_size(k.size), html_escape(k.reason));
     s += "</ul>";
   }
   return s + "</body></html>";

@@ -72,7 +72,6 @@ std::string render_short(const Report& report);
 std::map<std::string, std::string> slurm_environment();
 
 // The last `count` lines of the child's output (after the header).
-std::vector<std::string> tail_lines(const std::string& log_path, uint64_t body_offset,
-                                    size_t count);
+std::vector<std::string> tail_lines(const std::string& log_path, uint64_t body_offset, size_t count);
 
 }  // namespace meganeura::alert

@@ -12,13 +12,13 @@ enum class When { kFailed, kAlways };  // kFailed: only when the exit status is 
 // Evidence outside the log that makes a rule match on its own.
 enum class Fact {
   kNone,
-  kHangKilled,        // gpualert ended the job after --hang-after with --kill-on-hang
-  kTerminated,        // SIGTERM/SIGHUP to the wrapper, or --timeout
-  kGpuEvent,          // NVML Xid / ECC event on the job's GPUs (application Xids excluded)
-  kGpuAppEvent,       // NVML Xid the application itself caused (13, 31, 43)
-  kOomKill,           // cgroup memory.events oom_kill rose, or the kernel reported a kill
-  kAnySignal,         // death by any signal
-  kExitZero,          // exit status 0
+  kHangKilled,   // gpualert ended the job after --hang-after with --kill-on-hang
+  kTerminated,   // SIGTERM/SIGHUP to the wrapper, or --timeout
+  kGpuEvent,     // NVML Xid / ECC event on the job's GPUs (application Xids excluded)
+  kGpuAppEvent,  // NVML Xid the application itself caused (13, 31, 43)
+  kOomKill,      // cgroup memory.events oom_kill rose, or the kernel reported a kill
+  kAnySignal,    // death by any signal
+  kExitZero,     // exit status 0
   kAlways,
 };
 

@@ -1,9 +1,9 @@
 #include "alert/runner.h"
 
 #include <fcntl.h>
-#include <sys/stat.h>
 #include <fmt/format.h>
 #include <spawn.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -11,12 +11,13 @@
 #include <cerrno>
 #include <chrono>
 #include <csignal>
-#include <cstring>
 #include <cstdio>
+#include <cstring>
 #include <thread>
 
 #include "alert/attachments.h"
 #include "alert/classifier.h"
+#include "alert/evidence.h"
 #include "alert/log_store.h"
 #include "alert/mime.h"
 #include "alert/monitor.h"
@@ -24,7 +25,6 @@
 #include "alert/redact.h"
 #include "alert/report.h"
 #include "alert/supervisor.h"
-#include "alert/evidence.h"
 #include "alert/telemetry.h"
 #include "alert/util.h"
 
@@ -73,9 +73,8 @@ struct Unqueued {
 
 // Builds the outbox entries for one report. Returns their ids. Messages that cannot be
 // stored are appended to `unqueued` (when given) for direct delivery.
-std::vector<std::string> enqueue(const Config& c, Report& report, const AttachmentPlan* plan,
-                                 bool dry_run, const Redactor& redactor,
-                                 std::vector<Unqueued>* unqueued) {
+std::vector<std::string> enqueue(const Config& c, Report& report, const AttachmentPlan* plan, bool dry_run,
+                                 const Redactor& redactor, std::vector<Unqueued>* unqueued) {
   std::vector<std::string> ids;
   // What leaves the machine is the redacted copy; statuses go back into `report`.
   const Report sent = redactor.redacted(report);
@@ -96,8 +95,7 @@ std::vector<std::string> enqueue(const Config& c, Report& report, const Attachme
       ids.push_back(outbox.put(meta, payload));
       report.notifications.push_back({channel, "queued", ""});
     } catch (const std::exception& e) {
-      std::fprintf(stderr, "%s; the %s notification is sent without the outbox (no retry)\n",
-                   e.what(), channel);
+      std::fprintf(stderr, "%s; the %s notification is sent without the outbox (no retry)\n", e.what(), channel);
       report.notifications.push_back({channel, "failed", e.what()});
       if (unqueued != nullptr) unqueued->push_back({report.notifications.size() - 1, meta, payload});
     }
@@ -105,16 +103,14 @@ std::vector<std::string> enqueue(const Config& c, Report& report, const Attachme
   if (c.email_enabled()) {
     EmailParts parts{c.smtp.from, c.smtp.to, subject, render_text(sent), render_html(sent), {}};
     if (plan != nullptr) parts.attachments = plan->blobs;
-    nlohmann::json smtp = {{"url", c.smtp.url},           {"from", c.smtp.from},
-                           {"to", c.smtp.to},             {"username", c.smtp.username},
-                           {"tls", c.smtp.tls},           {"ca_file", c.smtp.ca_file},
+    nlohmann::json smtp = {{"url", c.smtp.url},           {"from", c.smtp.from}, {"to", c.smtp.to},
+                           {"username", c.smtp.username}, {"tls", c.smtp.tls},   {"ca_file", c.smtp.ca_file},
                            {"insecure", c.smtp.insecure}};
     store("email", {{"smtp", smtp}}, build_email(parts));
   }
   if (!c.webhook.url.empty()) {
     nlohmann::json body = {{"text", render_short(sent)}, {"gpualert", to_json(sent)}};
-    store("webhook", {{"url", c.webhook.url}, {"headers", {{"Content-Type", "application/json"}}}},
-          body.dump());
+    store("webhook", {{"url", c.webhook.url}, {"headers", {{"Content-Type", "application/json"}}}}, body.dump());
   }
   if (!c.webhook.ntfy_url.empty()) {
     bool ok = sent.classification.id == "success";
@@ -144,8 +140,8 @@ void settle_statuses(const Config& c, Report& report, const std::vector<std::str
     } else if (it == left.end()) {
       n.status = "sent";
     } else {
-      n.detail = fmt::format("kept in outbox {} for retry: {}", it->dir.string(),
-                             it->meta.value("last_error", delivery));
+      n.detail =
+          fmt::format("kept in outbox {} for retry: {}", it->dir.string(), it->meta.value("last_error", delivery));
     }
   }
 }
@@ -154,8 +150,8 @@ void write_report(const std::filesystem::path& path, const std::string& json) {
   std::string tmp = path.string() + ".tmp";
   write_file(tmp, json, false);
   if (std::rename(tmp.c_str(), path.c_str()) != 0)
-    throw std::runtime_error(fmt::format("[gpualert] cannot write report '{}': {}", path.string(),
-                                         std::strerror(errno)));
+    throw std::runtime_error(
+        fmt::format("[gpualert] cannot write report '{}': {}", path.string(), std::strerror(errno)));
 }
 
 // Reports the jobs whose monitor died (see monitor.h) from what they left on disk, once
@@ -189,18 +185,22 @@ std::vector<std::string> report_lost_jobs(const RunOptions& o, const Redactor& r
                       : wall_now();
     r.start_time = r.end_time = last;
     r.exit_status = -1;
-    r.classification = {"monitor_lost", "Monitor lost",
+    r.classification = {"monitor_lost",
+                        "Monitor lost",
                         "gpualert was killed while the job ran (SIGKILL, the OOM killer, a node "
                         "failure) and the job was ended with it; read its log and rerun.",
-                        1.0, {{0, "no report was written: the monitor died before the job ended"}}};
+                        1.0,
+                        {{0, "no report was written: the monitor died before the job ended"}}};
     try {
       r.last_lines = tail_lines(r.log_path, find_body_offset(r.log_path), kLastLines);
     } catch (const std::exception&) {
     }
-    r.notes.push_back(fmt::format("gpualert, the job's monitor, died while the job ran; the log "
-                                  "holds the output until {}", iso_time(last)));
-    std::fprintf(stderr, "gpualert: job %s (%s) lost its monitor; output until %s is in %s\n",
-                 r.job_id.c_str(), r.command.c_str(), iso_time(last).c_str(), r.log_path.c_str());
+    r.notes.push_back(
+        fmt::format("gpualert, the job's monitor, died while the job ran; the log "
+                    "holds the output until {}",
+                    iso_time(last)));
+    std::fprintf(stderr, "gpualert: job %s (%s) lost its monitor; output until %s is in %s\n", r.job_id.c_str(),
+                 r.command.c_str(), iso_time(last).c_str(), r.log_path.c_str());
     if (o.notify && c.any_channel()) {
       auto more = enqueue(c, r, nullptr, o.dry_run, redactor, nullptr);
       ids.insert(ids.end(), more.begin(), more.end());
@@ -220,8 +220,10 @@ std::vector<std::string> report_lost_jobs(const RunOptions& o, const Redactor& r
 static int spawn_sender(const std::string& exe, std::vector<char*>& argv, int stdin_fd, pid_t* pid) {
   posix_spawn_file_actions_t fa;
   posix_spawn_file_actions_init(&fa);
-  if (stdin_fd >= 0) posix_spawn_file_actions_adddup2(&fa, stdin_fd, STDIN_FILENO);
-  else posix_spawn_file_actions_addopen(&fa, STDIN_FILENO, "/dev/null", O_RDONLY, 0);
+  if (stdin_fd >= 0)
+    posix_spawn_file_actions_adddup2(&fa, stdin_fd, STDIN_FILENO);
+  else
+    posix_spawn_file_actions_addopen(&fa, STDIN_FILENO, "/dev/null", O_RDONLY, 0);
   posix_spawn_file_actions_addopen(&fa, STDOUT_FILENO, "/dev/null", O_WRONLY, 0);
   posix_spawnattr_t attr;
   posix_spawnattr_init(&attr);
@@ -239,11 +241,10 @@ static int spawn_sender(const std::string& exe, std::vector<char*>& argv, int st
 
 }  // namespace
 
-std::string deliver_with_deadline(const std::string& sender_exe,
-                                  const std::filesystem::path& state_dir,
+std::string deliver_with_deadline(const std::string& sender_exe, const std::filesystem::path& state_dir,
                                   const std::optional<std::filesystem::path>& config_path,
-                                  const std::vector<std::string>& first, double deadline_s,
-                                  bool wait, long* spawned_pid) {
+                                  const std::vector<std::string>& first, double deadline_s, bool wait,
+                                  long* spawned_pid) {
   std::vector<std::string> args = {sender_exe, "--state-dir", state_dir.string(), "--timeout",
                                    fmt::format("{:.3f}", std::max(0.5, deadline_s - 0.5))};
   if (config_path) {
@@ -274,9 +275,9 @@ static double mono_now() {
 }
 
 static std::string deliver_from_memory(const std::string& sender_exe,
-                                const std::optional<std::filesystem::path>& config_path,
-                                const nlohmann::json& meta, const std::string& payload,
-                                double deadline_s, pid_t* pid_out) {
+                                       const std::optional<std::filesystem::path>& config_path,
+                                       const nlohmann::json& meta, const std::string& payload, double deadline_s,
+                                       pid_t* pid_out) {
   *pid_out = 0;
   int fds[2];
   if (pipe2(fds, O_CLOEXEC) != 0) return fmt::format("cannot create a pipe: {}", std::strerror(errno));
@@ -298,7 +299,8 @@ static std::string deliver_from_memory(const std::string& sender_exe,
   }
   *pid_out = pid;
   // A sender that dies early must not kill us with SIGPIPE, nor one that stops reading hang us.
-  struct sigaction ign {}, saved {};
+  struct sigaction ign {
+  }, saved{};
   ign.sa_handler = SIG_IGN;
   sigaction(SIGPIPE, &ign, &saved);
   fcntl(fds[1], F_SETFL, O_NONBLOCK);
@@ -342,8 +344,7 @@ int run_job(const RunOptions& o) {
   try {
     redactor = Redactor(c.redact);
     check_private_dir(c.state_dir);
-    log.emplace(job_dir, LogHeader{report.job_id, report.command, report.host, report.cwd,
-                                   iso_time(wall_now())});
+    log.emplace(job_dir, LogHeader{report.job_id, report.command, report.host, report.cwd, iso_time(wall_now())});
   } catch (const std::exception& e) {
     std::fprintf(stderr, "%s; the job was not started\n", e.what());
     return kExitCannotStart;
@@ -371,26 +372,25 @@ int run_job(const RunOptions& o) {
   so.kill_on_hang = o.kill_on_hang;
   so.echo = o.echo;
   so.env_remove = secret_env_names();
-  if (o.telemetry)
-    so.gpus_idle = [&telemetry] { return !telemetry.has_gpu_data() || telemetry.gpus_idle(); };
+  if (o.telemetry) so.gpus_idle = [&telemetry] { return !telemetry.has_gpu_data() || telemetry.gpus_idle(); };
   so.on_hang = [&](double silent_s) {
-    std::fprintf(stderr, "gpualert: no output for %s: possible hang\n",
-                 format_duration(silent_s).c_str());
+    std::fprintf(stderr, "gpualert: no output for %s: possible hang\n", format_duration(silent_s).c_str());
     if (!o.notify || !c.any_channel()) return;
     Report hang = report;
     hang.kind = "hang";
     hang.end_time = wall_now();  // the report so far: the job is still running
     hang.hang_detected = true;
-    hang.classification = {"hang", "Hang (no output)",
+    hang.classification = {"hang",
+                           "Hang (no output)",
                            "Look for a deadlock or a stalled collective; run py-spy dump on the "
                            "job's processes.",
-                           0.8, {{0, fmt::format("no output for {}", format_duration(silent_s))}}};
+                           0.8,
+                           {{0, fmt::format("no output for {}", format_duration(silent_s))}}};
     hang.last_lines = tail_lines(report.log_path, log->body_offset(), kLastLines);
     auto ids = enqueue(c, hang, nullptr, o.dry_run, redactor, nullptr);
     long pid = 0;
     if (!ids.empty())
-      deliver_with_deadline(o.sender_exe, c.state_dir, o.config_path, ids, c.notify_timeout_s,
-                            false, &pid);
+      deliver_with_deadline(o.sender_exe, c.state_dir, o.config_path, ids, c.notify_timeout_s, false, &pid);
     if (pid > 0) background.push_back(pid);
   };
   // The job's processes, seen about once a second, and its cgroup: kernel OOM reports
@@ -412,9 +412,7 @@ int run_job(const RunOptions& o) {
   // Reap background senders as they finish (only ours: the job's child is reaped by the
   // supervisor itself).
   so.on_tick = [&] {
-    std::erase_if(background, [](long pid) {
-      return waitpid(static_cast<pid_t>(pid), nullptr, WNOHANG) != 0;
-    });
+    std::erase_if(background, [](long pid) { return waitpid(static_cast<pid_t>(pid), nullptr, WNOHANG) != 0; });
     if (o.telemetry && job_pid > 0 && mono_now() - last_scan >= 1.0 && scope.pids.size() < 65536) {
       for (long p : session_members(job_pid)) scope.pids.insert(p);
       last_scan = mono_now();
@@ -440,8 +438,10 @@ int run_job(const RunOptions& o) {
   report.received_signal = outcome.received_signal;
   report.timed_out = outcome.timed_out;
   report.hang_detected = outcome.hang_detected;
-  if (o.telemetry) report.telemetry = telemetry.stop();
-  else report.telemetry.gpu_note = "telemetry disabled";
+  if (o.telemetry)
+    report.telemetry = telemetry.stop();
+  else
+    report.telemetry.gpu_note = "telemetry disabled";
   // The machine's kernel log and GPU events also tell of other jobs: keep this job's. The
   // job shares our cgroup, read only when there is something to match (a short job's
   // start-up is part of its wall time).
@@ -455,7 +455,8 @@ int run_job(const RunOptions& o) {
   SystemFacts facts;
   facts.exit_code = outcome.exit_code;
   facts.signal = outcome.term_signal;
-  facts.terminated_by_request = outcome.timed_out ||
+  facts.terminated_by_request =
+      outcome.timed_out ||
       (outcome.received_signal && (*outcome.received_signal == SIGTERM || *outcome.received_signal == SIGHUP));
   facts.hang_killed = outcome.hang_killed;
   facts.cgroup_oom_kills = report.telemetry.cgroup_oom_kills;
@@ -465,21 +466,19 @@ int run_job(const RunOptions& o) {
   // kept in memory since, so the end of the job is still classified and shown.
   std::optional<std::string> whole_output;
   if (log->incomplete()) {
-    report.notes.push_back(fmt::format(
-        "the log on disk is incomplete ({}); the job went on and its later output was kept in "
-        "memory: {} (latest lines, attached as output-tail.log)",
-        log->error(), format_size(log->memory_tail().size())));
+    report.notes.push_back(
+        fmt::format("the log on disk is incomplete ({}); the job went on and its later output was kept in "
+                    "memory: {} (latest lines, attached as output-tail.log)",
+                    log->error(), format_size(log->memory_tail().size())));
     whole_output = read_file(report.log_path, log->body_offset()).value_or("") +
                    "\n[... gpualert: the log file stopped here ...]\n" + log->memory_tail();
   }
   try {
     Classifier classifier;
-    report.classification = whole_output
-        ? classifier.classify_text(*whole_output, facts)
-        : classifier.classify_file(report.log_path, log->body_offset(), facts);
+    report.classification = whole_output ? classifier.classify_text(*whole_output, facts)
+                                         : classifier.classify_file(report.log_path, log->body_offset(), facts);
   } catch (const std::exception& e) {
-    report.classification = {"unknown", "Unknown failure", "Classification failed; read the log.",
-                             0, {{0, e.what()}}};
+    report.classification = {"unknown", "Unknown failure", "Classification failed; read the log.", 0, {{0, e.what()}}};
   }
   if (whole_output) {
     std::vector<std::string> lines;
@@ -503,9 +502,8 @@ int run_job(const RunOptions& o) {
     AttachmentPlan plan;
     if (c.email_enabled()) {
       try {
-        plan = collect_attachments(c.attach, {report.log_path, log->body_offset(),
-                                              log->created_mtime(), report.cwd, job_dir,
-                                              &redactor});
+        plan = collect_attachments(
+            c.attach, {report.log_path, log->body_offset(), log->created_mtime(), report.cwd, job_dir, &redactor});
       } catch (const std::exception& e) {
         plan.skipped.push_back({report.log_path, 0, e.what()});
       }
@@ -527,14 +525,13 @@ int run_job(const RunOptions& o) {
       for (auto& u : unqueued) {
         std::string why = report.notifications[u.notification].detail;
         pid_t pid = 0;
-        std::string err = deliver_from_memory(o.sender_exe, o.config_path, u.meta, u.payload,
-                                              c.notify_timeout_s, &pid);
+        std::string err = deliver_from_memory(o.sender_exe, o.config_path, u.meta, u.payload, c.notify_timeout_s, &pid);
         direct.push_back(pid);
         if (!err.empty()) report.notifications[u.notification].detail = why + "; " + err;
       }
       // The sender delivers the new messages first, then any backlog of earlier runs.
-      std::string result = deliver_with_deadline(o.sender_exe, c.state_dir, o.config_path, ids,
-                                                 c.notify_timeout_s, true);
+      std::string result =
+          deliver_with_deadline(o.sender_exe, c.state_dir, o.config_path, ids, c.notify_timeout_s, true);
       settle_statuses(c, report, ids, result);
       for (size_t i = 0; i < direct.size(); ++i) {
         if (direct[i] <= 0) continue;
@@ -555,11 +552,9 @@ int run_job(const RunOptions& o) {
     }
   }
 
-  if (o.notify && !o.dry_run && report.notifications.front().status == "disabled" &&
-      !Outbox(c.state_dir).empty()) {
+  if (o.notify && !o.dry_run && report.notifications.front().status == "disabled" && !Outbox(c.state_dir).empty()) {
     // Nothing new to send, but earlier runs left messages: retry them now, bounded.
-    deliver_with_deadline(o.sender_exe, c.state_dir, o.config_path, lost_ids, c.notify_timeout_s,
-                          true);
+    deliver_with_deadline(o.sender_exe, c.state_dir, o.config_path, lost_ids, c.notify_timeout_s, true);
   }
   // A hang notification still in flight gets the same bounded wait as the final one.
   for (long pid : background) wait_or_kill(static_cast<pid_t>(pid), c.notify_timeout_s);
@@ -576,9 +571,8 @@ int run_job(const RunOptions& o) {
     std::string notes;
     for (const auto& n : report.notifications)
       if (n.status != "disabled") notes += fmt::format("; {} {}", n.channel, n.status);
-    std::fprintf(stderr, "gpualert: %s [%s], exit status %d; log %s%s\n",
-                 report.classification.label.c_str(), report.classification.id.c_str(),
-                 report.exit_status, report.log_path.c_str(), notes.c_str());
+    std::fprintf(stderr, "gpualert: %s [%s], exit status %d; log %s%s\n", report.classification.label.c_str(),
+                 report.classification.id.c_str(), report.exit_status, report.log_path.c_str(), notes.c_str());
   }
   return report.exit_status;
 }

@@ -25,12 +25,12 @@ struct RunOptions {
   std::optional<double> hang_after_s;
   bool kill_on_hang = false;
   bool notify = true;
-  bool dry_run = false;   // print the messages instead of sending them
-  bool echo = true;       // show the child's output on our stdout
-  bool summary = true;    // one line on stderr at the end
+  bool dry_run = false;  // print the messages instead of sending them
+  bool echo = true;      // show the child's output on our stdout
+  bool summary = true;   // one line on stderr at the end
   bool telemetry = true;
   std::optional<std::filesystem::path> json_report;
-  std::string sender_exe;  // the gpualert-send program
+  std::string sender_exe;      // the gpualert-send program
   std::string gpu_helper_exe;  // the gpualert-gpu program (GPU telemetry)
 };
 
@@ -38,10 +38,9 @@ int run_job(const RunOptions& options);
 
 // Runs the sender on the outbox (new entries `first`) and waits at most `deadline_s`,
 // killing it after that. Returns a one-line description of what happened.
-std::string deliver_with_deadline(const std::string& sender_exe,
-                                  const std::filesystem::path& state_dir,
+std::string deliver_with_deadline(const std::string& sender_exe, const std::filesystem::path& state_dir,
                                   const std::optional<std::filesystem::path>& config_path,
-                                  const std::vector<std::string>& first, double deadline_s,
-                                  bool wait, long* spawned_pid = nullptr);
+                                  const std::vector<std::string>& first, double deadline_s, bool wait,
+                                  long* spawned_pid = nullptr);
 
 }  // namespace meganeura::alert

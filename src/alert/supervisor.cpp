@@ -6,9 +6,9 @@
 #include <pty.h>
 #include <sched.h>
 #include <signal.h>
+#include <sys/ioctl.h>
 #include <sys/mman.h>
 #include <sys/prctl.h>
-#include <sys/ioctl.h>
 #include <sys/wait.h>
 #include <termios.h>
 #include <unistd.h>
@@ -39,9 +39,7 @@ extern "C" void on_signal(int sig) {
   errno = saved;
 }
 
-double mono_now() {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
-}
+double mono_now() { return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count(); }
 
 void set_nonblocking_cloexec(int fd) {
   fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) | O_NONBLOCK);
@@ -80,8 +78,7 @@ class RawTerminal {
   explicit RawTerminal(int fd) : fd_(fd) {
     if (tcgetattr(fd_, &saved_) != 0) return;
     termios raw = saved_;
-    raw.c_iflag &= ~static_cast<tcflag_t>(IGNBRK | BRKINT | PARMRK | ISTRIP | INLCR | IGNCR |
-                                          ICRNL | IXON);
+    raw.c_iflag &= ~static_cast<tcflag_t>(IGNBRK | BRKINT | PARMRK | ISTRIP | INLCR | IGNCR | ICRNL | IXON);
     raw.c_lflag &= ~static_cast<tcflag_t>(ECHO | ECHONL | ICANON | IEXTEN);
     raw.c_cc[VINTR] = _POSIX_VDISABLE;
     raw.c_cc[VQUIT] = _POSIX_VDISABLE;
@@ -157,8 +154,7 @@ extern "C" __attribute__((no_sanitize("address"))) int child_main(void* raw) {
   struct sigaction dfl {};
   dfl.sa_handler = SIG_DFL;
   for (int s : kForwarded) sigaction(s, &dfl, nullptr);
-  for (int s : {SIGCHLD, SIGWINCH, SIGPIPE, SIGTSTP, SIGCONT, SIGTTIN, SIGTTOU, SIGXFSZ})
-    sigaction(s, &dfl, nullptr);
+  for (int s : {SIGCHLD, SIGWINCH, SIGPIPE, SIGTSTP, SIGCONT, SIGTTIN, SIGTTOU, SIGXFSZ}) sigaction(s, &dfl, nullptr);
   // A session leader that opens a terminal makes it its controlling terminal.
   if (setsid() < 0) {
     a->error = errno;
@@ -191,8 +187,7 @@ int spawn_child(const char* slave_name, bool stdin_is_tty, const std::vector<cha
     std::string_view entry = *e;
     bool drop = false;
     for (const auto& name : env_remove)
-      drop |= entry.size() > name.size() && entry.compare(0, name.size(), name) == 0 &&
-              entry[name.size()] == '=';
+      drop |= entry.size() > name.size() && entry.compare(0, name.size(), name) == 0 && entry[name.size()] == '=';
     if (!drop) envp.push_back(*e);
   }
   envp.push_back(nullptr);
@@ -231,12 +226,10 @@ ChildOutcome supervise(const SupervisorOptions& options, LogStore& log) {
   termios* tio_ptr = nullptr;
   winsize* ws_ptr = nullptr;
   if (stdin_is_tty && tcgetattr(STDIN_FILENO, &tio) == 0) tio_ptr = &tio;
-  if (ioctl(STDOUT_FILENO, TIOCGWINSZ, &ws) == 0 || ioctl(STDIN_FILENO, TIOCGWINSZ, &ws) == 0)
-    ws_ptr = &ws;
+  if (ioctl(STDOUT_FILENO, TIOCGWINSZ, &ws) == 0 || ioctl(STDIN_FILENO, TIOCGWINSZ, &ws) == 0) ws_ptr = &ws;
   int master = -1, slave = -1;
   if (openpty(&master, &slave, nullptr, tio_ptr, ws_ptr) != 0)
-    throw std::runtime_error(fmt::format("[gpualert] cannot open a pseudo-terminal: {}",
-                                         std::strerror(errno)));
+    throw std::runtime_error(fmt::format("[gpualert] cannot open a pseudo-terminal: {}", std::strerror(errno)));
   // No output post-processing: the child's "\n" stays "\n" in the log and the terminal.
   termios slave_tio{};
   if (tcgetattr(slave, &slave_tio) == 0) {
@@ -274,7 +267,8 @@ ChildOutcome supervise(const SupervisorOptions& options, LogStore& log) {
     // Same wording and statuses as a shell, so the outcome reads the same.
     std::string msg = fmt::format("gpualert: {}: {}\n", options.argv[0], std::strerror(spawn_error));
     log.append(msg);
-    if (echo_allowed(options)) [[maybe_unused]] auto n = write(STDERR_FILENO, msg.data(), msg.size());
+    if (echo_allowed(options)) [[maybe_unused]]
+      auto n = write(STDERR_FILENO, msg.data(), msg.size());
     close(master);
     log.finish();
     out.exit_code = spawn_error == ENOENT ? 127 : 126;
@@ -294,7 +288,7 @@ ChildOutcome supervise(const SupervisorOptions& options, LogStore& log) {
   double last_tick = t0;
   std::optional<double> kill_at;  // when the group gets SIGKILL
   bool ending_forced = false;     // timeout, hang kill, SIGTERM/SIGHUP: clean up the group
-  std::array<char, 65536> buf;  // not zeroed: 16 fewer page faults at start-up; reads fill it
+  std::array<char, 65536> buf;    // not zeroed: 16 fewer page faults at start-up; reads fill it
 
   auto begin_termination = [&](int sig) {
     kill(-pid, sig);
@@ -364,8 +358,7 @@ ChildOutcome supervise(const SupervisorOptions& options, LogStore& log) {
   while (!child_done) {
     double now = mono_now();
     double wait_s = 0.2;
-    if (options.timeout_s && !out.timed_out)
-      wait_s = std::min(wait_s, std::max(0.0, t0 + *options.timeout_s - now));
+    if (options.timeout_s && !out.timed_out) wait_s = std::min(wait_s, std::max(0.0, t0 + *options.timeout_s - now));
     if (kill_at) wait_s = std::min(wait_s, std::max(0.0, *kill_at - now));
     std::array<pollfd, 3> fds{};
     nfds_t nfds = 0;
@@ -383,8 +376,7 @@ ChildOutcome supervise(const SupervisorOptions& options, LogStore& log) {
       fds[nfds++] = {STDIN_FILENO, POLLIN, 0};
     }
     int rc = poll(fds.data(), nfds, static_cast<int>(wait_s * 1000) + 1);
-    if (rc < 0 && errno != EINTR)
-      throw std::runtime_error(fmt::format("[gpualert] poll: {}", std::strerror(errno)));
+    if (rc < 0 && errno != EINTR) throw std::runtime_error(fmt::format("[gpualert] poll: {}", std::strerror(errno)));
 
     if (master_slot >= 0 && (fds[master_slot].revents & ~POLLOUT) != 0) {
       drain_master();

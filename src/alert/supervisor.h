@@ -43,9 +43,9 @@ struct SupervisorOptions {
 };
 
 struct ChildOutcome {
-  int exit_status = 0;               // what a shell reports: code, or 128 + signal
-  std::optional<int> exit_code;      // normal exit
-  std::optional<int> term_signal;    // death by signal
+  int exit_status = 0;                 // what a shell reports: code, or 128 + signal
+  std::optional<int> exit_code;        // normal exit
+  std::optional<int> term_signal;      // death by signal
   std::optional<int> received_signal;  // last terminating signal the wrapper received
   bool timed_out = false;
   bool hang_detected = false;

@@ -43,8 +43,7 @@ std::vector<std::string> read_kmsg_oom(int fd) {
     auto semi = rec.find(';');
     std::string msg = semi == std::string::npos ? rec : rec.substr(semi + 1);
     if (auto nl = msg.find('\n'); nl != std::string::npos) msg.resize(nl);
-    if (msg.find("Out of memory: Killed process") != std::string::npos ||
-        msg.find("oom-kill:") != std::string::npos ||
+    if (msg.find("Out of memory: Killed process") != std::string::npos || msg.find("oom-kill:") != std::string::npos ||
         msg.find("Memory cgroup out of memory") != std::string::npos)
       out.push_back(msg);
   }
@@ -55,8 +54,7 @@ std::vector<std::string> read_kmsg_oom(int fd) {
 
 std::string cgroup_v2_dir(std::string_view proc_self_cgroup) {
   for (std::string_view rest = proc_self_cgroup; !rest.empty();)
-    if (auto line = next_line(rest); line.substr(0, 3) == "0::")
-      return "/sys/fs/cgroup" + std::string(line.substr(3));
+    if (auto line = next_line(rest); line.substr(0, 3) == "0::") return "/sys/fs/cgroup" + std::string(line.substr(3));
   return {};
 }
 
@@ -121,8 +119,7 @@ struct Telemetry::State {
       return;
     }
     if (type == "event") {
-      events.push_back(fmt::format("{} on GPU {}", j.value("description", std::string("event")),
-                                   j.value("index", 0u)));
+      events.push_back(fmt::format("{} on GPU {}", j.value("description", std::string("event")), j.value("index", 0u)));
       return;
     }
     if (type != "sample") return;
@@ -243,8 +240,10 @@ struct Telemetry::State {
       std::unique_lock lock(mu);
       if (!cv.wait_for(lock, std::chrono::duration<double>(deadline_s), [&] { return helper_done; })) {
         kill(helper, SIGKILL);
-        note = fmt::format("GPU telemetry helper did not stop within {:.0f} s (a hung driver?); "
-                           "samples up to then are kept", deadline_s);
+        note = fmt::format(
+            "GPU telemetry helper did not stop within {:.0f} s (a hung driver?); "
+            "samples up to then are kept",
+            deadline_s);
       }
     }
     reader.join();  // the helper is gone, so its end of the pipe is closed
@@ -280,8 +279,7 @@ void Telemetry::start() {
   // short jobs on GPU-less machines cheap. GPUALERT_NVML_LIBRARY names another library
   // (and starts the helper whatever the driver check says).
   const char* library = std::getenv("GPUALERT_NVML_LIBRARY");
-  const bool driver =
-      access("/proc/driver/nvidia/version", F_OK) == 0 || access("/dev/nvidiactl", F_OK) == 0;
+  const bool driver = access("/proc/driver/nvidia/version", F_OK) == 0 || access("/dev/nvidiactl", F_OK) == 0;
   if (!driver && (library == nullptr || *library == '\0')) {
     state_->note = "no NVIDIA driver on this machine (/proc/driver/nvidia is absent)";
     return;
@@ -307,8 +305,11 @@ TelemetryResult Telemetry::stop() {
     nlohmann::json devices = nlohmann::json::array();
     double total = e.total_joules;
     for (const auto& d : e.devices)
-      devices.push_back({{"name", d.name}, {"source", d.source}, {"joules", d.joules},
-                         {"avg_watts", d.avg_watts}, {"peak_watts", d.peak_watts}});
+      devices.push_back({{"name", d.name},
+                         {"source", d.source},
+                         {"joules", d.joules},
+                         {"avg_watts", d.avg_watts},
+                         {"peak_watts", d.peak_watts}});
     for (size_t i = 0; i < state_->gpus.size(); ++i) {
       const GpuStats& g = state_->gpus[i];
       const auto& e = state_->energy[i];
@@ -325,8 +326,7 @@ TelemetryResult Telemetry::stop() {
     std::vector<std::string> notes = e.notes;
     if (devices.size() > e.devices.size())
       std::erase_if(notes, [](const std::string& n) { return n.rfind("wall clock only", 0) == 0; });
-    r.energy = {{"duration_s", e.duration_s}, {"total_joules", total},
-                {"devices", devices}, {"notes", notes}};
+    r.energy = {{"duration_s", e.duration_s}, {"total_joules", total}, {"devices", devices}, {"notes", notes}};
   }
   uint64_t oom_end = cgroup_oom_kills(state_->cgroup);
   r.cgroup_oom_kills = oom_end > state_->oom_start ? oom_end - state_->oom_start : 0;
@@ -350,13 +350,21 @@ bool Telemetry::has_gpu_data() const {
 nlohmann::json to_json(const TelemetryResult& t) {
   nlohmann::json gpus = nlohmann::json::array();
   for (const auto& g : t.gpus)
-    gpus.push_back({{"index", g.index}, {"name", g.name}, {"samples", g.samples},
-                    {"util_avg_pct", g.util_avg}, {"util_max_pct", g.util_max},
-                    {"mem_max_bytes", g.mem_max_bytes}, {"mem_total_bytes", g.mem_total_bytes},
-                    {"temp_max_c", g.temp_max_c}, {"power_avg_w", g.power_avg_w},
-                    {"power_max_w", g.power_max_w}, {"energy_j", g.energy_j}});
-  nlohmann::json j = {{"gpu_available", t.gpu_available}, {"gpus", gpus},
-                      {"gpu_events", t.gpu_events}, {"cgroup_oom_kills", t.cgroup_oom_kills},
+    gpus.push_back({{"index", g.index},
+                    {"name", g.name},
+                    {"samples", g.samples},
+                    {"util_avg_pct", g.util_avg},
+                    {"util_max_pct", g.util_max},
+                    {"mem_max_bytes", g.mem_max_bytes},
+                    {"mem_total_bytes", g.mem_total_bytes},
+                    {"temp_max_c", g.temp_max_c},
+                    {"power_avg_w", g.power_avg_w},
+                    {"power_max_w", g.power_max_w},
+                    {"energy_j", g.energy_j}});
+  nlohmann::json j = {{"gpu_available", t.gpu_available},
+                      {"gpus", gpus},
+                      {"gpu_events", t.gpu_events},
+                      {"cgroup_oom_kills", t.cgroup_oom_kills},
                       {"kernel_oom", t.kernel_oom}};
   if (!t.gpu_note.empty()) j["gpu_note"] = t.gpu_note;
   return j;

@@ -1,8 +1,8 @@
 #include "alert/util.h"
 
 #include <fcntl.h>
-#include <sys/stat.h>
 #include <fmt/format.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <array>
@@ -70,31 +70,40 @@ double parse_duration(std::string_view text) {
       ++consumed;
     consumed += unit.size();
     double scale = 0;
-    if (unit.empty() || unit == "s" || unit == "sec") scale = 1;
-    else if (unit == "ms") scale = 1e-3;
-    else if (unit == "m" || unit == "min") scale = 60;
-    else if (unit == "h") scale = 3600;
-    else if (unit == "d") scale = 86400;
+    if (unit.empty() || unit == "s" || unit == "sec")
+      scale = 1;
+    else if (unit == "ms")
+      scale = 1e-3;
+    else if (unit == "m" || unit == "min")
+      scale = 60;
+    else if (unit == "h")
+      scale = 3600;
+    else if (unit == "d")
+      scale = 86400;
     else
-      throw std::invalid_argument(fmt::format(
-          "[gpualert] invalid duration '{}': unknown unit '{}' (use ms, s, m, h, d)", text, unit));
+      throw std::invalid_argument(
+          fmt::format("[gpualert] invalid duration '{}': unknown unit '{}' (use ms, s, m, h, d)", text, unit));
     total += value * scale;
     rest.remove_prefix(consumed);
   }
   if (!(total <= kMaxDurationSeconds))
-    throw std::invalid_argument(fmt::format(
-        "[gpualert] invalid duration '{}': longer than the limit of {} s (kMaxDurationSeconds)",
-        text, kMaxDurationSeconds));
+    throw std::invalid_argument(
+        fmt::format("[gpualert] invalid duration '{}': longer than the limit of {} s (kMaxDurationSeconds)", text,
+                    kMaxDurationSeconds));
   return total;
 }
 
 uint64_t parse_size(std::string_view text) {
   auto [value, unit] = number_and_unit(text, "size");
   double scale = 0;
-  if (unit.empty() || unit == "b") scale = 1;
-  else if (unit == "k" || unit == "kb" || unit == "kib") scale = 1024.0;
-  else if (unit == "m" || unit == "mb" || unit == "mib") scale = 1024.0 * 1024;
-  else if (unit == "g" || unit == "gb" || unit == "gib") scale = 1024.0 * 1024 * 1024;
+  if (unit.empty() || unit == "b")
+    scale = 1;
+  else if (unit == "k" || unit == "kb" || unit == "kib")
+    scale = 1024.0;
+  else if (unit == "m" || unit == "mb" || unit == "mib")
+    scale = 1024.0 * 1024;
+  else if (unit == "g" || unit == "gb" || unit == "gib")
+    scale = 1024.0 * 1024 * 1024;
   else
     throw std::invalid_argument(
         fmt::format("[gpualert] invalid size '{}': unknown unit '{}' (use k, M, G)", text, unit));
@@ -146,14 +155,16 @@ std::string shell_quote(std::string_view arg) {
   if (arg.empty()) return "''";
   bool plain = true;
   for (char c : arg)
-    if (!(std::isalnum(static_cast<unsigned char>(c)) || std::string_view("-_./=:,+@%").find(c) !=
-                                                             std::string_view::npos))
+    if (!(std::isalnum(static_cast<unsigned char>(c)) ||
+          std::string_view("-_./=:,+@%").find(c) != std::string_view::npos))
       plain = false;
   if (plain) return std::string(arg);
   std::string out = "'";
   for (char c : arg) {
-    if (c == '\'') out += "'\\''";
-    else out += c;
+    if (c == '\'')
+      out += "'\\''";
+    else
+      out += c;
   }
   return out + "'";
 }
@@ -167,9 +178,7 @@ std::string join_command(const std::vector<std::string>& argv) {
   return out;
 }
 
-double wall_now() {
-  return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
-}
+double wall_now() { return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count(); }
 
 std::string utc_time(double epoch_seconds, const char* format) {
   auto t = static_cast<time_t>(epoch_seconds);
@@ -255,8 +264,7 @@ std::optional<std::string> read_file(const std::string& path, uint64_t offset, s
 void write_file(const std::string& path, std::string_view data, bool sync) {
   // O_NOFOLLOW: a symlink planted where gpualert writes must not redirect the write.
   int fd = open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, 0600);
-  if (fd < 0)
-    throw std::runtime_error(fmt::format("[gpualert] cannot create '{}': {}", path, std::strerror(errno)));
+  if (fd < 0) throw std::runtime_error(fmt::format("[gpualert] cannot create '{}': {}", path, std::strerror(errno)));
   size_t done = 0;
   while (done < data.size()) {
     ssize_t n = write(fd, data.data() + done, data.size() - done);
@@ -271,8 +279,7 @@ void write_file(const std::string& path, std::string_view data, bool sync) {
   int rc = sync ? fsync(fd) : 0;
   int err = errno;
   close(fd);
-  if (rc != 0)
-    throw std::runtime_error(fmt::format("[gpualert] cannot fsync '{}': {}", path, std::strerror(err)));
+  if (rc != 0) throw std::runtime_error(fmt::format("[gpualert] cannot fsync '{}': {}", path, std::strerror(err)));
 }
 
 std::string mask_url(std::string_view url) {
@@ -293,28 +300,27 @@ void check_private_dir(const std::filesystem::path& dir) {
   for (const auto& part : dir) {
     partial /= part;
     if (mkdir(partial.c_str(), 0700) != 0 && errno != EEXIST)
-      throw std::runtime_error(fmt::format("[gpualert] cannot create directory '{}': {}",
-                                           partial.string(), std::strerror(errno)));
+      throw std::runtime_error(
+          fmt::format("[gpualert] cannot create directory '{}': {}", partial.string(), std::strerror(errno)));
   }
   struct stat st {};
   if (lstat(dir.c_str(), &st) != 0)
-    throw std::runtime_error(fmt::format("[gpualert] state directory '{}': {}", dir.string(),
-                                         std::strerror(errno)));
+    throw std::runtime_error(fmt::format("[gpualert] state directory '{}': {}", dir.string(), std::strerror(errno)));
   // Whoever can write here can plant messages that are sent with our credentials: the
   // directory must be ours alone, and is never silently "fixed".
   if (!S_ISDIR(st.st_mode))
-    throw std::runtime_error(fmt::format(
-        "[gpualert] state directory '{}' is not a directory (a symlink?); remove it", dir.string()));
+    throw std::runtime_error(
+        fmt::format("[gpualert] state directory '{}' is not a directory (a symlink?); remove it", dir.string()));
   if (st.st_uid != geteuid())
-    throw std::runtime_error(fmt::format(
-        "[gpualert] state directory '{}' belongs to uid {}, not to you (uid {}); another user "
-        "may have created it: choose another with --state-dir or GPUALERT_STATE_DIR",
-        dir.string(), st.st_uid, geteuid()));
+    throw std::runtime_error(
+        fmt::format("[gpualert] state directory '{}' belongs to uid {}, not to you (uid {}); another user "
+                    "may have created it: choose another with --state-dir or GPUALERT_STATE_DIR",
+                    dir.string(), st.st_uid, geteuid()));
   if ((st.st_mode & 077) != 0)
-    throw std::runtime_error(fmt::format(
-        "[gpualert] state directory '{}' has mode {:o}; it must be private (mode 700): check its "
-        "outbox for messages you did not queue, then run chmod 700 {}",
-        dir.string(), st.st_mode & 0777, shell_quote(dir.string())));
+    throw std::runtime_error(
+        fmt::format("[gpualert] state directory '{}' has mode {:o}; it must be private (mode 700): check its "
+                    "outbox for messages you did not queue, then run chmod 700 {}",
+                    dir.string(), st.st_mode & 0777, shell_quote(dir.string())));
 }
 
 }  // namespace meganeura::alert

@@ -51,8 +51,7 @@ std::string passwd_home(std::string_view passwd_text, unsigned long uid);
 // Small-file I/O with plain POSIX calls: the wrapper's run path stays off iostreams, whose
 // locale set-up is a noticeable part of a short job's start-up.
 // Reads `path` from `offset` to its end (at most `max` bytes); nullopt when unreadable.
-std::optional<std::string> read_file(const std::string& path, uint64_t offset = 0,
-                                     size_t max = size_t(64) << 20);
+std::optional<std::string> read_file(const std::string& path, uint64_t offset = 0, size_t max = size_t(64) << 20);
 // Creates or truncates `path` (mode 600) and writes `data`, fsynced when `sync`; throws
 // an error naming the path.
 void write_file(const std::string& path, std::string_view data, bool sync);

@@ -1,9 +1,8 @@
 #include "energy/cli.h"
 
-#include <cmath>
-
 #include <fmt/format.h>
 
+#include <cmath>
 #include <cstdio>
 #include <iostream>
 
@@ -34,23 +33,21 @@ void write_layer_svg(const PhysicalPrediction& p, const std::string& path, const
   write_text_file(path, bar_chart_svg(bars, title, "kJ"));
 }
 
-nlohmann::json predict_program(const PredictOptions& o, const EnergyCliHooks& hooks,
-                               const HardwareTable& table) {
+nlohmann::json predict_program(const PredictOptions& o, const EnergyCliHooks& hooks, const HardwareTable& table) {
   if (!hooks.program_work) {
     invalid("--model " + o.program + ": this build has no compiled programs to price");
   }
-  if (!hooks.models.empty() &&
-      std::find(hooks.models.begin(), hooks.models.end(), o.program) == hooks.models.end()) {
+  if (!hooks.models.empty() && std::find(hooks.models.begin(), hooks.models.end(), o.program) == hooks.models.end()) {
     invalid("unknown model '" + o.program + "'; known: " + joined(hooks.models));
   }
   if (o.gpu.empty()) invalid("--model needs --device-name (one of: " + joined(table.keys()) + ")");
   const std::vector<WorkItem> work = hooks.program_work(o.program, o.workload);
   const DeviceSpec& dev = table.find(o.gpu);
-  const double tokens = o.tokens_per_step > 0 ? o.tokens_per_step
-                        : hooks.tokens_per_step      ? hooks.tokens_per_step(o.program)
-                                                     : 0;
-  const PhysicalPrediction p = predict_work(work, dev, PhysicalParams::from_table(table),
-                                            o.transformer.dtype, o.steps, tokens);
+  const double tokens = o.tokens_per_step > 0   ? o.tokens_per_step
+                        : hooks.tokens_per_step ? hooks.tokens_per_step(o.program)
+                                                : 0;
+  const PhysicalPrediction p =
+      predict_work(work, dev, PhysicalParams::from_table(table), o.transformer.dtype, o.steps, tokens);
   nlohmann::json j = prediction_json(p, o.grid_g_per_kwh, true);
   j["method"] = "physical";
   j["model"] = o.program;
@@ -80,8 +77,9 @@ nlohmann::json run_predict(const PredictOptions& o, const EnergyCliHooks& hooks)
   j["method"] = method;
   if (want_ref) {
     if (o.parallel.gpus > 1 && !o.efficiency) {
-      invalid("the reference model needs the measured --efficiency of a multi-GPU run (or use --gpu "
-              "with the physical model, which predicts it)");
+      invalid(
+          "the reference model needs the measured --efficiency of a multi-GPU run (or use --gpu "
+          "with the physical model, which predicts it)");
     }
     if (o.parallel.gpus == 1 && o.parallel.strategy != Strategy::kBaseline) {
       invalid("strategy " + strategy_name(o.parallel.strategy) + " needs --gpus of 2 or more");
@@ -90,14 +88,16 @@ nlohmann::json run_predict(const PredictOptions& o, const EnergyCliHooks& hooks)
       invalid("--gpus " + std::to_string(o.parallel.gpus) + " needs a strategy (dp, fsdp or tp)");
     }
     const TransformerConfig& t = o.transformer;
-    const ReferenceInputs in{t.layers, t.hidden, t.batch, t.seq, t.tokens,
-                             o.efficiency.value_or(1.0), o.parallel.strategy};
+    const ReferenceInputs in{t.layers,           t.hidden, t.batch, t.seq, t.tokens, o.efficiency.value_or(1.0),
+                             o.parallel.strategy};
     const double kwh = reference_predict_kwh(in);
     const auto x = reference_features(in);
     // The published fit's held-out RMSE in ln space gives the interval.
     j["reference"] = {{"energy_kwh", kwh},
                       {"interval_kwh", {kwh * std::exp(-0.253), kwh * std::exp(0.253)}},
-                      {"ln_compute", x[1]}, {"ln_memory", x[2]}, {"efficiency", in.efficiency},
+                      {"ln_compute", x[1]},
+                      {"ln_memory", x[2]},
+                      {"efficiency", in.efficiency},
                       {"j_per_token", kwh * 3.6e6 / t.tokens},
                       {"co2_kg", kwh * o.grid_g_per_kwh / 1000}};
     j["energy_kwh"] = kwh;
@@ -112,7 +112,8 @@ nlohmann::json run_predict(const PredictOptions& o, const EnergyCliHooks& hooks)
     j["physical"] = prediction_json(p, o.grid_g_per_kwh, false);
     j["physical"]["hardware_table"] = table.origin();
     j["energy_kwh"] = p.kwh;  // the physical model leads when both run: it needs no measurement
-    if (!o.svg.empty()) write_layer_svg(p, o.svg, fmt::format("{}x{} on {}: energy per layer", t.layers, t.hidden, dev.key));
+    if (!o.svg.empty())
+      write_layer_svg(p, o.svg, fmt::format("{}x{} on {}: energy per layer", t.layers, t.hidden, dev.key));
   }
   j["grid_g_per_kwh"] = o.grid_g_per_kwh;
   j["co2_kg"] = j["energy_kwh"].get<double>() * o.grid_g_per_kwh / 1000;
@@ -125,21 +126,19 @@ void print_predict(const nlohmann::json& j) {
   if (j.contains("reference")) {
     const auto& r = j["reference"];
     std::printf("reference model: %.5g kWh [%.5g, %.5g] (eta %.3g)\n", r["energy_kwh"].get<double>(),
-                r["interval_kwh"][0].get<double>(), r["interval_kwh"][1].get<double>(),
-                r["efficiency"].get<double>());
+                r["interval_kwh"][0].get<double>(), r["interval_kwh"][1].get<double>(), r["efficiency"].get<double>());
   }
   const nlohmann::json* p = j.contains("physical") ? &j["physical"] : j.contains("dispatches") ? &j : nullptr;
   if (p) {
     const auto& x = *p;
-    std::printf("physical model on %s x%d (%s): %.5g kWh [%.5g, %.5g], %.4g s, predicted efficiency %.3f,\n"
-                "  %.4g kJ per device, %.4g kJ host, %.4g J/token, %.4g kg CO2 at %g g/kWh\n",
-                x["device"].get<std::string>().c_str(), x["gpus"].get<int>(),
-                x["strategy"].get<std::string>().c_str(), x["energy_kwh"].get<double>(),
-                x["interval_kwh"][0].get<double>(), x["interval_kwh"][1].get<double>(), x["time_s"].get<double>(),
-                x["efficiency"].get<double>(), x["energy_per_device_j"].get<double>() / 1e3,
-                x["host_energy_j"].get<double>() / 1e3,
-                x["j_per_token"].is_number() ? x["j_per_token"].get<double>() : NAN, x["co2_kg"].get<double>(),
-                x["grid_g_per_kwh"].get<double>());
+    std::printf(
+        "physical model on %s x%d (%s): %.5g kWh [%.5g, %.5g], %.4g s, predicted efficiency %.3f,\n"
+        "  %.4g kJ per device, %.4g kJ host, %.4g J/token, %.4g kg CO2 at %g g/kWh\n",
+        x["device"].get<std::string>().c_str(), x["gpus"].get<int>(), x["strategy"].get<std::string>().c_str(),
+        x["energy_kwh"].get<double>(), x["interval_kwh"][0].get<double>(), x["interval_kwh"][1].get<double>(),
+        x["time_s"].get<double>(), x["efficiency"].get<double>(), x["energy_per_device_j"].get<double>() / 1e3,
+        x["host_energy_j"].get<double>() / 1e3, x["j_per_token"].is_number() ? x["j_per_token"].get<double>() : NAN,
+        x["co2_kg"].get<double>(), x["grid_g_per_kwh"].get<double>());
     for (const auto& l : x["layers"]) {
       std::printf("  %-12s %12.4g s %12.4g J\n", l["name"].get<std::string>().c_str(), l["time_s"].get<double>(),
                   l["energy_j"].get<double>());
@@ -164,11 +163,13 @@ void add_predict(CLI::App& energy, const EnergyCliHooks& hooks) {
   c->add_option("--grad-accum", o->transformer.grad_accum, "Gradient accumulation steps");
   c->add_option("--dtype", o->transformer.dtype, "Matmul dtype: fp32, tf32, fp16, bf16, fp8")->capture_default_str();
   c->add_option("--gpus", o->parallel.gpus, "GPUs (N)")->capture_default_str();
-  c->add_option_function<std::string>("--strategy", [o](const std::string& s) { o->parallel.strategy = parse_strategy(s); },
-                                      "baseline, dp, fsdp or tp");
+  c->add_option_function<std::string>(
+      "--strategy", [o](const std::string& s) { o->parallel.strategy = parse_strategy(s); },
+      "baseline, dp, fsdp or tp");
   c->add_flag("--pcie", o->parallel.over_pcie, "GPUs talk over PCIe instead of the table's link");
-  c->add_option_function<double>("--efficiency", [o](double e) { o->efficiency = e; },
-                                  "Measured parallel efficiency (T_1/T_N)/N, for the reference model");
+  c->add_option_function<double>(
+      "--efficiency", [o](double e) { o->efficiency = e; },
+      "Measured parallel efficiency (T_1/T_N)/N, for the reference model");
   c->add_option("--gpu,--device-name", o->gpu, "Device from the hardware table (physical model)");
   c->add_option("--model", o->program, "One of our compiled Programs to price per dispatch");
   c->add_option("--workload", o->workload, "Workload of --model");
@@ -235,7 +236,8 @@ void add_fit(CLI::App& energy) {
       row("test: defaults", j["test"]["defaults"], "heldout_r2", "heldout_rmse_ln", "heldout_mape");
     }
     for (const auto& n : j["notes"]) std::printf("note: %s\n", n.get<std::string>().c_str());
-    std::printf("wrote %s and %s\n", j["json_path"].get<std::string>().c_str(), j["svg_path"].get<std::string>().c_str());
+    std::printf("wrote %s and %s\n", j["json_path"].get<std::string>().c_str(),
+                j["svg_path"].get<std::string>().c_str());
   });
 }
 
@@ -278,7 +280,8 @@ void add_hardware(CLI::App& energy) {
   auto user_copy = std::make_shared<bool>(false);
   CLI::App* c = energy.add_subcommand("hardware", "List the hardware table, or create its user-writable copy");
   c->add_option("--hardware", *path, "Hardware table to read");
-  c->add_flag("--user-copy", *user_copy, "Copy the shipped table to the user data directory (calibration writes there)");
+  c->add_flag("--user-copy", *user_copy,
+              "Copy the shipped table to the user data directory (calibration writes there)");
   c->callback([path, user_copy] {
     if (*user_copy) std::printf("user table: %s\n", ensure_user_table().c_str());
     const HardwareTable t = HardwareTable::load_default(*path);

@@ -5,9 +5,8 @@
 #pragma once
 
 #include <CLI/CLI.hpp>
-#include <nlohmann/json.hpp>
-
 #include <functional>
+#include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
 #include <vector>
@@ -31,8 +30,8 @@ void add_energy_commands(CLI::App& app, EnergyCliHooks hooks);
 
 // Options of `energy predict`, public so tests and other front ends can drive it directly.
 struct PredictOptions {
-  std::string family = "bert";   // bert | gpt | none: sets the default vocabulary
-  std::string method;            // reference | physical | both; empty: chosen from the flags
+  std::string family = "bert";  // bert | gpt | none: sets the default vocabulary
+  std::string method;           // reference | physical | both; empty: chosen from the flags
   TransformerConfig transformer;
   ParallelConfig parallel;
   std::optional<double> efficiency;  // measured eta, for the reference model
@@ -42,8 +41,8 @@ struct PredictOptions {
   double steps = 1;
   double tokens_per_step = 0;
   double grid_g_per_kwh = 400;
-  std::string hardware;              // explicit table path
-  std::string svg;                   // per-layer bar chart output
+  std::string hardware;  // explicit table path
+  std::string svg;       // per-layer bar chart output
   bool json = false;
 };
 
@@ -55,11 +54,11 @@ struct FitOptions {
   std::string model = "reference";  // which model's scores lead the report
   int folds = 5;
   int vocab = 30522;
-  std::string test_csv;             // --test: fit on `csv`, score on this file
-  int min_gpu_runs = 15;            // leave-one-GPU-out for GPUs with at least this many runs
-  std::string out;                  // output prefix; default: next to the CSV
+  std::string test_csv;   // --test: fit on `csv`, score on this file
+  int min_gpu_runs = 15;  // leave-one-GPU-out for GPUs with at least this many runs
+  std::string out;        // output prefix; default: next to the CSV
   std::string hardware;
-  bool save = false;                // write fitted physical knobs to the user table
+  bool save = false;  // write fitted physical knobs to the user table
   bool json = false;
 };
 

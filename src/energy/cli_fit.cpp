@@ -49,7 +49,8 @@ nlohmann::json run_fit(const FitOptions& o) {
   const PhysicalFit phys = fit_physical(data.records, table);
   j["physical"] = physical_params_json(phys.params);
   j["physical"]["r2_in_sample"] = phys.r2;
-  j["physical"]["time_r2_in_sample"] = std::isfinite(phys.time_r2) ? nlohmann::json(phys.time_r2) : nlohmann::json(nullptr);
+  j["physical"]["time_r2_in_sample"] =
+      std::isfinite(phys.time_r2) ? nlohmann::json(phys.time_r2) : nlohmann::json(nullptr);
   j["physical"]["runs_with_duration"] = phys.timed;
   j["physical"]["lambda_time"] = strength(phys.lambda_time);
   j["physical"]["lambda_energy"] = strength(phys.lambda_energy);
@@ -68,8 +69,11 @@ nlohmann::json run_fit(const FitOptions& o) {
 
   nlohmann::json logo = nlohmann::json::array();
   for (const GpuHeldOut& g : leave_one_gpu_out(data.records, table, o.min_gpu_runs)) {
-    logo.push_back({{"gpu", g.gpu}, {"train_n", g.train_n}, {"fitted", held_out_json(g.fitted)},
-                    {"defaults", held_out_json(g.defaults)}, {"lambda_time", strength(g.lambda_time)},
+    logo.push_back({{"gpu", g.gpu},
+                    {"train_n", g.train_n},
+                    {"fitted", held_out_json(g.fitted)},
+                    {"defaults", held_out_json(g.defaults)},
+                    {"lambda_time", strength(g.lambda_time)},
                     {"lambda_energy", strength(g.lambda_energy)}});
     if (g.fitted.r2 < g.defaults.r2) {
       notes.push_back("leaving out " + g.gpu + ": the fitted model scores below the defaults");
@@ -96,9 +100,14 @@ nlohmann::json run_fit(const FitOptions& o) {
     }
     const HeldOut fitted_score = score(meas, fitted), default_score = score(meas, def);
     const nlohmann::json h = held_out_json(fitted_score);
-    j["test"] = {{"data", o.test_csv}, {"test_r2", h["heldout_r2"]}, {"test_rmse_ln", h["heldout_rmse_ln"]},
-                 {"test_mape", h["heldout_mape"]}, {"n", h["n"]}, {"folds_by", by == FoldBy::kGpu ? "gpu" : "group"},
-                 {"lambda_time", strength(across.lambda_time)}, {"lambda_energy", strength(across.lambda_energy)},
+    j["test"] = {{"data", o.test_csv},
+                 {"test_r2", h["heldout_r2"]},
+                 {"test_rmse_ln", h["heldout_rmse_ln"]},
+                 {"test_mape", h["heldout_mape"]},
+                 {"n", h["n"]},
+                 {"folds_by", by == FoldBy::kGpu ? "gpu" : "group"},
+                 {"lambda_time", strength(across.lambda_time)},
+                 {"lambda_energy", strength(across.lambda_energy)},
                  {"defaults", held_out_json(default_score)}};
     for (const char* k : {"test_r2", "test_rmse_ln", "test_mape"}) j[k] = j["test"][k];
     if (fitted_score.r2 < default_score.r2) {
@@ -111,8 +120,11 @@ nlohmann::json run_fit(const FitOptions& o) {
   for (size_t i = 0; i < data.records.size(); ++i) {
     const RunRecord& r = data.records[i];
     const double ref = cv.reference_pred_kwh[i], phy = cv.physical_pred_kwh[i];
-    nlohmann::json p = {{"row", r.row}, {"gpu", table.find(r.gpu).key}, {"group", r.group},
-                        {"measured_kwh", r.energy_kwh}, {"physical_kwh", phy}};
+    nlohmann::json p = {{"row", r.row},
+                        {"gpu", table.find(r.gpu).key},
+                        {"group", r.group},
+                        {"measured_kwh", r.energy_kwh},
+                        {"physical_kwh", phy}};
     p["reference_kwh"] = std::isfinite(ref) ? nlohmann::json(ref) : nlohmann::json(nullptr);
     preds.push_back(p);
     const double shown = o.model == "reference" ? ref : phy;
@@ -136,9 +148,10 @@ nlohmann::json run_fit(const FitOptions& o) {
       o.out.empty() ? (fs::path(o.csv).parent_path() / fs::path(o.csv).stem()).string() + ".fit" : o.out;
   j["json_path"] = prefix + ".json";
   j["svg_path"] = prefix + ".svg";
-  write_text_file(prefix + ".svg",
-                  loglog_scatter_svg(points, o.model + " model, held out (" + std::to_string(cv.folds) + " group-disjoint folds)",
-                                     "measured energy (kWh)", "predicted energy (kWh)"));
+  write_text_file(
+      prefix + ".svg",
+      loglog_scatter_svg(points, o.model + " model, held out (" + std::to_string(cv.folds) + " group-disjoint folds)",
+                         "measured energy (kWh)", "predicted energy (kWh)"));
   write_text_file(prefix + ".json", j.dump(2) + "\n");
   return j;
 }

@@ -211,7 +211,7 @@ Dataset parse_runs_csv(const std::string& text, const std::string& origin, int d
     if (r.has("heads")) rec.heads = r.count("heads", "heads");
     if (r.has("ff")) rec.ff = r.count("ff", "ff");
     // Without a vocab column, GPT-family rows get the GPT-2 BPE vocabulary.
-    rec.vocab = r.has("vocab")                       ? r.count("vocab", "vocab")
+    rec.vocab = r.has("vocab")                        ? r.count("vocab", "vocab")
                 : lower_trim(r.text("arch")) == "gpt" ? 50257
                                                       : default_vocab;
     rec.batch = r.positive("batch", "batch size");
@@ -262,17 +262,16 @@ Dataset load_runs_csv(const std::string& path, int default_vocab) {
     text.append(chunk, static_cast<size_t>(in.gcount()));
   if (in.bad()) throw std::runtime_error("[energy] cannot read " + path);
   if (text.size() > kMaxCsvBytes) {
-    throw std::runtime_error("[energy] " + path + ": larger than the limit of " +
-                             std::to_string(kMaxCsvBytes) + " bytes (kMaxCsvBytes)");
+    throw std::runtime_error("[energy] " + path + ": larger than the limit of " + std::to_string(kMaxCsvBytes) +
+                             " bytes (kMaxCsvBytes)");
   }
   return parse_runs_csv(text, path, default_vocab);
 }
 
 void derive_efficiency(Dataset& data) {
   auto key = [](const RunRecord& r) {
-    return r.gpu + "|" + std::to_string(r.layers) + "|" + std::to_string(r.hidden) + "|" +
-           std::to_string(r.heads) + "|" + std::to_string(r.ff) + "|" + std::to_string(r.batch) + "|" +
-           std::to_string(r.seq) + "|" + r.dtype;
+    return r.gpu + "|" + std::to_string(r.layers) + "|" + std::to_string(r.hidden) + "|" + std::to_string(r.heads) +
+           "|" + std::to_string(r.ff) + "|" + std::to_string(r.batch) + "|" + std::to_string(r.seq) + "|" + r.dtype;
   };
   std::map<std::string, double> single;  // seconds per token on one GPU
   for (const RunRecord& r : data.records) {

@@ -18,7 +18,7 @@ namespace meganeura::energy {
 inline constexpr size_t kMaxCsvBytes = size_t(64) << 20;
 
 struct RunRecord {
-  int row = 0;                 // 1-based data row (the header is row 0)
+  int row = 0;  // 1-based data row (the header is row 0)
   std::string gpu;
   Strategy strategy = Strategy::kBaseline;
   int gpus = 1;

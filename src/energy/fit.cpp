@@ -1,7 +1,6 @@
 #include "energy/fit.h"
 
 #include <Eigen/Dense>
-
 #include <algorithm>
 #include <cmath>
 #include <map>
@@ -33,8 +32,8 @@ OlsResult ols(const std::vector<std::vector<double>>& x, const std::vector<doubl
   }
   Eigen::ColPivHouseholderQR<Eigen::MatrixXd> qr(X);
   if (qr.rank() < k) {
-    fail("the regressors are collinear (rank " + std::to_string(qr.rank()) + " of " +
-         std::to_string(k) + "): the data does not vary enough to fit every coefficient");
+    fail("the regressors are collinear (rank " + std::to_string(qr.rank()) + " of " + std::to_string(k) +
+         "): the data does not vary enough to fit every coefficient");
   }
   const Eigen::VectorXd beta = qr.solve(Y);
   const Eigen::VectorXd e = Y - X * beta;
@@ -43,7 +42,7 @@ OlsResult ols(const std::vector<std::vector<double>>& x, const std::vector<doubl
   const Eigen::MatrixXd q1 = qr.householderQ() * Eigen::MatrixXd::Identity(n, k);
   const Eigen::MatrixXd r = qr.matrixR().topLeftCorner(k, k).triangularView<Eigen::Upper>();
   auto sandwich = [&](const Eigen::MatrixXd& s) {
-    const Eigen::MatrixXd a = r.triangularView<Eigen::Upper>().solve(s);                  // R^-1 S
+    const Eigen::MatrixXd a = r.triangularView<Eigen::Upper>().solve(s);                               // R^-1 S
     const Eigen::MatrixXd v = r.triangularView<Eigen::Upper>().solve(Eigen::MatrixXd(a.transpose()));  // R^-1 S R^-T
     return Eigen::MatrixXd(qr.colsPermutation() * v * qr.colsPermutation().transpose());
   };
@@ -58,8 +57,7 @@ OlsResult ols(const std::vector<std::vector<double>>& x, const std::vector<doubl
   // CR1: scores summed within clusters, with the small-sample factor G/(G-1) (n-1)/(n-k).
   std::map<std::string, Eigen::VectorXd> sums;
   for (int i = 0; i < n; ++i) {
-    auto [it, fresh] = sums.try_emplace(clusters.empty() ? std::to_string(i) : clusters[i],
-                                        Eigen::VectorXd::Zero(k));
+    auto [it, fresh] = sums.try_emplace(clusters.empty() ? std::to_string(i) : clusters[i], Eigen::VectorXd::Zero(k));
     it->second += q1.row(i).transpose() * e(i);
   }
   Eigen::MatrixXd cmeat = Eigen::MatrixXd::Zero(k, k);
@@ -86,8 +84,7 @@ OlsResult ols(const std::vector<std::vector<double>>& x, const std::vector<doubl
   return res;
 }
 
-std::vector<RunRecord> reference_usable(const std::vector<RunRecord>& records,
-                                        std::vector<std::string>* skipped) {
+std::vector<RunRecord> reference_usable(const std::vector<RunRecord>& records, std::vector<std::string>* skipped) {
   std::vector<RunRecord> out;
   for (const RunRecord& r : records) {
     if (r.efficiency) {
@@ -143,7 +140,6 @@ ReferenceFit fit_reference(const std::vector<RunRecord>& records) {
   return fit;
 }
 
-
 namespace {
 
 // The physical model is linear in eight time coefficients over time features, and, given the
@@ -169,13 +165,24 @@ struct Design {
 };
 
 TimeVec time_features(const RunFeatures& f) {
-  return {1.0, f.steps, f.steps * f.dispatches, f.steps * f.compute_s, f.steps * f.memory_s,
-          f.steps * f.comm_sharded_s, f.steps * f.comm_tp_s, f.steps * f.collectives};
+  return {1.0,
+          f.steps,
+          f.steps * f.dispatches,
+          f.steps * f.compute_s,
+          f.steps * f.memory_s,
+          f.steps * f.comm_sharded_s,
+          f.steps * f.comm_tp_s,
+          f.steps * f.collectives};
 }
 
 TimeVec time_coefficients(const PhysicalParams& p) {
-  return {p.startup_s, p.step_overhead_s, p.dispatch_overhead_s, 1 / p.compute_efficiency,
-          1 / p.memory_efficiency, (1 - p.comm_overlap) / p.link_efficiency, 1 / p.link_efficiency,
+  return {p.startup_s,
+          p.step_overhead_s,
+          p.dispatch_overhead_s,
+          1 / p.compute_efficiency,
+          1 / p.memory_efficiency,
+          (1 - p.comm_overlap) / p.link_efficiency,
+          1 / p.link_efficiency,
           p.link_latency_s};
 }
 
@@ -208,8 +215,12 @@ EnergyVec energy_features(const Design& d, const TimeVec& tau) {
   for (int k = 0; k < kTime; ++k) (kBusy[k] ? busy : fixed) += tau[k] * d.g[k];
   const RunFeatures& f = d.f;
   const double n = f.gpus, t = busy + fixed;
-  return {n * f.idle_w * t, n * f.dynamic_w * busy, n * f.dynamic_w * fixed,
-          n * f.steps * (f.e_flop * f.flops + f.e_byte * f.bytes), f.nodes * t, n * t};
+  return {n * f.idle_w * t,
+          n * f.dynamic_w * busy,
+          n * f.dynamic_w * fixed,
+          n * f.steps * (f.e_flop * f.flops + f.e_byte * f.bytes),
+          f.nodes * t,
+          n * t};
 }
 
 // min sum_i (w_i (x_i . c - y_i))^2 + lambda m sum_k ((c_k - d_k) / d_k)^2 subject to c >= lower:
@@ -389,8 +400,8 @@ double predict_physical_kwh(const RunRecord& r, const HardwareTable& table, cons
   return predict_transformer(r.transformer(), r.parallel(), table.find(r.gpu), p).kwh;
 }
 
-PhysicalFit fit_physical(const std::vector<RunRecord>& records, const HardwareTable& table,
-                         double lambda_time, double lambda_energy, FoldBy by) {
+PhysicalFit fit_physical(const std::vector<RunRecord>& records, const HardwareTable& table, double lambda_time,
+                         double lambda_energy, FoldBy by) {
   if (records.size() < 5) fail("need at least 5 runs to fit the physical model");
   const std::vector<Design> d = designs_of(records, table);
   std::vector<int> all(records.size());
@@ -436,8 +447,7 @@ HeldOut score(const std::vector<double>& measured, const std::vector<double>& pr
   return h;
 }
 
-CrossValidation cross_validate(const std::vector<RunRecord>& records, const HardwareTable& table,
-                               int folds) {
+CrossValidation cross_validate(const std::vector<RunRecord>& records, const HardwareTable& table, int folds) {
   const std::vector<Design> d = designs_of(records, table);
   std::vector<int> all(records.size());
   for (size_t i = 0; i < all.size(); ++i) all[i] = int(i);
@@ -462,7 +472,8 @@ CrossValidation cross_validate(const std::vector<RunRecord>& records, const Hard
     if (train_ref.size() > 6) {
       ref = fit_reference(train_ref);
     } else {
-      cv.notes.push_back("fold " + std::to_string(f + 1) + ": too few training runs with a known efficiency "
+      cv.notes.push_back("fold " + std::to_string(f + 1) +
+                         ": too few training runs with a known efficiency "
                          "to fit the reference model; its held-out runs are not scored for it");
     }
     const PhysicalParams phys = fit_nested(d, train, defaults, FoldBy::kGroup);
@@ -490,8 +501,8 @@ CrossValidation cross_validate(const std::vector<RunRecord>& records, const Hard
   return cv;
 }
 
-std::vector<GpuHeldOut> leave_one_gpu_out(const std::vector<RunRecord>& records,
-                                          const HardwareTable& table, int min_runs) {
+std::vector<GpuHeldOut> leave_one_gpu_out(const std::vector<RunRecord>& records, const HardwareTable& table,
+                                          int min_runs) {
   const std::vector<Design> d = designs_of(records, table);
   std::map<std::string, std::vector<int>> by_gpu;
   for (size_t i = 0; i < records.size(); ++i) by_gpu[table.find(records[i].gpu).key].push_back(int(i));

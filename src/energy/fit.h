@@ -34,10 +34,10 @@ struct ReferenceFit {
 
 struct PhysicalFit {
   PhysicalParams params;
-  double r2 = 0;          // in-sample, ln space
-  double time_r2 = NAN;   // in-sample, ln space, of the time model (NaN: no durations)
+  double r2 = 0;         // in-sample, ln space
+  double time_r2 = NAN;  // in-sample, ln space, of the time model (NaN: no durations)
   int n = 0;
-  int timed = 0;          // runs with a measured duration the time model was fitted to
+  int timed = 0;                              // runs with a measured duration the time model was fitted to
   double lambda_time = 0, lambda_energy = 0;  // ridge strengths chosen by inner CV
 };
 
@@ -45,7 +45,7 @@ struct PhysicalFit {
 struct HeldOut {
   double r2 = NAN;
   double rmse_ln = NAN;
-  double mape = NAN;      // in percent
+  double mape = NAN;  // in percent
   int n = 0;
 };
 
@@ -59,8 +59,8 @@ struct GpuHeldOut {
 struct CrossValidation {
   int folds = 0;
   HeldOut reference;
-  HeldOut physical;          // refitted per fold (nested choice of the ridge strength)
-  HeldOut physical_default;  // hardware-table defaults, nothing fitted
+  HeldOut physical;                        // refitted per fold (nested choice of the ridge strength)
+  HeldOut physical_default;                // hardware-table defaults, nothing fitted
   std::vector<double> reference_pred_kwh;  // held-out predictions, in record order
   std::vector<double> physical_pred_kwh;
   std::vector<std::string> notes;
@@ -91,18 +91,17 @@ enum class FoldBy { kGroup, kGpu };
 // given; infinity keeps the table's defaults for that half of the model). The ridge pulls
 // every coefficient towards the hardware table's default, so large strengths return the
 // defaults.
-PhysicalFit fit_physical(const std::vector<RunRecord>& records, const HardwareTable& table,
-                         double lambda_time = -1, double lambda_energy = -1, FoldBy by = FoldBy::kGroup);
+PhysicalFit fit_physical(const std::vector<RunRecord>& records, const HardwareTable& table, double lambda_time = -1,
+                         double lambda_energy = -1, FoldBy by = FoldBy::kGroup);
 double predict_physical_kwh(const RunRecord& r, const HardwareTable& table, const PhysicalParams& p);
 
 // Group-disjoint k-fold cross-validation of both models on the same splits (groups are
 // assigned to folds round-robin in sorted order; k = min(folds, number of groups)).
-CrossValidation cross_validate(const std::vector<RunRecord>& records, const HardwareTable& table,
-                               int folds = 5);
+CrossValidation cross_validate(const std::vector<RunRecord>& records, const HardwareTable& table, int folds = 5);
 
 // For every GPU with at least `min_runs` runs: fit on the other GPUs, score on this one.
-std::vector<GpuHeldOut> leave_one_gpu_out(const std::vector<RunRecord>& records,
-                                          const HardwareTable& table, int min_runs = 15);
+std::vector<GpuHeldOut> leave_one_gpu_out(const std::vector<RunRecord>& records, const HardwareTable& table,
+                                          int min_runs = 15);
 
 HeldOut score(const std::vector<double>& measured_kwh, const std::vector<double>& predicted_kwh);
 

@@ -31,8 +31,8 @@ std::string normalise(const std::string& s) {
   throw std::runtime_error("[energy] " + origin + ": " + what);
 }
 
-double number(const toml::table& t, const std::string& key, const std::string& origin,
-              const std::string& where, bool required = true, double fallback = 0) {
+double number(const toml::table& t, const std::string& key, const std::string& origin, const std::string& where,
+              bool required = true, double fallback = 0) {
   const toml::node* n = t.get(key);
   if (!n) {
     if (required) bad(origin, where + " lacks '" + key + "'");
@@ -100,8 +100,8 @@ double DeviceSpec::peak_flops(const std::string& dtype) const {
   if (it == peak_tflops.end()) {
     std::string known;
     for (const auto& [k, v] : peak_tflops) known += (known.empty() ? "" : ", ") + k;
-    throw std::invalid_argument("[energy] " + key + " has no peak rate for dtype '" + dtype +
-                                "' (table lists " + known + ")");
+    throw std::invalid_argument("[energy] " + key + " has no peak rate for dtype '" + dtype + "' (table lists " +
+                                known + ")");
   }
   return it->second * 1e12;
 }
@@ -151,10 +151,11 @@ HardwareTable HardwareTable::parse(const std::string& content, const std::string
       m.dynamic_scale = number(*t, "dynamic_scale", origin, "model", false, m.dynamic_scale);
       m.interval_ln = number(*t, "interval_ln", origin, "model", false, m.interval_ln);
       if (m.compute_efficiency <= 0 || m.compute_efficiency > 1 || m.memory_efficiency <= 0 ||
-          m.memory_efficiency > 1 || m.link_efficiency <= 0 || m.link_efficiency > 1 ||
-          m.comm_overlap > 1 || m.startup_s < 0 || m.fixed_power_fraction < 0) {
-        bad(origin, "[model] efficiencies must be in (0, 1], comm_overlap at most 1, startup_s and "
-                    "fixed_power_fraction non-negative");
+          m.memory_efficiency > 1 || m.link_efficiency <= 0 || m.link_efficiency > 1 || m.comm_overlap > 1 ||
+          m.startup_s < 0 || m.fixed_power_fraction < 0) {
+        bad(origin,
+            "[model] efficiencies must be in (0, 1], comm_overlap at most 1, startup_s and "
+            "fixed_power_fraction non-negative");
       }
     } else if (t) {
       table.devices_.push_back(parse_device(key, *t, origin));
@@ -268,8 +269,7 @@ void save_table(const std::string& path, const toml::table& root) {
   {
     std::ofstream out(tmp);
     if (!out) bad(path, "cannot write");
-    out << "# Written by meganeura energy calibration; comments of the shipped table are not kept.\n"
-        << root << "\n";
+    out << "# Written by meganeura energy calibration; comments of the shipped table are not kept.\n" << root << "\n";
     if (!out) bad(path, "write failed");
   }
   fs::rename(tmp, path);
@@ -277,8 +277,8 @@ void save_table(const std::string& path, const toml::table& root) {
 
 }  // namespace
 
-void write_device_coefficients(const std::string& path, const std::string& device_key,
-                               double e_flop_pj, double e_byte_pj, const std::string& source) {
+void write_device_coefficients(const std::string& path, const std::string& device_key, double e_flop_pj,
+                               double e_byte_pj, const std::string& source) {
   toml::table root = parse_for_update(path);
   toml::table* dev = root.get_as<toml::table>(device_key);
   if (!dev) bad(path, "no device '" + device_key + "' to calibrate");
@@ -291,8 +291,8 @@ void write_device_coefficients(const std::string& path, const std::string& devic
   save_table(path, root);
 }
 
-void write_model_params(const std::string& path, const ModelDefaults& model, double host_power_w,
-                        double rank_power_w, const std::string& source) {
+void write_model_params(const std::string& path, const ModelDefaults& model, double host_power_w, double rank_power_w,
+                        const std::string& source) {
   toml::table root = parse_for_update(path);
   if (!root.get_as<toml::table>("model")) root.insert_or_assign("model", toml::table{});
   if (!root.get_as<toml::table>("host")) root.insert_or_assign("host", toml::table{});

@@ -12,19 +12,19 @@
 namespace meganeura::energy {
 
 struct DeviceSpec {
-  std::string key;                       // table key: "h100-sxm"
-  std::string name;                      // "NVIDIA H100 SXM5 80GB"
+  std::string key;   // table key: "h100-sxm"
+  std::string name;  // "NVIDIA H100 SXM5 80GB"
   std::string arch;
-  std::vector<std::string> aliases;      // lower-case alternative names (NVML names, short forms)
+  std::vector<std::string> aliases;           // lower-case alternative names (NVML names, short forms)
   std::map<std::string, double> peak_tflops;  // dtype ("fp32", "bf16", ...) -> dense TFLOP/s
   double memory_bandwidth_gbs = 0;
   double memory_gb = 0;
   double idle_w = 0;
   double max_w = 0;
   std::string link;
-  double link_gbs = 0;                   // per direction, between GPUs of one node
+  double link_gbs = 0;  // per direction, between GPUs of one node
   double pcie_gbs = 0;
-  std::optional<double> e_flop_pj;       // calibrated; derived from powers when absent
+  std::optional<double> e_flop_pj;  // calibrated; derived from powers when absent
   std::optional<double> e_byte_pj;
   std::map<std::string, std::string> sources;  // field -> citation
 
@@ -39,8 +39,8 @@ struct DeviceSpec {
 };
 
 struct HostSpec {
-  double power_w = 0;       // CPU + DRAM of one node
-  double rank_power_w = 30; // added per GPU: the process driving it (a busy core, data loading)
+  double power_w = 0;        // CPU + DRAM of one node
+  double rank_power_w = 30;  // added per GPU: the process driving it (a busy core, data loading)
 };
 
 // Knobs of the time model that are not properties of one device (see docs/energy.md).
@@ -53,12 +53,12 @@ struct ModelDefaults {
   double comm_overlap = 0.3;
   double link_latency_us = 100.0;
   double busy_fraction = 0.3;
-  double startup_s = 10.0;             // process start, device context, model and data set-up
-  double fixed_power_fraction = 0.2;   // share of (max - idle) drawn during fixed, launch-bound time
-  double idle_scale = 1.0;      // fitted scale on the table's idle power (1 until fitted)
-  double dynamic_scale = 0.7;   // share of (max - idle) spent per FLOP and byte; with busy_fraction, 1
+  double startup_s = 10.0;            // process start, device context, model and data set-up
+  double fixed_power_fraction = 0.2;  // share of (max - idle) drawn during fixed, launch-bound time
+  double idle_scale = 1.0;            // fitted scale on the table's idle power (1 until fitted)
+  double dynamic_scale = 0.7;         // share of (max - idle) spent per FLOP and byte; with busy_fraction, 1
 
-  double interval_ln = 0.35;    // half-width of the reported interval in ln space
+  double interval_ln = 0.35;  // half-width of the reported interval in ln space
 };
 
 class HardwareTable {
@@ -96,12 +96,12 @@ std::string user_table_path();
 std::string ensure_user_table();
 // Writes calibrated coefficients for one device into the table at `path` (a user copy),
 // keeping every other entry.
-void write_device_coefficients(const std::string& path, const std::string& device_key,
-                               double e_flop_pj, double e_byte_pj, const std::string& source);
+void write_device_coefficients(const std::string& path, const std::string& device_key, double e_flop_pj,
+                               double e_byte_pj, const std::string& source);
 
 // Writes a fitted [model] section and host power into the table at `path` (a user copy),
 // keeping every device entry.
-void write_model_params(const std::string& path, const ModelDefaults& model, double host_power_w,
-                        double rank_power_w, const std::string& source);
+void write_model_params(const std::string& path, const ModelDefaults& model, double host_power_w, double rank_power_w,
+                        const std::string& source);
 
 }  // namespace meganeura::energy

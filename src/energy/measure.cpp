@@ -40,7 +40,8 @@ MeasureResult measure_command(const std::vector<std::string>& argv, const MeterO
   // process may only call async-signal-safe functions. SIGINT/SIGTERM are blocked around the
   // spawn so that none arrives before the child's pid is known; the child gets default handlers
   // and an empty mask.
-  struct sigaction sa {}, old_int {}, old_term {};
+  struct sigaction sa {
+  }, old_int{}, old_term{};
   sa.sa_sigaction = forward;
   sigemptyset(&sa.sa_mask);
   sa.sa_flags = SA_RESTART | SA_SIGINFO;

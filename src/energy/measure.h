@@ -10,8 +10,8 @@
 namespace meganeura::energy {
 
 struct MeasureResult {
-  int exit_code = 0;     // the command's status; 128 + signal when killed by one
-  std::string failure;   // non-empty when the command could not be started
+  int exit_code = 0;    // the command's status; 128 + signal when killed by one
+  std::string failure;  // non-empty when the command could not be started
   EnergyReading reading;
 };
 

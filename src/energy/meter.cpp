@@ -83,8 +83,7 @@ struct EnergyMeter::State {
   }
 };
 
-EnergyMeter::EnergyMeter(MeterOptions options)
-    : options_(std::move(options)), state_(std::make_unique<State>()) {}
+EnergyMeter::EnergyMeter(MeterOptions options) : options_(std::move(options)), state_(std::make_unique<State>()) {}
 
 EnergyMeter::~EnergyMeter() {
   if (state_ && state_->running) stop();
@@ -163,8 +162,7 @@ EnergyReading EnergyMeter::stop() {
     if (c.kind == Kind::kNvmlCounter && c.last < c.first) {
       r.notes.push_back(d.name + ": energy counter went backwards (driver reloaded?); energy unknown");
     }
-    d.joules = c.kind == Kind::kNvmlCounter ? (c.last >= c.first ? (c.last - c.first) * 1e-3 : 0)
-                                            : c.accumulated_j;
+    d.joules = c.kind == Kind::kNvmlCounter ? (c.last >= c.first ? (c.last - c.first) * 1e-3 : 0) : c.accumulated_j;
     d.avg_watts = r.duration_s > 0 ? d.joules / r.duration_s : 0;
     // A run shorter than one poll leaves no peak sample: the average is the best bound.
     d.peak_watts = std::max(d.peak_watts, d.avg_watts);

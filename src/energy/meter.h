@@ -17,26 +17,26 @@ struct MeterOptions {
   // Opens NVML for the GPU channels: set it to &Nvml::open (energy/nvml.h). Null means no
   // GPU channels, and keeps NVML and dlopen out of programs that link the meter for RAPL.
   std::unique_ptr<Nvml> (*open_nvml)(const std::string& library, std::string* why) = nullptr;
-  std::string nvml_library;                        // empty: libnvidia-ml.so.1
+  std::string nvml_library;  // empty: libnvidia-ml.so.1
   std::string powercap_root = "/sys/class/powercap";
-  double sample_hz = 10.0;                         // power polling rate where no counter exists
+  double sample_hz = 10.0;  // power polling rate where no counter exists
   bool use_rapl = true;
 };
 
 struct DeviceEnergy {
-  std::string name;     // "gpu0 NVIDIA H100", "package-0", "dram-0"
-  std::string source;   // "nvml-energy", "nvml-power", "rapl", ...
+  std::string name;    // "gpu0 NVIDIA H100", "package-0", "dram-0"
+  std::string source;  // "nvml-energy", "nvml-power", "rapl", ...
   double joules = 0;
   double avg_watts = 0;
   double peak_watts = 0;
-  bool in_total = true; // false for psys, which already contains the packages
+  bool in_total = true;  // false for psys, which already contains the packages
 };
 
 struct EnergyReading {
   double duration_s = 0;
   std::vector<DeviceEnergy> devices;
-  double total_joules = 0;            // sum over devices (psys never double-counted)
-  std::vector<std::string> notes;     // why a source is missing ("RAPL counters are root-only")
+  double total_joules = 0;         // sum over devices (psys never double-counted)
+  std::vector<std::string> notes;  // why a source is missing ("RAPL counters are root-only")
 };
 
 class EnergyMeter {

@@ -17,8 +17,12 @@ constexpr uint64_t kEventSingleBitEcc = 0x1;
 constexpr uint64_t kEventDoubleBitEcc = 0x2;
 constexpr uint64_t kEventXid = 0x8;
 
-struct NvmlUtilization { unsigned gpu, memory; };
-struct NvmlMemory { unsigned long long total, free, used; };
+struct NvmlUtilization {
+  unsigned gpu, memory;
+};
+struct NvmlMemory {
+  unsigned long long total, free, used;
+};
 struct NvmlEventData {
   nvmlDevice_t device;
   unsigned long long event_type;
@@ -89,8 +93,7 @@ std::unique_ptr<Nvml> Nvml::open(const std::string& library, std::string* why) {
   }
   if (nvmlReturn_t r = a.init(); r != kNvmlSuccess) {
     if (why) {
-      *why = "nvmlInit_v2 failed: " +
-             std::string(a.error_string ? a.error_string(r) : std::to_string(r).c_str());
+      *why = "nvmlInit_v2 failed: " + std::string(a.error_string ? a.error_string(r) : std::to_string(r).c_str());
     }
     a.shutdown = nullptr;
     return nullptr;
@@ -157,8 +160,7 @@ bool Nvml::watch_events() {
   for (unsigned i = 0, n = device_count(); i < n; ++i) {
     nvmlDevice_t dev = nullptr;
     if (api_->get_handle(i, &dev) != kNvmlSuccess) continue;
-    any |= api_->register_events(dev, kEventXid | kEventDoubleBitEcc | kEventSingleBitEcc,
-                                 event_set_) == kNvmlSuccess;
+    any |= api_->register_events(dev, kEventXid | kEventDoubleBitEcc | kEventSingleBitEcc, event_set_) == kNvmlSuccess;
   }
   return any;
 }
@@ -175,10 +177,14 @@ std::optional<NvmlEvent> Nvml::wait_event(unsigned timeout_ms) {
     nvmlDevice_t dev = nullptr;
     if (api_->get_handle(i, &dev) == kNvmlSuccess && dev == d.device) e.index = i;
   }
-  if (e.type & kEventXid) e.description = "Xid " + std::to_string(e.data);
-  else if (e.type & kEventDoubleBitEcc) e.description = "double-bit ECC error";
-  else if (e.type & kEventSingleBitEcc) e.description = "single-bit ECC error";
-  else e.description = "NVML event " + std::to_string(e.type);
+  if (e.type & kEventXid)
+    e.description = "Xid " + std::to_string(e.data);
+  else if (e.type & kEventDoubleBitEcc)
+    e.description = "double-bit ECC error";
+  else if (e.type & kEventSingleBitEcc)
+    e.description = "single-bit ECC error";
+  else
+    e.description = "NVML event " + std::to_string(e.type);
   return e;
 }
 

@@ -14,9 +14,9 @@ namespace meganeura::energy {
 struct NvmlSample {
   unsigned index = 0;
   std::string name;
-  std::optional<unsigned> util_gpu_pct;     // nvmlDeviceGetUtilizationRates
+  std::optional<unsigned> util_gpu_pct;  // nvmlDeviceGetUtilizationRates
   std::optional<unsigned> util_mem_pct;
-  std::optional<uint64_t> mem_used_bytes;   // nvmlDeviceGetMemoryInfo
+  std::optional<uint64_t> mem_used_bytes;  // nvmlDeviceGetMemoryInfo
   std::optional<uint64_t> mem_total_bytes;
   std::optional<unsigned> temperature_c;    // nvmlDeviceGetTemperature (GPU sensor)
   std::optional<double> power_w;            // nvmlDeviceGetPowerUsage (mW -> W)
@@ -25,10 +25,10 @@ struct NvmlSample {
 
 // A critical event reported by the driver (Xid error, ECC error).
 struct NvmlEvent {
-  unsigned index = 0;        // device index
-  uint64_t type = 0;         // nvmlEventType* bit
-  uint64_t data = 0;         // Xid number for Xid events
-  std::string description;   // "Xid 79", "double-bit ECC error", ...
+  unsigned index = 0;       // device index
+  uint64_t type = 0;        // nvmlEventType* bit
+  uint64_t data = 0;        // Xid number for Xid events
+  std::string description;  // "Xid 79", "double-bit ECC error", ...
 };
 
 class Nvml {

@@ -8,17 +8,14 @@
 namespace meganeura::energy {
 namespace {
 
-[[noreturn]] void invalid(const std::string& what) {
-  throw std::invalid_argument("[energy] " + what);
-}
+[[noreturn]] void invalid(const std::string& what) { throw std::invalid_argument("[energy] " + what); }
 
 struct LayerShape {
-  double tokens;   // B * S
+  double tokens;               // B * S
   double d, f, s, heads, act;  // act: bytes per activation element
 };
 
-void push(std::vector<WorkItem>& out, int layer, const std::string& op, const char* kind,
-          double flops, double bytes) {
+void push(std::vector<WorkItem>& out, int layer, const std::string& op, const char* kind, double flops, double bytes) {
   const std::string prefix = layer >= 0 ? "layer" + std::to_string(layer) + "." : "";
   out.push_back({prefix + op, kind, flops, bytes, layer});
 }
@@ -76,8 +73,7 @@ TransformerConfig TransformerConfig::resolved() const {
   if (c.hidden <= 0) invalid("hidden size must be positive, got " + std::to_string(c.hidden));
   if (c.heads == 0) c.heads = std::max(1, c.hidden / 64);
   if (c.heads < 0 || c.hidden % c.heads != 0) {
-    invalid("hidden size " + std::to_string(c.hidden) + " is not divisible by " +
-            std::to_string(c.heads) + " heads");
+    invalid("hidden size " + std::to_string(c.hidden) + " is not divisible by " + std::to_string(c.heads) + " heads");
   }
   if (c.ff == 0) c.ff = 4 * c.hidden;
   if (c.ff < 0) invalid("ff must be positive");
@@ -129,11 +125,9 @@ ModelDefaults PhysicalParams::to_model_defaults() const {
   return m;
 }
 
-std::vector<WorkItem> transformer_step_work(const TransformerConfig& cfg, int tp,
-                                            int optimizer_shards) {
+std::vector<WorkItem> transformer_step_work(const TransformerConfig& cfg, int tp, int optimizer_shards) {
   const TransformerConfig c = cfg.resolved();
-  const LayerShape shape{c.batch * c.seq, double(c.hidden), double(c.ff), c.seq, double(c.heads),
-                         dtype_bytes(c.dtype)};
+  const LayerShape shape{c.batch * c.seq, double(c.hidden), double(c.ff), c.seq, double(c.heads), dtype_bytes(c.dtype)};
   std::vector<WorkItem> out;
   const double t = shape.tokens, d = c.hidden;
   if (c.vocab > 0) {
@@ -172,8 +166,7 @@ void check_work(const WorkItem& w) {
 // One dispatch: its compute and memory roofline time (busy, near full power) plus a fixed launch
 // cost (the device waits on the host, near idle power). A launch-bound dispatch is one whose
 // fixed cost exceeds its roofline time.
-CostEstimate price(const WorkItem& w, const DeviceSpec& dev, const PhysicalParams& p,
-                   const std::string& dtype) {
+CostEstimate price(const WorkItem& w, const DeviceSpec& dev, const PhysicalParams& p, const std::string& dtype) {
   check_work(w);
   const double t_compute = w.flops / (peak_for(w, dev, dtype) * p.compute_efficiency);
   const double t_memory = w.bytes / (dev.memory_bandwidth_gbs * 1e9 * p.memory_efficiency);
@@ -188,8 +181,7 @@ CostEstimate price(const WorkItem& w, const DeviceSpec& dev, const PhysicalParam
   return e;
 }
 
-void add_work(RunFeatures& f, const WorkItem& w, double count, const DeviceSpec& dev,
-              const std::string& dtype) {
+void add_work(RunFeatures& f, const WorkItem& w, double count, const DeviceSpec& dev, const std::string& dtype) {
   check_work(w);
   f.compute_s += count * w.flops / peak_for(w, dev, dtype);
   f.memory_s += count * w.bytes / (dev.memory_bandwidth_gbs * 1e9);
@@ -219,8 +211,8 @@ void check_parallel(const TransformerConfig& c, const ParallelConfig& par) {
   }
   if (par.check_feasible && par.strategy == Strategy::kTensorParallel &&
       (c.heads % par.gpus != 0 || c.ff % par.gpus != 0)) {
-    invalid("tensor parallel over " + std::to_string(par.gpus) + " GPUs needs heads (" +
-            std::to_string(c.heads) + ") and ff (" + std::to_string(c.ff) + ") divisible by it");
+    invalid("tensor parallel over " + std::to_string(par.gpus) + " GPUs needs heads (" + std::to_string(c.heads) +
+            ") and ff (" + std::to_string(c.ff) + ") divisible by it");
   }
 }
 
@@ -246,8 +238,7 @@ std::vector<CostEstimate> per_layer(const std::vector<CostEstimate>& dispatches,
 
 }  // namespace
 
-RunFeatures transformer_features(const TransformerConfig& cfg, const ParallelConfig& par,
-                                 const DeviceSpec& dev) {
+RunFeatures transformer_features(const TransformerConfig& cfg, const ParallelConfig& par, const DeviceSpec& dev) {
   const TransformerConfig c = cfg.resolved();
   check_parallel(c, par);
   const int n = par.gpus;
@@ -271,8 +262,7 @@ RunFeatures transformer_features(const TransformerConfig& cfg, const ParallelCon
   const double fr = double(n - 1) / n;  // ring collectives move fr (gather/scatter) or 2 fr (all-reduce)
   if (n > 1) {
     switch (par.strategy) {
-      case Strategy::kBaseline:
-        break;
+      case Strategy::kBaseline: break;
       case Strategy::kDataParallel:
         // fp32 gradients all-reduced once per optimizer step.
         f.comm_sharded_s = params * 4 * 2 * fr / bw / c.grad_accum;
@@ -325,9 +315,8 @@ void fill_totals(PhysicalPrediction& r, const RunFeatures& f, const PhysicalPara
   r.time_s = t.total();
   r.step_time_s = (r.time_s - t.startup) / f.steps;
   r.comm_time_s = (t.comm_bandwidth + t.comm_latency) / f.steps;
-  r.time_terms = {{"startup", t.startup},         {"step_fixed", t.step_fixed},
-                  {"launch", t.launch},           {"compute", t.compute},
-                  {"memory", t.memory},           {"comm_bandwidth", t.comm_bandwidth},
+  r.time_terms = {{"startup", t.startup},          {"step_fixed", t.step_fixed}, {"launch", t.launch},
+                  {"compute", t.compute},          {"memory", t.memory},         {"comm_bandwidth", t.comm_bandwidth},
                   {"comm_latency", t.comm_latency}};
   r.energy_terms = energy_breakdown(f, p, t);
   r.total_energy_j = 0;
@@ -341,8 +330,8 @@ void fill_totals(PhysicalPrediction& r, const RunFeatures& f, const PhysicalPara
 
 }  // namespace
 
-PhysicalPrediction predict_transformer(const TransformerConfig& cfg, const ParallelConfig& par,
-                                       const DeviceSpec& dev, const PhysicalParams& p) {
+PhysicalPrediction predict_transformer(const TransformerConfig& cfg, const ParallelConfig& par, const DeviceSpec& dev,
+                                       const PhysicalParams& p) {
   const TransformerConfig c = cfg.resolved();
   check_parallel(c, par);
   // Memory: fp32 master weights, gradients and two Adam moments (16 B/param), sharded by
@@ -350,13 +339,12 @@ PhysicalPrediction predict_transformer(const TransformerConfig& cfg, const Paral
   const double params = c.layers * layer_params(c, 1) + double(c.vocab) * c.hidden;
   const int state_shards = par.strategy == Strategy::kFsdp || par.strategy == Strategy::kTensorParallel ? par.gpus : 1;
   const double act_tp = par.strategy == Strategy::kTensorParallel ? par.gpus : 1;
-  const double activations = c.layers * c.batch * c.seq *
-                             (34.0 * c.hidden + 5.0 * c.heads * c.seq) / act_tp *
-                             dtype_bytes(c.dtype) / 2;
+  const double activations =
+      c.layers * c.batch * c.seq * (34.0 * c.hidden + 5.0 * c.heads * c.seq) / act_tp * dtype_bytes(c.dtype) / 2;
   const double need_gb = (16 * params / state_shards + activations) / 1e9;
   if (par.check_feasible && dev.memory_gb > 0 && need_gb > dev.memory_gb) {
-    invalid("configuration needs about " + std::to_string(int(need_gb + 0.5)) + " GB per device; " +
-            dev.key + " has " + std::to_string(int(dev.memory_gb)) + " GB");
+    invalid("configuration needs about " + std::to_string(int(need_gb + 0.5)) + " GB per device; " + dev.key + " has " +
+            std::to_string(int(dev.memory_gb)) + " GB");
   }
 
   PhysicalPrediction r;
@@ -364,9 +352,9 @@ PhysicalPrediction predict_transformer(const TransformerConfig& cfg, const Paral
   r.strategy = par.strategy;
   const RunFeatures f = transformer_features(c, par, dev);
   fill_totals(r, f, p);
-  const double t1 = par.gpus == 1
-                        ? r.time_s
-                        : time_breakdown(transformer_features(c, {1, Strategy::kBaseline, false, false}, dev), p).total();
+  const double t1 =
+      par.gpus == 1 ? r.time_s
+                    : time_breakdown(transformer_features(c, {1, Strategy::kBaseline, false, false}, dev), p).total();
   r.efficiency = t1 / r.time_s / par.gpus;
   r.joules_per_token = r.total_energy_j / c.tokens;
 
@@ -398,9 +386,8 @@ PhysicalPrediction predict_transformer(const TransformerConfig& cfg, const Paral
   return r;
 }
 
-PhysicalPrediction predict_work(const std::vector<WorkItem>& work, const DeviceSpec& dev,
-                                const PhysicalParams& p, const std::string& dtype, double steps,
-                                double tokens_per_step) {
+PhysicalPrediction predict_work(const std::vector<WorkItem>& work, const DeviceSpec& dev, const PhysicalParams& p,
+                                const std::string& dtype, double steps, double tokens_per_step) {
   if (work.empty()) invalid("the program has no dispatches to price");
   if (!(steps > 0)) invalid("steps must be positive");
   dtype_bytes(dtype);

@@ -24,12 +24,12 @@ namespace meganeura::energy {
 struct TransformerConfig {
   int layers = 0;
   int hidden = 0;
-  int heads = 0;        // 0: hidden / 64
-  int ff = 0;           // 0: 4 * hidden
-  int vocab = 0;        // embedding rows (trained, so priced); 0: none
-  double batch = 0;     // sequences per device step (per data-parallel rank)
+  int heads = 0;     // 0: hidden / 64
+  int ff = 0;        // 0: 4 * hidden
+  int vocab = 0;     // embedding rows (trained, so priced); 0: none
+  double batch = 0;  // sequences per device step (per data-parallel rank)
   double seq = 0;
-  double tokens = 0;    // tokens over the whole run
+  double tokens = 0;  // tokens over the whole run
   int grad_accum = 1;
   std::string dtype = "fp32";  // arithmetic dtype of the matmuls: fp32, tf32, fp16, bf16
 
@@ -56,8 +56,8 @@ struct PhysicalParams {
   double step_overhead_s = 8e-3;
   double comm_overlap = 0.3;
   double link_latency_s = 100e-6;
-  double host_power_w = 200;   // per node
-  double rank_power_w = 30;    // per GPU: the host process (one CPU core, data loading) driving it
+  double host_power_w = 200;  // per node
+  double rank_power_w = 30;   // per GPU: the host process (one CPU core, data loading) driving it
   double idle_scale = 1.0;
   double dynamic_scale = 0.7;
   double busy_fraction = 0.3;
@@ -92,17 +92,17 @@ struct PhysicalPrediction {
   std::string device;
   int gpus = 1;
   Strategy strategy = Strategy::kBaseline;
-  double steps = 0;              // device steps (micro-batches) over the run
-  double step_time_s = 0;        // one device step including exposed communication
-  double comm_time_s = 0;        // exposed communication per device step
-  double time_s = 0;             // whole run
-  double efficiency = 1;         // predicted eta = (T_1 / T_N) / N
-  double device_energy_j = 0;    // per device
+  double steps = 0;            // device steps (micro-batches) over the run
+  double step_time_s = 0;      // one device step including exposed communication
+  double comm_time_s = 0;      // exposed communication per device step
+  double time_s = 0;           // whole run
+  double efficiency = 1;       // predicted eta = (T_1 / T_N) / N
+  double device_energy_j = 0;  // per device
   double host_energy_j = 0;
   double total_energy_j = 0;
   double kwh = 0;
   double joules_per_token = 0;
-  double kwh_low = 0;            // interval
+  double kwh_low = 0;  // interval
   double kwh_high = 0;
   // The time terms (seconds, summing to time_s) and energy terms (joules, all devices and the
   // host, summing to total_energy_j).
@@ -122,24 +122,22 @@ struct PhysicalPrediction {
 // them to the run. Time is linear in the coefficients over these features.
 struct RunFeatures {
   int gpus = 1, nodes = 1;
-  double steps = 0;            // device steps (micro-batches) over the run
-  double dispatches = 0;       // per device step (the optimizer spread over grad_accum)
-  double compute_s = 0;        // per device step, at peak
-  double memory_s = 0;         // per device step, at full bandwidth
-  double comm_sharded_s = 0;   // DP/FSDP collectives per device step at the datasheet link rate
-  double comm_tp_s = 0;        // TP all-reduces per device step at the datasheet link rate
-  double collectives = 0;      // ring hops of collectives per device step (N - 1 per collective)
-  double flops = 0, bytes = 0; // per device step
+  double steps = 0;                  // device steps (micro-batches) over the run
+  double dispatches = 0;             // per device step (the optimizer spread over grad_accum)
+  double compute_s = 0;              // per device step, at peak
+  double memory_s = 0;               // per device step, at full bandwidth
+  double comm_sharded_s = 0;         // DP/FSDP collectives per device step at the datasheet link rate
+  double comm_tp_s = 0;              // TP all-reduces per device step at the datasheet link rate
+  double collectives = 0;            // ring hops of collectives per device step (N - 1 per collective)
+  double flops = 0, bytes = 0;       // per device step
   double idle_w = 0, dynamic_w = 0;  // per device: idle power and max - idle
   double e_flop = 0, e_byte = 0;     // J per FLOP and per byte
 };
 
-RunFeatures transformer_features(const TransformerConfig& cfg, const ParallelConfig& par,
-                                 const DeviceSpec& device);
+RunFeatures transformer_features(const TransformerConfig& cfg, const ParallelConfig& par, const DeviceSpec& device);
 
 struct TimeBreakdown {
-  double startup = 0, step_fixed = 0, launch = 0, compute = 0, memory = 0, comm_bandwidth = 0,
-         comm_latency = 0;
+  double startup = 0, step_fixed = 0, launch = 0, compute = 0, memory = 0, comm_bandwidth = 0, comm_latency = 0;
   double busy() const { return compute + memory + comm_bandwidth; }
   double fixed() const { return startup + step_fixed + launch + comm_latency; }
   double total() const { return busy() + fixed(); }
@@ -150,8 +148,7 @@ std::vector<Term> energy_breakdown(const RunFeatures& f, const PhysicalParams& p
 
 // The work of one training step of one transformer layer stack on one device, forward,
 // backward and optimizer, with matmuls split `tp` ways.
-std::vector<WorkItem> transformer_step_work(const TransformerConfig& cfg, int tp = 1,
-                                            int optimizer_shards = 1);
+std::vector<WorkItem> transformer_step_work(const TransformerConfig& cfg, int tp = 1, int optimizer_shards = 1);
 
 PhysicalPrediction predict_transformer(const TransformerConfig& cfg, const ParallelConfig& par,
                                        const DeviceSpec& device, const PhysicalParams& params);
@@ -159,8 +156,8 @@ PhysicalPrediction predict_transformer(const TransformerConfig& cfg, const Paral
 // Prices `work` (one step of a compiled Program) on one device; `steps` scales the totals and
 // `tokens_per_step` (0: unknown) gives J/token.
 PhysicalPrediction predict_work(const std::vector<WorkItem>& work, const DeviceSpec& device,
-                                const PhysicalParams& params, const std::string& dtype,
-                                double steps = 1, double tokens_per_step = 0);
+                                const PhysicalParams& params, const std::string& dtype, double steps = 1,
+                                double tokens_per_step = 0);
 
 // Bytes per element of a dtype name ("fp32" -> 4); throws on unknown names.
 double dtype_bytes(const std::string& dtype);

@@ -15,7 +15,7 @@ struct RaplDomain {
   std::string name;         // "package-0", "dram-0", "psys"
   std::string energy_path;  // .../energy_uj
   uint64_t max_range_uj = 0;
-  bool in_total = true;     // false for psys (it already contains the packages)
+  bool in_total = true;  // false for psys (it already contains the packages)
 };
 
 // Finds the domains under `root`. Notes explain what was skipped, including the hint that the

@@ -14,8 +14,7 @@ Strategy parse_strategy(const std::string& text) {
   if (s == "dp" || s == "ddp" || s == "data" || s == "data-parallel") return Strategy::kDataParallel;
   if (s == "fsdp" || s == "zero3") return Strategy::kFsdp;
   if (s == "tp" || s == "tensor" || s == "tensor-parallel") return Strategy::kTensorParallel;
-  throw std::invalid_argument("[energy] unknown strategy '" + text +
-                              "' (expected baseline, dp, fsdp or tp)");
+  throw std::invalid_argument("[energy] unknown strategy '" + text + "' (expected baseline, dp, fsdp or tp)");
 }
 
 std::string strategy_name(Strategy s) {
@@ -44,8 +43,7 @@ namespace {
 
 void require_positive(double v, const char* what) {
   if (!(v > 0) || !std::isfinite(v)) {
-    throw std::invalid_argument(std::string("[energy] ") + what + " must be positive, got " +
-                                std::to_string(v));
+    throw std::invalid_argument(std::string("[energy] ") + what + " must be positive, got " + std::to_string(v));
   }
 }
 

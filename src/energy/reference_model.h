@@ -21,9 +21,9 @@ std::string strategy_name(Strategy s);
 struct ReferenceInputs {
   int layers = 0;
   int hidden = 0;
-  double batch = 0;     // sequences per step (B)
-  double seq = 0;       // sequence length (S)
-  double tokens = 0;    // tokens seen over the run
+  double batch = 0;         // sequences per step (B)
+  double seq = 0;           // sequence length (S)
+  double tokens = 0;        // tokens seen over the run
   double efficiency = 1.0;  // eta in (0, 1]
   Strategy strategy = Strategy::kBaseline;
 };
@@ -50,7 +50,6 @@ double reference_compute_proxy(const ReferenceInputs& in);  // C
 double reference_memory_proxy(const ReferenceInputs& in);   // M
 
 // Predicted energy in kWh.
-double reference_predict_kwh(const ReferenceInputs& in,
-                             const ReferenceCoefficients& c = ReferenceCoefficients::bert());
+double reference_predict_kwh(const ReferenceInputs& in, const ReferenceCoefficients& c = ReferenceCoefficients::bert());
 
 }  // namespace meganeura::energy

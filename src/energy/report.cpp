@@ -32,15 +32,21 @@ nlohmann::json prediction_json(const PhysicalPrediction& p, double grid_g_per_kw
   j["energy_terms_j"] = et;
   nlohmann::json layers = nlohmann::json::array();
   for (const CostEstimate& l : p.layers) {
-    layers.push_back({{"name", l.name}, {"time_s", l.time_s}, {"energy_j", l.energy_j},
-                      {"flops", l.flops}, {"bytes", l.bytes}});
+    layers.push_back(
+        {{"name", l.name}, {"time_s", l.time_s}, {"energy_j", l.energy_j}, {"flops", l.flops}, {"bytes", l.bytes}});
   }
   j["layers"] = layers;
   if (dispatches) {
     nlohmann::json d = nlohmann::json::array();
     for (const CostEstimate& c : p.dispatches) {
-      d.push_back({{"name", c.name}, {"kind", c.kind}, {"layer", c.layer}, {"flops", c.flops},
-                   {"bytes", c.bytes}, {"time_s", c.time_s}, {"energy_j", c.energy_j}, {"bound", c.bound}});
+      d.push_back({{"name", c.name},
+                   {"kind", c.kind},
+                   {"layer", c.layer},
+                   {"flops", c.flops},
+                   {"bytes", c.bytes},
+                   {"time_s", c.time_s},
+                   {"energy_j", c.energy_j},
+                   {"bound", c.bound}});
     }
     j["dispatches"] = d;
   }
@@ -50,11 +56,18 @@ nlohmann::json prediction_json(const PhysicalPrediction& p, double grid_g_per_kw
 nlohmann::json reading_json(const EnergyReading& r) {
   nlohmann::json devices = nlohmann::json::array();
   for (const DeviceEnergy& d : r.devices) {
-    devices.push_back({{"name", d.name}, {"source", d.source}, {"joules", d.joules},
-                       {"avg_watts", d.avg_watts}, {"peak_watts", d.peak_watts}, {"in_total", d.in_total}});
+    devices.push_back({{"name", d.name},
+                       {"source", d.source},
+                       {"joules", d.joules},
+                       {"avg_watts", d.avg_watts},
+                       {"peak_watts", d.peak_watts},
+                       {"in_total", d.in_total}});
   }
-  return {{"duration_s", r.duration_s}, {"total_joules", r.total_joules},
-          {"total_kwh", r.total_joules / 3.6e6}, {"devices", devices}, {"notes", r.notes}};
+  return {{"duration_s", r.duration_s},
+          {"total_joules", r.total_joules},
+          {"total_kwh", r.total_joules / 3.6e6},
+          {"devices", devices},
+          {"notes", r.notes}};
 }
 
 nlohmann::json reference_fit_json(const ReferenceFit& f) {
@@ -66,19 +79,27 @@ nlohmann::json reference_fit_json(const ReferenceFit& f) {
     hc3[kNames[i]] = f.se_hc3[i];
     cluster[kNames[i]] = f.se_cluster[i];
   }
-  return {{"coefficients", coef}, {"se_hc3", hc3}, {"se_cluster", cluster}, {"r2_in_sample", f.r2},
-          {"n", f.n}, {"clusters", f.clusters}, {"warnings", f.warnings}};
+  return {{"coefficients", coef},  {"se_hc3", hc3}, {"se_cluster", cluster},
+          {"r2_in_sample", f.r2},  {"n", f.n},      {"clusters", f.clusters},
+          {"warnings", f.warnings}};
 }
 
 nlohmann::json physical_params_json(const PhysicalParams& p) {
-  return {{"compute_efficiency", p.compute_efficiency}, {"memory_efficiency", p.memory_efficiency},
-          {"link_efficiency", p.link_efficiency}, {"dispatch_overhead_us", p.dispatch_overhead_s * 1e6},
-          {"step_overhead_ms", p.step_overhead_s * 1e3}, {"comm_overlap", p.comm_overlap},
-          {"link_latency_us", p.link_latency_s * 1e6}, {"host_power_w", p.host_power_w},
+  return {{"compute_efficiency", p.compute_efficiency},
+          {"memory_efficiency", p.memory_efficiency},
+          {"link_efficiency", p.link_efficiency},
+          {"dispatch_overhead_us", p.dispatch_overhead_s * 1e6},
+          {"step_overhead_ms", p.step_overhead_s * 1e3},
+          {"comm_overlap", p.comm_overlap},
+          {"link_latency_us", p.link_latency_s * 1e6},
+          {"host_power_w", p.host_power_w},
           {"rank_power_w", p.rank_power_w},
-          {"idle_scale", p.idle_scale}, {"busy_fraction", p.busy_fraction},
-          {"dynamic_scale", p.dynamic_scale}, {"startup_s", p.startup_s},
-          {"fixed_power_fraction", p.fixed_power_fraction}, {"interval_ln", p.interval_ln}};
+          {"idle_scale", p.idle_scale},
+          {"busy_fraction", p.busy_fraction},
+          {"dynamic_scale", p.dynamic_scale},
+          {"startup_s", p.startup_s},
+          {"fixed_power_fraction", p.fixed_power_fraction},
+          {"interval_ln", p.interval_ln}};
 }
 
 namespace {
@@ -87,8 +108,10 @@ nlohmann::json number_or_null(double v) { return std::isfinite(v) ? nlohmann::js
 }  // namespace
 
 nlohmann::json held_out_json(const HeldOut& h) {
-  return {{"heldout_r2", number_or_null(h.r2)}, {"heldout_rmse_ln", number_or_null(h.rmse_ln)},
-          {"heldout_mape", number_or_null(h.mape)}, {"n", h.n}};
+  return {{"heldout_r2", number_or_null(h.r2)},
+          {"heldout_rmse_ln", number_or_null(h.rmse_ln)},
+          {"heldout_mape", number_or_null(h.mape)},
+          {"n", h.n}};
 }
 
 std::string prediction_text(const PhysicalPrediction& p, double grid_g_per_kwh) {
@@ -97,9 +120,9 @@ std::string prediction_text(const PhysicalPrediction& p, double grid_g_per_kwh) 
       "predicted efficiency {:.3f}\n"
       "energy {:.4g} kWh [{:.4g}, {:.4g}]: {:.4g} kJ per device, {:.4g} kJ host; {:.4g} J/token; "
       "{:.4g} kg CO2 at {:g} g/kWh\n",
-      p.device, p.gpus, strategy_name(p.strategy), p.steps, p.step_time_s * 1e3, p.comm_time_s * 1e3,
-      p.time_s, p.efficiency, p.kwh, p.kwh_low, p.kwh_high, p.device_energy_j / 1e3,
-      p.host_energy_j / 1e3, p.joules_per_token, p.kwh * grid_g_per_kwh / 1000, grid_g_per_kwh);
+      p.device, p.gpus, strategy_name(p.strategy), p.steps, p.step_time_s * 1e3, p.comm_time_s * 1e3, p.time_s,
+      p.efficiency, p.kwh, p.kwh_low, p.kwh_high, p.device_energy_j / 1e3, p.host_energy_j / 1e3, p.joules_per_token,
+      p.kwh * grid_g_per_kwh / 1000, grid_g_per_kwh);
   s += "time:";
   for (const Term& t : p.time_terms) s += fmt::format(" {} {:.4g} s;", t.name, t.value);
   s += "\nenergy:";
@@ -112,11 +135,11 @@ std::string prediction_text(const PhysicalPrediction& p, double grid_g_per_kwh) 
 }
 
 std::string reading_text(const EnergyReading& r) {
-  std::string s = fmt::format("duration {:.3f} s, energy {:.4g} J ({:.4g} kWh)\n", r.duration_s,
-                              r.total_joules, r.total_joules / 3.6e6);
+  std::string s = fmt::format("duration {:.3f} s, energy {:.4g} J ({:.4g} kWh)\n", r.duration_s, r.total_joules,
+                              r.total_joules / 3.6e6);
   for (const DeviceEnergy& d : r.devices) {
-    s += fmt::format("  {:<28} {:<12} {:>12.4g} J  avg {:>8.2f} W  peak {:>8.2f} W{}\n", d.name, d.source,
-                     d.joules, d.avg_watts, d.peak_watts, d.in_total ? "" : "  (not in total)");
+    s += fmt::format("  {:<28} {:<12} {:>12.4g} J  avg {:>8.2f} W  peak {:>8.2f} W{}\n", d.name, d.source, d.joules,
+                     d.avg_watts, d.peak_watts, d.in_total ? "" : "  (not in total)");
   }
   for (const std::string& n : r.notes) s += "  note: " + n + "\n";
   return s;

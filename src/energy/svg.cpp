@@ -62,31 +62,37 @@ std::string loglog_scatter_svg(const std::vector<ScatterPoint>& points, const st
 
   std::string svg = header(kW, kH, title);
   if (dropped) {
-    svg += fmt::format("<text x=\"{}\" y=\"40\" text-anchor=\"middle\" fill=\"#666\">{} point(s) "
-                       "without a positive value not shown</text>\n", kW / 2, dropped);
+    svg += fmt::format(
+        "<text x=\"{}\" y=\"40\" text-anchor=\"middle\" fill=\"#666\">{} point(s) "
+        "without a positive value not shown</text>\n",
+        kW / 2, dropped);
   }
-  svg += fmt::format("<rect x=\"{}\" y=\"{}\" width=\"{}\" height=\"{}\" fill=\"none\" stroke=\"#333\"/>\n",
-                     kLeft, kTop, pw, ph);
+  svg += fmt::format("<rect x=\"{}\" y=\"{}\" width=\"{}\" height=\"{}\" fill=\"none\" stroke=\"#333\"/>\n", kLeft,
+                     kTop, pw, ph);
   for (double d = dlo; d <= dhi + 1e-9; d += 1) {
     const double v = std::pow(10.0, d);
-    svg += fmt::format("<line x1=\"{0:.1f}\" y1=\"{1}\" x2=\"{0:.1f}\" y2=\"{2}\" stroke=\"#ddd\"/>"
-                       "<text x=\"{0:.1f}\" y=\"{3}\" text-anchor=\"middle\">{4}</text>\n",
-                       sx(v), kTop, kTop + ph, kTop + ph + 16, tick_label(v));
-    svg += fmt::format("<line x1=\"{0}\" y1=\"{1:.1f}\" x2=\"{2}\" y2=\"{1:.1f}\" stroke=\"#ddd\"/>"
-                       "<text x=\"{3}\" y=\"{4:.1f}\" text-anchor=\"end\">{5}</text>\n",
-                       kLeft, sy(v), kLeft + pw, kLeft - 6, sy(v) + 4, tick_label(v));
+    svg += fmt::format(
+        "<line x1=\"{0:.1f}\" y1=\"{1}\" x2=\"{0:.1f}\" y2=\"{2}\" stroke=\"#ddd\"/>"
+        "<text x=\"{0:.1f}\" y=\"{3}\" text-anchor=\"middle\">{4}</text>\n",
+        sx(v), kTop, kTop + ph, kTop + ph + 16, tick_label(v));
+    svg += fmt::format(
+        "<line x1=\"{0}\" y1=\"{1:.1f}\" x2=\"{2}\" y2=\"{1:.1f}\" stroke=\"#ddd\"/>"
+        "<text x=\"{3}\" y=\"{4:.1f}\" text-anchor=\"end\">{5}</text>\n",
+        kLeft, sy(v), kLeft + pw, kLeft - 6, sy(v) + 4, tick_label(v));
   }
-  svg += fmt::format("<line x1=\"{:.1f}\" y1=\"{:.1f}\" x2=\"{:.1f}\" y2=\"{:.1f}\" stroke=\"#444\" "
-                     "stroke-dasharray=\"5,4\"><title>identity</title></line>\n",
-                     sx(std::pow(10.0, dlo)), sy(std::pow(10.0, dlo)), sx(std::pow(10.0, dhi)), sy(std::pow(10.0, dhi)));
+  svg += fmt::format(
+      "<line x1=\"{:.1f}\" y1=\"{:.1f}\" x2=\"{:.1f}\" y2=\"{:.1f}\" stroke=\"#444\" "
+      "stroke-dasharray=\"5,4\"><title>identity</title></line>\n",
+      sx(std::pow(10.0, dlo)), sy(std::pow(10.0, dlo)), sx(std::pow(10.0, dhi)), sy(std::pow(10.0, dhi)));
   std::map<std::string, std::string> colour;
   for (const ScatterPoint& p : pts) {
     if (!colour.count(p.series)) colour[p.series] = kPalette[colour.size() % std::size(kPalette)];
   }
   for (const ScatterPoint& p : pts) {
-    svg += fmt::format("<circle cx=\"{:.1f}\" cy=\"{:.1f}\" r=\"4\" fill=\"{}\" fill-opacity=\"0.8\">"
-                       "<title>{}: measured {:g}, predicted {:g}</title></circle>\n",
-                       sx(p.x), sy(p.y), colour[p.series], escape(p.series), p.x, p.y);
+    svg += fmt::format(
+        "<circle cx=\"{:.1f}\" cy=\"{:.1f}\" r=\"4\" fill=\"{}\" fill-opacity=\"0.8\">"
+        "<title>{}: measured {:g}, predicted {:g}</title></circle>\n",
+        sx(p.x), sy(p.y), colour[p.series], escape(p.series), p.x, p.y);
   }
   int row = 0;
   for (const auto& [series, c] : colour) {
@@ -113,11 +119,11 @@ std::string bar_chart_svg(const std::vector<Bar>& bars, const std::string& title
   for (const Bar& b : bars) {
     const int y = kTop + kRow * i++;
     const double w = std::max(0.0, b.value) / top * pw;
-    svg += fmt::format("<text x=\"{}\" y=\"{}\" text-anchor=\"end\">{}</text>"
-                       "<rect x=\"{}\" y=\"{}\" width=\"{:.1f}\" height=\"{}\" fill=\"#1f77b4\"/>"
-                       "<text x=\"{:.1f}\" y=\"{}\">{:.4g} {}</text>\n",
-                       kLeft - 6, y + 13, escape(b.label), kLeft, y + 2, w, kRow - 4, kLeft + w + 4, y + 13,
-                       b.value, escape(unit));
+    svg += fmt::format(
+        "<text x=\"{}\" y=\"{}\" text-anchor=\"end\">{}</text>"
+        "<rect x=\"{}\" y=\"{}\" width=\"{:.1f}\" height=\"{}\" fill=\"#1f77b4\"/>"
+        "<text x=\"{:.1f}\" y=\"{}\">{:.4g} {}</text>\n",
+        kLeft - 6, y + 13, escape(b.label), kLeft, y + 2, w, kRow - 4, kLeft + w + 4, y + 13, b.value, escape(unit));
   }
   return svg + "</svg>\n";
 }

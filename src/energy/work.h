@@ -8,13 +8,13 @@
 namespace meganeura::energy {
 
 struct WorkItem {
-  std::string name;   // "layer3.ffn_up", "matmul_17", ...
+  std::string name;  // "layer3.ffn_up", "matmul_17", ...
   // "matmul" and "attention" run at the dtype's (tensor-core) peak; every other kind
   // ("elementwise", "reduce", "optimizer", ...) at the fp32 vector rate.
   std::string kind;
-  double flops = 0;   // floating-point operations of this dispatch
-  double bytes = 0;   // bytes read plus written in device memory
-  int layer = -1;     // transformer layer, or -1 when not part of one
+  double flops = 0;  // floating-point operations of this dispatch
+  double bytes = 0;  // bytes read plus written in device memory
+  int layer = -1;    // transformer layer, or -1 when not part of one
 };
 
 }  // namespace meganeura::energy

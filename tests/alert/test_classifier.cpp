@@ -42,10 +42,11 @@ TEST(Classifier, EveryRequiredClassExists) {
   EXPECT_NO_THROW(Classifier().check_rules());
   std::set<std::string> ids;
   for (const auto& c : Classifier::classes()) ids.insert(std::string(c.id));
-  for (const char* id : {"cuda_oom", "nccl", "cuda_runtime", "ram_oom", "segfault", "file_not_found",
-                         "permission", "missing_module", "div_zero", "device_mismatch", "nan_loss",
-                         "oom_killer", "assertion", "runtime_error", "traceback", "gpu_hardware",
-                         "disk_full", "time_limit", "hang", "abort", "killed", "success", "unknown"})
+  for (const char* id :
+       {"cuda_oom",   "nccl",           "cuda_runtime", "ram_oom",         "segfault",  "file_not_found",
+        "permission", "missing_module", "div_zero",     "device_mismatch", "nan_loss",  "oom_killer",
+        "assertion",  "runtime_error",  "traceback",    "gpu_hardware",    "disk_full", "time_limit",
+        "hang",       "abort",          "killed",       "success",         "unknown"})
     EXPECT_TRUE(ids.count(id)) << id;
 }
 
@@ -77,14 +78,16 @@ TEST(Classifier, ErrorFarBeforeTheEndIsFound) {
 TEST(Classifier, OrderPrefersSpecificCauses) {
   Classifier c;
   // A CUDA OOM is also a RuntimeError inside a traceback.
-  EXPECT_EQ(c.classify_text("Traceback (most recent call last):\nRuntimeError: CUDA out of memory.\n",
-                            exited(1)).id, "cuda_oom");
+  EXPECT_EQ(c.classify_text("Traceback (most recent call last):\nRuntimeError: CUDA out of memory.\n", exited(1)).id,
+            "cuda_oom");
   // A missing shared library mentions "No such file or directory" too.
   EXPECT_EQ(c.classify_text("ImportError: libcudnn.so.8: cannot open shared object file: No such file or directory\n",
-                            exited(1)).id, "missing_module");
+                            exited(1))
+                .id,
+            "missing_module");
   EXPECT_EQ(c.classify_text("Assertion `x > 0' failed.\n", killed_by(SIGABRT)).id, "assertion");
-  EXPECT_EQ(c.classify_text("terminate called after throwing an instance of 'std::bad_alloc'\n",
-                            killed_by(SIGABRT)).id, "ram_oom");
+  EXPECT_EQ(c.classify_text("terminate called after throwing an instance of 'std::bad_alloc'\n", killed_by(SIGABRT)).id,
+            "ram_oom");
   EXPECT_EQ(c.classify_text("RuntimeError: CUDA error: uncorrectable ECC error encountered\n", exited(1)).id,
             "gpu_hardware");
 }
@@ -92,11 +95,20 @@ TEST(Classifier, OrderPrefersSpecificCauses) {
 TEST(Classifier, OtherFrameworksMessages) {
   Classifier c;
   EXPECT_EQ(c.classify_text("tensorflow.python.framework.errors_impl.ResourceExhaustedError: OOM when "
-                            "allocating tensor with shape[64,1024,1024]\n", exited(1)).id, "cuda_oom");
+                            "allocating tensor with shape[64,1024,1024]\n",
+                            exited(1))
+                .id,
+            "cuda_oom");
   EXPECT_EQ(c.classify_text("jaxlib.xla_extension.XlaRuntimeError: RESOURCE_EXHAUSTED: Out of memory "
-                            "while trying to allocate 17179869184 bytes.\n", exited(1)).id, "cuda_oom");
+                            "while trying to allocate 17179869184 bytes.\n",
+                            exited(1))
+                .id,
+            "cuda_oom");
   EXPECT_EQ(c.classify_text("FloatingPointError: Minimum loss scale reached (0.0001). Your loss is probably "
-                            "exploding.\n", exited(1)).id, "nan_loss");
+                            "exploding.\n",
+                            exited(1))
+                .id,
+            "nan_loss");
 }
 
 TEST(Classifier, SignalsAndStatusesDecideWithoutText) {
@@ -129,15 +141,17 @@ TEST(Classifier, SystemEvidence) {
 TEST(Classifier, WarningsDoNotFailASuccessfulRun) {
   Classifier c;
   EXPECT_EQ(c.classify_text("warning: config.yaml: No such file or directory, using defaults\n"
-                            "RuntimeError caught and retried\n", exited(0)).id, "success");
+                            "RuntimeError caught and retried\n",
+                            exited(0))
+                .id,
+            "success");
 }
 
 // The reference tool matched its own log header, which holds the command line.
 TEST(Classifier, CommandLineKeywordDoesNotMatch) {
   TempDir dir;
-  RunSpec s = command({kGpualert, "--no-notify", "--json-report", (dir / "r.json").string(), "--",
-                       "/bin/sh", "-c", "echo training done; exit 1",
-                       "CUDA out of memory Segmentation fault"},
+  RunSpec s = command({kGpualert, "--no-notify", "--json-report", (dir / "r.json").string(), "--", "/bin/sh", "-c",
+                       "echo training done; exit 1", "CUDA out of memory Segmentation fault"},
                       {{"XDG_STATE_HOME", (dir / "state").string()}});
   auto r = run(s);
   EXPECT_EQ(r.status, 1);
@@ -178,8 +192,8 @@ TEST(Corpus, MacroF1AtLeast099) {
 }
 
 TEST(Corpus, HeldOutSplit) {
-  auto r = run(command({kGpualert, "eval", kTestDir + "/corpus", "--set", "inhouse", "--split", "heldout",
-                        "--min-macro-f1", "0.99"}));
+  auto r = run(command(
+      {kGpualert, "eval", kTestDir + "/corpus", "--set", "inhouse", "--split", "heldout", "--min-macro-f1", "0.99"}));
   std::cout << r.out;
   EXPECT_EQ(r.status, 0) << r.out << r.err;
 }
@@ -218,7 +232,10 @@ TEST(Classifier, EndOfOutputOutranksEarlyMatches) {
   EXPECT_EQ(r.id, "traceback");
   // A warning about a missing optional file early, a segfault at the end.
   EXPECT_EQ(c.classify_text("warning: extras.yaml: No such file or directory\n" + progress(100) +
-                            "Fatal Python error: Segmentation fault\n", exited(139)).id, "segfault");
+                                "Fatal Python error: Segmentation fault\n",
+                            exited(139))
+                .id,
+            "segfault");
   // Without anything decisive at the end, the early error is still the cause, with less confidence.
   auto early = c.classify_text(progress(10) + "ZeroDivisionError: division by zero\n" + progress(300), exited(1));
   EXPECT_EQ(early.id, "div_zero");
@@ -236,31 +253,38 @@ TEST(Classifier, RealWording) {
   };
   const Case cases[] = {
       {"{'loss': nan, 'grad_norm': nan, 'learning_rate': 4.9e-05, 'epoch': 0.12}\n"
-       "{'train_runtime': 812.4, 'train_loss': nan, 'epoch': 1.0}\n", exited(0), "nan_loss"},
+       "{'train_runtime': 812.4, 'train_loss': nan, 'epoch': 1.0}\n",
+       exited(0), "nan_loss"},
       {"epoch 9 done\nbest_val_loss: inf\ntraining finished\n", exited(0), "success"},
       {"srun: error: node17: task 0: Out Of Memory\n", exited(1), "oom_killer"},
       {"slurmstepd: error: Exceeded step memory limit at some point.\n", exited(1), "oom_killer"},
       {"RuntimeError: DataLoader worker (pid 4242) is killed by signal: Segmentation fault.\n", exited(1), "segfault"},
       {"RuntimeError: DataLoader worker (pid 4242) is killed by signal: Bus error. It is possible that "
-       "dataloader's workers are out of shared memory.\n", exited(1), "ram_oom"},
+       "dataloader's workers are out of shared memory.\n",
+       exited(1), "ram_oom"},
       {"RuntimeError: No CUDA GPUs are available\n", exited(1), "cuda_runtime"},
       {"RuntimeError: CUDA driver error: out of memory\n", exited(1), "cuda_oom"},
       {"cupy.cuda.memory.OutOfMemoryError: Out of memory allocating 1,073,741,824 bytes (allocated so far: 0 bytes).\n",
        exited(1), "cuda_oom"},
       {"jaxlib.xla_extension.XlaRuntimeError: RESOURCE_EXHAUSTED: Failed to allocate request for 2.00GiB "
-       "(2147483648B) on device ordinal 0\n", exited(1), "cuda_oom"},
+       "(2147483648B) on device ordinal 0\n",
+       exited(1), "cuda_oom"},
       {"INTERNAL: external/xla/xla/service/gpu/nccl_utils.cc:297: NCCL operation ncclCommInitRank(&comm, "
-       "nranks, id, rank) failed: unhandled system error\n", exited(1), "nccl"},
+       "nranks, id, rank) failed: unhandled system error\n",
+       exited(1), "nccl"},
       {"Root Cause (first observed failure):\n  exitcode  : -9 (pid: 1234)\n"
-       "  traceback : Signal 9 (SIGKILL) received by PID 1234\n", exited(1), "killed"},
+       "  traceback : Signal 9 (SIGKILL) received by PID 1234\n",
+       exited(1), "killed"},
       {"torch.distributed.DistStoreError: Timed out after 1801 seconds waiting for clients. 1/2 clients joined.\n",
        exited(1), "nccl"},
-      {"torch.distributed.elastic.multiprocessing.api.SignalException: Process 1234 got signal: 15\n",
-       exited(1), "time_limit"},
+      {"torch.distributed.elastic.multiprocessing.api.SignalException: Process 1234 got signal: 15\n", exited(1),
+       "time_limit"},
       {"slurmstepd: error: *** JOB 77 ON gpu03 CANCELLED AT 2024-05-01T10:00:00 DUE TO NODE FAILURE, SEE "
-       "SLURMCTLD LOG FOR DETAILS ***\n", killed_by(SIGKILL), "time_limit"},
+       "SLURMCTLD LOG FOR DETAILS ***\n",
+       killed_by(SIGKILL), "time_limit"},
       {"ValueError: No available memory for the cache blocks. Try increasing `gpu_memory_utilization` when "
-       "initializing the engine.\n", exited(1), "cuda_oom"},
+       "initializing the engine.\n",
+       exited(1), "cuda_oom"},
       {"OSError: [Errno 122] disk quota exceeded\n", exited(1), "disk_full"},
   };
   for (const auto& k : cases) EXPECT_EQ(c.classify_text(k.text, k.facts).id, k.want) << k.text;
@@ -276,8 +300,7 @@ TEST(Classifier, ApplicationXidIsNotHardware) {
   hw.gpu_events = {"Xid 79 on GPU 0"};
   EXPECT_EQ(c.classify_text("RuntimeError: CUDA error: an illegal memory access was encountered\n", hw).id,
             "gpu_hardware");
-  EXPECT_EQ(c.classify_text("NVRM: Xid (PCI:0000:3b:00): 43, pid=4242, Ch 00000010\n", exited(1)).id,
-            "cuda_runtime");
+  EXPECT_EQ(c.classify_text("NVRM: Xid (PCI:0000:3b:00): 43, pid=4242, Ch 00000010\n", exited(1)).id, "cuda_runtime");
   EXPECT_EQ(c.classify_text("NVRM: Xid (PCI:0000:3b:00): 79, GPU has fallen off the bus.\n", exited(1)).id,
             "gpu_hardware");
   EXPECT_EQ(ga::xid_of("NVRM: Xid (PCI:0000:3b:00): 31, pid=7"), 31);

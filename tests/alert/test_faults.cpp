@@ -26,8 +26,7 @@ bool process_gone(pid_t pid) {
   std::string stat = read_file("/proc/" + std::to_string(pid) + "/stat");
   if (stat.empty()) return true;
   auto close_paren = stat.rfind(')');
-  return close_paren != std::string::npos && close_paren + 2 < stat.size() &&
-         stat[close_paren + 2] == 'Z';
+  return close_paren != std::string::npos && close_paren + 2 < stat.size() && stat[close_paren + 2] == 'Z';
 }
 
 }  // namespace
@@ -58,8 +57,8 @@ TEST_F(Faults, LogWriteFailureWhileTheJobRuns) {
   EXPECT_NE(note.find("incomplete"), std::string::npos) << note;
   EXPECT_NE(note.find("File too large"), std::string::npos) << note;
   ASSERT_EQ(smtp.messages().size(), 1u) << r.err;
-  auto parsed = run(command({kPython, kTestDir + "/parse_mail.py", smtp.messages()[0].string(),
-                             (dir / "got").string()}));
+  auto parsed =
+      run(command({kPython, kTestDir + "/parse_mail.py", smtp.messages()[0].string(), (dir / "got").string()}));
   EXPECT_NE(parsed.out.find("incomplete"), std::string::npos);
   EXPECT_NE(read_file(dir / "got/output-tail.log").find("CUDA out of memory"), std::string::npos);
 }
@@ -136,13 +135,12 @@ TEST_F(Faults, PermanentRefusalsAreGivenUpAndReported) {
   EXPECT_EQ(count("outbox"), 0u) << "the refused recipient blocks nothing";
   auto rep = report();
   EXPECT_EQ(rep["notifications"][0]["status"], "sent");
-  EXPECT_NE(rep["notifications"][0]["detail"].get<std::string>().find("reject-me@example.test"),
-            std::string::npos) << rep.dump(2);
+  EXPECT_NE(rep["notifications"][0]["detail"].get<std::string>().find("reject-me@example.test"), std::string::npos)
+      << rep.dump(2);
   auto listed = run(command({kGpualert, "outbox", "list"}, e));
   EXPECT_NE(listed.out.find("given up"), std::string::npos) << listed.out;
 
-  PythonServer gone("http_server.py", {"--dir", (dir / "hooks").string(), "--status", "404"},
-                    dir / "http.port");
+  PythonServer gone("http_server.py", {"--dir", (dir / "hooks").string(), "--status", "404"}, dir / "http.port");
   auto w = env(1);
   w.erase("GPUALERT_SMTP_URL");
   w["GPUALERT_WEBHOOK_URL"] = "http://127.0.0.1:" + std::to_string(gone.port()) + "/gone";
@@ -183,9 +181,9 @@ TEST_F(Faults, PastedInputTheJobNeverReadsStallsNothing) {
   ASSERT_GE(pid, 0);
   if (pid == 0) {
     for (const auto& [k, v] : e) setenv(k.c_str(), v.c_str(), 1);
-    execl(kGpualert.c_str(), kGpualert.c_str(), "--no-notify", "--timeout", "2", "--grace", "1",
-          "--json-report", (dir / "report.json").c_str(), "--", "/bin/sh", "-c",
-          "echo ready; while :; do sleep 0.3; echo tick; done", static_cast<char*>(nullptr));
+    execl(kGpualert.c_str(), kGpualert.c_str(), "--no-notify", "--timeout", "2", "--grace", "1", "--json-report",
+          (dir / "report.json").c_str(), "--", "/bin/sh", "-c", "echo ready; while :; do sleep 0.3; echo tick; done",
+          static_cast<char*>(nullptr));
     _exit(127);
   }
   fcntl(master, F_SETFL, fcntl(master, F_GETFL) | O_NONBLOCK);

@@ -3,14 +3,13 @@
 #pragma once
 
 #include <fcntl.h>
+#include <gtest/gtest.h>
+#include <netinet/in.h>
 #include <poll.h>
 #include <signal.h>
 #include <sys/socket.h>
-#include <netinet/in.h>
 #include <sys/wait.h>
 #include <unistd.h>
-
-#include <gtest/gtest.h>
 
 #include <chrono>
 #include <cstdio>
@@ -49,8 +48,7 @@ struct RunSpec {
   double timeout_s = 120;
 };
 
-inline RunSpec command(std::vector<std::string> argv,
-                       std::map<std::string, std::string> env = {}) {
+inline RunSpec command(std::vector<std::string> argv, std::map<std::string, std::string> env = {}) {
   RunSpec s;
   s.argv = std::move(argv);
   s.env = std::move(env);
@@ -247,8 +245,8 @@ inline std::pair<std::string, std::string> test_certificate() {
     fs::path d = fs::temp_directory_path() / ("gpualert-cert-" + std::to_string(getpid()));
     fs::create_directories(d);
     RunSpec s = command({"/usr/bin/openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout",
-               (d / "key.pem").string(), "-out", (d / "cert.pem").string(), "-days", "2", "-subj",
-               "/CN=127.0.0.1", "-addext", "subjectAltName=IP:127.0.0.1"});
+                         (d / "key.pem").string(), "-out", (d / "cert.pem").string(), "-days", "2", "-subj",
+                         "/CN=127.0.0.1", "-addext", "subjectAltName=IP:127.0.0.1"});
     auto r = run(s);
     if (r.status != 0) throw std::runtime_error("openssl failed: " + r.err);
     return d;
@@ -266,8 +264,7 @@ class PythonServer {
     argv.insert(argv.end(), args.begin(), args.end());
     child_ = spawn(command(argv));
     close(child_.in);
-    for (int i = 0; i < 1000 && !fs::exists(port_file); ++i)
-      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    for (int i = 0; i < 1000 && !fs::exists(port_file); ++i) std::this_thread::sleep_for(std::chrono::milliseconds(10));
     if (!fs::exists(port_file)) throw std::runtime_error(script + " did not start");
     port_ = std::stoi(read_file(port_file));
   }
@@ -331,7 +328,7 @@ class AlertFixture : public ::testing::Test {
   TempDir dir;
 
   std::map<std::string, std::string> smtp_env(int port, const std::string& to = "owner@example.test",
-                                               const std::string& scheme = "smtp") const {
+                                              const std::string& scheme = "smtp") const {
     return {{"XDG_STATE_HOME", (dir / "state").string()},
             {"XDG_CONFIG_HOME", (dir / "config").string()},
             {"GPUALERT_SMTP_URL", scheme + "://127.0.0.1:" + std::to_string(port)},

@@ -112,9 +112,9 @@ TEST(JobControl, SigtstpWithoutTerminalStopsTheJob) {
   // The job waits in open() on a FIFO (no forks), then reads one byte and ends.
   auto fifo = dir / "go";
   ASSERT_EQ(mkfifo(fifo.c_str(), 0600), 0);
-  RunSpec spec = command(gpualert_argv(dir, "echo $$ > " + (dir / "job.pid").string() + "; exec head -c 1 " +
-                                                fifo.string()),
-                         {{"XDG_STATE_HOME", (dir / "state").string()}});
+  RunSpec spec =
+      command(gpualert_argv(dir, "echo $$ > " + (dir / "job.pid").string() + "; exec head -c 1 " + fifo.string()),
+              {{"XDG_STATE_HOME", (dir / "state").string()}});
   Child c = spawn(spec);
   pid_t job = read_pid(dir / "job.pid");
   ASSERT_GT(job, 0);
@@ -167,10 +167,12 @@ TEST(JobControl, BackgroundStartRunsToTheEnd) {
   fcntl(master, F_SETFL, O_NONBLOCK);
   std::string out;
   int st = -1;
-  bool done = wait_for([&] {
-    drain(master, out);
-    return waitpid(shell, &st, WNOHANG) == shell;
-  }, 60);
+  bool done = wait_for(
+      [&] {
+        drain(master, out);
+        return waitpid(shell, &st, WNOHANG) == shell;
+      },
+      60);
   drain(master, out);
   ASSERT_TRUE(done) << out;
   ASSERT_TRUE(WIFEXITED(st));

@@ -35,9 +35,7 @@ std::string fixture(const std::string& name) {
   return {std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
 }
 
-void write(const fs::path& p, const std::string& s) {
-  std::ofstream(p, std::ios::binary) << s;
-}
+void write(const fs::path& p, const std::string& s) { std::ofstream(p, std::ios::binary) << s; }
 
 SystemFacts failed() {
   SystemFacts f;
@@ -93,8 +91,7 @@ TEST(Limits, ConfigLargerThanTheLimitIsRefused) {
     meganeura::alert::load_config(p);
     FAIL() << "accepted a config over the limit";
   } catch (const std::runtime_error& e) {
-    EXPECT_NE(std::string(e.what()).find("larger than the limit of 1048576 bytes (kMaxConfigBytes)"),
-              std::string::npos)
+    EXPECT_NE(std::string(e.what()).find("larger than the limit of 1048576 bytes (kMaxConfigBytes)"), std::string::npos)
         << e.what();
   }
   // Just inside the limit it loads.
@@ -194,9 +191,10 @@ TEST(FuzzFindings, TomlParserOnlySeesAscii) {
   EXPECT_NE(error_of("[smtp]\nfrom = \"\\\xc3\xa9\"\n").find("line 2: invalid escape"), std::string::npos);
 
   // Non-ASCII text in every kind of string and in comments keeps its meaning.
-  write(p, "# r\xc3\xa9glages\n[smtp]\nfrom = \"Zo\xc3\xab <z@x>\"\nusername = 'a\\\"\xcb\x82'\n"
-           "url = \"\"\"smtp://h\"\"\"\nca_file = \"\"\"x\\\n   \xc3\xa9\"\"\"\n"
-           "password = '''p'\xf0\x9f\x94\x91''''\n[run]\nstate_dir = '/tmp/\xc3\xa9'\n");
+  write(p,
+        "# r\xc3\xa9glages\n[smtp]\nfrom = \"Zo\xc3\xab <z@x>\"\nusername = 'a\\\"\xcb\x82'\n"
+        "url = \"\"\"smtp://h\"\"\"\nca_file = \"\"\"x\\\n   \xc3\xa9\"\"\"\n"
+        "password = '''p'\xf0\x9f\x94\x91''''\n[run]\nstate_dir = '/tmp/\xc3\xa9'\n");
   ::chmod(p.c_str(), 0600);
   auto c = meganeura::alert::load_config(p);
   EXPECT_EQ(c.smtp.from, "Zo\xc3\xab <z@x>");
@@ -224,6 +222,5 @@ TEST(FuzzFindings, LongSubjectIsFolded) {
   EXPECT_NE(header.find("?=\r\n =?UTF-8?B?"), std::string::npos);
   // A short ASCII subject stays as it is.
   parts.subject = "[gpualert] FAILED job";
-  EXPECT_NE(meganeura::alert::build_email(parts).find("\r\nSubject: [gpualert] FAILED job\r\n"),
-            std::string::npos);
+  EXPECT_NE(meganeura::alert::build_email(parts).find("\r\nSubject: [gpualert] FAILED job\r\n"), std::string::npos);
 }

@@ -53,8 +53,9 @@ TEST_F(Notify, EmailHasTextHtmlAndAttachments) {
   SmtpServer server(dir / "mail", {});
   write_file(dir / "weights.bin", kArtifact);
   auto r = job(env(server.port()), {"--attach", "weights.*"},
-               {"/bin/sh", "-c", "echo training; echo '{\"acc\": 0.5}' > metrics.json; "
-                                 "echo 'FileNotFoundError: data.csv'; exit 3"});
+               {"/bin/sh", "-c",
+                "echo training; echo '{\"acc\": 0.5}' > metrics.json; "
+                "echo 'FileNotFoundError: data.csv'; exit 3"});
   EXPECT_EQ(r.status, 3) << r.err;
   ASSERT_EQ(server.messages().size(), 1u) << r.err;
   auto mail = parse(server.messages()[0], dir / "got");
@@ -83,7 +84,8 @@ TEST_F(Notify, StartTlsWithAuthFromPrivateConfig) {
   fs::create_directories(dir / "config/gpualert");
   write_file(dir / "config/gpualert/config.toml",
              "[smtp]\nusername = \"alice\"\npassword = \"s3cret-pass\"\ntls = \"require\"\n"
-             "ca_file = \"" + cert + "\"\n",
+             "ca_file = \"" +
+                 cert + "\"\n",
              fs::perms::owner_read | fs::perms::owner_write);
   auto e = env(server.port());
   e.erase("GPUALERT_SMTP_TLS");
@@ -204,8 +206,10 @@ INSTANTIATE_TEST_SUITE_P(
     Relay, RelayFailure,
     ::testing::Values(Failure{"relay_down", {"", "none", "", 0}, {"accept", "none", "", 0}, ""},
                       Failure{"never_answers", {"blackhole", "none", "", 0}, {"accept", "none", "", 0}, ""},
-                      Failure{"auth_rejected", {"reject-auth", "none", "", 0},
-                              {"accept", "none", "carol:right-password", 0}, "carol"}),
+                      Failure{"auth_rejected",
+                              {"reject-auth", "none", "", 0},
+                              {"accept", "none", "carol:right-password", 0},
+                              "carol"}),
     [](const auto& info) { return info.param.name; });
 
 // One recipient refused with a 5xx while another accepts: the accepting one gets the mail at
@@ -239,9 +243,8 @@ TEST_F(Notify, RefusedRecipientIsGivenUpWhileTheOthersGetTheMail) {
 // Exit statuses survive whether the notification is delivered or not.
 TEST_F(Notify, ExitStatusesWithNotificationSucceedingAndFailing) {
   const std::vector<std::pair<std::string, int>> cases = {
-      {"exit 0", 0},       {"exit 1", 1},       {"exit 2", 2},        {"exit 3", 3},
-      {"exit 127", 127},   {"kill -SEGV $$", 139}, {"kill -ABRT $$", 134}, {"kill -KILL $$", 137},
-      {"kill -TERM $$", 143}};
+      {"exit 0", 0},          {"exit 1", 1},          {"exit 2", 2},          {"exit 3", 3},         {"exit 127", 127},
+      {"kill -SEGV $$", 139}, {"kill -ABRT $$", 134}, {"kill -KILL $$", 137}, {"kill -TERM $$", 143}};
   SmtpServer server(dir / "mail", {});
   size_t delivered = 0;
   for (const auto& [cmd, expected] : cases) {
@@ -269,8 +272,7 @@ TEST_F(Notify, NextRunRetriesTheOutbox) {
 
 TEST_F(Notify, HangNotificationWhileTheJobContinues) {
   SmtpServer server(dir / "mail", {});
-  auto r = job(env(server.port()), {"--hang-after", "0.5"},
-               {"/bin/sh", "-c", "echo started; sleep 2; echo finished"});
+  auto r = job(env(server.port()), {"--hang-after", "0.5"}, {"/bin/sh", "-c", "echo started; sleep 2; echo finished"});
   EXPECT_EQ(r.status, 0) << r.err;
   ASSERT_EQ(server.messages().size(), 2u) << r.err;
   std::vector<std::string> subjects;
@@ -309,8 +311,8 @@ TEST_F(Notify, WebhookAndNtfy) {
   std::vector<std::string> opts = {"--webhook", base + "/hook", "--ntfy", base + "/jobs-topic"};
   {
     // A failing endpoint first: both messages wait in the outbox.
-    PythonServer failing("http_server.py", {"--dir", hooks.string(), "--port", std::to_string(port),
-                                            "--status", "500"}, dir / "http.port");
+    PythonServer failing("http_server.py", {"--dir", hooks.string(), "--port", std::to_string(port), "--status", "500"},
+                         dir / "http.port");
     auto r = job(e, opts, {"/bin/sh", "-c", "echo 'ModuleNotFoundError: No module named apex'; exit 1"});
     EXPECT_EQ(r.status, 1);
     EXPECT_EQ(outbox_size(), 2u);
@@ -347,8 +349,7 @@ TEST_F(Notify, LateSigtermDuringDeliveryKeepsTheExitStatus) {
   s.cwd = dir.path().string();
   auto c = spawn(s);
   // The message reaches the outbox just before delivery starts: signal during delivery.
-  for (int i = 0; i < 1000 && outbox_size() == 0; ++i)
-    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  for (int i = 0; i < 1000 && outbox_size() == 0; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(10));
   std::this_thread::sleep_for(std::chrono::milliseconds(300));
   kill(c.pid, SIGTERM);
   auto r = finish(c, "", 30);

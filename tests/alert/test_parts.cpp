@@ -1,6 +1,6 @@
 // Unit tests of the building blocks: log store, attachments, MIME, parsing helpers.
-#include <gtest/gtest.h>
 #include <fcntl.h>
+#include <gtest/gtest.h>
 #include <sys/stat.h>
 #include <zlib.h>
 
@@ -38,9 +38,7 @@ std::string gunzip(const std::string& data) {
   return out;
 }
 
-std::string body_of(const ga::LogStore& log) {
-  return read_file(log.path()).substr(log.body_offset());
-}
+std::string body_of(const ga::LogStore& log) { return read_file(log.path()).substr(log.body_offset()); }
 
 }  // namespace
 
@@ -66,7 +64,7 @@ TEST(LogStore, ProgressBarsEscapesAndPartialLines) {
   TempDir dir;
   ga::LogStore log(dir / "job", {"id", "cmd", "host", "/", "now"});
   log.append("epoch 1\n\x1b[32mgreen\x1b[0m text\n");
-  log.append(" 10%|#  \r 5");        // a redraw split across reads
+  log.append(" 10%|#  \r 5");  // a redraw split across reads
   log.append("0%|###\r100%|#####|");
   EXPECT_EQ(body_of(log), "epoch 1\ngreen text\n100%|#####|") << "unterminated line is on disk already";
   log.append("\rshort\x1b[K\n");
@@ -98,7 +96,8 @@ TEST(LogStore, ForeignFilesHaveNoHeader) {
 TEST(Attachments, OversizeLogIsCutAndCompressed) {
   TempDir dir;
   std::string big;
-  for (int i = 0; big.size() < (8u << 20); ++i) big += "step " + std::to_string(i) + " loss " + std::to_string(i * 37 % 1000) + "\n";
+  for (int i = 0; big.size() < (8u << 20); ++i)
+    big += "step " + std::to_string(i) + " loss " + std::to_string(i * 37 % 1000) + "\n";
   big += "FINAL ERROR LINE\n";
   write_file(dir / "output.log", "HEAD\n" + big);
   ga::AttachConfig cfg;
@@ -162,8 +161,8 @@ TEST(Attachments, DefaultOutputsUseTheFileTimestampClock) {
     timespec times[2] = {t, t};
     ASSERT_EQ(utimensat(AT_FDCWD, (dir / name).c_str(), times, 0), 0) << name;
   };
-  set_mtime("metrics.json", ref);                        // same tick as the job's start
-  set_mtime("old.csv", {ref.tv_sec - 1, 999999999});     // before it
+  set_mtime("metrics.json", ref);                     // same tick as the job's start
+  set_mtime("old.csv", {ref.tv_sec - 1, 999999999});  // before it
   set_mtime("later.txt", {ref.tv_sec + 1, 0});
   ga::AttachConfig cfg;
   auto plan = ga::collect_attachments(cfg, {dir / "output.log", 0, ref, dir.path(), dir / "jobs"});
@@ -196,8 +195,7 @@ TEST(Attachments, SkippedArtifactIsNamedInTheEmail) {
   write_file(dir / "config/gpualert/config.toml",
              "[smtp]\nurl = \"smtp://127.0.0.1:1\"\nto = [\"x@example.test\"]\n[attach]\nmax_file = \"1MiB\"\n");
   RunSpec s = command({kGpualert, "--dry-run", "--attach", "huge.ckpt", "--", "/bin/sh", "-c", "exit 1"},
-                      {{"XDG_STATE_HOME", (dir / "state").string()},
-                       {"XDG_CONFIG_HOME", (dir / "config").string()}});
+                      {{"XDG_STATE_HOME", (dir / "state").string()}, {"XDG_CONFIG_HOME", (dir / "config").string()}});
   s.cwd = dir.path().string();
   auto r = run(s);
   EXPECT_EQ(r.status, 1);
@@ -206,13 +204,15 @@ TEST(Attachments, SkippedArtifactIsNamedInTheEmail) {
   auto parsed = run(command({kPython, kTestDir + "/parse_mail.py", (dir / "m.eml").string(), (dir / "x").string()}));
   EXPECT_NE(parsed.out.find("Not attached"), std::string::npos) << parsed.out;
   EXPECT_NE(parsed.out.find("huge.ckpt (2.0 MiB): 2.0 MiB after compression, over the budget of 1.0 MiB"),
-            std::string::npos) << parsed.out;
+            std::string::npos)
+      << parsed.out;
 }
 
 TEST(Mime, Base64RoundTripsThroughPython) {
   std::string data;
   for (int i = 0; i < 1000; ++i) data += static_cast<char>(i * 31 % 256);
-  ga::EmailParts p{"a@b.test", {"c@d.test"}, "Ünïcode subject", "text", "<b>html</b>", {{"bin.dat", "application/octet-stream", data}}};
+  ga::EmailParts p{"a@b.test", {"c@d.test"},  "Ünïcode subject",
+                   "text",     "<b>html</b>", {{"bin.dat", "application/octet-stream", data}}};
   TempDir dir;
   write_file(dir / "m.eml", ga::build_email(p));
   auto r = run(command({kPython, kTestDir + "/parse_mail.py", (dir / "m.eml").string(), (dir / "x").string()}));
@@ -254,8 +254,7 @@ TEST(Util, SmallFilesAndLogTails) {
   for (int i = 0; i < 40000; ++i) big += "step " + std::to_string(i) + " loss 0.5\n";
   ga::write_file(path, big, false);
   auto tail = ga::tail_lines(path, 7, 3);
-  EXPECT_EQ(tail, (std::vector<std::string>{"step 39997 loss 0.5", "step 39998 loss 0.5",
-                                            "step 39999 loss 0.5"}));
+  EXPECT_EQ(tail, (std::vector<std::string>{"step 39997 loss 0.5", "step 39998 loss 0.5", "step 39999 loss 0.5"}));
   EXPECT_EQ(ga::tail_lines(path, 7, 100000).front().rfind("step ", 0), 0u);
 }
 

@@ -49,8 +49,8 @@ TEST_F(Secrets, JobNeverSeesGpualertCredentials) {
   EXPECT_NE(r.out.find("XDG_STATE_HOME="), std::string::npos) << "other variables are kept";
   ASSERT_EQ(smtp.messages().size(), 1u) << r.err;
   ASSERT_EQ(files_with_extension(dir / "hooks", ".json").size(), 1u) << r.err;
-  std::string everything = r.out + r.err + all_files(dir / "state") + all_files(dir / "mail") +
-                           read_file(dir / "report.json");
+  std::string everything =
+      r.out + r.err + all_files(dir / "state") + all_files(dir / "mail") + read_file(dir / "report.json");
   for (const auto& f : files_with_extension(dir / "hooks", ".json"))
     everything += nlohmann::json::parse(read_file(f))["body"].get<std::string>();
   EXPECT_EQ(everything.find("LEAKME"), std::string::npos)
@@ -169,8 +169,7 @@ TEST_F(Secrets, OpenStateDirectoryIsRefused) {
 TEST_F(Secrets, WebhookUrlsAreMaskedAndNeedAPrivateConfig) {
   fs::create_directories(dir / "config/gpualert");
   const std::string hook = "https://hooks.example.test/services/T0/B0/SECRETPATH";
-  write_file(dir / "config/gpualert/config.toml", "[webhook]\nurl = \"" + hook + "\"\n",
-             fs::perms(0644));
+  write_file(dir / "config/gpualert/config.toml", "[webhook]\nurl = \"" + hook + "\"\n", fs::perms(0644));
   auto e = env(1);
   e.erase("GPUALERT_SMTP_URL");
   auto r = run(command({kGpualert, "config", "check"}, e));
@@ -200,8 +199,8 @@ TEST_F(Secrets, RedactMasksEverythingSent) {
                 "echo 'KeyError: hf_AbC123xyz'; exit 1"});
   EXPECT_EQ(r.status, 1) << r.err;
   ASSERT_EQ(smtp.messages().size(), 1u) << r.err;
-  auto parsed = run(command({kPython, kTestDir + "/parse_mail.py", smtp.messages()[0].string(),
-                             (dir / "got").string()}));
+  auto parsed =
+      run(command({kPython, kTestDir + "/parse_mail.py", smtp.messages()[0].string(), (dir / "got").string()}));
   ASSERT_EQ(parsed.status, 0) << parsed.err;
   std::string sent = parsed.out + all_files(dir / "got");
   EXPECT_EQ(sent.find("AbC123xyz"), std::string::npos) << sent;

@@ -1,6 +1,7 @@
 // The wrapper as a user runs it: exit statuses, signals, timeouts, the durable log.
 #include <gtest/gtest.h>
 #include <pty.h>
+
 #include <nlohmann/json.hpp>
 
 #include "test_helpers.h"
@@ -12,8 +13,7 @@ namespace {
 struct Job {
   TempDir dir;
   std::map<std::string, std::string> env() const {
-    return {{"XDG_STATE_HOME", (dir / "state").string()},
-            {"XDG_CONFIG_HOME", (dir / "config").string()}};
+    return {{"XDG_STATE_HOME", (dir / "state").string()}, {"XDG_CONFIG_HOME", (dir / "config").string()}};
   }
   RunSpec spec(std::vector<std::string> options, std::vector<std::string> command) const {
     RunSpec s;
@@ -40,8 +40,8 @@ const std::vector<std::string> kReport = {"--no-notify", "--json-report", "repor
 TEST(Supervisor, ExitCodesPassThrough) {
   for (int code : {0, 1, 2, 3, 127, 255}) {
     Job job;
-    auto r = run(job.spec(kReport, {"/bin/sh", "-c", "echo status " + std::to_string(code) +
-                                                          "; exit " + std::to_string(code)}));
+    auto r = run(
+        job.spec(kReport, {"/bin/sh", "-c", "echo status " + std::to_string(code) + "; exit " + std::to_string(code)}));
     EXPECT_EQ(r.status, code) << r.err;
     EXPECT_EQ(job.report()["exit_status"], code);
     EXPECT_NE(r.out.find("status " + std::to_string(code)), std::string::npos);
@@ -49,8 +49,7 @@ TEST(Supervisor, ExitCodesPassThrough) {
 }
 
 TEST(Supervisor, DeathBySignalIs128PlusSignal) {
-  const std::vector<std::pair<std::string, int>> cases = {
-      {"SEGV", 139}, {"ABRT", 134}, {"KILL", 137}, {"TERM", 143}};
+  const std::vector<std::pair<std::string, int>> cases = {{"SEGV", 139}, {"ABRT", 134}, {"KILL", 137}, {"TERM", 143}};
   for (const auto& [sig, expected] : cases) {
     Job job;
     auto r = run(job.spec(kReport, {"/bin/sh", "-c", "kill -" + sig + " $$"}));
@@ -78,8 +77,7 @@ TEST(Supervisor, StdinIsPassedThrough) {
 TEST(Supervisor, PythonLastLineBeforeSegfaultIsLogged) {
   // Without a terminal Python block-buffers stdout and this line dies with the process.
   Job job;
-  auto r = run(job.spec(kReport, {kPython, "-c",
-                                  "import ctypes\nprint('the very last words')\nctypes.string_at(0)"}));
+  auto r = run(job.spec(kReport, {kPython, "-c", "import ctypes\nprint('the very last words')\nctypes.string_at(0)"}));
   EXPECT_EQ(r.status, 139);
   EXPECT_NE(job.log_body().find("the very last words"), std::string::npos);
   EXPECT_EQ(job.report()["class"], "segfault");
@@ -94,8 +92,7 @@ TEST(Supervisor, StdoutAndStderrKeepTheirOrder) {
 
 TEST(Supervisor, CarriageReturnProgressKeepsLastState) {
   Job job;
-  auto r = run(job.spec(kReport, {"/usr/bin/printf",
-                                  "start\\n 10%%|#   |\\r 50%%|##  |\\r100%%|####|\\ndone\\n"}));
+  auto r = run(job.spec(kReport, {"/usr/bin/printf", "start\\n 10%%|#   |\\r 50%%|##  |\\r100%%|####|\\ndone\\n"}));
   EXPECT_EQ(r.status, 0);
   EXPECT_EQ(job.log_body(), "start\n100%|####|\ndone\n");
 }
@@ -113,8 +110,7 @@ TEST(Supervisor, LogHeaderIsOnDiskBeforeTheChildRuns) {
 TEST(Supervisor, UnrecordableJobDoesNotStart) {
   Job job;
   write_file(job.dir / "not-a-dir", "x");
-  auto s = job.spec({"--no-notify", "--state-dir", (job.dir / "not-a-dir").string()},
-                    {"/bin/sh", "-c", "touch ran"});
+  auto s = job.spec({"--no-notify", "--state-dir", (job.dir / "not-a-dir").string()}, {"/bin/sh", "-c", "touch ran"});
   auto r = run(s);
   EXPECT_EQ(r.status, 125);
   EXPECT_FALSE(fs::exists(job.dir / "ran"));
@@ -176,8 +172,9 @@ TEST(Supervisor, GracePeriodThenSigkill) {
 TEST(Supervisor, TimeoutEndsGrandchildrenToo) {
   Job job;
   // The grandchild ignores SIGTERM and would outlive a kill of the direct child alone.
-  auto r = run(job.spec({"--no-notify", "--timeout", "1", "--grace", "0.5", "--json-report", "report.json"},
-                        {"/bin/sh", "-c", "sh -c \"trap '' TERM; exec sleep 60\" & echo $! > grandchild.pid; sleep 60"}));
+  auto r =
+      run(job.spec({"--no-notify", "--timeout", "1", "--grace", "0.5", "--json-report", "report.json"},
+                   {"/bin/sh", "-c", "sh -c \"trap '' TERM; exec sleep 60\" & echo $! > grandchild.pid; sleep 60"}));
   EXPECT_EQ(r.status, 143);
   EXPECT_LT(r.seconds, 10);
   EXPECT_TRUE(job.report()["timed_out"].get<bool>());
@@ -194,9 +191,9 @@ TEST(Supervisor, TimeoutEndsGrandchildrenToo) {
 
 TEST(Supervisor, HangIsDetectedAndKilled) {
   Job job;
-  auto r = run(job.spec({"--no-notify", "--hang-after", "0.5", "--kill-on-hang", "--grace", "1",
-                         "--json-report", "report.json"},
-                        {"/bin/sh", "-c", "echo working; sleep 30"}));
+  auto r = run(
+      job.spec({"--no-notify", "--hang-after", "0.5", "--kill-on-hang", "--grace", "1", "--json-report", "report.json"},
+               {"/bin/sh", "-c", "echo working; sleep 30"}));
   EXPECT_EQ(r.status, 143);
   EXPECT_LT(r.seconds, 10);
   EXPECT_EQ(job.report()["class"], "hang");
@@ -208,9 +205,8 @@ TEST(Supervisor, ReportWithoutGpuSaysSo) {
   auto r = run(job.spec(kReport, {"/bin/true"}));
   EXPECT_EQ(r.status, 0);
   auto rep = job.report();
-  for (const char* key : {"job_id", "command", "start_time", "end_time", "exit_status", "signal",
-                          "class", "evidence", "log_path", "attachments", "skipped_attachments",
-                          "notifications", "telemetry", "energy"})
+  for (const char* key : {"job_id", "command", "start_time", "end_time", "exit_status", "signal", "class", "evidence",
+                          "log_path", "attachments", "skipped_attachments", "notifications", "telemetry", "energy"})
     EXPECT_TRUE(rep.contains(key)) << key;
   EXPECT_EQ(rep["class"], "success");
   if (!rep["telemetry"]["gpu_available"].get<bool>()) {
@@ -220,8 +216,7 @@ TEST(Supervisor, ReportWithoutGpuSaysSo) {
 
 // GPU telemetry runs in gpualert-gpu against a stand-in NVML library (tests/energy/fake_nvml.c)
 // that reports a constant power draw and an energy counter integrating it over real time.
-RunSpec gpu_job(const Job& job, std::vector<std::string> command,
-                std::map<std::string, std::string> extra = {}) {
+RunSpec gpu_job(const Job& job, std::vector<std::string> command, std::map<std::string, std::string> extra = {}) {
   RunSpec s = job.spec(kReport, std::move(command));
   s.env["GPUALERT_NVML_LIBRARY"] = FAKE_NVML_PATH;
   s.env["FAKE_NVML_DEVICES"] = "2";
@@ -230,9 +225,7 @@ RunSpec gpu_job(const Job& job, std::vector<std::string> command,
   return s;
 }
 
-double job_seconds(const nlohmann::json& rep) {
-  return rep["energy"]["duration_s"].get<double>();
-}
+double job_seconds(const nlohmann::json& rep) { return rep["energy"]["duration_s"].get<double>(); }
 
 TEST(Supervisor, GpuTelemetryAndEnergyFromTheCounter) {
   Job job;
@@ -279,8 +272,10 @@ TEST(Supervisor, GpuEnergyIntegratedFromPowerWithoutACounter) {
 
 TEST(Supervisor, XidEventClassifiesAsGpuHardware) {
   Job job;
-  auto r = run(gpu_job(job, {"/bin/sh", "-c", "echo step 1; sleep 1; echo 'RuntimeError: CUDA error: unspecified launch failure'; exit 1"},
-                       {{"FAKE_NVML_XID", "79"}}));
+  auto r = run(gpu_job(
+      job,
+      {"/bin/sh", "-c", "echo step 1; sleep 1; echo 'RuntimeError: CUDA error: unspecified launch failure'; exit 1"},
+      {{"FAKE_NVML_XID", "79"}}));
   EXPECT_EQ(r.status, 1);
   auto rep = job.report();
   EXPECT_EQ(rep["class"], "gpu_hardware") << rep.dump(1);
@@ -369,8 +364,9 @@ TEST(Supervisor, OptionFormsAndCommandWithoutDoubleDash) {
   Job job;
   // --name=value, and a command that starts at the first word, its own flags untouched.
   RunSpec s = job.spec({}, {});
-  s.argv = {kGpualert, "--no-notify", "--json-report=report.json", "--timeout=30s", "/bin/sh", "-c",
-            "echo \"$0 $1\"; exit 4", "--quiet", "--timeout"};
+  s.argv = {kGpualert,  "--no-notify", "--json-report=report.json", "--timeout=30s",
+            "/bin/sh",  "-c",          "echo \"$0 $1\"; exit 4",    "--quiet",
+            "--timeout"};
   auto r = run(s);
   EXPECT_EQ(r.status, 4) << r.err;
   EXPECT_NE(r.out.find("--quiet --timeout"), std::string::npos) << r.out;
@@ -422,8 +418,8 @@ TEST(Supervisor, InteractiveTerminalInputAndCtrlC) {
   ASSERT_GE(pid, 0);
   if (pid == 0) {
     for (const auto& [k, v] : job.env()) setenv(k.c_str(), v.c_str(), 1);
-    execl(kGpualert.c_str(), kGpualert.c_str(), "--no-notify", "--json-report",
-          (job.dir / "report.json").c_str(), "--", kPython.c_str(), "-c",
+    execl(kGpualert.c_str(), kGpualert.c_str(), "--no-notify", "--json-report", (job.dir / "report.json").c_str(), "--",
+          kPython.c_str(), "-c",
           "import sys, time\nname = input('name? ')\n"
           "try:\n    print('hello', name, flush=True)\n    time.sleep(60)\n"
           "except KeyboardInterrupt:\n    print('interrupted cleanly', flush=True)\n",

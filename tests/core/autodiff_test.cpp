@@ -1,8 +1,8 @@
 // Autodiff errors: differentiating through an op that only appears inside gradients is an
 // error naming the op, never a silent zero.
-#include <gtest/gtest.h>
-
 #include "meganeura/autodiff.h"
+
+#include <gtest/gtest.h>
 
 namespace meganeura {
 namespace {

@@ -1,11 +1,12 @@
 // Session checkpoints: bit-exact round trips through a session, strict loading, and a training
 // checkpoint served by an inference-only program.
+#include "meganeura/checkpoint.h"
+
 #include <gtest/gtest.h>
 
 #include <filesystem>
 #include <fstream>
 
-#include "meganeura/checkpoint.h"
 #include "meganeura/models.h"
 #include "meganeura/safetensors.h"
 #include "meganeura/train.h"

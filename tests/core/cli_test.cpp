@@ -1,13 +1,13 @@
 // The meganeura CLI end to end: training quality, exact resumption, inference from a
 // checkpoint, and one-line errors with a non-zero status on bad input.
 #include <gtest/gtest.h>
-#include <nlohmann/json.hpp>
 #include <sys/wait.h>
 
 #include <array>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <nlohmann/json.hpp>
 #include <set>
 #include <string>
 
@@ -61,8 +61,8 @@ TEST(Cli, ProgramJsonListsLaunchesAndHazards) {
       EXPECT_TRUE(w[1] == "raw" || w[1] == "war" || w[1] == "waw") << w;
     }
   }
-  std::printf("chargpt step: %zu dispatches, %zu with waits, %zu barriers (%.2f per dispatch)\n", ds.size(), waiting, barriers,
-              double(barriers) / double(ds.size()));
+  std::printf("chargpt step: %zu dispatches, %zu with waits, %zu barriers (%.2f per dispatch)\n", ds.size(), waiting,
+              barriers, double(barriers) / double(ds.size()));
   EXPECT_GT(waiting, ds.size() / 2);
   EXPECT_LE(double(barriers), 0.6 * double(ds.size()));
   EXPECT_LE(ds.size(), 300u);  // 852 without the passes
@@ -146,7 +146,8 @@ void expect_resume_exact(const std::string& model, int total, int half) {
   const std::string full = "train --model " + model + " --device cpu --json --steps " + std::to_string(total);
   Result a = run(full);
   ASSERT_EQ(a.status, 0) << a.err;
-  Result b = run("train --model " + model + " --device cpu --json --steps " + std::to_string(half) + " --out " + path(model + "_half.safetensors"));
+  Result b = run("train --model " + model + " --device cpu --json --steps " + std::to_string(half) + " --out " +
+                 path(model + "_half.safetensors"));
   ASSERT_EQ(b.status, 0) << b.err;
   Result c = run(full + " --resume " + path(model + "_half.safetensors"));
   ASSERT_EQ(c.status, 0) << c.err;
@@ -154,9 +155,11 @@ void expect_resume_exact(const std::string& model, int total, int half) {
   ASSERT_EQ(int(la.size()), total);
   ASSERT_EQ(int(lc.size()), total - half);
   EXPECT_EQ(c.json()["first_step"], half + 1);
-  for (int s = 0; s < half; ++s) EXPECT_EQ(lb[size_t(s)].get<double>(), la[size_t(s)].get<double>()) << "step " << s + 1;
+  for (int s = 0; s < half; ++s)
+    EXPECT_EQ(lb[size_t(s)].get<double>(), la[size_t(s)].get<double>()) << "step " << s + 1;
   for (int s = half; s < total; ++s) {
-    EXPECT_EQ(lc[size_t(s - half)].get<double>(), la[size_t(s)].get<double>()) << model << " step " << s + 1 << " differs after resuming";
+    EXPECT_EQ(lc[size_t(s - half)].get<double>(), la[size_t(s)].get<double>())
+        << model << " step " << s + 1 << " differs after resuming";
   }
 }
 

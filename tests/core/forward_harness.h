@@ -51,8 +51,10 @@ struct Inputs {
   }
   // Sets every input the session kept (the planner prunes unused ones).
   void feed(Session& s) const {
-    for (auto& [k, v] : values) if (s.buffers().count(k)) s.set(k, std::span<const double>(v));
-    for (auto& [k, v] : ints) if (s.buffers().count(k)) s.set(k, std::span<const int32_t>(v));
+    for (auto& [k, v] : values)
+      if (s.buffers().count(k)) s.set(k, std::span<const double>(v));
+    for (auto& [k, v] : ints)
+      if (s.buffers().count(k)) s.set(k, std::span<const int32_t>(v));
   }
 
  private:

@@ -6,9 +6,8 @@
 #include <algorithm>
 #include <cmath>
 #include <functional>
-#include <random>
-
 #include <nlohmann/json.hpp>
+#include <random>
 
 #include "forward_harness.h"
 #include "meganeura/passes.h"
@@ -17,9 +16,9 @@
 namespace meganeura {
 namespace {
 
-using forward_test::Vec;
 using forward_test::expect_close;
 using forward_test::randn;
+using forward_test::Vec;
 
 struct Harness : forward_test::Inputs {
   Harness() : Inputs(31, 5) {}
@@ -65,14 +64,18 @@ TEST(Forward, MatmulTransposesAndBatches) {
 }
 
 TEST(Forward, Conv2dAllOptions) {
-  struct C { int64_t n, c, h, w, o, k, s, p, d, g; };
-  for (C c : {C{2, 3, 7, 6, 4, 3, 1, 1, 1, 1}, C{1, 4, 9, 8, 6, 3, 2, 1, 2, 2}, C{1, 3, 5, 5, 3, 3, 1, 0, 1, 3}, C{1, 2, 4, 4, 3, 1, 1, 0, 1, 1}}) {
+  struct C {
+    int64_t n, c, h, w, o, k, s, p, d, g;
+  };
+  for (C c : {C{2, 3, 7, 6, 4, 3, 1, 1, 1, 1}, C{1, 4, 9, 8, 6, 3, 2, 1, 2, 2}, C{1, 3, 5, 5, 3, 3, 1, 0, 1, 3},
+              C{1, 2, 4, 4, 3, 1, 1, 0, 1, 1}}) {
     Harness r;
     Tensor x = r.in("x", {c.n, c.c, c.h, c.w});
     Tensor w = r.in("w", {c.o, c.c / c.g, c.k, c.k});
     Vec y = r.eval(conv2d(x, w, Conv2dOptions{c.s, c.s, c.p, c.p, c.d, c.d, c.g}));
     const Vec &X = r.values["x"], &W = r.values["w"];
-    const int64_t oh = (c.h + 2 * c.p - c.d * (c.k - 1) - 1) / c.s + 1, ow = (c.w + 2 * c.p - c.d * (c.k - 1) - 1) / c.s + 1;
+    const int64_t oh = (c.h + 2 * c.p - c.d * (c.k - 1) - 1) / c.s + 1,
+                  ow = (c.w + 2 * c.p - c.d * (c.k - 1) - 1) / c.s + 1;
     const int64_t cg = c.c / c.g, og = c.o / c.g;
     Vec want;
     for (int64_t n = 0; n < c.n; ++n)
@@ -86,7 +89,8 @@ TEST(Forward, Conv2dAllOptions) {
                 for (int64_t kj = 0; kj < c.k; ++kj) {
                   int64_t y0 = i * c.s - c.p + ki * c.d, x0 = j * c.s - c.p + kj * c.d;
                   if (y0 < 0 || y0 >= c.h || x0 < 0 || x0 >= c.w) continue;
-                  s += X[size_t(((n * c.c + grp * cg + ci) * c.h + y0) * c.w + x0)] * W[size_t(((o * cg + ci) * c.k + ki) * c.k + kj)];
+                  s += X[size_t(((n * c.c + grp * cg + ci) * c.h + y0) * c.w + x0)] *
+                       W[size_t(((o * cg + ci) * c.k + ki) * c.k + kj)];
                 }
             want.push_back(s);
           }
@@ -148,7 +152,8 @@ TEST(Forward, NormsAndActivations) {
       for (int64_t k = 0; k < 6; ++k) var += std::pow(X[size_t(n * 12 + grp * 6 + k)] - mu, 2) / 6;
       for (int64_t k = 0; k < 6; ++k) {
         int64_t ch = grp * 2 + k / 3;
-        gn[size_t(n * 12 + grp * 6 + k)] = (X[size_t(n * 12 + grp * 6 + k)] - mu) / std::sqrt(var + 1e-5) * Gc[size_t(ch)] + Bc[size_t(ch)];
+        gn[size_t(n * 12 + grp * 6 + k)] =
+            (X[size_t(n * 12 + grp * 6 + k)] - mu) / std::sqrt(var + 1e-5) * Gc[size_t(ch)] + Bc[size_t(ch)];
       }
     }
   for (double v : X) {
@@ -163,7 +168,8 @@ TEST(Forward, NormsAndActivations) {
 }
 
 // Naive attention: per query head, keys/values of head h / (Hq/Hkv); causal aligned bottom-right.
-Vec naive_attention(const Vec& q, const Vec& k, const Vec& v, int64_t B, int64_t Hq, int64_t Hk, int64_t Sq, int64_t Sk, int64_t D, bool causal) {
+Vec naive_attention(const Vec& q, const Vec& k, const Vec& v, int64_t B, int64_t Hq, int64_t Hk, int64_t Sq, int64_t Sk,
+                    int64_t D, bool causal) {
   Vec out(size_t(B * Hq * Sq * D), 0);
   for (int64_t b = 0; b < B; ++b)
     for (int64_t h = 0; h < Hq; ++h)
@@ -173,27 +179,36 @@ Vec naive_attention(const Vec& q, const Vec& k, const Vec& v, int64_t B, int64_t
         double m = -1e300;
         for (int64_t j = 0; j < Sk; ++j) {
           double d = 0;
-          for (int64_t t = 0; t < D; ++t) d += q[size_t(((b * Hq + h) * Sq + i) * D + t)] * k[size_t(((b * Hk + kh) * Sk + j) * D + t)];
+          for (int64_t t = 0; t < D; ++t)
+            d += q[size_t(((b * Hq + h) * Sq + i) * D + t)] * k[size_t(((b * Hk + kh) * Sk + j) * D + t)];
           s[size_t(j)] = (causal && j > i + (Sk - Sq)) ? -1e300 : d / std::sqrt(double(D));
           m = std::max(m, s[size_t(j)]);
         }
         double z = 0;
         for (auto& x : s) z += (x = std::exp(x - m));
         for (int64_t j = 0; j < Sk; ++j)
-          for (int64_t t = 0; t < D; ++t) out[size_t(((b * Hq + h) * Sq + i) * D + t)] += s[size_t(j)] / z * v[size_t(((b * Hk + kh) * Sk + j) * D + t)];
+          for (int64_t t = 0; t < D; ++t)
+            out[size_t(((b * Hq + h) * Sq + i) * D + t)] +=
+                s[size_t(j)] / z * v[size_t(((b * Hk + kh) * Sk + j) * D + t)];
       }
   return out;
 }
 
 TEST(Forward, AttentionCausalGroupedAndCross) {
-  struct A { int64_t b, hq, hk, sq, sk, d; bool causal; };
+  struct A {
+    int64_t b, hq, hk, sq, sk, d;
+    bool causal;
+  };
   // The last two are long enough for the tiled attention op (two query tiles, Sq != Sk).
   for (A a : {A{1, 4, 2, 5, 5, 8, true}, A{2, 3, 3, 4, 6, 4, false}, A{1, 2, 1, 3, 7, 4, true},
               A{1, 4, 2, 260, 270, 8, true}, A{2, 2, 2, 300, 250, 4, false}}) {
     Harness r;
-    Tensor q = r.in("q", {a.b, a.hq, a.sq, a.d}), k = r.in("k", {a.b, a.hk, a.sk, a.d}), v = r.in("v", {a.b, a.hk, a.sk, a.d});
+    Tensor q = r.in("q", {a.b, a.hq, a.sq, a.d}), k = r.in("k", {a.b, a.hk, a.sk, a.d}),
+           v = r.in("v", {a.b, a.hk, a.sk, a.d});
     Vec y = r.eval(attention(q, k, v, a.causal));
-    expect_close(y, naive_attention(r.values["q"], r.values["k"], r.values["v"], a.b, a.hq, a.hk, a.sq, a.sk, a.d, a.causal), "attention");
+    expect_close(
+        y, naive_attention(r.values["q"], r.values["k"], r.values["v"], a.b, a.hq, a.hk, a.sq, a.sk, a.d, a.causal),
+        "attention");
   }
 }
 
@@ -272,7 +287,10 @@ TEST(Forward, MovementOps) {
 // (batch-norm statistics over N, H and W). Sums of up to 3,567 standard-normal values: |ref|
 // stays below ~250, well inside the tolerance (accumulation is in double either way).
 TEST(Forward, ReductionsOverAnyAxesAtScale) {
-  struct C { Shape shape; std::vector<int64_t> axes; };
+  struct C {
+    Shape shape;
+    std::vector<int64_t> axes;
+  };
   std::vector<C> cases;
   for (std::vector<int64_t> axes : {std::vector<int64_t>{3}, {2, 3}, {0}, {0, 1}, {0, 2, 3}, {0, 2}, {1, 3}, {1}}) {
     cases.push_back({{3, 37, 41, 29}, axes});
@@ -295,8 +313,10 @@ TEST(Forward, ReductionsOverAnyAxesAtScale) {
     };
     int64_t outputs = 1, count = 1;
     for (int64_t d = 0; d < 4; ++d) {
-      if (std::find(axes.begin(), axes.end(), d) == axes.end()) outputs *= shape[size_t(d)];
-      else count *= shape[size_t(d)];
+      if (std::find(axes.begin(), axes.end(), d) == axes.end())
+        outputs *= shape[size_t(d)];
+      else
+        count *= shape[size_t(d)];
     }
     Vec want_sum(size_t(outputs), 0.0), want_max(size_t(outputs), -INFINITY);
     int64_t idx[4];
@@ -327,7 +347,10 @@ TEST(Forward, ReductionsOverAnyAxesAtScale) {
 // goes; a backend without that walk (strided_reductions off) keeps the non-contiguous ones
 // primitive.
 TEST(Forward, FusedReductionsOverAnyAxesAtScale) {
-  struct C { Shape shape; std::vector<int64_t> axes; };
+  struct C {
+    Shape shape;
+    std::vector<int64_t> axes;
+  };
   std::vector<C> cases;
   for (std::vector<int64_t> axes : {std::vector<int64_t>{3}, {2, 3}, {0}, {0, 2, 3}, {0, 2}, {1, 3}, {0, 1, 3}}) {
     cases.push_back({{3, 37, 41, 29}, axes});
@@ -391,7 +414,9 @@ TEST(Forward, FusedReductionsOverAnyAxesAtScale) {
 // images per pool thread (a batch as large as the pool), and the convolution primitive
 // (1,024 input channels or more, where the build has oneDNN); strided, it goes through columns.
 TEST(Forward, PointwiseConvolutionDataGradientOnEveryPath) {
-  struct C { int64_t n, c, o, h, s; };
+  struct C {
+    int64_t n, c, o, h, s;
+  };
   for (C c : {C{1, 48, 40, 9, 1}, C{4, 64, 32, 10, 1}, C{4, 1024, 16, 3, 1}, C{4, 1024, 16, 5, 2}}) {
     Harness r;
     const int64_t oh = (c.h - 1) / c.s + 1;
@@ -408,10 +433,12 @@ TEST(Forward, PointwiseConvolutionDataGradientOnEveryPath) {
         for (int64_t i = 0; i < oh; ++i)
           for (int64_t j = 0; j < oh; ++j) {
             double s = 0;
-            for (int64_t o = 0; o < c.o; ++o) s += W[size_t(o * c.c + ci)] * DY[size_t(((n * c.o + o) * oh + i) * oh + j)];
+            for (int64_t o = 0; o < c.o; ++o)
+              s += W[size_t(o * c.c + ci)] * DY[size_t(((n * c.o + o) * oh + i) * oh + j)];
             want[size_t(((n * c.c + ci) * c.h + i * c.s) * c.h + j * c.s)] = s;
           }
-    SCOPED_TRACE("batch " + std::to_string(c.n) + ", " + std::to_string(c.c) + " channels, stride " + std::to_string(c.s));
+    SCOPED_TRACE("batch " + std::to_string(c.n) + ", " + std::to_string(c.c) + " channels, stride " +
+                 std::to_string(c.s));
     expect_close(got, want, "conv2d_backward_input");
   }
 }

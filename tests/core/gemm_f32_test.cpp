@@ -39,7 +39,11 @@ void expect_within(const std::vector<float>& got, const Vec& want, const Vec& bo
   }
 }
 
-struct GemmCase { bool ta, tb; int64_t m, n, k, pad; float alpha, beta; };
+struct GemmCase {
+  bool ta, tb;
+  int64_t m, n, k, pad;
+  float alpha, beta;
+};
 
 void check_gemm(const GemmCase& c) {
   // Leading dimensions `pad` wider than the matrices, to cover strided operands.
@@ -62,8 +66,8 @@ void check_gemm(const GemmCase& c) {
       want[o] = c.alpha * s + c.beta * C0[o];
       bound[o] = std::abs(c.alpha) * t + std::abs(c.beta * C0[o]);
     }
-  const std::string what = "gemm " + std::to_string(c.m) + "x" + std::to_string(c.n) + "x" +
-                           std::to_string(c.k) + (c.ta ? " ta" : "") + (c.tb ? " tb" : "");
+  const std::string what = "gemm " + std::to_string(c.m) + "x" + std::to_string(c.n) + "x" + std::to_string(c.k) +
+                           (c.ta ? " ta" : "") + (c.tb ? " tb" : "");
   expect_within(got, want, bound, c.k, what);
 }
 
@@ -116,10 +120,13 @@ struct Harness {
 };
 
 TEST(GemmF32, BatchedMatmulAgainstF64) {
-  struct C { int64_t b, m, k, n; bool ta, tb, b_batched; };
+  struct C {
+    int64_t b, m, k, n;
+    bool ta, tb, b_batched;
+  };
   for (C c : {C{16, 32, 32, 32, false, false, true}, C{16, 32, 32, 32, true, true, true},
-              C{3, 1, 1, 9, false, true, true}, C{4, 7, 13, 5, false, true, false},
-              C{4, 7, 13, 5, true, false, false}, C{2, 70, 80, 200, false, false, true}}) {
+              C{3, 1, 1, 9, false, true, true}, C{4, 7, 13, 5, false, true, false}, C{4, 7, 13, 5, true, false, false},
+              C{2, 70, 80, 200, false, false, true}}) {
     Harness r;
     Tensor a = r.in("a", c.ta ? Shape{c.b, c.k, c.m} : Shape{c.b, c.m, c.k});
     Shape bs = c.tb ? Shape{c.n, c.k} : Shape{c.k, c.n};
@@ -134,8 +141,9 @@ TEST(GemmF32, BatchedMatmulAgainstF64) {
           double s = 0, t = 0;
           const int64_t boff = c.b_batched ? bb * c.k * c.n : 0;
           for (int64_t k = 0; k < c.k; ++k) {
-            const double p = (c.ta ? A[size_t(bb * c.k * c.m + k * c.m + i)] : A[size_t(bb * c.m * c.k + i * c.k + k)]) *
-                             (c.tb ? B[size_t(boff + j * c.k + k)] : B[size_t(boff + k * c.n + j)]);
+            const double p =
+                (c.ta ? A[size_t(bb * c.k * c.m + k * c.m + i)] : A[size_t(bb * c.m * c.k + i * c.k + k)]) *
+                (c.tb ? B[size_t(boff + j * c.k + k)] : B[size_t(boff + k * c.n + j)]);
             s += p;
             t += std::abs(p);
           }
@@ -146,7 +154,9 @@ TEST(GemmF32, BatchedMatmulAgainstF64) {
   }
 }
 
-struct ConvCase { int64_t n, c, h, w, o, kh, kw, s, p, d, g; };
+struct ConvCase {
+  int64_t n, c, h, w, o, kh, kw, s, p, d, g;
+};
 
 // Calls f(x index, w index, y index) for every product term of the convolution.
 void for_each_term(const ConvCase& c, int64_t oh, int64_t ow, const std::function<void(size_t, size_t, size_t)>& f) {
@@ -169,14 +179,16 @@ void for_each_term(const ConvCase& c, int64_t oh, int64_t ow, const std::functio
 // im2col + oneDNN sgemm. Three threads: batches of 1 (one part, oneDNN threading it), 2 (two
 // parts, one thread idle) and 5 (uneven parts; weight gradients summed over parts).
 TEST(GemmF32, ConvolutionAllDirectionsAgainstF64) {
-  for (ConvCase c : {ConvCase{5, 4, 9, 7, 6, 3, 3, 2, 1, 1, 1},  // oneDNN, uneven batch split {ConvCase{2, 3, 9, 8, 4, 3, 3, 1, 1, 1, 1},    // 3x3 same padding
-                     ConvCase{1, 4, 11, 10, 6, 3, 3, 2, 1, 2, 2},  // stride, dilation, groups
-                     ConvCase{2, 6, 7, 7, 6, 3, 3, 1, 1, 1, 6},    // depthwise
-                     ConvCase{2, 8, 6, 5, 4, 1, 1, 1, 0, 1, 1},    // pointwise (no im2col)
-                     ConvCase{1, 8, 9, 9, 4, 1, 1, 2, 0, 1, 1},    // strided 1x1
-                     ConvCase{1, 3, 20, 18, 8, 7, 7, 2, 3, 1, 1},  // stem-like 7x7 stride 2
-                     ConvCase{1, 5, 8, 9, 3, 3, 2, 1, 1, 1, 1},    // non-square kernel
-                     ConvCase{1, 32, 24, 24, 64, 3, 3, 1, 1, 1, 1}}) {  // large: blocked layouts
+  for (ConvCase c :
+       {ConvCase{5, 4, 9, 7, 6, 3, 3, 2, 1, 1,
+                 1},  // oneDNN, uneven batch split {ConvCase{2, 3, 9, 8, 4, 3, 3, 1, 1, 1, 1},    // 3x3 same padding
+        ConvCase{1, 4, 11, 10, 6, 3, 3, 2, 1, 2, 2},       // stride, dilation, groups
+        ConvCase{2, 6, 7, 7, 6, 3, 3, 1, 1, 1, 6},         // depthwise
+        ConvCase{2, 8, 6, 5, 4, 1, 1, 1, 0, 1, 1},         // pointwise (no im2col)
+        ConvCase{1, 8, 9, 9, 4, 1, 1, 2, 0, 1, 1},         // strided 1x1
+        ConvCase{1, 3, 20, 18, 8, 7, 7, 2, 3, 1, 1},       // stem-like 7x7 stride 2
+        ConvCase{1, 5, 8, 9, 3, 3, 2, 1, 1, 1, 1},         // non-square kernel
+        ConvCase{1, 32, 24, 24, 64, 3, 3, 1, 1, 1, 1}}) {  // large: blocked layouts
     const int64_t oh = (c.h + 2 * c.p - c.d * (c.kh - 1) - 1) / c.s + 1;
     const int64_t ow = (c.w + 2 * c.p - c.d * (c.kw - 1) - 1) / c.s + 1;
     const Shape xs{c.n, c.c, c.h, c.w}, ws{c.o, c.c / c.g, c.kh, c.kw}, ys{c.n, c.o, oh, ow};
@@ -185,8 +197,8 @@ TEST(GemmF32, ConvolutionAllDirectionsAgainstF64) {
     at.pad[0] = at.pad[1] = c.p;
     at.dilation[0] = at.dilation[1] = c.d;
     at.groups = c.g;
-    const std::string name = "conv c=" + std::to_string(c.c) + " o=" + std::to_string(c.o) + " k=" +
-                             std::to_string(c.kh) + "x" + std::to_string(c.kw) + " s=" + std::to_string(c.s) +
+    const std::string name = "conv c=" + std::to_string(c.c) + " o=" + std::to_string(c.o) +
+                             " k=" + std::to_string(c.kh) + "x" + std::to_string(c.kw) + " s=" + std::to_string(c.s) +
                              " d=" + std::to_string(c.d) + " g=" + std::to_string(c.g);
     {  // forward: each output sums cg*kh*kw terms
       Harness r;

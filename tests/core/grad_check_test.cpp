@@ -18,17 +18,17 @@
 #include <random>
 
 #include "graph/op_table.h"
-#include "op_cases.h"
 #include "meganeura/autodiff.h"
 #include "meganeura/session.h"
+#include "op_cases.h"
 
 namespace meganeura {
 namespace {
 
-using op_cases::Case;
-using op_cases::P;
 using op_cases::away_from_zero;
+using op_cases::Case;
 using op_cases::distinct;
+using op_cases::P;
 using op_cases::positive;
 
 // The op table's cases (shared with the Vulkan parity test) that have gradients.
@@ -110,7 +110,8 @@ Result check(const Case& k) {
       }
       double err = std::abs(ad[i] - fd);
       r.max_err = std::max(r.max_err, err / (1 + std::abs(fd)));
-      EXPECT_LE(err, 1e-6 + 1e-5 * std::abs(fd)) << k.name << ": d loss / d " << name << "[" << i << "] autodiff " << ad[i] << " vs finite difference " << fd;
+      EXPECT_LE(err, 1e-6 + 1e-5 * std::abs(fd))
+          << k.name << ": d loss / d " << name << "[" << i << "] autodiff " << ad[i] << " vs finite difference " << fd;
       r.checked++;
     }
   }
@@ -126,7 +127,8 @@ TEST_P(GradCheck, MatchesFiniteDifferences) {
 
 INSTANTIATE_TEST_SUITE_P(Ops, GradCheck, testing::ValuesIn(cases()), [](const testing::TestParamInfo<Case>& i) {
   std::string n = i.param.name;
-  for (char& ch : n) if (!std::isalnum(static_cast<unsigned char>(ch))) ch = '_';
+  for (char& ch : n)
+    if (!std::isalnum(static_cast<unsigned char>(ch))) ch = '_';
   return n;
 });
 
@@ -144,11 +146,13 @@ TEST(GradCheck, EveryOpIsCovered) {
       case GradKind::backward_only:
         status = covered.count(info.checked_by) ? "via " + std::string(op_name(info.checked_by)) : "MISSING";
         break;
-      default:
-        status = covered.count(info.op) ? std::to_string(covered[info.op]) + " case(s)" : "MISSING";
+      default: status = covered.count(info.op) ? std::to_string(covered[info.op]) + " case(s)" : "MISSING";
     }
-    const char* kind = info.grad == GradKind::vjp ? "vjp" : info.grad == GradKind::none ? "zero" :
-                       info.grad == GradKind::leaf ? "leaf" : info.grad == GradKind::fused ? "fused" : "backward-only";
+    const char* kind = info.grad == GradKind::vjp     ? "vjp"
+                       : info.grad == GradKind::none  ? "zero"
+                       : info.grad == GradKind::leaf  ? "leaf"
+                       : info.grad == GradKind::fused ? "fused"
+                                                      : "backward-only";
     std::printf("%-24s %-14s %s\n", std::string(info.name).c_str(), kind, status.c_str());
     if (status == "MISSING") {
       ++missing;

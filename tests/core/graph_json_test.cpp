@@ -2,10 +2,10 @@
 // the json document the graph describes: compared here with that document built and dumped by
 // the json library, for every workload with its gradients, before and after the rewrite passes.
 #include <gtest/gtest.h>
-#include <nlohmann/json.hpp>
 
 #include <cmath>
 #include <limits>
+#include <nlohmann/json.hpp>
 #include <string>
 
 #include "graph/op_table.h"
@@ -26,8 +26,11 @@ std::string document(const Graph& g) {
   json nodes = json::array();
   for (NodeId i = 0; i < g.size(); ++i) {
     const Node& n = g.node(i);
-    json j = {{"op", op_name(n.op)}, {"inputs", n.inputs}, {"dtype", dtype_name(n.type.dtype)},
-              {"shape", n.type.shape}, {"attrs", json::parse(attrs_json(n.attrs))}};
+    json j = {{"op", op_name(n.op)},
+              {"inputs", n.inputs},
+              {"dtype", dtype_name(n.type.dtype)},
+              {"shape", n.type.shape},
+              {"attrs", json::parse(attrs_json(n.attrs))}};
     if (!n.name.empty()) j["name"] = n.name;
     if (n.op == Op::parameter || n.op == Op::state) j["init"] = {int(n.init.kind), n.init.a};
     if (n.op == Op::constant) j["values"] = n.const_data;

@@ -16,9 +16,8 @@ inline FusedInstr bin(Op op) { return {FusedInstr::binary, op, 0, 0, 0}; }
 // u = a * b + c (b broadcast over rows); w = exp(u) - a; y = 0.5 * u + w.
 // Stored as outputs 1 (u), 2 (w) and 0 (y).
 inline std::vector<FusedInstr> three_outputs() {
-  return {in(0), in(1), bin(Op::mul), in(2), bin(Op::add), store(1),
-          load(1), un(Op::exp), in(0), bin(Op::sub), store(2),
-          load(1), un(Op::affine, 0.5, 0), load(2), bin(Op::add), store(0)};
+  return {in(0), in(1),        bin(Op::mul), in(2),   bin(Op::add),           store(1), load(1),      un(Op::exp),
+          in(0), bin(Op::sub), store(2),     load(1), un(Op::affine, 0.5, 0), load(2),  bin(Op::add), store(0)};
 }
 
 struct Built {

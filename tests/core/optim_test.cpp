@@ -72,11 +72,13 @@ Vec reference(const OptimizerConfig& c, Vec p, int64_t micro_steps) {
 }
 
 Vec ours(const OptimizerConfig& c, const Vec& p0, int64_t micro_steps) {
-  Trainer t([](Graph& g) {
-    Tensor p = g.parameter("p", {kN}, Init{Init::zeros});
-    Tensor w = g.input("w", {kN});
-    return sum(w * p) + sum(p * p) * 0.5;
-  }, c, SessionOptions{Device::cpu, true, 0, 0});
+  Trainer t(
+      [](Graph& g) {
+        Tensor p = g.parameter("p", {kN}, Init{Init::zeros});
+        Tensor w = g.input("w", {kN});
+        return sum(w * p) + sum(p * p) * 0.5;
+      },
+      c, SessionOptions{Device::cpu, true, 0, 0});
   t.session().set("p", std::span<const double>(p0));
   for (int64_t s = 0; s < micro_steps; ++s) {
     Vec w = inputs_for(s);
@@ -105,7 +107,8 @@ TEST_P(Optim, MatchesReference) {
   }
 }
 
-OptimizerConfig make(OptimizerConfig::Kind k, double lr, std::initializer_list<std::function<void(OptimizerConfig&)>> tweaks = {}) {
+OptimizerConfig make(OptimizerConfig::Kind k, double lr,
+                     std::initializer_list<std::function<void(OptimizerConfig&)>> tweaks = {}) {
   OptimizerConfig c;
   c.kind = k;
   c.lr = lr;
@@ -116,17 +119,36 @@ OptimizerConfig make(OptimizerConfig::Kind k, double lr, std::initializer_list<s
 using K = OptimizerConfig::Kind;
 INSTANTIATE_TEST_SUITE_P(
     Rules, Optim,
-    testing::Values(
-        OptCase{"sgd", make(K::sgd, 0.1)},
-        OptCase{"sgd_momentum_wd", make(K::sgd, 0.05, {[](auto& c) { c.momentum = 0.9; c.weight_decay = 0.01; }})},
-        OptCase{"sgd_nesterov", make(K::sgd, 0.05, {[](auto& c) { c.momentum = 0.8; c.nesterov = true; }})},
-        OptCase{"adam", make(K::adam, 0.1)},
-        OptCase{"adam_l2", make(K::adam, 0.1, {[](auto& c) { c.weight_decay = 0.1; }})},
-        OptCase{"adamw", make(K::adamw, 0.1, {[](auto& c) { c.weight_decay = 0.1; c.beta1 = 0.8; c.beta2 = 0.99; }})},
-        OptCase{"adamw_clip", make(K::adamw, 0.1, {[](auto& c) { c.clip_norm = 0.5; }})},
-        OptCase{"adamw_warmup_cosine", make(K::adamw, 0.1, {[](auto& c) { c.warmup_steps = 3; c.total_steps = 8; c.min_lr = 0.01; }})},
-        OptCase{"sgd_accumulate3", make(K::sgd, 0.1, {[](auto& c) { c.momentum = 0.9; c.accumulation = 3; }})},
-        OptCase{"adamw_accumulate2_clip", make(K::adamw, 0.05, {[](auto& c) { c.accumulation = 2; c.clip_norm = 1; c.weight_decay = 0.1; }})}),
+    testing::Values(OptCase{"sgd", make(K::sgd, 0.1)}, OptCase{"sgd_momentum_wd", make(K::sgd, 0.05, {[](auto& c) {
+                                                                                         c.momentum = 0.9;
+                                                                                         c.weight_decay = 0.01;
+                                                                                       }})},
+                    OptCase{"sgd_nesterov", make(K::sgd, 0.05, {[](auto& c) {
+                                                   c.momentum = 0.8;
+                                                   c.nesterov = true;
+                                                 }})},
+                    OptCase{"adam", make(K::adam, 0.1)},
+                    OptCase{"adam_l2", make(K::adam, 0.1, {[](auto& c) { c.weight_decay = 0.1; }})},
+                    OptCase{"adamw", make(K::adamw, 0.1, {[](auto& c) {
+                                            c.weight_decay = 0.1;
+                                            c.beta1 = 0.8;
+                                            c.beta2 = 0.99;
+                                          }})},
+                    OptCase{"adamw_clip", make(K::adamw, 0.1, {[](auto& c) { c.clip_norm = 0.5; }})},
+                    OptCase{"adamw_warmup_cosine", make(K::adamw, 0.1, {[](auto& c) {
+                                                          c.warmup_steps = 3;
+                                                          c.total_steps = 8;
+                                                          c.min_lr = 0.01;
+                                                        }})},
+                    OptCase{"sgd_accumulate3", make(K::sgd, 0.1, {[](auto& c) {
+                                                      c.momentum = 0.9;
+                                                      c.accumulation = 3;
+                                                    }})},
+                    OptCase{"adamw_accumulate2_clip", make(K::adamw, 0.05, {[](auto& c) {
+                                                             c.accumulation = 2;
+                                                             c.clip_norm = 1;
+                                                             c.weight_decay = 0.1;
+                                                           }})}),
     [](const testing::TestParamInfo<OptCase>& i) { return std::string(i.param.name); });
 
 TEST(Optim, RejectsBadConfig) {
@@ -153,11 +175,13 @@ TEST(Optim, AdamBiasCorrectionIsAccurateInF32) {
   const Vec p0(kN, 0.0);
   const int64_t steps = 3;
   Vec want = reference(c, p0, steps);
-  Trainer t([](Graph& g) {
-    Tensor p = g.parameter("p", {kN}, Init{Init::zeros});
-    Tensor w = g.input("w", {kN});
-    return sum(w * p) + sum(p * p) * 0.5;
-  }, c, SessionOptions{});
+  Trainer t(
+      [](Graph& g) {
+        Tensor p = g.parameter("p", {kN}, Init{Init::zeros});
+        Tensor w = g.input("w", {kN});
+        return sum(w * p) + sum(p * p) * 0.5;
+      },
+      c, SessionOptions{});
   for (int64_t s = 0; s < steps; ++s) {
     Vec w = inputs_for(s);
     t.session().set("w", std::span<const double>(w));

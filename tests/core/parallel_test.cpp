@@ -1,13 +1,13 @@
 // The CPU backend's fork-join pool: a throwing chunk is reported only after every other chunk
 // has finished, and the pool stays usable.
+#include "backend/cpu/parallel.h"
+
 #include <gtest/gtest.h>
 
 #include <atomic>
 #include <chrono>
 #include <stdexcept>
 #include <thread>
-
-#include "backend/cpu/parallel.h"
 
 namespace meganeura::cpu {
 namespace {

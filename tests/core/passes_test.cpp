@@ -2,6 +2,8 @@
 // and every assigned state equal to the unrewritten graph's, run on the CPU backend in the f64
 // oracle and in f32. Both programs start from the same seed and inputs and take two steps, so
 // optimizer state updates (assignments written in place) are compared too.
+#include "meganeura/passes.h"
+
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -11,7 +13,6 @@
 
 #include "graph/op_table.h"
 #include "meganeura/models.h"
-#include "meganeura/passes.h"
 #include "meganeura/schedule.h"
 #include "meganeura/train.h"
 
@@ -33,7 +34,8 @@ std::vector<NamedPass> passes() {
       {"batched_matmul_sums", [](const Graph& g, PassStats* s) { return fold_batched_matmul_sums(g, s); }},
       {"pointwise", [](const Graph& g, PassStats* s) { return fuse_pointwise(g, false, s); }},
       {"pointwise+epilogue", [](const Graph& g, PassStats* s) { return fuse_pointwise(g, true, s); }},
-      {"pointwise+epilogue, one output each", [](const Graph& g, PassStats* s) { return fuse_pointwise(g, true, s, false); }},
+      {"pointwise+epilogue, one output each",
+       [](const Graph& g, PassStats* s) { return fuse_pointwise(g, true, s, false); }},
       {"all", [](const Graph& g, PassStats* s) { return optimize(g, {}, s); }},
   };
 }
@@ -83,8 +85,8 @@ void expect_same(const Graph& g, const Graph& rewritten, bool f64, int64_t id_ra
       auto x = a.get_f64(name), y = b.get_f64(name);
       ASSERT_EQ(x.size(), y.size()) << what << ": " << name;
       for (size_t i = 0; i < x.size(); ++i) {
-        ASSERT_NEAR(y[i], x[i], atol + rtol * std::abs(x[i])) << what << (f64 ? " f64" : " f32") << ": " << name
-                                                              << "[" << i << "] at step " << step;
+        ASSERT_NEAR(y[i], x[i], atol + rtol * std::abs(x[i]))
+            << what << (f64 ? " f64" : " f32") << ": " << name << "[" << i << "] at step " << step;
       }
       ++compared;
     }
@@ -243,7 +245,7 @@ TEST(Passes, PatternsFire) {
   EXPECT_GT(gpt.fused, 0u);
   EXPECT_GT(gpt.inlined, 100u);
   EXPECT_GT(gpt.epilogues, 0u);
-  EXPECT_EQ(gpt.folded, 15u);  // each weight matrix's gradient: 7 per layer and the tied output projection
+  EXPECT_EQ(gpt.folded, 15u);    // each weight matrix's gradient: 7 per layer and the tied output projection
   EXPECT_EQ(gpt.softmaxes, 2u);  // one per layer: the backward keeps the probabilities only
   // AdamW: the new moments become outputs 1 and 2 of the new parameter's program
   EXPECT_EQ(gpt.multi_outputs, 2 * all[0].build().parameters().size());
@@ -294,7 +296,8 @@ TEST(Passes, RecomputeOnlyWhereItReadsLess) {
 // Fused ops are never built by models or differentiated: the op table says so, and these tests
 // are their check (the gradient-check coverage test skips GradKind::fused).
 TEST(Passes, FusedOpsAreMarked) {
-  for (Op op : {Op::fused_elementwise, Op::fused_reduce, Op::matmul_epilogue, Op::norm, Op::softmax_scaled, Op::fused_output}) {
+  for (Op op :
+       {Op::fused_elementwise, Op::fused_reduce, Op::matmul_epilogue, Op::norm, Op::softmax_scaled, Op::fused_output}) {
     EXPECT_EQ(op_info(op).grad, GradKind::fused) << op_name(op);
     EXPECT_EQ(op_info(op).family, OpFamily::fused) << op_name(op);
   }
@@ -355,7 +358,9 @@ TEST(Schedule, BroadcastThatCannotBeCollapsedIsAnError) {
   Tensor a = g.input("a", {2, 1, 2, 1, 2, 1, 2});
   Tensor b = g.input("b", {1, 2, 1, 2, 1, 2, 1});
   FusedAttrs f;
-  f.code = {{FusedInstr::input, Op::copy, 0, 0, 0}, {FusedInstr::input, Op::copy, 1, 0, 0}, {FusedInstr::binary, Op::add, 0, 0, 0}};
+  f.code = {{FusedInstr::input, Op::copy, 0, 0, 0},
+            {FusedInstr::input, Op::copy, 1, 0, 0},
+            {FusedInstr::binary, Op::add, 0, 0, 0}};
   g.output("y", g.add_node(Op::fused_elementwise, f, {a.id, b.id}, TensorType{DType::f32, {2, 2, 2, 2, 2, 2, 2}}));
   try {
     lower(plan(g));

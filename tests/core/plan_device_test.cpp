@@ -1,13 +1,13 @@
 // Planning for real devices: arena buffers within a binding limit, hazards on byte ranges,
 // verify(Program) and the Program's JSON round trip.
 #include <gtest/gtest.h>
-#include <nlohmann/json.hpp>
 
 #include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <fstream>
 #include <iterator>
+#include <nlohmann/json.hpp>
 #include <set>
 
 #include "meganeura/session.h"
@@ -80,7 +80,7 @@ TEST(PlanDevice, TensorAboveTheLimitIsAnErrorNamingIt) {
   o.limits.max_binding_bytes = 8192;
   // The input itself is 16384 bytes too: make it fit by shrinking what the limit guards.
   Graph h;
-  Tensor a = h.input("a", {32, 32});  // 4096 bytes
+  Tensor a = h.input("a", {32, 32});                                // 4096 bytes
   Tensor big = broadcast_to(reshape(a, {1, 32, 32}), {4, 32, 32});  // 16384 bytes
   h.output("s", sum(big * 2.0));
   std::string e = error_of([&] { plan(h, o); });
@@ -122,7 +122,8 @@ TEST(PlanDevice, HazardsAreMinimalAndBarriersShared) {
         waw += w[a].kind == HazardKind::waw;
         for (size_t b = 0; b < w.size(); ++b) {
           if (a == b) continue;
-          EXPECT_FALSE(reach[w[b].dispatch].count(w[a].dispatch)) << "#" << j << " waits for #" << w[a].dispatch << " twice";
+          EXPECT_FALSE(reach[w[b].dispatch].count(w[a].dispatch))
+              << "#" << j << " waits for #" << w[a].dispatch << " twice";
         }
       }
     }
@@ -216,7 +217,8 @@ TEST(PlanDevice, VerifyCatchesBrokenMemory) {
 TEST(PlanDevice, MultiOutputDispatch) {
   Program p;
   auto tensor = [&](Role role, std::string binding, uint64_t offset, Shape s) {
-    ProgramTensor t{TensorType{DType::f32, s}, DType::f32, role, std::move(binding), 0, offset, uint64_t(numel(s)) * 4, 0, -1};
+    ProgramTensor t{TensorType{DType::f32, s}, DType::f32, role, std::move(binding), 0, offset,
+                    uint64_t(numel(s)) * 4,    0,          -1};
     p.tensors.push_back(t);
     return uint32_t(p.tensors.size() - 1);
   };
@@ -317,7 +319,8 @@ TEST(PlanDevice, NonFiniteAttributesRoundTrip) {
 // Hostile programs (the fuzz target's reproducers): a named error, never undefined behaviour.
 TEST(PlanDevice, ShapesWhoseSizeOverflowsAreRefused) {
   std::string e = error_of([] { Program::from_json(fixture("shape-element-count-overflows")); });
-  EXPECT_NE(e.find("[program] from_json: tensors[2].shape: more than kMaxProgramTensorElements"), std::string::npos) << e;
+  EXPECT_NE(e.find("[program] from_json: tensors[2].shape: more than kMaxProgramTensorElements"), std::string::npos)
+      << e;
   e = error_of([] { Program::from_json(fixture("negative-dimension")); });
   EXPECT_NE(e.find("[program] from_json: externals[0].shape: negative dimension -4"), std::string::npos) << e;
   // 214E7483648: a number no double holds (the JSON parser's out_of_range, not a parse error)

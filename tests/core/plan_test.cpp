@@ -33,7 +33,8 @@ void expect_no_overlap(const Program& p) {
     EXPECT_LE(a.offset + a.bytes, p.arena_buffers[a.buffer]);
     for (size_t j = i + 1; j < p.tensors.size(); ++j) {
       const auto& b = p.tensors[j];
-      if (b.role != Role::temp || first[j] < 0 || a.buffer != b.buffer || a.offset == b.offset) continue;  // same offset: a view or in-place pair
+      if (b.role != Role::temp || first[j] < 0 || a.buffer != b.buffer || a.offset == b.offset)
+        continue;  // same offset: a view or in-place pair
       bool live_together = first[i] < last[j] && first[j] < last[i];
       bool bytes_overlap = a.offset < b.offset + b.bytes && b.offset < a.offset + a.bytes;
       EXPECT_FALSE(live_together && bytes_overlap) << "tensors " << i << " and " << j << " overlap";
@@ -45,10 +46,11 @@ TEST(Plan, TransformerTrainingStepNearLowerBound) {
   for (int64_t layers : {1, 2}) {
     Program p = plan(transformer_step(layers));
     const auto& m = p.memory;
-    std::printf("layers %lld: %zu dispatches, logical %llu, planned %llu, lower bound %llu (%.3fx), %u in place, %u views\n",
-                static_cast<long long>(layers), p.dispatches.size(), static_cast<unsigned long long>(m.logical_bytes),
-                static_cast<unsigned long long>(m.planned_bytes), static_cast<unsigned long long>(m.lower_bound_bytes),
-                double(m.planned_bytes) / double(m.lower_bound_bytes), m.inplace_reuses, m.views);
+    std::printf(
+        "layers %lld: %zu dispatches, logical %llu, planned %llu, lower bound %llu (%.3fx), %u in place, %u views\n",
+        static_cast<long long>(layers), p.dispatches.size(), static_cast<unsigned long long>(m.logical_bytes),
+        static_cast<unsigned long long>(m.planned_bytes), static_cast<unsigned long long>(m.lower_bound_bytes),
+        double(m.planned_bytes) / double(m.lower_bound_bytes), m.inplace_reuses, m.views);
     EXPECT_LE(double(m.planned_bytes), 1.10 * double(m.lower_bound_bytes));
     EXPECT_GE(m.planned_bytes, m.lower_bound_bytes);
     EXPECT_LT(m.planned_bytes, m.logical_bytes / 2);

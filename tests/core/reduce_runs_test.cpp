@@ -1,6 +1,8 @@
 // The CPU reductions' shared walk (reduce_runs): sums over any axes against a direct f64 sum,
 // and the walk reads whole runs of the reduced axis, not one element at a time, whatever
 // dimensions of extent 1 the shape carries.
+#include "backend/cpu/reduce_runs.h"
+
 #include <gtest/gtest.h>
 
 #include <atomic>
@@ -10,7 +12,6 @@
 #include <vector>
 
 #include "backend/cpu/parallel.h"
-#include "backend/cpu/reduce_runs.h"
 
 namespace meganeura::cpu {
 namespace {
@@ -44,12 +45,12 @@ std::vector<double> oracle(const Case& c, const std::vector<float>& x) {
 TEST(ReduceRuns, SumsOverAnyAxesInWholeRuns) {
   set_threads(2);
   const std::vector<Case> cases = {
-      {{16, 12288, 1}, 0b010},     // a last-axis sum written as [outer, len, inner = 1]
-      {{1, 16, 4096}, 0b100},      // a leading 1
+      {{16, 12288, 1}, 0b010},       // a last-axis sum written as [outer, len, inner = 1]
+      {{1, 16, 4096}, 0b100},        // a leading 1
       {{4, 1, 64, 1, 50}, 0b10100},  // reduced 64 and 50 with a kept 1 between them
-      {{8, 3, 1, 7}, 0b0101},      // channels kept, strided reduction
-      {{1, 1, 1}, 0b010},          // one element
-      {{5, 300}, 0b01},            // kept last axis: runs accumulated into several outputs
+      {{8, 3, 1, 7}, 0b0101},        // channels kept, strided reduction
+      {{1, 1, 1}, 0b010},            // one element
+      {{5, 300}, 0b01},              // kept last axis: runs accumulated into several outputs
   };
   for (const Case& c : cases) {
     int64_t n = 1;

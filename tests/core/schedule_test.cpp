@@ -2,6 +2,8 @@
 // read them from there. Expected push words are worked out by hand from the shapes below (in
 // the comments), not by calling the lowering; the kernel checks run one dispatch with a launch
 // whose sizes were cut down by hand and check that only that part of the output is written.
+#include "meganeura/schedule.h"
+
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -10,7 +12,6 @@
 #include <vector>
 
 #include "backend/cpu/kernels.h"
-#include "meganeura/schedule.h"
 
 namespace meganeura {
 namespace {
@@ -203,8 +204,10 @@ TEST(ScheduleLayouts, CpuKernelsTakeTheirSizesFromTheLaunch) {
     const auto x = ramp(32);
     const auto y = run_edited(g, Op::exp, {x}, [](KernelLaunch& l) { l.push.set(L::kNumel, 5); });
     for (size_t i = 0; i < 32; ++i) {
-      if (i < 5) EXPECT_FLOAT_EQ(y[i], std::exp(x[i])) << i;
-      else EXPECT_EQ(y[i], kSentinel) << i;
+      if (i < 5)
+        EXPECT_FLOAT_EQ(y[i], std::exp(x[i])) << i;
+      else
+        EXPECT_EQ(y[i], kSentinel) << i;
     }
   }
   {  // add of two [4,8]: 10 elements
@@ -248,8 +251,10 @@ TEST(ScheduleLayouts, CpuKernelsTakeTheirSizesFromTheLaunch) {
       for (size_t j = 0; j < 5; ++j) {
         float want = 0;
         for (size_t t = 0; t < 3; ++t) want += a[i * 3 + t] * b[t * 5 + j];
-        if (i < 2) EXPECT_NEAR(y[i * 5 + j], want, 1e-5) << i << "," << j;  // sgemm's summation order
-        else EXPECT_EQ(y[i * 5 + j], kSentinel) << i << "," << j;
+        if (i < 2)
+          EXPECT_NEAR(y[i * 5 + j], want, 1e-5) << i << "," << j;  // sgemm's summation order
+        else
+          EXPECT_EQ(y[i * 5 + j], kSentinel) << i << "," << j;
       }
     }
   }

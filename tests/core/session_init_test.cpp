@@ -64,9 +64,14 @@ bool same_bits(float a, float b) { return std::memcmp(&a, &b, sizeof a) == 0; }
 
 TEST(SessionInit, MatchesTheSerialStreamBitForBitAtAnyThreadCount) {
   const uint64_t seed = 7;
-  const struct { const char* name; Init init; size_t n; } bufs[] = {
-      {"layer.w", {Init::normal, 0.02}, kN}, {"layer.u", {Init::uniform, 0.5}, kN},
-      {"layer.o", {Init::ones}, 7}, {"layer.m", {Init::constant, 0.25}, kN}};
+  const struct {
+    const char* name;
+    Init init;
+    size_t n;
+  } bufs[] = {{"layer.w", {Init::normal, 0.02}, kN},
+              {"layer.u", {Init::uniform, 0.5}, kN},
+              {"layer.o", {Init::ones}, 7},
+              {"layer.m", {Init::constant, 0.25}, kN}};
   for (int threads : {1, 2, 3}) {
     Graph g;
     build(g);

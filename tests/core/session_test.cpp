@@ -1,10 +1,10 @@
 // Session semantics: state assignments act as one simultaneous update, and a program refused
 // by the session's checks leaves the session and its backend in step.
+#include "meganeura/session.h"
+
 #include <gtest/gtest.h>
 
 #include <vector>
-
-#include "meganeura/session.h"
 
 namespace meganeura {
 namespace {

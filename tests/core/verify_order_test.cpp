@@ -45,7 +45,8 @@ std::pair<int64_t, int64_t> first_unordered(const Program& p) {
       if (seen[i]) continue;
       for (const auto& a : acc[j]) {
         for (const auto& b : acc[i]) {
-          if ((a.write || b.write) && a.buffer == b.buffer && a.begin < b.end && b.begin < a.end) return {int64_t(j), int64_t(i)};
+          if ((a.write || b.write) && a.buffer == b.buffer && a.begin < b.end && b.begin < a.end)
+            return {int64_t(j), int64_t(i)};
         }
       }
     }
@@ -81,7 +82,8 @@ TEST(VerifyOrder, DroppedWaitsAreFoundAsByTheExhaustiveCheck) {
         continue;
       }
       ++rejected;
-      const std::string jn = "[verify] dispatch #" + std::to_string(j) + " (", in = "which dispatch #" + std::to_string(i) + " (";
+      const std::string jn = "[verify] dispatch #" + std::to_string(j) + " (",
+                        in = "which dispatch #" + std::to_string(i) + " (";
       EXPECT_EQ(error.rfind(jn, 0), 0u) << id << ": expected " << jn << "... got " << error;
       EXPECT_NE(error.find(in), std::string::npos) << id << ": expected " << in << " in " << error;
       EXPECT_NE(error.find("without waiting for it"), std::string::npos) << error;

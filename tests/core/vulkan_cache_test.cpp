@@ -61,7 +61,7 @@ TEST(VulkanPipelineCache, BadFilesAreMissesAndGetReplaced) {
   ASSERT_TRUE(fs::exists(file)) << "the cache was not written on shutdown";
   EXPECT_EQ(build_and_run(dir), "loaded");
   const std::vector<char> good = slurp(file);
-  const size_t header = 24;  // magic, format, payload size, payload hash
+  const size_t header = 24;             // magic, format, payload size, payload hash
   ASSERT_GE(good.size(), header + 32);  // at least the driver header (lavapipe stores only that)
 
   auto bad = good;  // one flipped payload byte: our hash no longer matches

@@ -6,7 +6,6 @@
 // orders (BLAS blocks vs. tiles and trees), so per-step losses differ by ~1e-6 at first and
 // the difference grows slowly through the updates; a wrong kernel moves losses by far more.
 #include <gtest/gtest.h>
-#include <nlohmann/json.hpp>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -14,6 +13,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <nlohmann/json.hpp>
 #include <string>
 
 #include "cli_run.h"
@@ -32,8 +32,10 @@ fs::path dir() {
 
 Result run(const std::string& args, const std::string& env = "") {
   // A private cache directory: no state shared with the user or with earlier runs.
-  return cli_run::run(args, dir(),
-                      env + " MEGANEURA_VULKAN_VALIDATION=" + (meganeura::testing_vulkan::validation_wanted() ? "1" : "0") + " XDG_CACHE_HOME=" + (dir() / "cache").string());
+  return cli_run::run(
+      args, dir(),
+      env + " MEGANEURA_VULKAN_VALIDATION=" + (meganeura::testing_vulkan::validation_wanted() ? "1" : "0") +
+          " XDG_CACHE_HOME=" + (dir() / "cache").string());
 }
 
 void expect_curves_match(const nlohmann::json& gpu, const nlohmann::json& cpu, double tol) {
@@ -57,7 +59,8 @@ TEST(VulkanCli, DevicesListsWhatAutoPicks) {
   ASSERT_FALSE(j["devices"].empty());
   bool gpu = false;
   for (auto& d : j["devices"]) {
-    for (const char* k : {"name", "vendor", "driver", "type", "heaps", "subgroup_size", "f16", "bf16", "int8", "cooperative_matrix", "limits"}) {
+    for (const char* k : {"name", "vendor", "driver", "type", "heaps", "subgroup_size", "f16", "bf16", "int8",
+                          "cooperative_matrix", "limits"}) {
       EXPECT_TRUE(d.contains(k)) << k;
     }
     EXPECT_GT(d["limits"]["max_storage_buffer_range"].get<uint64_t>(), 0u);
@@ -83,8 +86,10 @@ TEST(VulkanCli, NoDriverIsAClearMessage) {
   const std::string no_driver = "VK_ICD_FILENAMES=/nonexistent/icd.json VK_DRIVER_FILES=/nonexistent/icd.json";
   Result v = run("train --model mlp --steps 2 --device vulkan", no_driver);
   EXPECT_NE(v.status, 0);
-  EXPECT_TRUE(v.err.find("no Vulkan device") != std::string::npos || v.err.find("no Vulkan loader") != std::string::npos ||
-              v.err.find("VK_ERROR_INCOMPATIBLE_DRIVER") != std::string::npos) << v.err;
+  EXPECT_TRUE(v.err.find("no Vulkan device") != std::string::npos ||
+              v.err.find("no Vulkan loader") != std::string::npos ||
+              v.err.find("VK_ERROR_INCOMPATIBLE_DRIVER") != std::string::npos)
+      << v.err;
   Result a = run("train --model mlp --steps 2 --device auto --json", no_driver);
   ASSERT_EQ(a.status, 0) << a.err;
   EXPECT_NE(a.err.find("using the CPU backend"), std::string::npos) << a.err;

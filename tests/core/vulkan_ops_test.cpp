@@ -18,9 +18,9 @@
 #include <set>
 
 #include "meganeura/autodiff.h"
+#include "meganeura/models.h"
 #include "meganeura/passes.h"
 #include "meganeura/train.h"
-#include "meganeura/models.h"
 #include "multi_output_case.h"
 #include "op_cases.h"
 #include "vulkan_test_util.h"
@@ -77,7 +77,8 @@ TEST_P(VulkanOp, MatchesF64Oracle) {
   // primitive kernels only: no fusing pass, but what the backend has no kernel for decomposed
   const PassOptions primitive{false, false, false, false, false, false, gpus.back().backend().passes().decompose};
   gpus.back().add(plan(optimize(g, primitive), PlanOptions{DType::f32, gpus.back().backend().limits()}));
-  const Program fused = plan(optimize(g, gpus.back().backend().passes()), PlanOptions{DType::f32, gpus.back().backend().limits()});
+  const Program fused =
+      plan(optimize(g, gpus.back().backend().passes()), PlanOptions{DType::f32, gpus.back().backend().limits()});
   if (fused.hash() != gpus.back().program(0).hash()) {
     gpus.emplace_back(vulkan_options());
     gpus.back().add(fused);
@@ -86,7 +87,8 @@ TEST_P(VulkanOp, MatchesF64Oracle) {
   for (const Tensor& p : params) {
     const std::string& name = g.node(p.id).name;
     std::vector<double> v(size_t(p.type().numel()));
-    for (size_t i = 0; i < v.size(); ++i) v[i] = k.value ? k.value(name, int64_t(i), rng) : std::normal_distribution<double>(0, 1)(rng);
+    for (size_t i = 0; i < v.size(); ++i)
+      v[i] = k.value ? k.value(name, int64_t(i), rng) : std::normal_distribution<double>(0, 1)(rng);
     oracle.set(name, std::span<const double>(v));
     for (Session& gpu : gpus) gpu.set(name, std::span<const double>(v));
   }
@@ -108,11 +110,13 @@ TEST_P(VulkanOp, MatchesF64Oracle) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(Ops, VulkanOp, testing::ValuesIn(op_cases::cases()), [](const testing::TestParamInfo<Case>& i) {
-  std::string n = i.param.name;
-  for (char& ch : n) if (!std::isalnum(static_cast<unsigned char>(ch))) ch = '_';
-  return n;
-});
+INSTANTIATE_TEST_SUITE_P(Ops, VulkanOp, testing::ValuesIn(op_cases::cases()),
+                         [](const testing::TestParamInfo<Case>& i) {
+                           std::string n = i.param.name;
+                           for (char& ch : n)
+                             if (!std::isalnum(static_cast<unsigned char>(ch))) ch = '_';
+                           return n;
+                         });
 
 std::vector<double> randn(int64_t n, uint64_t seed, double mean = 0) {
   std::mt19937_64 r(seed);
@@ -222,8 +226,10 @@ TEST(VulkanSession, RunsTheRewritePassesItHasKernelsFor) {
     return n;
   };
   EXPECT_GT(fused(cpu.program(0)), 0u) << "the CPU backend runs the fusing passes";
-  if (gpu.backend().passes().pointwise) EXPECT_EQ(fused(gpu.program(0)), fused(cpu.program(0)));
-  else EXPECT_EQ(fused(gpu.program(0)), 0u);
+  if (gpu.backend().passes().pointwise)
+    EXPECT_EQ(fused(gpu.program(0)), fused(cpu.program(0)));
+  else
+    EXPECT_EQ(fused(gpu.program(0)), 0u);
   std::printf("vulkan program: %zu dispatches, %zu fused\n", gpu.program(0).dispatches.size(), fused(gpu.program(0)));
   auto v = randn(32, 5);
   cpu.set("x", std::span<const double>(v));
@@ -266,7 +272,8 @@ TEST(VulkanMultiOutput, OptimizerStepsMatchOracle) {
     if (gpu.backend().passes().pointwise) {
       EXPECT_EQ(multi, params) << what << ": one update dispatch per parameter";
     }
-    std::printf("%s on Vulkan: %zu dispatches, %zu multi-output\n", what.c_str(), gpu.program(0).dispatches.size(), multi);
+    std::printf("%s on Vulkan: %zu dispatches, %zu multi-output\n", what.c_str(), gpu.program(0).dispatches.size(),
+                multi);
     std::mt19937 rng(5);
     for (NodeId id : g.parameters()) {
       const Node& n = g.node(id);
@@ -288,7 +295,8 @@ TEST(VulkanMultiOutput, OptimizerStepsMatchOracle) {
         auto want = oracle.get_f64(name), got = gpu.get_f64(name);
         ASSERT_EQ(got.size(), want.size()) << name;
         for (size_t i = 0; i < got.size(); ++i) {
-          ASSERT_NEAR(got[i], want[i], 2e-5 + 2e-4 * std::abs(want[i])) << what << " " << name << "[" << i << "] step " << step;
+          ASSERT_NEAR(got[i], want[i], 2e-5 + 2e-4 * std::abs(want[i]))
+              << what << " " << name << "[" << i << "] step " << step;
         }
       }
     }
@@ -358,7 +366,8 @@ TEST(VulkanCoverage, ShapesBeyondAKernelAreNamed) {
     s.add(g);
     FAIL() << "attention with a head dimension of 160 was accepted on Vulkan";
   } catch (const std::exception& e) {
-    EXPECT_NE(std::string(e.what()).find("[vulkan:attention_fused] head dimension 160 exceeds"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("[vulkan:attention_fused] head dimension 160 exceeds"), std::string::npos)
+        << e.what();
   }
 }
 

@@ -30,8 +30,8 @@ OptimizerConfig adam() {
   OptimizerConfig o;
   o.kind = OptimizerConfig::Kind::adam;
   o.lr = 0.01;
-  o.clip_norm = 1.0;     // clip_coef in the step
-  o.warmup_steps = 3;    // lr_schedule in the step
+  o.clip_norm = 1.0;   // clip_coef in the step
+  o.warmup_steps = 3;  // lr_schedule in the step
   return o;
 }
 
@@ -71,7 +71,8 @@ TEST(VulkanReplay, StepsAfterTheFirstRecordNothingAndMatchFreshRecordings) {
     for (auto& [name, bytes] : after) {
       auto got = fresh.read_raw(name);
       ASSERT_EQ(got.size(), bytes.size()) << name;
-      EXPECT_EQ(std::memcmp(got.data(), bytes.data(), got.size()), 0) << "step " << step << ": '" << name << "' differs between replay and a fresh recording";
+      EXPECT_EQ(std::memcmp(got.data(), bytes.data(), got.size()), 0)
+          << "step " << step << ": '" << name << "' differs between replay and a fresh recording";
     }
     before = std::move(after);
   }

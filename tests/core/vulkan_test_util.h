@@ -29,10 +29,10 @@ inline bool validation_wanted() {
   return !(v && std::string(v) == "0");
 }
 
-#define MEGANEURA_REQUIRE_VULKAN()                                                \
-  do {                                                                           \
-    std::string why_ = ::meganeura::testing_vulkan::missing_device();            \
-    if (!why_.empty()) GTEST_SKIP() << "skipped: " << why_;                     \
+#define MEGANEURA_REQUIRE_VULKAN()                                    \
+  do {                                                                \
+    std::string why_ = ::meganeura::testing_vulkan::missing_device(); \
+    if (!why_.empty()) GTEST_SKIP() << "skipped: " << why_;           \
   } while (0)
 
 inline SessionOptions vulkan_options(uint64_t seed = 1) {

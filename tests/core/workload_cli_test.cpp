@@ -1,13 +1,13 @@
 // The workload commands end to end: `models --json`, `train --workload` on every workload at
 // ci scale, and `run` dumps with strict weight loading.
 #include <gtest/gtest.h>
-#include <nlohmann/json.hpp>
 #include <sys/wait.h>
 
 #include <array>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <nlohmann/json.hpp>
 #include <string>
 
 #include "cli_run.h"
@@ -59,7 +59,8 @@ TEST(WorkloadCli, TrainEveryWorkloadAtCiScale) {
 
 TEST(WorkloadCli, RunDumpsEveryGradientAndLoadsWeightsStrictly) {
   const fs::path d = temp_dir();
-  const std::string w = (d / "w.safetensors").string(), i = (d / "i.safetensors").string(), o = (d / "o.safetensors").string();
+  const std::string w = (d / "w.safetensors").string(), i = (d / "i.safetensors").string(),
+                    o = (d / "o.safetensors").string();
   Result r = run("run --workload whisper --scale ci --dump " + o + " --write-weights " + w + " --write-inputs " + i);
   ASSERT_EQ(r.status, 0) << r.err;
   auto dump = meganeura::io::read_safetensors(o);

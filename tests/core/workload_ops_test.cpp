@@ -8,16 +8,16 @@
 #include <map>
 #include <random>
 
+#include "forward_harness.h"
 #include "graph/op_table.h"
 #include "meganeura/autodiff.h"
-#include "forward_harness.h"
 #include "meganeura/session.h"
 
 namespace meganeura {
 namespace {
 
-using forward_test::Vec;
 using forward_test::expect_close;
+using forward_test::Vec;
 
 struct Harness : forward_test::Inputs {
   Harness() : Inputs(17, 3) {}
@@ -86,7 +86,8 @@ TEST(WorkloadOps, GatherRejectsOutOfRangeIndices) {
     h.run();
     FAIL() << "an index past the axis must be rejected";
   } catch (const std::exception& e) {
-    EXPECT_NE(std::string(e.what()).find("[cpu:gather] index 3 at position 1 out of range"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("[cpu:gather] index 3 at position 1 out of range"), std::string::npos)
+        << e.what();
   }
 }
 
@@ -107,7 +108,8 @@ TEST(WorkloadOps, FusedCrossEntropyAndItsBackward) {
     double z = 0;
     for (int c = 0; c < 6; ++c) z += std::exp(L[size_t(r * 6 + c)]);
     total += std::log(z) - L[size_t(r * 6 + tg[r])];
-    for (int c = 0; c < 6; ++c) gw[size_t(r * 6 + c)] = 3.0 / 3.0 * (std::exp(L[size_t(r * 6 + c)]) / z - (c == tg[r] ? 1 : 0));
+    for (int c = 0; c < 6; ++c)
+      gw[size_t(r * 6 + c)] = 3.0 / 3.0 * (std::exp(L[size_t(r * 6 + c)]) / z - (c == tg[r] ? 1 : 0));
   }
   expect_close(h.get("loss"), {total / 3}, "softmax_cross_entropy");
   expect_close(h.get("grad"), gw, "softmax_cross_entropy_backward");
@@ -130,9 +132,11 @@ TEST(WorkloadOps, BatchNormTrainingUpdatesRunningAverages) {
   Vec y(size_t(N * C * L)), want_rm, want_rv;
   for (int c = 0; c < C; ++c) {
     double m = 0, v = 0;
-    for (int n = 0; n < N; ++n) for (int l = 0; l < L; ++l) m += X[size_t((n * C + c) * L + l)];
+    for (int n = 0; n < N; ++n)
+      for (int l = 0; l < L; ++l) m += X[size_t((n * C + c) * L + l)];
     m /= N * L;
-    for (int n = 0; n < N; ++n) for (int l = 0; l < L; ++l) v += std::pow(X[size_t((n * C + c) * L + l)] - m, 2);
+    for (int n = 0; n < N; ++n)
+      for (int l = 0; l < L; ++l) v += std::pow(X[size_t((n * C + c) * L + l)] - m, 2);
     const double var = v / (N * L);
     for (int n = 0; n < N; ++n)
       for (int l = 0; l < L; ++l) {

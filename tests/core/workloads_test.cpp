@@ -1,6 +1,8 @@
 // The five workloads: parameter counts at full scale against the published model cards, and
 // weight loading in the ecosystem's layout (single and sharded safetensors, strict names and
 // shapes).
+#include "meganeura/workloads.h"
+
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -13,7 +15,6 @@
 #include "meganeura/safetensors.h"
 #include "meganeura/session.h"
 #include "meganeura/weights.h"
-#include "meganeura/workloads.h"
 
 namespace meganeura {
 namespace {
@@ -118,7 +119,8 @@ TEST(Weights, MissingOrMisShapedTensorsAreNamed) {
   } catch (const io::Error& e) {
     EXPECT_NE(std::string(e.what()).find("parameter 'layer.bias' is missing"), std::string::npos) << e.what();
   }
-  write(f.dir / "shape.safetensors", {{"layer.weight", f32({3, 4}, 1)}, {"layer.bias", f32({4}, 0)}, {"layer.running_mean", f32({4}, 0)}});
+  write(f.dir / "shape.safetensors",
+        {{"layer.weight", f32({3, 4}, 1)}, {"layer.bias", f32({4}, 0)}, {"layer.running_mean", f32({4}, 0)}});
   try {
     load_weights(s, g, f.dir / "shape.safetensors");
     FAIL() << "a transposed weight must be an error";
@@ -134,7 +136,8 @@ TEST(Weights, MissingOrMisShapedTensorsAreNamed) {
     read_weights(f.dir / "lying.index.json");
     FAIL() << "an index naming a tensor its shard lacks must be an error";
   } catch (const io::Error& e) {
-    EXPECT_NE(std::string(e.what()).find("'layer.weight' is mapped to shard s1.safetensors"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("'layer.weight' is mapped to shard s1.safetensors"), std::string::npos)
+        << e.what();
   }
 }
 
@@ -152,7 +155,8 @@ TEST(Weights, HostileIndexesAreNamedErrors) {
   };
   // A shard must name a file beside the index: not the directory itself, nor one elsewhere.
   for (const char* shard : {"", ".", "..", "../s1.safetensors", "/tmp/s1.safetensors"}) {
-    expect_error(std::string(R"({"weight_map": {"layer.bias": ")") + shard + R"("}})", "must be a file beside the index");
+    expect_error(std::string(R"({"weight_map": {"layer.bias": ")") + shard + R"("}})",
+                 "must be a file beside the index");
   }
   expect_error(R"({"weight_map": {"layer.bias": 3}})", "is not a file name");
   expect_error(R"({"weight_map": ["s1.safetensors"]})", R"(has no "weight_map" object)");

@@ -6,8 +6,8 @@
 #include <unistd.h>
 
 #include <chrono>
-#include <csignal>
 #include <cmath>
+#include <csignal>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -61,8 +61,8 @@ TEST(PredictProgram, PricesEveryDispatch) {
   // Per matmul: 70 W idle throughout, 0.3 * 630 W while busy, 0.2 * 630 W during the launch,
   // and at dynamic_scale 0.7: 0.7 * 630 W * 0.45 s of peak arithmetic, 0.3 * 630 W over
   // 3350 GB/s per byte.
-  const double matmul_j = 70 * t_mm + 0.3 * 630 * busy_mm + 0.2 * 630 * 20e-6 +
-                          0.7 * (0.7 * 630 * 0.45 + 0.3 * 630 * 1e6 / 3.35e12);
+  const double matmul_j =
+      70 * t_mm + 0.3 * 630 * busy_mm + 0.2 * 630 * 20e-6 + 0.7 * (0.7 * 630 * 0.45 + 0.3 * 630 * 1e6 / 3.35e12);
   EXPECT_NEAR(j["dispatches"][0]["energy_j"].get<double>(), matmul_j, 1e-6);
   ASSERT_EQ(j["layers"].size(), 2u);
   EXPECT_EQ(j["layers"][0]["name"], "layer0");
@@ -94,9 +94,19 @@ TEST(PredictProgram, CommandLineWithHookWritesJsonAndSvg) {
   CLI::App app{"test"};
   add_energy_commands(app, synthetic_hooks());
   const fs::path svg = fs::temp_directory_path() / ("mg_layers_" + std::to_string(getpid()) + ".svg");
-  std::vector<std::string> args = {"energy", "predict", "--model", "mlp", "--device-name", "h100-sxm",
-                                   "--dtype", "bf16", "--json", "--svg", svg.string(),
-                                   "--hardware", MEGANEURA_SOURCE_DIR "/data/hardware.toml"};
+  std::vector<std::string> args = {"energy",
+                                   "predict",
+                                   "--model",
+                                   "mlp",
+                                   "--device-name",
+                                   "h100-sxm",
+                                   "--dtype",
+                                   "bf16",
+                                   "--json",
+                                   "--svg",
+                                   svg.string(),
+                                   "--hardware",
+                                   MEGANEURA_SOURCE_DIR "/data/hardware.toml"};
   std::reverse(args.begin(), args.end());  // CLI11 parses a reversed vector
   testing::internal::CaptureStdout();
   app.parse(args);
@@ -130,8 +140,9 @@ CommandRun run(const std::string& args, const std::string& env = "") {
 }
 
 TEST(EnergyCommand, PredictsThePublishedFsdpRow) {
-  const CommandRun r = run("energy predict --family bert --layers 10 --hidden 640 --batch 32 --seq 66 "
-                    "--tokens 6192790 --gpus 2 --strategy fsdp --efficiency 0.486 --json");
+  const CommandRun r =
+      run("energy predict --family bert --layers 10 --hidden 640 --batch 32 --seq 66 "
+          "--tokens 6192790 --gpus 2 --strategy fsdp --efficiency 0.486 --json");
   ASSERT_EQ(r.status, 0) << r.output;
   const nlohmann::json j = nlohmann::json::parse(r.output);
   EXPECT_NEAR(j["energy_kwh"].get<double>(), 0.0235622, 1e-6);
@@ -139,13 +150,14 @@ TEST(EnergyCommand, PredictsThePublishedFsdpRow) {
 }
 
 TEST(EnergyCommand, PhysicalPredictionReportsEverything) {
-  const CommandRun r = run("energy predict --layers 12 --hidden 768 --batch 32 --seq 128 --tokens 1e8 "
-                    "--gpus 4 --strategy dp --gpu a100-80gb --dtype bf16 --grid 250 --json");
+  const CommandRun r =
+      run("energy predict --layers 12 --hidden 768 --batch 32 --seq 128 --tokens 1e8 "
+          "--gpus 4 --strategy dp --gpu a100-80gb --dtype bf16 --grid 250 --json");
   ASSERT_EQ(r.status, 0) << r.output;
   const nlohmann::json j = nlohmann::json::parse(r.output);
   const auto& p = j["physical"];
-  for (const char* key : {"time_s", "efficiency", "energy_per_device_kwh", "energy_kwh", "j_per_token",
-                          "co2_kg", "interval_kwh", "layers"}) {
+  for (const char* key : {"time_s", "efficiency", "energy_per_device_kwh", "energy_kwh", "j_per_token", "co2_kg",
+                          "interval_kwh", "layers"}) {
     EXPECT_TRUE(p.contains(key)) << key;
   }
   EXPECT_NEAR(p["co2_kg"].get<double>(), p["energy_kwh"].get<double>() * 0.25, 1e-12);
@@ -195,7 +207,8 @@ TEST(EnergyCommand, PricesOurCompiledTrainingStep) {
 TEST(EnergyCommand, ProgramJoulesPerTokenFromTheModel) {
   const nlohmann::json j = nlohmann::json::parse(
       run("energy predict --model chargpt --device-name h100-sxm --json --hardware " MEGANEURA_SOURCE_DIR
-          "/data/hardware.toml").output);
+          "/data/hardware.toml")
+          .output);
   ASSERT_GT(j["tokens_per_step"].get<double>(), 0);
   EXPECT_NEAR(j["j_per_token"].get<double>(), j["total_energy_j"].get<double>() / j["tokens_per_step"].get<double>(),
               1e-12);
@@ -233,8 +246,8 @@ TEST(EnergyCommand, MeasureForwardsTerminationToTheCommand) {
   const pid_t pid = fork();
   ASSERT_GE(pid, 0);
   if (pid == 0) {
-    execl(MEGANEURA_BINARY_DIR "/bin/meganeura", "meganeura", "energy", "measure", "--powercap",
-          "/nonexistent", "--nvml-library", "/nonexistent.so", "--", "sleep", "20", static_cast<char*>(nullptr));
+    execl(MEGANEURA_BINARY_DIR "/bin/meganeura", "meganeura", "energy", "measure", "--powercap", "/nonexistent",
+          "--nvml-library", "/nonexistent.so", "--", "sleep", "20", static_cast<char*>(nullptr));
     _exit(99);
   }
   // Measure installs its forwarding handlers before it starts the command: signal once the
@@ -266,8 +279,8 @@ bool wait_for_file(const std::filesystem::path& p, double seconds) {
 // group (measure and the command). A second, forwarded copy could arrive while the first is
 // still pending and merge with it, so this test alone cannot see one; the next test can.
 TEST(EnergyCommand, MeasureDeliversOneCtrlCOnce) {
-  const std::filesystem::path dir = std::filesystem::temp_directory_path() /
-                                    ("energy_ctrlc_" + std::to_string(getpid()));
+  const std::filesystem::path dir =
+      std::filesystem::temp_directory_path() / ("energy_ctrlc_" + std::to_string(getpid()));
   std::filesystem::remove_all(dir);
   std::filesystem::create_directories(dir);
   const std::string d = dir.string();
@@ -276,9 +289,9 @@ TEST(EnergyCommand, MeasureDeliversOneCtrlCOnce) {
   const pid_t pid = forkpty(&master, nullptr, nullptr, nullptr);
   ASSERT_GE(pid, 0);
   if (pid == 0) {
-    execl(MEGANEURA_BINARY_DIR "/bin/meganeura", "meganeura", "energy", "measure", "--powercap",
-          "/nonexistent", "--nvml-library", "/nonexistent.so", "--", COUNT_SIGINT_PATH, count.c_str(),
-          ready.c_str(), stop.c_str(), static_cast<char*>(nullptr));
+    execl(MEGANEURA_BINARY_DIR "/bin/meganeura", "meganeura", "energy", "measure", "--powercap", "/nonexistent",
+          "--nvml-library", "/nonexistent.so", "--", COUNT_SIGINT_PATH, count.c_str(), ready.c_str(), stop.c_str(),
+          static_cast<char*>(nullptr));
     _exit(99);
   }
   ASSERT_TRUE(wait_for_file(dir / "ready", 20)) << "the command never started";
@@ -321,8 +334,8 @@ std::vector<std::string> lines_of(const std::filesystem::path& p) {
 // "term" alone. A measure forwarding the Ctrl-C would have sent "int" before the SIGTERM was
 // even sent.
 TEST(EnergyCommand, MeasureDoesNotForwardATerminalCtrlC) {
-  const std::filesystem::path dir = std::filesystem::temp_directory_path() /
-                                    ("energy_ctrlc_detached_" + std::to_string(getpid()));
+  const std::filesystem::path dir =
+      std::filesystem::temp_directory_path() / ("energy_ctrlc_detached_" + std::to_string(getpid()));
   std::filesystem::remove_all(dir);
   std::filesystem::create_directories(dir);
   const std::string d = dir.string();
@@ -331,9 +344,9 @@ TEST(EnergyCommand, MeasureDoesNotForwardATerminalCtrlC) {
   const pid_t pid = forkpty(&master, nullptr, nullptr, nullptr);
   ASSERT_GE(pid, 0);
   if (pid == 0) {
-    execl(MEGANEURA_BINARY_DIR "/bin/meganeura", "meganeura", "energy", "measure", "--powercap",
-          "/nonexistent", "--nvml-library", "/nonexistent.so", "--", COUNT_SIGINT_PATH, "--detach",
-          witness.c_str(), count.c_str(), ready.c_str(), stop.c_str(), static_cast<char*>(nullptr));
+    execl(MEGANEURA_BINARY_DIR "/bin/meganeura", "meganeura", "energy", "measure", "--powercap", "/nonexistent",
+          "--nvml-library", "/nonexistent.so", "--", COUNT_SIGINT_PATH, "--detach", witness.c_str(), count.c_str(),
+          ready.c_str(), stop.c_str(), static_cast<char*>(nullptr));
     _exit(99);
   }
   ASSERT_TRUE(wait_for_file(dir / "ready", 20)) << "the command never started";
@@ -357,9 +370,9 @@ TEST(EnergyCommand, MeasureDoesNotForwardATerminalCtrlC) {
 
 TEST(EnergyCommand, MeasureReportsFakeGpuEnergy) {
   const fs::path report = fs::temp_directory_path() / ("mg_measure_" + std::to_string(getpid()) + ".json");
-  const CommandRun r = run(std::string("energy measure --output ") + report.string() +
-                           " --powercap /nonexistent --nvml-library " + FAKE_NVML_PATH +
-                           " -- sh -c 'echo from-the-command; sleep 0.3'");
+  const CommandRun r =
+      run(std::string("energy measure --output ") + report.string() + " --powercap /nonexistent --nvml-library " +
+          FAKE_NVML_PATH + " -- sh -c 'echo from-the-command; sleep 0.3'");
   ASSERT_EQ(r.status, 0) << r.output;
   EXPECT_NE(r.output.find("from-the-command"), std::string::npos);
   EXPECT_NE(r.output.find("nvml-energy"), std::string::npos);  // the text report
@@ -388,8 +401,8 @@ std::string study_csv() {
   for (auto [layers, hidden] : shapes) {
     for (const char* gpu : {"Tesla V100-SXM2-32GB", "NVIDIA GeForce RTX 2080 Ti"}) {
       const double t1 = 2e-6 * layers * hidden / 128.0;  // seconds per token on one GPU
-      for (auto [strategy, n, eta] : {std::tuple{"baseline", 1, 1.0}, {"fsdp", 2, 0.5}, {"tp", 2, 0.2},
-                                      {"tp", 4, 0.1}}) {
+      for (auto [strategy, n, eta] :
+           {std::tuple{"baseline", 1, 1.0}, {"fsdp", 2, 0.5}, {"tp", 2, 0.2}, {"tp", 4, 0.1}}) {
         const double tokens = 8e6;
         const ReferenceInputs in{layers, hidden, 32, 66, tokens, eta, parse_strategy(strategy)};
         s << gpu << ",x," << strategy << "," << n << "," << layers << "," << hidden << "," << hidden / 64 << ","
@@ -415,8 +428,8 @@ TEST(EnergyCommand, FitScoresATestFileAndEachGpuLeftOut) {
   train.close();
   test.close();
   const std::string hw = " --hardware " MEGANEURA_SOURCE_DIR "/data/hardware.toml";
-  CommandRun r = run("energy fit " + (dir / "v100.csv").string() + " --test " + (dir / "2080.csv").string() +
-                     " --json" + hw);
+  CommandRun r =
+      run("energy fit " + (dir / "v100.csv").string() + " --test " + (dir / "2080.csv").string() + " --json" + hw);
   ASSERT_EQ(r.status, 0) << r.output;
   nlohmann::json j = nlohmann::json::parse(r.output);
   EXPECT_EQ(j["rows"], 24);
@@ -445,7 +458,7 @@ TEST(EnergyCommand, FitReportsBothModelsAndWritesSvg) {
   fs::create_directories(dir);
   std::ofstream(dir / "runs.csv") << study_csv();
   const CommandRun r = run("energy fit " + (dir / "runs.csv").string() + " --model reference --json --hardware " +
-                    MEGANEURA_SOURCE_DIR "/data/hardware.toml");
+                           MEGANEURA_SOURCE_DIR "/data/hardware.toml");
   ASSERT_EQ(r.status, 0) << r.output;
   const nlohmann::json j = nlohmann::json::parse(r.output);
   EXPECT_EQ(j["rows"], 48);
@@ -471,9 +484,9 @@ TEST(EnergyCommand, FitSavesPhysicalKnobsToTheUserTable) {
   const fs::path dir = fs::temp_directory_path() / ("mg_fitsave_" + std::to_string(getpid()));
   fs::create_directories(dir);
   std::ofstream(dir / "runs.csv") << study_csv();
-  const CommandRun r = run("energy fit " + (dir / "runs.csv").string() + " --save --json --out " +
-                               (dir / "out").string(),
-                           "XDG_DATA_HOME=" + (dir / "data").string());
+  const CommandRun r =
+      run("energy fit " + (dir / "runs.csv").string() + " --save --json --out " + (dir / "out").string(),
+          "XDG_DATA_HOME=" + (dir / "data").string());
   ASSERT_EQ(r.status, 0) << r.output;
   const nlohmann::json j = nlohmann::json::parse(r.output);
   const fs::path user = dir / "data" / "meganeura" / "hardware.toml";

@@ -19,14 +19,11 @@ TEST(DatasetLimits, EndlessInputStopsAtTheLimit) {
     load_runs_csv("/dev/zero");
     FAIL() << "accepted an endless file";
   } catch (const std::runtime_error& e) {
-    EXPECT_EQ(std::string(e.what()),
-              "[energy] /dev/zero: larger than the limit of 67108864 bytes (kMaxCsvBytes)");
+    EXPECT_EQ(std::string(e.what()), "[energy] /dev/zero: larger than the limit of 67108864 bytes (kMaxCsvBytes)");
   }
 }
 
-TEST(DatasetLimits, MissingFileIsAnError) {
-  EXPECT_THROW(load_runs_csv("/nonexistent/runs.csv"), std::runtime_error);
-}
+TEST(DatasetLimits, MissingFileIsAnError) { EXPECT_THROW(load_runs_csv("/nonexistent/runs.csv"), std::runtime_error); }
 
 // A row whose seq_len_batch cell is empty, in a file without a max_length column: the error
 // used to be std::out_of_range "map::at" (the missing column's name was looked up).

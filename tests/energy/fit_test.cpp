@@ -1,5 +1,4 @@
 #include "energy/fit.h"
-#include "energy/nnls.h"
 
 #include <gtest/gtest.h>
 
@@ -8,6 +7,7 @@
 #include <sstream>
 #include <stdexcept>
 
+#include "energy/nnls.h"
 #include "test_support.h"
 
 namespace meganeura::energy {
@@ -33,7 +33,7 @@ TEST(Ols, MatchesHandComputedRobustErrors) {
 // a known model so that fitting must give it back.
 std::vector<RunRecord> synthetic_runs(std::mt19937& rng) {
   std::vector<RunRecord> out;
-  const std::pair<int, int> shapes[] = {{2, 128}, {4, 256}, {6, 384}, {8, 512}, {10, 640},
+  const std::pair<int, int> shapes[] = {{2, 128},  {4, 256},   {6, 384},   {8, 512}, {10, 640},
                                         {12, 768}, {16, 1024}, {24, 1024}, {4, 768}, {12, 512}};
   const char* gpus[] = {"v100", "a100-80gb", "rtx-2080-ti"};
   std::uniform_real_distribution<double> eta(0.1, 0.95), tok(2e6, 2e7);
@@ -41,8 +41,10 @@ std::vector<RunRecord> synthetic_runs(std::mt19937& rng) {
   for (auto [layers, hidden] : shapes) {
     for (double batch : {16.0, 32.0}) {
       for (const char* gpu : gpus) {
-        for (auto [strategy, n] : {std::pair{Strategy::kBaseline, 1}, {Strategy::kDataParallel, 2},
-                                   {Strategy::kFsdp, 2}, {Strategy::kTensorParallel, 2},
+        for (auto [strategy, n] : {std::pair{Strategy::kBaseline, 1},
+                                   {Strategy::kDataParallel, 2},
+                                   {Strategy::kFsdp, 2},
+                                   {Strategy::kTensorParallel, 2},
                                    {Strategy::kTensorParallel, 4}}) {
           RunRecord r;
           r.row = ++row;
@@ -358,10 +360,11 @@ constexpr const char* kStudyHeader =
     "max_length,grad_accum,fp16,tokens_seen,duration_s,energy_consumed_kWh\n";
 
 TEST(Dataset, ReadsReferenceStudyColumns) {
-  const std::string csv = std::string(kStudyHeader) +
-                          "\"Tesla V100-SXM2-32GB\",volta,baseline,1,10,640,8,2560,32,66,128,1,False,8225072,120.5,0.014122\n"
-                          "NVIDIA GeForce RTX 2080 Ti,turing,fsdp,2,10,640,8,2560,32,66,128,1,True,6192790,90,0.027461\n"
-                          "NVIDIA GeForce RTX 2080 Ti,turing,baseline,1,10,640,8,2560,32,66,128,1,True,8000000,100,0.02\n";
+  const std::string csv =
+      std::string(kStudyHeader) +
+      "\"Tesla V100-SXM2-32GB\",volta,baseline,1,10,640,8,2560,32,66,128,1,False,8225072,120.5,0.014122\n"
+      "NVIDIA GeForce RTX 2080 Ti,turing,fsdp,2,10,640,8,2560,32,66,128,1,True,6192790,90,0.027461\n"
+      "NVIDIA GeForce RTX 2080 Ti,turing,baseline,1,10,640,8,2560,32,66,128,1,True,8000000,100,0.02\n";
   Dataset d = parse_runs_csv(csv, "study.csv");
   ASSERT_EQ(d.records.size(), 3u);
   EXPECT_EQ(d.records[0].gpu, "Tesla V100-SXM2-32GB");
@@ -419,19 +422,19 @@ TEST(Dataset, MalformedFilesNameRowAndColumn) {
   EXPECT_EQ(error_of(std::string(kStudyHeader) + row_ok +
                      "V100,volta,baseline,1,10,640,8,2560,32,66,128,1,False,8225072,120,0\n"),
             "[energy] bad.csv row 2, column 'energy_consumed_kWh': energy must be positive, got 0");
-  EXPECT_EQ(error_of(std::string(kStudyHeader) +
-                     "V100,volta,baseline,1,10,640,8,2560,32,66,128,1,False,8225072,120,-0.5\n"),
-            "[energy] bad.csv row 1, column 'energy_consumed_kWh': energy must be positive, got -0.5");
-  EXPECT_EQ(error_of(std::string(kStudyHeader) +
-                     "V100,volta,pipeline,1,10,640,8,2560,32,66,128,1,False,8225072,120,0.1\n")
-                .rfind("[energy] bad.csv row 1, column 'strategy': ", 0),
-            0u);
-  EXPECT_EQ(error_of(std::string(kStudyHeader) +
-                     "V100,volta,baseline,1,10,640,8,2560,32,66,128,1,maybe,8225072,120,0.1\n"),
-            "[energy] bad.csv row 1, column 'fp16': 'maybe' is not true/false");
-  EXPECT_EQ(error_of(std::string(kStudyHeader) +
-                     "V100,volta,baseline,1.5,10,640,8,2560,32,66,128,1,False,8225072,120,0.1\n"),
-            "[energy] bad.csv row 1, column 'gpus': gpus must be a whole number, got 1.5");
+  EXPECT_EQ(
+      error_of(std::string(kStudyHeader) + "V100,volta,baseline,1,10,640,8,2560,32,66,128,1,False,8225072,120,-0.5\n"),
+      "[energy] bad.csv row 1, column 'energy_consumed_kWh': energy must be positive, got -0.5");
+  EXPECT_EQ(
+      error_of(std::string(kStudyHeader) + "V100,volta,pipeline,1,10,640,8,2560,32,66,128,1,False,8225072,120,0.1\n")
+          .rfind("[energy] bad.csv row 1, column 'strategy': ", 0),
+      0u);
+  EXPECT_EQ(
+      error_of(std::string(kStudyHeader) + "V100,volta,baseline,1,10,640,8,2560,32,66,128,1,maybe,8225072,120,0.1\n"),
+      "[energy] bad.csv row 1, column 'fp16': 'maybe' is not true/false");
+  EXPECT_EQ(
+      error_of(std::string(kStudyHeader) + "V100,volta,baseline,1.5,10,640,8,2560,32,66,128,1,False,8225072,120,0.1\n"),
+      "[energy] bad.csv row 1, column 'gpus': gpus must be a whole number, got 1.5");
   EXPECT_EQ(error_of(std::string(kStudyHeader) + "V100,volta,baseline,1,10,640,8,2560,32,66,128,1,False,8225072,120\n"),
             "[energy] bad.csv row 1, column 'energy_consumed_kWh': empty cell");
   EXPECT_EQ(error_of(std::string(kStudyHeader)), "[energy] bad.csv: no data rows");

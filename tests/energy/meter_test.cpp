@@ -81,11 +81,11 @@ TEST_F(PowercapFixture, MeterSumsPackagesAndDramButNotPsys) {
   EnergyMeter m(o);
   m.start();
   std::this_thread::sleep_for(std::chrono::milliseconds(150));
-  write(root_ / "intel-rapl:0" / "energy_uj", "3000000");  // wrapped: 1 J + 3 J
+  write(root_ / "intel-rapl:0" / "energy_uj", "3000000");                     // wrapped: 1 J + 3 J
   write(root_ / "intel-rapl:0" / "intel-rapl:0:1" / "energy_uj", "2500000");  // 0.5 J
-  write(root_ / "intel-rapl:1" / "energy_uj", "9000000");  // 2 J
-  write(root_ / "intel-rapl:1" / "intel-rapl:1:0" / "energy_uj", "250100");  // 0.25 J
-  write(root_ / "intel-rapl:2" / "energy_uj", "99000000");  // 90 J, contains the packages
+  write(root_ / "intel-rapl:1" / "energy_uj", "9000000");                     // 2 J
+  write(root_ / "intel-rapl:1" / "intel-rapl:1:0" / "energy_uj", "250100");   // 0.25 J
+  write(root_ / "intel-rapl:2" / "energy_uj", "99000000");                    // 90 J, contains the packages
   std::this_thread::sleep_for(std::chrono::milliseconds(150));
   const EnergyReading r = m.stop();
   ASSERT_EQ(r.devices.size(), 5u);
@@ -144,8 +144,8 @@ TEST(Meter, WallClockOnlyWithoutSources) {
 class FakeNvml : public ::testing::Test {
  protected:
   void SetUp() override {
-    for (const char* v : {"FAKE_NVML_NO_ENERGY", "FAKE_NVML_NO_POWER", "FAKE_NVML_INIT_FAIL",
-                          "FAKE_NVML_XID", "FAKE_NVML_STATE", "FAKE_NVML_DEVICES", "FAKE_NVML_POWER_MW"}) {
+    for (const char* v : {"FAKE_NVML_NO_ENERGY", "FAKE_NVML_NO_POWER", "FAKE_NVML_INIT_FAIL", "FAKE_NVML_XID",
+                          "FAKE_NVML_STATE", "FAKE_NVML_DEVICES", "FAKE_NVML_POWER_MW"}) {
       unsetenv(v);
     }
   }

@@ -15,8 +15,8 @@ namespace {
 using testing_support::table;
 
 TEST(HardwareTable, ListsEveryRequiredDeviceWithSources) {
-  for (const char* key : {"v100-sxm2", "v100-pcie", "t4", "rtx-2080-ti", "a100-40gb", "a100-80gb", "h100-sxm",
-                          "h200", "rtx-4090", "mi300x"}) {
+  for (const char* key : {"v100-sxm2", "v100-pcie", "t4", "rtx-2080-ti", "a100-40gb", "a100-80gb", "h100-sxm", "h200",
+                          "rtx-4090", "mi300x"}) {
     const DeviceSpec& d = table().find(key);
     for (const char* field : {"peak_tflops", "memory_bandwidth_gbs", "max_w", "idle_w", "link_gbs"}) {
       EXPECT_FALSE(d.sources.at(field).empty()) << key << " " << field;
@@ -90,8 +90,7 @@ TEST(PhysicalModel, PricesDispatchesByRoofline) {
   p.busy_fraction = 0;
   p.dynamic_scale = 1;
   p.fixed_power_fraction = 0.5;
-  const std::vector<WorkItem> work = {{"big", "matmul", 989.4e12, 3.35e9, 0},
-                                      {"tiny", "elementwise", 0, 1e3, 1}};
+  const std::vector<WorkItem> work = {{"big", "matmul", 989.4e12, 3.35e9, 0}, {"tiny", "elementwise", 0, 1e3, 1}};
   const DeviceSpec& h100 = table().find("h100-sxm");
   const PhysicalPrediction r = predict_work(work, h100, p, "bf16", 2);
   ASSERT_EQ(r.dispatches.size(), 2u);
@@ -183,8 +182,20 @@ TEST(PhysicalModel, TensorParallelOptimizerStateSplitOnce) {
   const double per_layer_2 = (4 * d * d + 2 * d * f) / 2 + 9 * d + f;
   // Adam: 12 FLOPs per parameter; the rest of the step is identical work split by 2 (matmuls,
   // attention) or not split (norms, residuals); compare the optimizer difference alone.
-  std::vector<WorkItem> w1 = transformer_step_work([&] { auto x = c; x.layers = 1; return x; }(), 1, 1);
-  std::vector<WorkItem> w2 = transformer_step_work([&] { auto x = c; x.layers = 1; return x; }(), 2, 1);
+  std::vector<WorkItem> w1 = transformer_step_work(
+      [&] {
+        auto x = c;
+        x.layers = 1;
+        return x;
+      }(),
+      1, 1);
+  std::vector<WorkItem> w2 = transformer_step_work(
+      [&] {
+        auto x = c;
+        x.layers = 1;
+        return x;
+      }(),
+      2, 1);
   double adam1 = 0, adam2 = 0;
   for (const auto& w : w1) adam1 += w.kind == "optimizer" ? w.flops : 0;
   for (const auto& w : w2) adam2 += w.kind == "optimizer" ? w.flops : 0;
@@ -240,8 +251,8 @@ TEST(PhysicalModel, ParallelismCostsCommunication) {
   EXPECT_GT(tp4.kwh, single.kwh);
   // Half the steps per device under data parallelism, same tokens overall.
   EXPECT_NEAR(dp.steps, single.steps / 2, 1e-9);
-  const PhysicalPrediction nvlink = predict_transformer(c, {2, Strategy::kTensorParallel},
-                                                        table().find("a100-80gb"), p);
+  const PhysicalPrediction nvlink =
+      predict_transformer(c, {2, Strategy::kTensorParallel}, table().find("a100-80gb"), p);
   ParallelConfig pcie{2, Strategy::kTensorParallel, true};
   EXPECT_GT(predict_transformer(c, pcie, table().find("a100-80gb"), p).comm_time_s, nvlink.comm_time_s);
   EXPECT_NEAR(single.joules_per_token, single.total_energy_j / c.tokens, 1e-12);
@@ -290,7 +301,5 @@ TEST(PhysicalModel, RejectsImpossibleConfigurations) {
 }  // namespace meganeura::energy
 
 namespace meganeura::energy {
-namespace {
-
-}  // namespace
+namespace {}  // namespace
 }  // namespace meganeura::energy

@@ -26,9 +26,7 @@ constexpr PublishedRow kRows[] = {
     {Strategy::kTensorParallel, 4, 24, 768, 8232444, 0.104, 0.225802, 0.19682},
 };
 
-ReferenceInputs inputs(const PublishedRow& r) {
-  return {r.layers, r.hidden, 32, 66, r.tokens, r.eta, r.strategy};
-}
+ReferenceInputs inputs(const PublishedRow& r) { return {r.layers, r.hidden, 32, 66, r.tokens, r.eta, r.strategy}; }
 
 double relative(double a, double b) { return std::abs(a - b) / std::abs(b); }
 
@@ -63,8 +61,7 @@ TEST(ReferenceModel, RowsWithUnlistedInputsFollowTheFormula) {
 TEST(ReferenceModel, HardwareBlindAndStrategyOffsets) {
   ReferenceInputs fsdp = inputs(kRows[0]);
   fsdp.strategy = Strategy::kFsdp;
-  EXPECT_NEAR(reference_predict_kwh(fsdp) / reference_predict_kwh(inputs(kRows[0])),
-              std::exp(-0.292684), 1e-9);
+  EXPECT_NEAR(reference_predict_kwh(fsdp) / reference_predict_kwh(inputs(kRows[0])), std::exp(-0.292684), 1e-9);
 }
 
 TEST(ReferenceModel, RejectsImpossibleInputs) {

@@ -31,8 +31,10 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   std::vector<std::string> attach;
   bool quiet = false;
   gpualert_cli::Args args("gpualert run", "[OPTIONS] COMMAND...", "fuzzed");
-  args.option("--config", &config, "config").option("--hang-after", &hang, "hang")
-      .option("--attach", &attach, "attach").flag("--quiet", &quiet, "quiet")
+  args.option("--config", &config, "config")
+      .option("--hang-after", &hang, "hang")
+      .option("--attach", &attach, "attach")
+      .flag("--quiet", &quiet, "quiet")
       .positional("NAME", &name, "name");
   int stopped = -1;
   const int argc = static_cast<int>(words.size());

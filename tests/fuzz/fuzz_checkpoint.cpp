@@ -16,8 +16,7 @@ namespace {
 const models::MlpConfig kConfig{4, 8, 3, 1};
 
 Tensor loss_fn(Graph& g) {
-  return cross_entropy(models::mlp(g, g.input("x", {2, kConfig.inputs}), kConfig),
-                       g.input("y", {2}, DType::i32));
+  return cross_entropy(models::mlp(g, g.input("x", {2, kConfig.inputs}), kConfig), g.input("y", {2}, DType::i32));
 }
 
 Trainer& trainer() {

@@ -12,8 +12,8 @@ using namespace meganeura;
 extern "C" int LLVMFuzzerInitialize(int*, char***) {
   // Only the file is under test: nothing from the environment overrides it.
   for (const char* name : {"GPUALERT_SMTP_URL", "GPUALERT_SMTP_FROM", "GPUALERT_TO", "GPUALERT_SMTP_USER",
-                           "GPUALERT_SMTP_PASSWORD", "GPUALERT_SMTP_TLS", "GPUALERT_WEBHOOK_URL",
-                           "GPUALERT_NTFY_URL", "GPUALERT_WEBHOOK_TOKEN", "GPUALERT_STATE_DIR"})
+                           "GPUALERT_SMTP_PASSWORD", "GPUALERT_SMTP_TLS", "GPUALERT_WEBHOOK_URL", "GPUALERT_NTFY_URL",
+                           "GPUALERT_WEBHOOK_TOKEN", "GPUALERT_STATE_DIR"})
     ::unsetenv(name);
   return 0;
 }

@@ -17,8 +17,8 @@ namespace {
 void check_message(const std::string& m) {
   size_t header_end = m.find("\r\n\r\n");
   if (header_end == std::string::npos) fuzz::property_failed("no end of the header block");
-  static const std::set<std::string> kHeaders = {"From", "To", "Subject", "Date", "Message-ID",
-                                                 "MIME-Version", "X-Mailer", "Content-Type"};
+  static const std::set<std::string> kHeaders = {"From",       "To",           "Subject",  "Date",
+                                                 "Message-ID", "MIME-Version", "X-Mailer", "Content-Type"};
   std::set<std::string> seen;
   size_t start = 0;
   while (start < m.size()) {

@@ -28,8 +28,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   if (q.to_json() != once) fuzz::property_failed("JSON changed in a round trip", once);
   if (q.hash() != p.hash()) fuzz::property_failed("hash changed in a round trip");
   if (q.tensors.size() != p.tensors.size() || q.dispatches.size() != p.dispatches.size() ||
-      q.externals.size() != p.externals.size() || q.arena_buffers != p.arena_buffers ||
-      !(q.limits == p.limits))
+      q.externals.size() != p.externals.size() || q.arena_buffers != p.arena_buffers || !(q.limits == p.limits))
     fuzz::property_failed("program changed in a round trip");
   try {
     verify(p);

@@ -51,8 +51,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   for (const auto& [name, record] : file.tensors) {
     auto it = again.tensors.find(name);
     if (it == again.tensors.end()) fuzz::property_failed("tensor lost in a round trip", name);
-    if (it->second.dtype != record.dtype || it->second.shape != record.shape ||
-        it->second.data != record.data)
+    if (it->second.dtype != record.dtype || it->second.shape != record.shape || it->second.data != record.data)
       fuzz::property_failed("tensor changed in a round trip", name);
   }
   return 0;

@@ -6,9 +6,8 @@
 // asked for), each equal to the tensor its shard holds under that name; a failure is io::Error.
 #include <fuzzer/FuzzedDataProvider.h>
 
-#include <nlohmann/json.hpp>
-
 #include <algorithm>
+#include <nlohmann/json.hpp>
 #include <set>
 #include <span>
 
@@ -48,9 +47,11 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     std::string shard = in.ConsumeBytesAsString(in.ConsumeIntegral<uint16_t>());
     fuzz::write_input("c.safetensors", reinterpret_cast<const uint8_t*>(shard.data()), shard.size());
   }
-  const std::vector<std::string> wanted = (flags & 2) ? std::vector<std::string>{"w1", "w3"} : std::vector<std::string>{};
+  const std::vector<std::string> wanted =
+      (flags & 2) ? std::vector<std::string>{"w1", "w3"} : std::vector<std::string>{};
   std::string text = in.ConsumeRemainingBytesAsString();
-  auto index = fuzz::write_input("model.safetensors.index.json", reinterpret_cast<const uint8_t*>(text.data()), text.size());
+  auto index =
+      fuzz::write_input("model.safetensors.index.json", reinterpret_cast<const uint8_t*>(text.data()), text.size());
   // Half the inputs go through the directory form, which must find the index.
   const std::filesystem::path path = (flags & 4) ? fuzz::scratch_dir() : index;
 
@@ -66,7 +67,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   for (auto& [name, shard] : map.items()) {
     if (wanted.empty() || std::find(wanted.begin(), wanted.end(), name) != wanted.end()) expected.insert(name);
   }
-  if (got.size() != expected.size()) fuzz::property_failed("returned tensors differ from the index's", std::to_string(got.size()));
+  if (got.size() != expected.size())
+    fuzz::property_failed("returned tensors differ from the index's", std::to_string(got.size()));
   for (const auto& [name, record] : got) {
     if (!expected.count(name)) fuzz::property_failed("returned a tensor the index does not map", name);
     const std::string shard = map.at(name).get<std::string>();

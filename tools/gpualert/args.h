@@ -26,8 +26,7 @@ class Args {
     specs_.push_back({name, help, metavar, out, nullptr, nullptr});
     return *this;
   }
-  Args& option(const char* name, std::vector<std::string>* out, const char* help,
-               const char* metavar = "VALUE") {
+  Args& option(const char* name, std::vector<std::string>* out, const char* help, const char* metavar = "VALUE") {
     specs_.push_back({name, help, metavar, nullptr, out, nullptr});
     return *this;
   }
@@ -50,8 +49,7 @@ class Args {
   // a "--" before it also ends the parse, the command starting after it.
   // Returns an exit status when the program should end now: 0 after --help, 2 after an
   // error, which is printed as one line on stderr.
-  std::optional<int> parse(int begin, int end, char** argv, bool stop_at_word = false,
-                           int* stopped_at = nullptr) {
+  std::optional<int> parse(int begin, int end, char** argv, bool stop_at_word = false, int* stopped_at = nullptr) {
     size_t next_positional = 0;
     for (int i = begin; i < end; ++i) {
       std::string_view a = argv[i];
@@ -83,8 +81,10 @@ class Args {
           if (i + 1 >= end) return fail("option " + std::string(name) + " needs a value");
           value = argv[++i];
         }
-        if (spec->single != nullptr) *spec->single = std::string(value);
-        else spec->repeated->emplace_back(value);
+        if (spec->single != nullptr)
+          *spec->single = std::string(value);
+        else
+          spec->repeated->emplace_back(value);
         continue;
       }
       if (a.size() > 1 && a[0] == '-') return fail("unknown option '" + std::string(a) + "'");
@@ -92,8 +92,7 @@ class Args {
         if (stopped_at != nullptr) *stopped_at = i;
         return check_positionals(next_positional);
       }
-      if (next_positional >= positionals_.size())
-        return fail("unexpected argument '" + std::string(a) + "'");
+      if (next_positional >= positionals_.size()) return fail("unexpected argument '" + std::string(a) + "'");
       *positionals_[next_positional++].out = std::string(a);
     }
     if (stopped_at != nullptr) *stopped_at = end;
@@ -136,8 +135,7 @@ class Args {
     return nullptr;
   }
   std::optional<int> check_positionals(size_t given) const {
-    if (given < positionals_.size())
-      return fail(std::string("missing ") + positionals_[given].name);
+    if (given < positionals_.size()) return fail(std::string("missing ") + positionals_[given].name);
     return std::nullopt;
   }
   std::optional<int> fail(const std::string& what) const {
@@ -160,8 +158,10 @@ template <typename T>
 bool parse_number(const char* option, const std::string& text, T* out) {
   try {
     size_t used = 0;
-    if constexpr (std::is_integral_v<T>) *out = static_cast<T>(std::stoll(text, &used));
-    else *out = static_cast<T>(std::stod(text, &used));
+    if constexpr (std::is_integral_v<T>)
+      *out = static_cast<T>(std::stoll(text, &used));
+    else
+      *out = static_cast<T>(std::stod(text, &used));
     if (used == text.size()) return true;
   } catch (const std::exception&) {
   }

@@ -35,9 +35,7 @@ void emit(const nlohmann::json& j) {
   std::fflush(stdout);
 }
 
-double mono_s() {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
-}
+double mono_s() { return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count(); }
 
 void emit_samples(const meganeura::energy::Nvml& nvml) {
   const double t = mono_s();
@@ -81,8 +79,7 @@ int main(int argc, char** argv) {
     return 0;
   }
   const unsigned count = nvml->device_count();
-  emit({{"type", "init"}, {"ok", count > 0}, {"count", count},
-        {"why", count > 0 ? "" : "NVML found no GPU"}});
+  emit({{"type", "init"}, {"ok", count > 0}, {"count", count}, {"why", count > 0 ? "" : "NVML found no GPU"}});
   if (count == 0) return 0;
 
   if (nvml->watch_events()) {

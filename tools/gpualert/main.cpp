@@ -6,13 +6,11 @@
 //   gpualert outbox list|flush
 //   gpualert config check
 //   gpualert eval CORPUS_DIR [--set all|inhouse|public] [--split train|heldout]
+#include <fmt/format.h>
 #include <unistd.h>
 
-#include <csignal>
-
-#include <fmt/format.h>
-
 #include <cerrno>
+#include <csignal>
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
@@ -94,16 +92,18 @@ int cmd_classify(int argc, char** argv) {
   if (json) {
     nlohmann::json ev = nlohmann::json::array();
     for (const auto& e : c.evidence) ev.push_back({{"line", e.line}, {"text", e.text}});
-    nlohmann::json j = {{"class", c.id}, {"label", c.label}, {"remedy", c.remedy},
-                        {"confidence", c.confidence}, {"evidence", ev}};
+    nlohmann::json j = {
+        {"class", c.id}, {"label", c.label}, {"remedy", c.remedy}, {"confidence", c.confidence}, {"evidence", ev}};
     if (!assumed.empty()) j["note"] = assumed;
     std::printf("%s\n", j.dump(2).c_str());
   } else {
-    std::printf("class: %s\nlabel: %s\nremedy: %s\nconfidence: %.2f\n", c.id.c_str(),
-                c.label.c_str(), c.remedy.c_str(), c.confidence);
+    std::printf("class: %s\nlabel: %s\nremedy: %s\nconfidence: %.2f\n", c.id.c_str(), c.label.c_str(), c.remedy.c_str(),
+                c.confidence);
     for (const auto& e : c.evidence) {
-      if (e.line) std::printf("  line %llu: %s\n", static_cast<unsigned long long>(e.line), e.text.c_str());
-      else std::printf("  %s\n", e.text.c_str());
+      if (e.line)
+        std::printf("  line %llu: %s\n", static_cast<unsigned long long>(e.line), e.text.c_str());
+      else
+        std::printf("  %s\n", e.text.c_str());
     }
     if (!assumed.empty()) std::printf("note: %s\n", assumed.c_str());
   }
@@ -131,8 +131,8 @@ int cmd_outbox(int argc, char** argv) {
   ga::Outbox outbox(config.state_dir);
   if (action == "list") {
     for (const auto& lost : ga::find_lost_jobs(config.state_dir, false))
-      std::printf("job %s lost its monitor (gpualert died while it ran); log %s\n",
-                  lost.job_id.c_str(), (lost.job_dir / "output.log").c_str());
+      std::printf("job %s lost its monitor (gpualert died while it ran); log %s\n", lost.job_id.c_str(),
+                  (lost.job_dir / "output.log").c_str());
     for (const auto& e : outbox.given_up())
       std::printf("%s  %-7s  given up: %s  (%s)\n", e.id.c_str(), e.meta.value("channel", "?").c_str(),
                   e.meta.value("given_up", "").c_str(), e.meta.value("subject", "").c_str());
@@ -140,19 +140,20 @@ int cmd_outbox(int argc, char** argv) {
     if (entries.empty()) std::printf("outbox %s is empty\n", outbox.dir().c_str());
     for (const auto& e : entries) {
       std::string to;
-      if (e.meta.contains("smtp")) to = e.meta["smtp"].value("to", nlohmann::json::array()).dump();
-      else to = ga::mask_url(e.meta.value("url", ""));
-      std::printf("%s  %-7s  attempts %d  %s  -> %s\n", e.id.c_str(),
-                  e.meta.value("channel", "?").c_str(), e.meta.value("attempts", 0),
-                  e.meta.value("subject", "").c_str(), to.c_str());
+      if (e.meta.contains("smtp"))
+        to = e.meta["smtp"].value("to", nlohmann::json::array()).dump();
+      else
+        to = ga::mask_url(e.meta.value("url", ""));
+      std::printf("%s  %-7s  attempts %d  %s  -> %s\n", e.id.c_str(), e.meta.value("channel", "?").c_str(),
+                  e.meta.value("attempts", 0), e.meta.value("subject", "").c_str(), to.c_str());
       if (e.meta.contains("last_error"))
         std::printf("    last error: %s\n", e.meta["last_error"].get<std::string>().c_str());
     }
     return 0;
   }
   // Flushing runs the sender in the foreground with the same deadline handling as a job.
-  std::vector<std::string> args = {sender_exe(), "--state-dir", config.state_dir.string(),
-                                   "--timeout", std::to_string(timeout), "--verbose"};
+  std::vector<std::string> args = {sender_exe(), "--state-dir",           config.state_dir.string(),
+                                   "--timeout",  std::to_string(timeout), "--verbose"};
   if (!config_path.empty()) args.insert(args.end(), {"--config", config_path});
   std::vector<char*> cargs;
   for (auto& a : args) cargs.push_back(a.data());
@@ -174,8 +175,7 @@ int cmd_config(int argc, char** argv) {
   }
   auto config = ga::load_config(opt_path(config_path));
   std::printf("%s", ga::describe_config(config).c_str());
-  if (!config.any_channel())
-    std::printf("# note: no notification channel is configured; jobs are recorded only\n");
+  if (!config.any_channel()) std::printf("# note: no notification channel is configured; jobs are recorded only\n");
   std::printf("# ok\n");
   return 0;
 }
@@ -183,8 +183,7 @@ int cmd_config(int argc, char** argv) {
 // The in-house corpus (CORPUS_DIR/labels.tsv) and, reported apart, the public one
 // (CORPUS_DIR/public/labels.tsv: failure output as people posted it, with its source).
 int cmd_eval(int argc, char** argv) {
-  Args app("gpualert eval",
-           "CORPUS_DIR [--set all|inhouse|public] [--split train|heldout] [--min-macro-f1 X]",
+  Args app("gpualert eval", "CORPUS_DIR [--set all|inhouse|public] [--split train|heldout] [--min-macro-f1 X]",
            "Evaluate the classifier on the labelled corpora through the wrapper.");
   std::string dir, split, min_text, set = "all";
   app.positional("CORPUS_DIR", &dir, "directory with labels.tsv, the logs and public/")
@@ -240,8 +239,7 @@ int cmd_run(int argc, char** argv) {
   std::string config_path, state_dir, timeout, hang_after, grace, notify_timeout, json_report;
   std::vector<std::string> to, attach, redact;
   std::string smtp_url, webhook, ntfy;
-  bool kill_on_hang = false, no_notify = false, dry_run = false, quiet = false,
-       no_telemetry = false, version = false;
+  bool kill_on_hang = false, no_notify = false, dry_run = false, quiet = false, no_telemetry = false, version = false;
   app.option("--config", &config_path, "config file (default $XDG_CONFIG_HOME/gpualert/config.toml)", "FILE")
       .option("--state-dir", &state_dir, "where jobs/ and outbox/ live (default $XDG_STATE_HOME/gpualert)", "DIR")
       .option("--timeout", &timeout, "end the whole process group after this long (e.g. 2h30m)", "DURATION")
@@ -261,11 +259,12 @@ int cmd_run(int argc, char** argv) {
       .flag("--quiet", &quiet, "do not copy the command's output to the terminal")
       .flag("--no-telemetry", &no_telemetry, "no GPU sampling or energy metering")
       .flag("--version", &version, "print the version and exit")
-      .epilog("Other commands:\n"
-              "  gpualert classify LOGFILE [--exit-status N | --signal NAME] [--json]\n"
-              "  gpualert outbox list|flush\n"
-              "  gpualert config check\n"
-              "  gpualert eval CORPUS_DIR [--set all|inhouse|public] [--split train|heldout]\n");
+      .epilog(
+          "Other commands:\n"
+          "  gpualert classify LOGFILE [--exit-status N | --signal NAME] [--json]\n"
+          "  gpualert outbox list|flush\n"
+          "  gpualert config check\n"
+          "  gpualert eval CORPUS_DIR [--set all|inhouse|public] [--split train|heldout]\n");
 
   // Options end at the first word that is not one (the command) or at a "--" before it;
   // everything from the command on, including any later "--", is passed on untouched.
@@ -297,12 +296,10 @@ int cmd_run(int argc, char** argv) {
     if (!timeout.empty()) o.timeout_s = ga::parse_duration(timeout);
     if (!hang_after.empty()) o.hang_after_s = ga::parse_duration(hang_after);
     for (const auto& [name, value] : {std::pair{"--timeout", o.timeout_s}, std::pair{"--hang-after", o.hang_after_s}})
-      if (value && *value <= 0)
-        throw std::invalid_argument(fmt::format("[gpualert] {} must be positive", name));
+      if (value && *value <= 0) throw std::invalid_argument(fmt::format("[gpualert] {} must be positive", name));
     if (c.notify_timeout_s <= 0) throw std::invalid_argument("[gpualert] --notify-timeout must be positive");
     if (c.grace_s < 0) throw std::invalid_argument("[gpualert] --grace cannot be negative");
-    if (kill_on_hang && !o.hang_after_s)
-      throw std::invalid_argument("[gpualert] --kill-on-hang needs --hang-after");
+    if (kill_on_hang && !o.hang_after_s) throw std::invalid_argument("[gpualert] --kill-on-hang needs --hang-after");
   } catch (const std::exception& e) {
     std::fprintf(stderr, "%s; the job was not started\n", e.what());
     return ga::kExitCannotStart;

@@ -1,9 +1,9 @@
 // gpualert-send: delivers what waits in the outbox. gpualert runs it as a separate process
 // under a hard deadline, so a relay that hangs or refuses can never hold up or change the
 // outcome of a job; `gpualert outbox flush` runs it in the foreground.
-#include <CLI/CLI.hpp>
 #include <unistd.h>
 
+#include <CLI/CLI.hpp>
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
@@ -25,8 +25,10 @@ int send_from_stdin(const ga::Config& config, double timeout_s) {
   char buf[65536];
   for (;;) {
     ssize_t n = read(STDIN_FILENO, buf, sizeof buf);
-    if (n > 0) data.append(buf, static_cast<size_t>(n));
-    else if (n == 0) break;
+    if (n > 0)
+      data.append(buf, static_cast<size_t>(n));
+    else if (n == 0)
+      break;
     else if (errno != EINTR) {
       std::fprintf(stderr, "gpualert-send: cannot read the message: %s\n", std::strerror(errno));
       return 1;
@@ -44,8 +46,8 @@ int send_from_stdin(const ga::Config& config, double timeout_s) {
     std::printf("gpualert: sent: %s\n", what.c_str());
     return 0;
   }
-  std::fprintf(stderr, "gpualert: %s: %s: %s\n", d.rejected.empty() ? "failed" : "sent, some refused",
-               what.c_str(), d.error.c_str());
+  std::fprintf(stderr, "gpualert: %s: %s: %s\n", d.rejected.empty() ? "failed" : "sent, some refused", what.c_str(),
+               d.error.c_str());
   return d.rejected.empty() ? 1 : 3;
 }
 
@@ -64,8 +66,8 @@ int main(int argc, char** argv) {
   app.add_flag("--stdin", from_stdin, "send the one message on standard input, not the outbox");
   CLI11_PARSE(app, argc, argv);
   try {
-    auto config = ga::load_config(config_path.empty() ? std::nullopt
-                                                       : std::optional<std::filesystem::path>(config_path));
+    auto config =
+        ga::load_config(config_path.empty() ? std::nullopt : std::optional<std::filesystem::path>(config_path));
     if (from_stdin) return send_from_stdin(config, fo.timeout_s);
     if (!state_dir.empty()) config.state_dir = state_dir;
     ga::check_private_dir(config.state_dir);
@@ -73,8 +75,8 @@ int main(int argc, char** argv) {
     auto r = ga::flush_outbox(outbox, config, fo);
     for (const auto& m : r.messages) std::fprintf(verbose ? stdout : stderr, "gpualert: %s\n", m.c_str());
     if (verbose)
-      std::printf("sent %d, failed %d, busy %d; %zu left in %s\n", r.sent, r.failed, r.busy,
-                  outbox.list().size(), outbox.dir().c_str());
+      std::printf("sent %d, failed %d, busy %d; %zu left in %s\n", r.sent, r.failed, r.busy, outbox.list().size(),
+                  outbox.dir().c_str());
     return r.failed == 0 ? 0 : 1;
   } catch (const std::exception& e) {
     std::fprintf(stderr, "%s\n", e.what());

@@ -50,8 +50,10 @@ nlohmann::json measure(const std::function<void()>& f, int warmup, int samples) 
 void feed(Session& s, const models::Workload& w, const std::string& id) {
   auto v = models::synthetic_inputs(w, id, 1);
   // A forward-only program has no loss target: inputs it does not read are skipped.
-  for (auto& [n, x] : v.floats) if (s.buffers().count(n)) s.set(n, std::span<const double>(x));
-  for (auto& [n, x] : v.ints) if (s.buffers().count(n)) s.set(n, std::span<const int32_t>(x));
+  for (auto& [n, x] : v.floats)
+    if (s.buffers().count(n)) s.set(n, std::span<const double>(x));
+  for (auto& [n, x] : v.ints)
+    if (s.buffers().count(n)) s.set(n, std::span<const int32_t>(x));
   // Initial values are drawn on first use: draw them here, so the first timed run (with no
   // warm-up) does not include them.
   s.initialise();
@@ -148,11 +150,17 @@ int run_bench(const BenchArgs& a) {
     phases["step"] = measure([&] { trainer.step(); }, a.warmup, a.samples);
   }
   const int64_t peak = peak_rss_bytes();
-  nlohmann::json out = {{"workload", a.workload}, {"scale", a.scale}, {"side", "meganeura"},
+  nlohmann::json out = {{"workload", a.workload},
+                        {"scale", a.scale},
+                        {"side", "meganeura"},
                         {"machine", {{"cpu", cpu_model()}, {"cores", sysconf(_SC_NPROCESSORS_ONLN)}}},
-                        {"device", a.device}, {"version", MEGANEURA_VERSION},
-                        {"train_arena_bytes", train_arena}, {"peak_rss_bytes", peak},
-                        {"phases", phases}, {"warmup", a.warmup}, {"samples", a.samples}};
+                        {"device", a.device},
+                        {"version", MEGANEURA_VERSION},
+                        {"train_arena_bytes", train_arena},
+                        {"peak_rss_bytes", peak},
+                        {"phases", phases},
+                        {"warmup", a.warmup},
+                        {"samples", a.samples}};
   if (a.json) {
     std::cout << out.dump() << "\n";
     return 0;
@@ -171,14 +179,16 @@ void add_bench_command(CLI::App& app) {
   auto a = std::make_shared<BenchArgs>();
   CLI::App* c = app.add_subcommand("bench", "time the BENCH.md phases of a workload");
   c->add_option("--workload", a->workload, "smollm2 | smolvla | unet | resnet50 | whisper")
-      ->required()->check(CLI::IsMember({"smollm2", "smolvla", "unet", "resnet50", "whisper"}));
+      ->required()
+      ->check(CLI::IsMember({"smollm2", "smolvla", "unet", "resnet50", "whisper"}));
   c->add_option("--scale", a->scale, "full | ci")->check(CLI::IsMember({"full", "ci"}));
   c->add_option("--device", a->device, "cpu | vulkan | auto")->check(CLI::IsMember({"cpu", "vulkan", "auto"}));
   c->add_option("--samples", a->samples, "timed samples per phase (BENCH.md: at least 20)")->check(CLI::PositiveNumber);
   c->add_option("--warmup", a->warmup, "warm-up runs per phase")->check(CLI::NonNegativeNumber);
   c->add_flag("--json", a->json, "JSON on stdout");
   c->add_option("--phases", a->phases, "only these phases (the cold compile always runs: it gives the arena)")
-      ->check(CLI::IsMember({"compile", "full", "minimal", "train", "step"}))->delimiter(',');
+      ->check(CLI::IsMember({"compile", "full", "minimal", "train", "step"}))
+      ->delimiter(',');
   c->callback([a] { throw CLI::RuntimeError(run_bench(*a)); });
 }
 

@@ -1,7 +1,6 @@
 // meganeura devices: the Vulkan devices this machine offers and what each supports.
 #include <cstdio>
 #include <iostream>
-
 #include <nlohmann/json.hpp>
 
 #include "commands.h"
@@ -60,8 +59,10 @@ int run_devices(bool json) {
   if (json) {
     nlohmann::json out = {{"devices", nlohmann::json::array()}, {"auto", automatic}};
     for (const auto& d : devices) out["devices"].push_back(device_json(d));
-    if (!error.empty()) out["error"] = error;
-    else if (!gpu) out["auto_reason"] = why;
+    if (!error.empty())
+      out["error"] = error;
+    else if (!gpu)
+      out["auto_reason"] = why;
     std::cout << out.dump(2) << "\n";
     return 0;
   }
@@ -70,21 +71,26 @@ int run_devices(bool json) {
     return 0;
   }
   for (const auto& d : devices) {
-    std::printf("%d: %s [%s, %s] Vulkan %s, driver %s\n", d.index, d.name.c_str(), d.type.c_str(), d.vendor.c_str(), d.api.c_str(),
-                d.driver.c_str());
+    std::printf("%d: %s [%s, %s] Vulkan %s, driver %s\n", d.index, d.name.c_str(), d.type.c_str(), d.vendor.c_str(),
+                d.api.c_str(), d.driver.c_str());
     std::string heaps;
-    for (const auto& h : d.heaps) heaps += (heaps.empty() ? "" : ", ") + gib(h.bytes) + (h.device_local ? " device-local" : " host");
+    for (const auto& h : d.heaps)
+      heaps += (heaps.empty() ? "" : ", ") + gib(h.bytes) + (h.device_local ? " device-local" : " host");
     std::printf("   heaps: %s\n", heaps.c_str());
     std::printf("   subgroup %u%s; f16 %s, bf16 %s, int8 %s, cooperative matrix %s%s\n", d.subgroup_size,
-                d.subgroup_arithmetic ? " (arithmetic)" : "", d.f16 ? "yes" : "no", d.bf16 ? "yes" : "no", d.int8 ? "yes" : "no",
-                d.cooperative_matrix ? "yes" : "no", d.portability_subset ? "; portability subset" : "");
-    std::printf("   limits: storage buffer range %llu, offset alignment %llu, workgroup %u invocations, shared %u bytes, push %u bytes\n",
-                static_cast<unsigned long long>(d.max_storage_buffer_range),
-                static_cast<unsigned long long>(d.min_storage_buffer_offset_alignment), d.max_workgroup_invocations,
-                d.max_shared_memory, d.max_push_constants);
+                d.subgroup_arithmetic ? " (arithmetic)" : "", d.f16 ? "yes" : "no", d.bf16 ? "yes" : "no",
+                d.int8 ? "yes" : "no", d.cooperative_matrix ? "yes" : "no",
+                d.portability_subset ? "; portability subset" : "");
+    std::printf(
+        "   limits: storage buffer range %llu, offset alignment %llu, workgroup %u invocations, shared %u bytes, push "
+        "%u bytes\n",
+        static_cast<unsigned long long>(d.max_storage_buffer_range),
+        static_cast<unsigned long long>(d.min_storage_buffer_offset_alignment), d.max_workgroup_invocations,
+        d.max_shared_memory, d.max_push_constants);
   }
   if (devices.empty()) std::printf("no Vulkan devices\n");
-  std::printf("--device auto uses %s\n", gpu ? "the first discrete or integrated GPU above" : ("the CPU backend: " + why).c_str());
+  std::printf("--device auto uses %s\n",
+              gpu ? "the first discrete or integrated GPU above" : ("the CPU backend: " + why).c_str());
   return 0;
 }
 

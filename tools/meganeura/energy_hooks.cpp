@@ -12,16 +12,20 @@ energy::EnergyCliHooks energy_hooks() {
   energy::EnergyCliHooks h;
   h.models = {"mlp", "chargpt"};
   h.program_work = [](const std::string& model, const std::string& workload) {
-    if (!workload.empty()) throw std::invalid_argument("unknown workload '" + workload + "': no benchmark workloads are built in yet");
+    if (!workload.empty())
+      throw std::invalid_argument("unknown workload '" + workload + "': no benchmark workloads are built in yet");
     auto task = make_task(model, 1);
-    Program p = plan(optimize(training_graph([&](Graph& g) { return task->build_loss(g); }, task->default_optimizer())));
+    Program p =
+        plan(optimize(training_graph([&](Graph& g) { return task->build_loss(g); }, task->default_optimizer())));
     std::vector<energy::WorkItem> items;
     for (size_t i = 0; i < p.dispatches.size(); ++i) {
       const Dispatch& d = p.dispatches[i];
       const OpInfo& info = op_info(d.op);
-      std::string kind = info.family == OpFamily::linalg || info.family == OpFamily::conv || d.op == Op::matmul_epilogue ? "matmul"
-                         : info.family == OpFamily::optim ? "optimizer"
-                         : info.family == OpFamily::reduce ? "reduce" : "elementwise";
+      std::string kind = info.family == OpFamily::linalg || info.family == OpFamily::conv || d.op == Op::matmul_epilogue
+                             ? "matmul"
+                         : info.family == OpFamily::optim  ? "optimizer"
+                         : info.family == OpFamily::reduce ? "reduce"
+                                                           : "elementwise";
       items.push_back(energy::WorkItem{std::string(info.name) + "_" + std::to_string(i), kind, d.flops, d.bytes, -1});
     }
     return items;

@@ -1,6 +1,5 @@
 // meganeura: train, infer and estimate energy from one binary.
 #include <CLI/CLI.hpp>
-
 #include <cstdio>
 #include <exception>
 

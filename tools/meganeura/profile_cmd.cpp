@@ -6,7 +6,6 @@
 #include <fstream>
 #include <iostream>
 #include <map>
-
 #include <nlohmann/json.hpp>
 
 #include "backend/vulkan/vulkan_backend.h"
@@ -28,7 +27,8 @@ int run_profile(const ProfileArgs& a) {
   auto task = make_task(a.model, 1, a.sizes);
   SessionOptions so;
   select_device(so, a.device);
-  if (so.device != Device::vulkan) throw std::invalid_argument("profile needs a Vulkan device (--device vulkan or a device name)");
+  if (so.device != Device::vulkan)
+    throw std::invalid_argument("profile needs a Vulkan device (--device vulkan or a device name)");
   so.vulkan_profile = true;
   auto t0 = std::chrono::steady_clock::now();
   OptimizerConfig opt = task->default_optimizer();
@@ -43,7 +43,10 @@ int run_profile(const ProfileArgs& a) {
   const VulkanProgramProfile* p = vulkan_profile(b, 0);
   if (!p || p->runs == 0) throw std::runtime_error("the device has no timestamp queries on its compute queue");
   const double runs = double(p->runs), step_ms = p->step_ms / runs;
-  struct Row { uint64_t count = 0; double ms = 0, flops = 0, bytes = 0; };
+  struct Row {
+    uint64_t count = 0;
+    double ms = 0, flops = 0, bytes = 0;
+  };
   std::map<std::string, Row> rows;
   for (const auto& l : p->launches) {
     Row& r = rows[l.kernel + ":" + l.op];
@@ -57,21 +60,37 @@ int run_profile(const ProfileArgs& a) {
   nlohmann::json kernels = nlohmann::json::array();
   for (auto& [name, r] : sorted) {
     const double sec = r.ms * 1e-3;
-    kernels.push_back({{"kernel", name}, {"count", r.count}, {"ms", r.ms}, {"share", step_ms > 0 ? r.ms / step_ms : 0},
-                       {"gflops", sec > 0 ? r.flops / sec * 1e-9 : 0}, {"gbps", sec > 0 ? r.bytes / sec * 1e-9 : 0}});
+    kernels.push_back({{"kernel", name},
+                       {"count", r.count},
+                       {"ms", r.ms},
+                       {"share", step_ms > 0 ? r.ms / step_ms : 0},
+                       {"gflops", sec > 0 ? r.flops / sec * 1e-9 : 0},
+                       {"gbps", sec > 0 ? r.bytes / sec * 1e-9 : 0}});
   }
-  nlohmann::json out = {{"model", task->name()}, {"device", trainer.session().device_name()}, {"steps", a.steps},
-                        {"step_ms", step_ms}, {"dispatches_per_step", p->dispatches}, {"barriers_per_step", p->barriers},
+  nlohmann::json out = {{"model", task->name()},
+                        {"device", trainer.session().device_name()},
+                        {"steps", a.steps},
+                        {"step_ms", step_ms},
+                        {"dispatches_per_step", p->dispatches},
+                        {"barriers_per_step", p->barriers},
                         {"barriers_per_dispatch", p->dispatches ? double(p->barriers) / double(p->dispatches) : 0},
-                        {"session_ready_s", compile_s}, {"pipelines", vulkan_pipeline_count(b)},
-                        {"pipeline_cache", vulkan_cache_status(b)}, {"kernels", kernels}};
+                        {"session_ready_s", compile_s},
+                        {"pipelines", vulkan_pipeline_count(b)},
+                        {"pipeline_cache", vulkan_cache_status(b)},
+                        {"kernels", kernels}};
   if (!a.trace.empty()) {
     // Chrome trace: one complete event per dispatch of the last step, laid end to end.
     nlohmann::json events = nlohmann::json::array();
     double t = 0;
     for (const auto& l : p->launches) {
       const double us = l.ms / runs * 1e3;
-      events.push_back({{"name", l.op}, {"cat", l.kernel}, {"ph", "X"}, {"ts", t}, {"dur", us}, {"pid", 1}, {"tid", 1},
+      events.push_back({{"name", l.op},
+                        {"cat", l.kernel},
+                        {"ph", "X"},
+                        {"ts", t},
+                        {"dur", us},
+                        {"pid", 1},
+                        {"tid", 1},
                         {"args", {{"dispatch", l.dispatch}, {"flops", l.flops}, {"bytes", l.bytes}}}});
       t += us;
     }
@@ -89,8 +108,8 @@ int run_profile(const ProfileArgs& a) {
   std::printf("%-32s %6s %10s %7s %9s %9s\n", "kernel:op", "count", "ms", "share", "GFLOP/s", "GB/s");
   for (auto& k : kernels) {
     std::printf("%-32s %6llu %10.3f %6.1f%% %9.2f %9.2f\n", k["kernel"].get<std::string>().c_str(),
-                static_cast<unsigned long long>(k["count"].get<uint64_t>()), k["ms"].get<double>(), 100 * k["share"].get<double>(),
-                k["gflops"].get<double>(), k["gbps"].get<double>());
+                static_cast<unsigned long long>(k["count"].get<uint64_t>()), k["ms"].get<double>(),
+                100 * k["share"].get<double>(), k["gflops"].get<double>(), k["gbps"].get<double>());
   }
   return 0;
 }

@@ -21,7 +21,9 @@ namespace {
 class MlpTask final : public Task {
  public:
   MlpTask(uint64_t seed, const ModelOptions& o)
-      : cfg_(configure(o)), seed_(seed), train_(models::synthetic_classification(cfg_, kTrain, 0)),
+      : cfg_(configure(o)),
+        seed_(seed),
+        train_(models::synthetic_classification(cfg_, kTrain, 0)),
         test_(models::synthetic_classification(cfg_, kTest, 1)) {}
   static models::MlpConfig configure(const ModelOptions& o) {
     models::MlpConfig c;
@@ -83,7 +85,8 @@ class MlpTask final : public Task {
       for (int64_t c = 0; c < cfg_.classes; ++c) z += std::exp(double(row[c]) - m);
       loss += m + std::log(z) - double(row[test_.y[size_t(i)]]);
     }
-    return {{"test_accuracy", double(correct) / double(kTest)}, {"test_loss", loss / double(kTest)},
+    return {{"test_accuracy", double(correct) / double(kTest)},
+            {"test_loss", loss / double(kTest)},
             {"test_examples", kTest}};
   }
 
@@ -97,7 +100,8 @@ class MlpTask final : public Task {
 
 class CharGptTask final : public Task {
  public:
-  CharGptTask(uint64_t seed, const ModelOptions& o) : seed_(seed), vocab_(models::vocabulary_of(models::builtin_text())) {
+  CharGptTask(uint64_t seed, const ModelOptions& o)
+      : seed_(seed), vocab_(models::vocabulary_of(models::builtin_text())) {
     cfg_.vocab = int64_t(vocab_.chars.size());
     if (o.width) cfg_.dim = o.width;
     if (o.layers) cfg_.layers = o.layers;
@@ -123,14 +127,17 @@ class CharGptTask final : public Task {
     Tensor logits = models::chargpt(g, ids, cfg_);
     return cross_entropy(reshape(logits, {kBatch * cfg_.seq, cfg_.vocab}), targets);
   }
-  void feed(Session& s, int64_t step) const override { feed_windows(s, "ids", "targets", kBatch, seed_ * 7907 + uint64_t(step)); }
+  void feed(Session& s, int64_t step) const override {
+    feed_windows(s, "ids", "targets", kBatch, seed_ * 7907 + uint64_t(step));
+  }
   void add_inference(Session& s) override {
     // Windows drawn from another stream of offsets for the loss, and a one-sequence program
     // for sampling.
     Graph eval;
     Tensor ids = eval.input("eval_ids", {kBatch, cfg_.seq}, DType::i32);
     Tensor targets = eval.input("eval_targets", {kBatch * cfg_.seq}, DType::i32);
-    eval.output("eval_loss", cross_entropy(reshape(models::chargpt(eval, ids, cfg_), {kBatch * cfg_.seq, cfg_.vocab}), targets));
+    eval.output("eval_loss",
+                cross_entropy(reshape(models::chargpt(eval, ids, cfg_), {kBatch * cfg_.seq, cfg_.vocab}), targets));
     eval_program_ = s.add(eval);
     Graph gen;
     Tensor ctx = gen.input("gen_ids", {1, cfg_.seq}, DType::i32);

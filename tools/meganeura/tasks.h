@@ -3,9 +3,8 @@
 // batches), and how a trained model is evaluated.
 #pragma once
 
-#include <nlohmann/json.hpp>
-
 #include <memory>
+#include <nlohmann/json.hpp>
 #include <string>
 
 #include "meganeura/optim.h"
@@ -34,9 +33,9 @@ class Task {
 
 // Size overrides from the command line; 0 keeps the model's default.
 struct ModelOptions {
-  int64_t width = 0;   // mlp hidden width, chargpt model dimension
+  int64_t width = 0;  // mlp hidden width, chargpt model dimension
   int64_t layers = 0;
-  int64_t heads = 0;   // chargpt
+  int64_t heads = 0;  // chargpt
 };
 
 std::unique_ptr<Task> make_task(const std::string& model, uint64_t seed, const ModelOptions& options = {});

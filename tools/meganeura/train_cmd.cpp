@@ -31,7 +31,8 @@ struct TrainArgs {
 
 void add_model_options(CLI::App* c, TrainArgs& a) {
   c->add_option("--model", a.model, "mlp | chargpt")->check(CLI::IsMember({"mlp", "chargpt"}));
-  c->add_option("--width", a.sizes.width, "hidden width (mlp) or model dimension (chargpt)")->check(CLI::PositiveNumber);
+  c->add_option("--width", a.sizes.width, "hidden width (mlp) or model dimension (chargpt)")
+      ->check(CLI::PositiveNumber);
   c->add_option("--layers", a.sizes.layers, "number of hidden layers / transformer blocks")->check(CLI::PositiveNumber);
   c->add_option("--heads", a.sizes.heads, "attention heads (chargpt)")->check(CLI::PositiveNumber);
 }
@@ -72,7 +73,8 @@ void print(const nlohmann::json& out, bool json) {
 }
 
 int run_train(const TrainArgs& a) {
-  auto task = a.workload.empty() ? make_task(a.model, a.seed, a.sizes) : make_workload_task(a.workload, a.scale, a.seed);
+  auto task =
+      a.workload.empty() ? make_task(a.model, a.seed, a.sizes) : make_workload_task(a.workload, a.scale, a.seed);
   OptimizerConfig opt = task->default_optimizer();
   if (!a.optimizer.empty()) opt.kind = parse_optimizer(a.optimizer);
   if (a.lr > 0) opt.lr = a.lr;
@@ -94,14 +96,17 @@ int run_train(const TrainArgs& a) {
   if (!a.resume.empty()) {
     auto meta = load_checkpoint(trainer.session(), a.resume);
     if (meta.count("graph_hash") && meta["graph_hash"] != model_hash) {
-      throw std::runtime_error("checkpoint " + a.resume + " is of a different model (graph hash " + meta["graph_hash"] + ")");
+      throw std::runtime_error("checkpoint " + a.resume + " is of a different model (graph hash " + meta["graph_hash"] +
+                               ")");
     }
     start = trainer.updates() * opt.accumulation;
-    if (start > steps) throw std::runtime_error("checkpoint is at step " + std::to_string(start) + ", past --steps " + std::to_string(steps));
+    if (start > steps)
+      throw std::runtime_error("checkpoint is at step " + std::to_string(start) + ", past --steps " +
+                               std::to_string(steps));
   }
   const std::string& note = trainer.session().device_note();
-  std::fprintf(stderr, "training %s on %s%s: steps %lld..%lld\n", task->name().c_str(), trainer.session().device_name().c_str(),
-               note.empty() ? "" : (" (" + note + ")").c_str(),
+  std::fprintf(stderr, "training %s on %s%s: steps %lld..%lld\n", task->name().c_str(),
+               trainer.session().device_name().c_str(), note.empty() ? "" : (" (" + note + ")").c_str(),
                static_cast<long long>(start + 1), static_cast<long long>(steps));
   Progress progress(start, steps);
   nlohmann::json losses = nlohmann::json::array();
@@ -109,12 +114,17 @@ int run_train(const TrainArgs& a) {
   for (int64_t step = start; step < steps; ++step) {
     task->feed(trainer.session(), step);
     loss = trainer.step();
-    if (!std::isfinite(loss)) throw std::runtime_error("loss is " + std::to_string(loss) + " at step " + std::to_string(step + 1));
+    if (!std::isfinite(loss))
+      throw std::runtime_error("loss is " + std::to_string(loss) + " at step " + std::to_string(step + 1));
     losses.push_back(loss);
     progress.update(step + 1, loss);
   }
-  nlohmann::json out = {{"model", task->name()}, {"device", trainer.session().device_name()},
-                        {"first_step", start + 1}, {"steps", steps}, {"final_loss", loss}, {"losses", losses},
+  nlohmann::json out = {{"model", task->name()},
+                        {"device", trainer.session().device_name()},
+                        {"first_step", start + 1},
+                        {"steps", steps},
+                        {"final_loss", loss},
+                        {"losses", losses},
                         {"steps_per_second", progress.rate(steps)}};
   if (!a.out.empty()) {
     save_checkpoint(trainer.session(), a.out, {{"graph_hash", model_hash}, {"model", task->name()}});
@@ -157,7 +167,9 @@ int run_program(const TrainArgs& a) {
     p = s.program(0);
   } else {
     using Clock = std::chrono::steady_clock;
-    auto ms = [](Clock::time_point a, Clock::time_point b) { return std::chrono::duration<double, std::milli>(b - a).count(); };
+    auto ms = [](Clock::time_point a, Clock::time_point b) {
+      return std::chrono::duration<double, std::milli>(b - a).count();
+    };
     const auto t0 = Clock::now();
     Graph g = training_graph([&](Graph& x) { return task->build_loss(x); }, task->default_optimizer());
     const auto t1 = Clock::now();
@@ -168,7 +180,8 @@ int run_program(const TrainArgs& a) {
     verify(p);
     const auto t3 = Clock::now();
     if (!a.json) {
-      std::printf("compile: graph + autodiff + optimizer %.1f ms, passes + plan %.1f ms, verify %.1f ms\n", ms(t0, t1), ms(t1, t2), ms(t2, t3));
+      std::printf("compile: graph + autodiff + optimizer %.1f ms, passes + plan %.1f ms, verify %.1f ms\n", ms(t0, t1),
+                  ms(t1, t2), ms(t2, t3));
     }
   }
   const Schedule sched = lower(p);
@@ -182,12 +195,15 @@ int run_program(const TrainArgs& a) {
     return 0;
   }
   std::cout << p.dump();
-  std::printf("%zu dispatches, %zu barriers (%.2f per dispatch), %.3g FLOP, %.3g bytes moved, arena %llu bytes in %zu buffer(s) "
-              "(lower bound %llu, %u in place, %u views), external %llu bytes\n",
-              p.dispatches.size(), p.barrier_count(), double(p.barrier_count()) / double(std::max<size_t>(1, p.dispatches.size())),
-              p.total_flops(), p.total_bytes(), static_cast<unsigned long long>(p.arena_bytes), p.arena_buffers.size(),
-              static_cast<unsigned long long>(p.memory.lower_bound_bytes), p.memory.inplace_reuses, p.memory.views,
-              static_cast<unsigned long long>(p.memory.external_bytes));
+  std::printf(
+      "%zu dispatches, %zu barriers (%.2f per dispatch), %.3g FLOP, %.3g bytes moved, arena %llu bytes in %zu "
+      "buffer(s) "
+      "(lower bound %llu, %u in place, %u views), external %llu bytes\n",
+      p.dispatches.size(), p.barrier_count(),
+      double(p.barrier_count()) / double(std::max<size_t>(1, p.dispatches.size())), p.total_flops(), p.total_bytes(),
+      static_cast<unsigned long long>(p.arena_bytes), p.arena_buffers.size(),
+      static_cast<unsigned long long>(p.memory.lower_bound_bytes), p.memory.inplace_reuses, p.memory.views,
+      static_cast<unsigned long long>(p.memory.external_bytes));
   return 0;
 }
 
@@ -195,7 +211,8 @@ int run_program(const TrainArgs& a) {
 
 void add_program_command(CLI::App& app) {
   auto a = std::make_shared<TrainArgs>();
-  CLI::App* c = app.add_subcommand("program", "print the planned program of a built-in model (training step by default)");
+  CLI::App* c =
+      app.add_subcommand("program", "print the planned program of a built-in model (training step by default)");
   add_model_options(c, *a);
   c->add_flag("--inference", a->inference, "the inference program instead of the training step");
   c->add_flag("--json", a->json, "the program as JSON");
@@ -206,13 +223,15 @@ void add_train_command(CLI::App& app) {
   auto a = std::make_shared<TrainArgs>();
   CLI::App* c = app.add_subcommand("train", "train a built-in model and write a checkpoint");
   add_model_options(c, *a);
-  c->add_option("--workload", a->workload, "train a matched workload instead: smollm2 | smolvla | unet | resnet50 | whisper")
+  c->add_option("--workload", a->workload,
+                "train a matched workload instead: smollm2 | smolvla | unet | resnet50 | whisper")
       ->check(CLI::IsMember({"smollm2", "smolvla", "unet", "resnet50", "whisper"}));
   c->add_option("--scale", a->scale, "workload scale: full | ci")->check(CLI::IsMember({"full", "ci"}));
   c->add_option("--steps", a->steps, "total training steps (default: the model's)")->check(CLI::PositiveNumber);
   c->add_option("--out", a->out, "checkpoint to write (safetensors)");
   c->add_option("--resume", a->resume, "checkpoint to resume from");
-  c->add_option("--device", a->device, "cpu | vulkan | auto | a Vulkan device's index or name (see `meganeura devices`)");
+  c->add_option("--device", a->device,
+                "cpu | vulkan | auto | a Vulkan device's index or name (see `meganeura devices`)");
   c->add_option("--seed", a->seed, "initialisation and data seed");
   c->add_option("--lr", a->lr, "peak learning rate");
   c->add_option("--optimizer", a->optimizer, "sgd | adam | adamw")->check(CLI::IsMember({"sgd", "adam", "adamw"}));
@@ -226,7 +245,8 @@ void add_infer_command(CLI::App& app) {
   CLI::App* c = app.add_subcommand("infer", "load a checkpoint into an inference program and evaluate it");
   add_model_options(c, *a);
   c->add_option("--checkpoint", a->resume, "checkpoint to load")->required();
-  c->add_option("--device", a->device, "cpu | vulkan | auto | a Vulkan device's index or name (see `meganeura devices`)");
+  c->add_option("--device", a->device,
+                "cpu | vulkan | auto | a Vulkan device's index or name (see `meganeura devices`)");
   c->add_option("--seed", a->seed, "sampling seed");
   c->add_flag("--json", a->json, "print a JSON summary on stdout");
   c->callback([a] { throw CLI::RuntimeError(run_infer(*a)); });

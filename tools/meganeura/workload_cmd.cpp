@@ -30,7 +30,9 @@ struct RunArgs {
 void add_common(CLI::App* c, RunArgs& a) {
   std::vector<std::string> ids;
   for (const auto& w : models::workload_list()) ids.push_back(w.id);
-  c->add_option("--workload", a.workload, "smollm2 | smolvla | unet | resnet50 | whisper")->required()->check(CLI::IsMember(ids));
+  c->add_option("--workload", a.workload, "smollm2 | smolvla | unet | resnet50 | whisper")
+      ->required()
+      ->check(CLI::IsMember(ids));
   c->add_option("--scale", a.scale, "full | ci")->check(CLI::IsMember({"full", "ci"}));
   c->add_option("--device", a.device, "cpu | vulkan | auto")->check(CLI::IsMember({"cpu", "vulkan", "auto"}));
   c->add_option("--seed", a.seed, "initialisation and synthetic-input seed");
@@ -61,15 +63,24 @@ int run_models(bool json) {
 
 int run_run(const RunArgs& a) {
   if (a.dump.empty()) throw std::invalid_argument("--dump is required");
-  WorkloadRunOptions o{a.workload, models::parse_scale(a.scale), parse_device(a.device), a.seed, a.f64,
-                       a.weights, a.inputs, a.write_weights, a.write_inputs};
+  WorkloadRunOptions o{a.workload,
+                       models::parse_scale(a.scale),
+                       parse_device(a.device),
+                       a.seed,
+                       a.f64,
+                       a.weights,
+                       a.inputs,
+                       a.write_weights,
+                       a.write_inputs};
   RunOutcome r = run_workload(o);
   write_dump(a.dump, r.tensors);
-  nlohmann::json out = {{"workload", a.workload}, {"scale", a.scale}, {"device", r.device}, {"loss", r.loss},
-                        {"parameters", r.parameters}, {"dump", a.dump}};
-  if (a.json) std::cout << out.dump() << "\n";
-  else std::printf("%s (%s) on %s: loss %.6g, %lld parameters, dump %s\n", a.workload.c_str(), a.scale.c_str(),
-                   r.device.c_str(), double(r.loss), static_cast<long long>(r.parameters), a.dump.c_str());
+  nlohmann::json out = {{"workload", a.workload}, {"scale", a.scale},           {"device", r.device},
+                        {"loss", r.loss},         {"parameters", r.parameters}, {"dump", a.dump}};
+  if (a.json)
+    std::cout << out.dump() << "\n";
+  else
+    std::printf("%s (%s) on %s: loss %.6g, %lld parameters, dump %s\n", a.workload.c_str(), a.scale.c_str(),
+                r.device.c_str(), double(r.loss), static_cast<long long>(r.parameters), a.dump.c_str());
   return 0;
 }
 
@@ -78,7 +89,8 @@ int run_gate(const RunArgs& a) {
   bool temporary = false;
   if (dir.empty()) {
     std::string tmpl = (fs::temp_directory_path() / "meganeura-gate-XXXXXX").string();
-    if (!mkdtemp(tmpl.data())) throw std::runtime_error("[gate] cannot create a temporary directory: " + std::string(std::strerror(errno)));
+    if (!mkdtemp(tmpl.data()))
+      throw std::runtime_error("[gate] cannot create a temporary directory: " + std::string(std::strerror(errno)));
     dir = tmpl;
     temporary = true;
   }
@@ -94,20 +106,28 @@ int run_gate(const RunArgs& a) {
   fs::create_directories(dir);
   const fs::path weights = a.weights.empty() ? dir / "weights.safetensors" : fs::path(a.weights);
   const fs::path inputs = a.inputs.empty() ? dir / "inputs.safetensors" : fs::path(a.inputs);
-  WorkloadRunOptions o{a.workload, models::parse_scale(a.scale), parse_device(a.device), a.seed, false,
-                       a.weights, a.inputs, a.weights.empty() ? weights.string() : "", a.inputs.empty() ? inputs.string() : ""};
+  WorkloadRunOptions o{a.workload,
+                       models::parse_scale(a.scale),
+                       parse_device(a.device),
+                       a.seed,
+                       false,
+                       a.weights,
+                       a.inputs,
+                       a.weights.empty() ? weights.string() : "",
+                       a.inputs.empty() ? inputs.string() : ""};
   RunOutcome ours = run_workload(o);
   if (!a.negative_control.empty()) apply_negative_control(ours.tensors, a.negative_control);
   const fs::path ref_dump = dir / "reference.safetensors";
-  std::string script = a.reference.empty() ? std::string(MEGANEURA_SOURCE_DIR) + "/bench/reference/reference.py" : a.reference;
-  std::string cmd = shell_quote(a.python) + " " + shell_quote(script) + " --workload " + a.workload + " --scale " + a.scale +
-                    " --device " + a.reference_device +
-                    " --weights " + shell_quote(weights.string()) + " --inputs " + shell_quote(inputs.string()) +
-                    " --dump " + shell_quote(ref_dump.string()) + " 1>&2";
+  std::string script =
+      a.reference.empty() ? std::string(MEGANEURA_SOURCE_DIR) + "/bench/reference/reference.py" : a.reference;
+  std::string cmd = shell_quote(a.python) + " " + shell_quote(script) + " --workload " + a.workload + " --scale " +
+                    a.scale + " --device " + a.reference_device + " --weights " + shell_quote(weights.string()) +
+                    " --inputs " + shell_quote(inputs.string()) + " --dump " + shell_quote(ref_dump.string()) + " 1>&2";
   const int rc = std::system(cmd.c_str());
   if (rc != 0) {
-    const std::string how = rc == -1 ? "could not start" : WIFEXITED(rc) ? "exit status " + std::to_string(WEXITSTATUS(rc))
-                                                                            : "signal " + std::to_string(WTERMSIG(rc));
+    const std::string how = rc == -1        ? "could not start"
+                            : WIFEXITED(rc) ? "exit status " + std::to_string(WEXITSTATUS(rc))
+                                            : "signal " + std::to_string(WTERMSIG(rc));
     throw std::runtime_error("[gate] the reference failed (" + cmd + ": " + how + ")");
   }
   GateReport rep = compare(ours.tensors, read_dump(ref_dump));
@@ -134,7 +154,8 @@ void add_workload_commands(CLI::App& app) {
   m->callback([json] { throw CLI::RuntimeError(run_models(*json)); });
 
   auto a = std::make_shared<RunArgs>();
-  CLI::App* r = app.add_subcommand("run", "run one forward and backward pass of a workload and dump outputs, loss and gradients");
+  CLI::App* r =
+      app.add_subcommand("run", "run one forward and backward pass of a workload and dump outputs, loss and gradients");
   add_common(r, *a);
   r->add_option("--weights", a->weights, "weights (safetensors file, index .json or directory); default seeded random");
   r->add_option("--inputs", a->inputs, "inputs (safetensors); default synthetic from the seed");

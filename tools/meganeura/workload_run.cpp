@@ -98,8 +98,7 @@ RunOutcome run_workload(const WorkloadRunOptions& o) {
 void write_dump(const std::string& path, const Dump& d) {
   io::NamedTensorViews views;
   for (auto& [name, t] : d) {
-    views.emplace_back(name, io::TensorView{DType::f32, t.shape,
-                                            std::as_bytes(std::span<const float>(t.values))});
+    views.emplace_back(name, io::TensorView{DType::f32, t.shape, std::as_bytes(std::span<const float>(t.values))});
   }
   io::write_safetensors(path, views);
 }
@@ -146,7 +145,8 @@ GateReport compare(const Dump& ours, const Dump& ref) {
   GateReport r;
   r.grad_cosine.value = 1;
   for (auto& [name, t] : ref) {
-    if (!ours.count(name)) throw std::invalid_argument("[gate] the reference has '" + name + "' but this side does not");
+    if (!ours.count(name))
+      throw std::invalid_argument("[gate] the reference has '" + name + "' but this side does not");
   }
   for (auto& [name, t] : ours) {
     auto it = ref.find(name);
@@ -184,7 +184,8 @@ nlohmann::json GateReport::to_json() const {
 
 void GateReport::print(std::ostream& os) const {
   auto line = [&](const char* gate, const Worst& x, const char* limit) {
-    os << gate << ": worst " << x.value << " (" << x.name << "), limit " << limit << ": " << (x.pass ? "pass" : "FAIL") << "\n";
+    os << gate << ": worst " << x.value << " (" << x.name << "), limit " << limit << ": " << (x.pass ? "pass" : "FAIL")
+       << "\n";
   };
   line("forward output rel L2", output_rel_l2, "< 0.01");
   line("loss rel error", loss_rel, "< 0.01");
@@ -199,7 +200,8 @@ void apply_negative_control(Dump& d, const std::string& spec) {
   if (kind == "flip-grad") {
     std::string name;
     if (arg.empty()) {
-      for (auto& [n, t] : d) if (name.empty() && n.rfind("grad.", 0) == 0) name = n;
+      for (auto& [n, t] : d)
+        if (name.empty() && n.rfind("grad.", 0) == 0) name = n;
     } else {
       name = "grad." + arg;
     }
@@ -211,11 +213,13 @@ void apply_negative_control(Dump& d, const std::string& spec) {
   if (kind == "scale-output") {
     const double f = arg.empty() ? 1.05 : std::stod(arg);
     for (auto& [n, t] : d) {
-      if (n != "loss" && n.rfind("grad.", 0) != 0) for (float& v : t.values) v = float(v * f);
+      if (n != "loss" && n.rfind("grad.", 0) != 0)
+        for (float& v : t.values) v = float(v * f);
     }
     return;
   }
-  throw std::invalid_argument("[gate] unknown negative control '" + spec + "' (flip-grad[:<parameter>] | scale-output[:<factor>])");
+  throw std::invalid_argument("[gate] unknown negative control '" + spec +
+                              "' (flip-grad[:<parameter>] | scale-output[:<factor>])");
 }
 
 std::string shell_quote(const std::string& s) {

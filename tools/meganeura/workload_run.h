@@ -1,9 +1,8 @@
 // Running a workload once (forward, loss, every gradient) and comparing two such runs.
 #pragma once
 
-#include <nlohmann/json.hpp>
-
 #include <map>
+#include <nlohmann/json.hpp>
 #include <ostream>
 #include <string>
 #include <vector>

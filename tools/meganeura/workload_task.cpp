@@ -31,7 +31,8 @@ class WorkloadTask final : public Task {
   Tensor build_loss(Graph& g) const override { return models::build_workload(g, id_, scale_).loss; }
   void initialise(Session& s) const override {
     for (NodeId id : shape_graph_->parameters()) {
-      if (auto v = models::special_init(id_, *shape_graph_, id)) s.set(shape_graph_->node(id).name, std::span<const double>(*v));
+      if (auto v = models::special_init(id_, *shape_graph_, id))
+        s.set(shape_graph_->node(id).name, std::span<const double>(*v));
     }
   }
   void feed(Session& s, int64_t) const override { feed_batch(s, seed_); }

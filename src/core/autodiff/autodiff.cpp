@@ -38,7 +38,9 @@ Grads rule(Graph& G, const Node& n, Tensor y, Tensor g) {
     case Op::sub: return {sum_to(g, x.shape()), sum_to(-g, in(1).shape())};
     case Op::mul: return {sum_to(g * in(1), x.shape()), sum_to(g * x, in(1).shape())};
     case Op::div: return {sum_to(g / in(1), x.shape()), sum_to(-(g * y / in(1)), in(1).shape())};
-    case Op::sum: case Op::mean: case Op::max: {
+    case Op::sum:
+    case Op::mean:
+    case Op::max: {
       const auto& a = std::get<ReduceAttrs>(n.attrs);
       Shape keep = x.shape();
       double count = 1;
@@ -141,8 +143,7 @@ Grads rule(Graph& G, const Node& n, Tensor y, Tensor g) {
     }
     case Op::softmax_cross_entropy:
       return {softmax_cross_entropy_backward(x, in(1), g, std::get<OneHotAttrs>(n.attrs).ignore_index), std::nullopt};
-    default:
-      throw std::logic_error("[autodiff] no vjp rule for " + std::string(op_name(n.op)));
+    default: throw std::logic_error("[autodiff] no vjp rule for " + std::string(op_name(n.op)));
   }
 }
 
@@ -174,8 +175,8 @@ std::vector<Tensor> vjp(Tensor y, Tensor seed, const std::vector<Tensor>& wrt) {
     if (!grads[i] || !needs[i]) continue;
     const Node& n = G.node(i);
     if (op_info(n.op).grad == GradKind::backward_only) {
-      throw std::invalid_argument("[autodiff] cannot differentiate through " + std::string(op_name(n.op)) +
-                                  " (node " + std::to_string(i) + "): it only appears inside gradients and has no gradient rule");
+      throw std::invalid_argument("[autodiff] cannot differentiate through " + std::string(op_name(n.op)) + " (node " +
+                                  std::to_string(i) + "): it only appears inside gradients and has no gradient rule");
     }
     if (op_info(n.op).grad != GradKind::vjp) continue;
     Grads gi = rule(G, n, G.tensor(i), *grads[i]);

@@ -51,12 +51,10 @@ Shape broadcast_shapes(Op op, const Shape& a, const Shape& b) {
 Tensor binary(Op op, Tensor a, Tensor b) {
   Graph& g = graph_of(op, {a, b});
   if (a.dtype() != b.dtype()) {
-    fail(op, "dtypes differ: " + std::string(dtype_name(a.dtype())) + " and " +
-                 std::string(dtype_name(b.dtype())));
+    fail(op, "dtypes differ: " + std::string(dtype_name(a.dtype())) + " and " + std::string(dtype_name(b.dtype())));
   }
   require_float(op, a);
-  return g.add_node(op, NoAttrs{}, {a.id, b.id},
-                    TensorType{a.dtype(), broadcast_shapes(op, a.shape(), b.shape())});
+  return g.add_node(op, NoAttrs{}, {a.id, b.id}, TensorType{a.dtype(), broadcast_shapes(op, a.shape(), b.shape())});
 }
 
 Tensor reduce(Op op, Tensor x, std::vector<int64_t> axes, bool keepdims) {
@@ -72,8 +70,10 @@ Tensor reduce(Op op, Tensor x, std::vector<int64_t> axes, bool keepdims) {
   Shape out;
   for (int64_t i = 0; i < x.rank(); ++i) {
     bool reduced = std::binary_search(axes.begin(), axes.end(), i);
-    if (!reduced) out.push_back(x.shape()[size_t(i)]);
-    else if (keepdims) out.push_back(1);
+    if (!reduced)
+      out.push_back(x.shape()[size_t(i)]);
+    else if (keepdims)
+      out.push_back(1);
   }
   return g.add_node(op, ReduceAttrs{axes, keepdims}, {x.id}, TensorType{x.dtype(), out});
 }
@@ -95,16 +95,12 @@ Tensor abs(Tensor x) { return unary(Op::abs, x); }
 Tensor tanh(Tensor x) { return unary(Op::tanh, x); }
 Tensor sigmoid(Tensor x) { return unary(Op::sigmoid, x); }
 Tensor relu(Tensor x) { return unary(Op::relu, x); }
-Tensor gelu(Tensor x, bool tanh_approximation) {
-  return unary(tanh_approximation ? Op::gelu_tanh : Op::gelu_erf, x);
-}
+Tensor gelu(Tensor x, bool tanh_approximation) { return unary(tanh_approximation ? Op::gelu_tanh : Op::gelu_erf, x); }
 Tensor gelu_grad(Tensor x, bool tanh_approximation) {
   return unary(tanh_approximation ? Op::gelu_tanh_grad : Op::gelu_erf_grad, x);
 }
 Tensor silu(Tensor x) { return unary(Op::silu, x); }
-Tensor affine(Tensor x, double scale, double shift) {
-  return unary(Op::affine, x, AffineAttrs{scale, shift});
-}
+Tensor affine(Tensor x, double scale, double shift) { return unary(Op::affine, x, AffineAttrs{scale, shift}); }
 Tensor sign(Tensor x) { return unary(Op::sign, x); }
 Tensor positive_mask(Tensor x) { return unary(Op::positive_mask, x); }
 Tensor operator*(Tensor a, double s) { return affine(a, s, 0); }
@@ -129,7 +125,9 @@ Tensor div(Tensor a, Tensor b) { return binary(Op::div, a, b); }
 Tensor equal(Tensor a, Tensor b) { return binary(Op::equal, a, b); }
 
 Tensor sum(Tensor x, std::vector<int64_t> axes, bool keepdims) { return reduce(Op::sum, x, std::move(axes), keepdims); }
-Tensor mean(Tensor x, std::vector<int64_t> axes, bool keepdims) { return reduce(Op::mean, x, std::move(axes), keepdims); }
+Tensor mean(Tensor x, std::vector<int64_t> axes, bool keepdims) {
+  return reduce(Op::mean, x, std::move(axes), keepdims);
+}
 Tensor max(Tensor x, std::vector<int64_t> axes, bool keepdims) { return reduce(Op::max, x, std::move(axes), keepdims); }
 
 Tensor softmax(Tensor x, int64_t axis) {
@@ -150,8 +148,8 @@ Tensor matmul(Tensor a, Tensor b, bool trans_a, bool trans_b) {
   int64_t m = trans_a ? a.dim(-1) : a.dim(-2), ka = trans_a ? a.dim(-2) : a.dim(-1);
   int64_t kb = trans_b ? b.dim(-1) : b.dim(-2), n = trans_b ? b.dim(-2) : b.dim(-1);
   if (ka != kb) {
-    fail(op, "inner dimensions differ: " + shape_str(a.shape()) + (trans_a ? "^T" : "") + " x " +
-                 shape_str(b.shape()) + (trans_b ? "^T" : ""));
+    fail(op, "inner dimensions differ: " + shape_str(a.shape()) + (trans_a ? "^T" : "") + " x " + shape_str(b.shape()) +
+                 (trans_b ? "^T" : ""));
   }
   const Shape as = a.shape(), bs = b.shape();
   Shape ba(as.begin(), as.end() - 2), bb(bs.begin(), bs.end() - 2);
@@ -170,11 +168,11 @@ Shape conv_output_shape(Op op, const Shape& x, const Shape& w, const ConvAttrs& 
     fail(op, "expects x [N,C,H,W] and w [O,C/groups,KH,KW], got " + shape_str(x) + " and " + shape_str(w));
   }
   if (a.groups < 1 || x[1] % a.groups || w[0] % a.groups || w[1] * a.groups != x[1]) {
-    fail(op, "channels do not fit groups=" + std::to_string(a.groups) + ": x " + shape_str(x) +
-                 ", w " + shape_str(w));
+    fail(op, "channels do not fit groups=" + std::to_string(a.groups) + ": x " + shape_str(x) + ", w " + shape_str(w));
   }
   for (int i = 0; i < 2; ++i) {
-    if (a.stride[i] < 1 || a.dilation[i] < 1 || a.pad[i] < 0) fail(op, "stride and dilation must be >= 1, padding >= 0");
+    if (a.stride[i] < 1 || a.dilation[i] < 1 || a.pad[i] < 0)
+      fail(op, "stride and dilation must be >= 1, padding >= 0");
   }
   int64_t oh = conv_out(x[2], w[2], a.stride[0], a.pad[0], a.dilation[0]);
   int64_t ow = conv_out(x[3], w[3], a.stride[1], a.pad[1], a.dilation[1]);
@@ -191,9 +189,12 @@ Tensor conv2d(Tensor x, Tensor w, const Conv2dOptions& o) {
   require_float(op, x);
   if (x.dtype() != w.dtype()) fail(op, "dtypes differ");
   ConvAttrs a;
-  a.stride[0] = o.stride_h; a.stride[1] = o.stride_w;
-  a.pad[0] = o.pad_h; a.pad[1] = o.pad_w;
-  a.dilation[0] = o.dilation_h; a.dilation[1] = o.dilation_w;
+  a.stride[0] = o.stride_h;
+  a.stride[1] = o.stride_w;
+  a.pad[0] = o.pad_h;
+  a.pad[1] = o.pad_w;
+  a.dilation[0] = o.dilation_h;
+  a.dilation[1] = o.dilation_w;
   a.groups = o.groups;
   Shape out = conv_output_shape(op, x.shape(), w.shape(), a);
   return g.add_node(op, a, {x.id, w.id}, TensorType{x.dtype(), out});
@@ -219,16 +220,15 @@ Tensor conv2d_backward_weight(Tensor x, Tensor dy, const ConvAttrs& a) {
 
 Tensor conv1d(Tensor x, Tensor w, int64_t stride, int64_t pad, int64_t dilation, int64_t groups) {
   if (x.rank() != 3 || w.rank() != 3) {
-    throw std::invalid_argument("[conv1d] expects x [N,C,L] and w [O,C/groups,K], got " +
-                                shape_str(x.shape()) + " and " + shape_str(w.shape()));
+    throw std::invalid_argument("[conv1d] expects x [N,C,L] and w [O,C/groups,K], got " + shape_str(x.shape()) +
+                                " and " + shape_str(w.shape()));
   }
   Conv2dOptions o;
   o.stride_w = stride;
   o.pad_w = pad;
   o.dilation_w = dilation;
   o.groups = groups;
-  Tensor y = conv2d(reshape(x, {x.dim(0), x.dim(1), 1, x.dim(2)}),
-                    reshape(w, {w.dim(0), w.dim(1), 1, w.dim(2)}), o);
+  Tensor y = conv2d(reshape(x, {x.dim(0), x.dim(1), 1, x.dim(2)}), reshape(w, {w.dim(0), w.dim(1), 1, w.dim(2)}), o);
   return reshape(y, {y.dim(0), y.dim(1), y.dim(3)});
 }
 
@@ -305,7 +305,8 @@ Tensor reshape(Tensor x, Shape shape) {
     }
   }
   if (infer >= 0) {
-    if (known == 0 || x.type().numel() % known) fail(op, "cannot infer -1 in " + shape_str(shape) + " from " + shape_str(x.shape()));
+    if (known == 0 || x.type().numel() % known)
+      fail(op, "cannot infer -1 in " + shape_str(shape) + " from " + shape_str(x.shape()));
     shape[size_t(infer)] = x.type().numel() / known;
   }
   if (numel(shape) != x.type().numel()) {
@@ -344,11 +345,13 @@ Tensor transpose(Tensor x, int64_t a, int64_t b) {
 Tensor slice(Tensor x, std::vector<int64_t> starts, std::vector<int64_t> ends) {
   constexpr Op op = Op::slice;
   Graph& g = graph_of(op, {x});
-  if (int64_t(starts.size()) != x.rank() || int64_t(ends.size()) != x.rank()) fail(op, "needs a start and end per axis of " + shape_str(x.shape()));
+  if (int64_t(starts.size()) != x.rank() || int64_t(ends.size()) != x.rank())
+    fail(op, "needs a start and end per axis of " + shape_str(x.shape()));
   Shape out;
   for (size_t i = 0; i < starts.size(); ++i) {
     if (starts[i] < 0 || starts[i] > ends[i] || ends[i] > x.shape()[i]) {
-      fail(op, "range [" + std::to_string(starts[i]) + "," + std::to_string(ends[i]) + ") out of bounds for axis " + std::to_string(i) + " of " + shape_str(x.shape()));
+      fail(op, "range [" + std::to_string(starts[i]) + "," + std::to_string(ends[i]) + ") out of bounds for axis " +
+                   std::to_string(i) + " of " + shape_str(x.shape()));
     }
     out.push_back(ends[i] - starts[i]);
   }
@@ -368,7 +371,8 @@ Tensor slice_axis(Tensor x, int64_t axis, int64_t start, int64_t end) {
 Tensor pad(Tensor x, std::vector<int64_t> before, std::vector<int64_t> after) {
   constexpr Op op = Op::pad;
   Graph& g = graph_of(op, {x});
-  if (int64_t(before.size()) != x.rank() || int64_t(after.size()) != x.rank()) fail(op, "needs padding per axis of " + shape_str(x.shape()));
+  if (int64_t(before.size()) != x.rank() || int64_t(after.size()) != x.rank())
+    fail(op, "needs padding per axis of " + shape_str(x.shape()));
   Shape out = x.shape();
   for (size_t i = 0; i < out.size(); ++i) {
     if (before[i] < 0 || after[i] < 0) fail(op, "padding must be non-negative");
@@ -391,7 +395,8 @@ Tensor concat(std::vector<Tensor> xs, int64_t axis) {
     Shape s = t.shape();
     if (s.size() != out.size() || t.dtype() != xs[0].dtype()) fail(op, "inputs differ in rank or dtype");
     for (size_t i = 0; i < s.size(); ++i) {
-      if (int64_t(i) != a && s[i] != out[i]) fail(op, "shapes " + shape_str(xs[0].shape()) + " and " + shape_str(s) + " differ off the concat axis");
+      if (int64_t(i) != a && s[i] != out[i])
+        fail(op, "shapes " + shape_str(xs[0].shape()) + " and " + shape_str(s) + " differ off the concat axis");
     }
     out[size_t(a)] += s[size_t(a)];
     ids.push_back(t.id);
@@ -435,7 +440,8 @@ Tensor embedding_backward(Tensor dy, Tensor ids, int64_t num_rows) {
   Graph& g = graph_of(op, {dy, ids});
   Shape expect = ids.shape();
   expect.push_back(dy.dim(-1));
-  if (dy.shape() != expect) fail(op, "gradient " + shape_str(dy.shape()) + " does not match ids " + shape_str(ids.shape()));
+  if (dy.shape() != expect)
+    fail(op, "gradient " + shape_str(dy.shape()) + " does not match ids " + shape_str(ids.shape()));
   if (num_rows < 1) fail(op, "num_rows must be positive");
   return g.add_node(op, EmbeddingAttrs{num_rows}, {dy.id, ids.id}, TensorType{dy.dtype(), {num_rows, dy.dim(-1)}});
 }
@@ -463,8 +469,10 @@ Tensor causal_mask(Tensor x, double fill) {
 
 Tensor lr_schedule(Tensor step, const ScheduleAttrs& a) {
   if (step.rank() != 0) fail(Op::lr_schedule, "expects a scalar step counter");
-  if (a.warmup < 0 || a.total < 0 || (a.total && a.total <= a.warmup)) fail(Op::lr_schedule, "needs 0 <= warmup < total (or total = 0)");
-  if (step.dtype() != DType::f32 && step.dtype() != DType::i32) fail(Op::lr_schedule, "the step counter must be f32 or i32");
+  if (a.warmup < 0 || a.total < 0 || (a.total && a.total <= a.warmup))
+    fail(Op::lr_schedule, "needs 0 <= warmup < total (or total = 0)");
+  if (step.dtype() != DType::f32 && step.dtype() != DType::i32)
+    fail(Op::lr_schedule, "the step counter must be f32 or i32");
   return graph_of(Op::lr_schedule, {step}).add_node(Op::lr_schedule, a, {step.id}, TensorType{DType::f32, {}});
 }
 
@@ -479,7 +487,8 @@ Tensor bias_correction(Tensor step, double beta, double power) {
 Tensor increment(Tensor counter) {
   constexpr Op op = Op::increment;
   if (counter.rank() != 0 || counter.dtype() != DType::i32) {
-    fail(op, "expects an i32 scalar counter, got " + std::string(dtype_name(counter.dtype())) + shape_str(counter.shape()));
+    fail(op,
+         "expects an i32 scalar counter, got " + std::string(dtype_name(counter.dtype())) + shape_str(counter.shape()));
   }
   return graph_of(op, {counter}).add_node(op, NoAttrs{}, {counter.id}, counter.type());
 }

@@ -10,8 +10,8 @@ namespace meganeura {
 Tensor layer_norm(Tensor x, std::optional<Tensor> gamma, std::optional<Tensor> beta, double eps) {
   for (auto& p : {gamma, beta}) {
     if (p && p->shape() != Shape{x.dim(-1)}) {
-      throw std::invalid_argument("[layer_norm] scale/shift must be (" + std::to_string(x.dim(-1)) +
-                                  "), got " + shape_str(p->shape()) + " for input " + shape_str(x.shape()));
+      throw std::invalid_argument("[layer_norm] scale/shift must be (" + std::to_string(x.dim(-1)) + "), got " +
+                                  shape_str(p->shape()) + " for input " + shape_str(x.shape()));
     }
   }
   Tensor xc = x - mean(x, {-1}, true);
@@ -30,18 +30,18 @@ Tensor rms_norm(Tensor x, std::optional<Tensor> gamma, double eps) {
   return gamma ? y * *gamma : y;
 }
 
-Tensor group_norm(Tensor x, int64_t groups, std::optional<Tensor> gamma, std::optional<Tensor> beta,
-                  double eps) {
+Tensor group_norm(Tensor x, int64_t groups, std::optional<Tensor> gamma, std::optional<Tensor> beta, double eps) {
   if (x.rank() < 2 || groups < 1 || x.dim(1) % groups) {
-    throw std::invalid_argument("[group_norm] channels of " + shape_str(x.shape()) +
-                                " not divisible into " + std::to_string(groups) + " groups");
+    throw std::invalid_argument("[group_norm] channels of " + shape_str(x.shape()) + " not divisible into " +
+                                std::to_string(groups) + " groups");
   }
   int64_t c = x.dim(1);
   Shape affine_shape(size_t(x.rank()), 1);
   affine_shape[1] = c;
   for (auto& p : {gamma, beta}) {
     if (p && p->shape() != Shape{c}) {
-      throw std::invalid_argument("[group_norm] scale/shift must be (" + std::to_string(c) + "), got " + shape_str(p->shape()));
+      throw std::invalid_argument("[group_norm] scale/shift must be (" + std::to_string(c) + "), got " +
+                                  shape_str(p->shape()));
     }
   }
   Tensor y = layer_norm(reshape(x, {x.dim(0), groups, -1}), std::nullopt, std::nullopt, eps);
@@ -60,12 +60,12 @@ constexpr int64_t kTiledAttentionMin = 65536;
 
 Tensor attention(Tensor q, Tensor k, Tensor v, bool causal, std::optional<double> scale) {
   if (q.rank() != 4 || k.rank() != 4 || v.rank() != 4) {
-    throw std::invalid_argument("[attention] expects q, k, v of rank 4 [B,H,S,D], got " + shape_str(q.shape()) +
-                                ", " + shape_str(k.shape()) + ", " + shape_str(v.shape()));
+    throw std::invalid_argument("[attention] expects q, k, v of rank 4 [B,H,S,D], got " + shape_str(q.shape()) + ", " +
+                                shape_str(k.shape()) + ", " + shape_str(v.shape()));
   }
   int64_t b = q.dim(0), hq = q.dim(1), hkv = k.dim(1), sk = k.dim(2);
-  if (k.dim(0) != b || v.dim(0) != b || v.dim(1) != hkv || v.dim(2) != sk || k.dim(3) != q.dim(3) ||
-      hkv < 1 || hq % hkv) {
+  if (k.dim(0) != b || v.dim(0) != b || v.dim(1) != hkv || v.dim(2) != sk || k.dim(3) != q.dim(3) || hkv < 1 ||
+      hq % hkv) {
     throw std::invalid_argument("[attention] incompatible shapes q " + shape_str(q.shape()) + ", k " +
                                 shape_str(k.shape()) + ", v " + shape_str(v.shape()) +
                                 " (query heads must be a multiple of key/value heads)");
@@ -104,7 +104,8 @@ Tensor cross_entropy(Tensor logits, Tensor targets, int64_t ignore_index) {
 
 Tensor mse(Tensor pred, Tensor target) {
   if (pred.shape() != target.shape()) {
-    throw std::invalid_argument("[mse] shapes differ: " + shape_str(pred.shape()) + " and " + shape_str(target.shape()));
+    throw std::invalid_argument("[mse] shapes differ: " + shape_str(pred.shape()) + " and " +
+                                shape_str(target.shape()));
   }
   Tensor d = pred - target;
   return mean(d * d);

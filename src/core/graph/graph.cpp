@@ -1,11 +1,11 @@
-#include <nlohmann/json.hpp>
+#include "meganeura/graph.h"
 
 #include <cmath>
+#include <nlohmann/json.hpp>
 #include <sstream>
 #include <stdexcept>
 
 #include "graph/op_table.h"
-#include "meganeura/graph.h"
 
 namespace meganeura {
 
@@ -21,27 +21,38 @@ size_t fused_outputs(const std::vector<FusedInstr>& code) {
   bool loads = false;
   for (const FusedInstr& f : code) loads |= f.kind == FusedInstr::load;
   if (stores == 0 && !loads) return 1;
-  auto bad = [](const std::string& why) { throw std::invalid_argument("[fused_elementwise] multi-output program: " + why); };
+  auto bad = [](const std::string& why) {
+    throw std::invalid_argument("[fused_elementwise] multi-output program: " + why);
+  };
   std::vector<char> stored(kFusedMaxOutputs, 0);
   size_t depth = 0;
   for (size_t i = 0; i < code.size(); ++i) {
     const FusedInstr& f = code[i];
     const std::string at = "instruction " + std::to_string(i);
-    const size_t pops = f.kind == FusedInstr::binary ? 2 : f.kind == FusedInstr::unary || f.kind == FusedInstr::store ? 1 : 0;
+    const size_t pops = f.kind == FusedInstr::binary                                 ? 2
+                        : f.kind == FusedInstr::unary || f.kind == FusedInstr::store ? 1
+                                                                                     : 0;
     if (depth < pops) bad(at + " pops an empty stack");
     if (f.kind == FusedInstr::store || f.kind == FusedInstr::load) {
-      if (f.index >= kFusedMaxOutputs) bad(at + " names output " + std::to_string(f.index) + ", above kFusedMaxOutputs (" + std::to_string(kFusedMaxOutputs) + ")");
-      if (f.kind == FusedInstr::store && stored[f.index]) bad(at + " stores output " + std::to_string(f.index) + " twice");
-      if (f.kind == FusedInstr::load && !stored[f.index]) bad(at + " loads output " + std::to_string(f.index) + " before it is stored");
+      if (f.index >= kFusedMaxOutputs)
+        bad(at + " names output " + std::to_string(f.index) + ", above kFusedMaxOutputs (" +
+            std::to_string(kFusedMaxOutputs) + ")");
+      if (f.kind == FusedInstr::store && stored[f.index])
+        bad(at + " stores output " + std::to_string(f.index) + " twice");
+      if (f.kind == FusedInstr::load && !stored[f.index])
+        bad(at + " loads output " + std::to_string(f.index) + " before it is stored");
       if (f.kind == FusedInstr::store) stored[f.index] = 1;
     }
-    depth = depth - pops + (f.kind == FusedInstr::binary || f.kind == FusedInstr::unary || f.kind == FusedInstr::input ||
-                            f.kind == FusedInstr::constant || f.kind == FusedInstr::load);
-    if (depth > kFusedMaxStack) bad(at + " grows the stack above kFusedMaxStack (" + std::to_string(kFusedMaxStack) + ")");
+    depth = depth - pops +
+            (f.kind == FusedInstr::binary || f.kind == FusedInstr::unary || f.kind == FusedInstr::input ||
+             f.kind == FusedInstr::constant || f.kind == FusedInstr::load);
+    if (depth > kFusedMaxStack)
+      bad(at + " grows the stack above kFusedMaxStack (" + std::to_string(kFusedMaxStack) + ")");
   }
   if (depth != 0) bad(std::to_string(depth) + " values left on the stack: every value must be stored");
   for (size_t k = 0; k < stores; ++k) {
-    if (!stored[k]) bad("output " + std::to_string(k) + " is never stored (outputs are 0 to " + std::to_string(stores - 1) + ")");
+    if (!stored[k])
+      bad("output " + std::to_string(k) + " is never stored (outputs are 0 to " + std::to_string(stores - 1) + ")");
   }
   return stores;
 }
@@ -59,8 +70,7 @@ int64_t Tensor::dim(int64_t i) const {
   int64_t r = int64_t(s.size());
   if (i < 0) i += r;
   if (i < 0 || i >= r) {
-    throw std::invalid_argument("[graph] axis " + std::to_string(i) + " out of range for shape " +
-                                shape_str(s));
+    throw std::invalid_argument("[graph] axis " + std::to_string(i) + " out of range for shape " + shape_str(s));
   }
   return s[size_t(i)];
 }
@@ -100,8 +110,8 @@ Tensor Graph::state(const std::string& name, Shape shape, Init init, DType dtype
 Tensor Graph::constant(std::vector<double> values, Shape shape, DType dtype) {
   check_shape("constant", shape);
   if (int64_t(values.size()) != numel(shape)) {
-    throw std::invalid_argument("[constant] " + std::to_string(values.size()) +
-                                " values do not fill shape " + shape_str(shape));
+    throw std::invalid_argument("[constant] " + std::to_string(values.size()) + " values do not fill shape " +
+                                shape_str(shape));
   }
   Node n{Op::constant, NoAttrs{}, {}, TensorType{dtype, std::move(shape)}, {}, {}, std::move(values)};
   nodes_.push_back(std::move(n));
@@ -120,8 +130,7 @@ void Graph::output(const std::string& name, Tensor t) {
 void Graph::assign(Tensor state, Tensor value) {
   const Node& s = node(state.id);
   if (s.op != Op::state && s.op != Op::parameter) {
-    throw std::invalid_argument("[assign] target must be a state or parameter, got " +
-                                std::string(op_name(s.op)));
+    throw std::invalid_argument("[assign] target must be a state or parameter, got " + std::string(op_name(s.op)));
   }
   if (s.type != value.type()) {
     throw std::invalid_argument("[assign] '" + s.name + "' has type " + shape_str(s.type.shape) +
@@ -133,16 +142,15 @@ void Graph::assign(Tensor state, Tensor value) {
   assignments_.emplace_back(state.id, value.id);
 }
 
-Tensor Graph::add_node(Op op, Attrs attrs, std::vector<NodeId> inputs, TensorType type,
-                       std::string name) {
+Tensor Graph::add_node(Op op, Attrs attrs, std::vector<NodeId> inputs, TensorType type, std::string name) {
   const OpInfo& info = op_info(op);
   if (info.arity >= 0 && int(inputs.size()) != info.arity) {
-    throw std::invalid_argument("[" + std::string(info.name) + "] expects " +
-                                std::to_string(info.arity) + " inputs, got " +
-                                std::to_string(inputs.size()));
+    throw std::invalid_argument("[" + std::string(info.name) + "] expects " + std::to_string(info.arity) +
+                                " inputs, got " + std::to_string(inputs.size()));
   }
   for (NodeId i : inputs) {
-    if (i >= nodes_.size()) throw std::invalid_argument("[" + std::string(info.name) + "] input %" + std::to_string(i) + " does not exist");
+    if (i >= nodes_.size())
+      throw std::invalid_argument("[" + std::string(info.name) + "] input %" + std::to_string(i) + " does not exist");
   }
   check_shape(std::string(info.name), type.shape);
   nodes_.push_back(Node{op, std::move(attrs), std::move(inputs), std::move(type), std::move(name), {}, {}});
@@ -167,7 +175,6 @@ std::optional<NodeId> Graph::find(const std::string& leaf_name) const {
 namespace {
 using nlohmann::json;
 
-
 // Doubles JSON cannot hold (a -inf mask fill, a nan constant) are written as strings, as in
 // Program::to_json, so that they read back instead of becoming null.
 json real(double v) {
@@ -184,13 +191,17 @@ struct AttrJson {
   json operator()(const AxisAttrs& a) const { return {{"axis", a.axis}}; }
   json operator()(const MatmulAttrs& a) const { return {{"trans_a", a.trans_a}, {"trans_b", a.trans_b}}; }
   json operator()(const ConvAttrs& a) const {
-    return {{"stride", {a.stride[0], a.stride[1]}}, {"pad", {a.pad[0], a.pad[1]}},
-            {"dilation", {a.dilation[0], a.dilation[1]}}, {"groups", a.groups},
+    return {{"stride", {a.stride[0], a.stride[1]}},
+            {"pad", {a.pad[0], a.pad[1]}},
+            {"dilation", {a.dilation[0], a.dilation[1]}},
+            {"groups", a.groups},
             {"grad_shape", a.grad_shape}};
   }
   json operator()(const PoolAttrs& a) const {
-    return {{"kernel", {a.kernel[0], a.kernel[1]}}, {"stride", {a.stride[0], a.stride[1]}},
-            {"pad", {a.pad[0], a.pad[1]}}, {"grad_shape", a.grad_shape}};
+    return {{"kernel", {a.kernel[0], a.kernel[1]}},
+            {"stride", {a.stride[0], a.stride[1]}},
+            {"pad", {a.pad[0], a.pad[1]}},
+            {"grad_shape", a.grad_shape}};
   }
   json operator()(const ShapeAttrs& a) const { return {{"shape", a.shape}}; }
   json operator()(const PermuteAttrs& a) const { return {{"perm", a.perm}}; }
@@ -211,17 +222,25 @@ struct AttrJson {
         case FusedInstr::input: code.push_back("in" + std::to_string(f.index)); break;
         case FusedInstr::constant: code.push_back(real(f.a)); break;
         case FusedInstr::unary:
-          if (f.op == Op::affine) code.push_back({op_name(f.op), real(f.a), real(f.b)});
-          else if (f.op == Op::clip_coef) code.push_back({op_name(f.op), real(f.a)});
-          else code.push_back(op_name(f.op));
+          if (f.op == Op::affine)
+            code.push_back({op_name(f.op), real(f.a), real(f.b)});
+          else if (f.op == Op::clip_coef)
+            code.push_back({op_name(f.op), real(f.a)});
+          else
+            code.push_back(op_name(f.op));
           break;
         case FusedInstr::binary: code.push_back(op_name(f.op)); break;
         case FusedInstr::store: code.push_back("store" + std::to_string(f.index)); break;
         case FusedInstr::load: code.push_back("load" + std::to_string(f.index)); break;
       }
     }
-    return {{"code", code}, {"trans_a", a.matmul.trans_a}, {"trans_b", a.matmul.trans_b},
-            {"reduce", op_name(a.reduce)}, {"domain", a.domain}, {"axes", a.axes}, {"keepdims", a.keepdims}};
+    return {{"code", code},
+            {"trans_a", a.matmul.trans_a},
+            {"trans_b", a.matmul.trans_b},
+            {"reduce", op_name(a.reduce)},
+            {"domain", a.domain},
+            {"axes", a.axes},
+            {"keepdims", a.keepdims}};
   }
   json operator()(const NormAttrs& a) const { return {{"center", a.center}, {"eps", real(a.eps)}}; }
   json operator()(const SoftmaxAttrs& a) const {
@@ -337,7 +356,7 @@ std::string Graph::to_json() const {
     o += s;
     o += '"';
   };
-  auto number = [&](double v) { o += json(v).dump(); };           // as json prints a double
+  auto number = [&](double v) { o += json(v).dump(); };  // as json prints a double
   auto index = [&](uint64_t v) { o += std::to_string(v); };
   // [[first, second], ...] of (node, node) or (name, node) pairs
   auto pairs = [&](const auto& list, auto&& first) {
@@ -355,8 +374,10 @@ std::string Graph::to_json() const {
   for (size_t i = 0; i < nodes_.size(); ++i) {
     const Node& n = nodes_[i];
     o += i ? ",{\"attrs\":" : "{\"attrs\":";
-    if (std::holds_alternative<NoAttrs>(n.attrs)) o += "{}";
-    else if (!attrs_text(n.attrs, o)) o += attrs_json(n.attrs);
+    if (std::holds_alternative<NoAttrs>(n.attrs))
+      o += "{}";
+    else if (!attrs_text(n.attrs, o))
+      o += attrs_json(n.attrs);
     o += ",\"dtype\":";
     text(dtype_name(n.type.dtype));
     if (n.op == Op::parameter || n.op == Op::state) {

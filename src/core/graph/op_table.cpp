@@ -144,12 +144,15 @@ OpCost op_cost(const Graph& g, const Node& n) {
       c.flops = 2.0 * double(numel(dy)) * double(w[1] * w[2] * w[3]);
       break;
     }
-    case Op::max_pool2d: case Op::avg_pool2d: {
+    case Op::max_pool2d:
+    case Op::avg_pool2d: {
       const auto& p = std::get<PoolAttrs>(n.attrs);
       c.flops = out * double(p.kernel[0] * p.kernel[1]);
       break;
     }
-    case Op::softmax: case Op::log_softmax: case Op::softmax_scaled: c.flops = 5 * out; break;
+    case Op::softmax:
+    case Op::log_softmax:
+    case Op::softmax_scaled: c.flops = 5 * out; break;
     case Op::norm: c.flops = 4 * out; break;
     case Op::fused_elementwise: {
       double per = 0;
@@ -175,12 +178,21 @@ OpCost op_cost(const Graph& g, const Node& n) {
       c.flops = 2.0 * out * k + per * out;
       break;
     }
-    case Op::sum: case Op::mean: case Op::max: c.flops = in_numel(0); break;
-    case Op::gelu_tanh: case Op::gelu_erf: case Op::gelu_tanh_grad: case Op::gelu_erf_grad:
-    case Op::silu: case Op::sigmoid: case Op::tanh: c.flops = 8 * out; break;
+    case Op::sum:
+    case Op::mean:
+    case Op::max: c.flops = in_numel(0); break;
+    case Op::gelu_tanh:
+    case Op::gelu_erf:
+    case Op::gelu_tanh_grad:
+    case Op::gelu_erf_grad:
+    case Op::silu:
+    case Op::sigmoid:
+    case Op::tanh: c.flops = 8 * out; break;
     case Op::rope: c.flops = 4 * out; break;
-    case Op::sin: case Op::cos: c.flops = 8 * out; break;
-    case Op::attention_fused: case Op::attention_fused_backward: {
+    case Op::sin:
+    case Op::cos: c.flops = 8 * out; break;
+    case Op::attention_fused:
+    case Op::attention_fused_backward: {
       const auto& a = std::get<AttentionAttrs>(n.attrs);
       const double pairs = double(a.q[0] * a.q[1] * a.q[2] * a.k[2]);
       const double d = double(a.q[3]), dv = double(a.v[3]);
@@ -191,8 +203,7 @@ OpCost op_cost(const Graph& g, const Node& n) {
     case Op::softmax_cross_entropy: c.flops = 5 * in_numel(0); break;
     case Op::softmax_cross_entropy_backward: c.flops = 5 * out; break;
     case Op::embedding_backward: c.flops = double(g.node(n.inputs[0]).type.numel()); break;
-    default:
-      c.flops = (info.family == OpFamily::unary || info.family == OpFamily::binary) ? out : 0;
+    default: c.flops = (info.family == OpFamily::unary || info.family == OpFamily::binary) ? out : 0;
   }
   return c;
 }

@@ -18,7 +18,8 @@ void require_float(Op op, Tensor x) {
 }
 
 void require_ids(Op op, Tensor ids, const char* what) {
-  if (ids.dtype() != DType::i32) fail(op, std::string(what) + " must be i32, got " + std::string(dtype_name(ids.dtype())));
+  if (ids.dtype() != DType::i32)
+    fail(op, std::string(what) + " must be i32, got " + std::string(dtype_name(ids.dtype())));
 }
 
 Shape broadcast3(Op op, const std::vector<Shape>& shapes) {
@@ -63,7 +64,8 @@ Tensor where(Tensor cond, Tensor a, Tensor b) {
   constexpr Op op = Op::where;
   Graph& g = graph_of(op, {cond, a, b});
   require_float(op, a);
-  if (cond.dtype() != a.dtype() || a.dtype() != b.dtype()) fail(op, "condition and both branches must share a float dtype");
+  if (cond.dtype() != a.dtype() || a.dtype() != b.dtype())
+    fail(op, "condition and both branches must share a float dtype");
   Shape out = broadcast3(op, {cond.shape(), a.shape(), b.shape()});
   return g.add_node(op, NoAttrs{}, {cond.id, a.id, b.id}, TensorType{a.dtype(), out});
 }
@@ -99,9 +101,11 @@ Tensor softmax_cross_entropy(Tensor logits, Tensor targets, int64_t ignore_index
   require_float(op, logits);
   require_ids(op, targets, "targets");
   if (logits.rank() != 2 || targets.rank() != 1 || targets.dim(0) != logits.dim(0)) {
-    fail(op, "expects logits [N,C] and targets [N], got " + shape_str(logits.shape()) + " and " + shape_str(targets.shape()));
+    fail(op, "expects logits [N,C] and targets [N], got " + shape_str(logits.shape()) + " and " +
+                 shape_str(targets.shape()));
   }
-  return g.add_node(op, OneHotAttrs{logits.dim(1), ignore_index}, {logits.id, targets.id}, TensorType{logits.dtype(), {}});
+  return g.add_node(op, OneHotAttrs{logits.dim(1), ignore_index}, {logits.id, targets.id},
+                    TensorType{logits.dtype(), {}});
 }
 
 Tensor softmax_cross_entropy_backward(Tensor logits, Tensor targets, Tensor g, int64_t ignore_index) {

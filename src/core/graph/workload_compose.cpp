@@ -17,7 +17,8 @@ Shape channel_shape(Tensor x) {  // [1, C, 1, ...]
 }
 
 void check_bn(const char* op, Tensor x, std::initializer_list<Tensor> per_channel) {
-  if (x.rank() < 2) throw std::invalid_argument(std::string("[") + op + "] expects [N, C, ...], got " + shape_str(x.shape()));
+  if (x.rank() < 2)
+    throw std::invalid_argument(std::string("[") + op + "] expects [N, C, ...], got " + shape_str(x.shape()));
   for (const Tensor& t : per_channel) {
     if (t.shape() != Shape{x.dim(1)}) {
       throw std::invalid_argument(std::string("[") + op + "] per-channel tensors must be (" + std::to_string(x.dim(1)) +
@@ -28,13 +29,15 @@ void check_bn(const char* op, Tensor x, std::initializer_list<Tensor> per_channe
 
 }  // namespace
 
-Tensor batch_norm_train(Tensor x, Tensor gamma, Tensor beta, Tensor running_mean, Tensor running_var,
-                        double momentum, double eps) {
+Tensor batch_norm_train(Tensor x, Tensor gamma, Tensor beta, Tensor running_mean, Tensor running_var, double momentum,
+                        double eps) {
   check_bn("batch_norm", x, {gamma, beta, running_mean, running_var});
   std::vector<int64_t> axes{0};
   for (int64_t i = 2; i < x.rank(); ++i) axes.push_back(i);
   const double count = double(x.type().numel()) / double(x.dim(1));
-  if (count < 2) throw std::invalid_argument("[batch_norm] training needs more than one value per channel, got " + shape_str(x.shape()));
+  if (count < 2)
+    throw std::invalid_argument("[batch_norm] training needs more than one value per channel, got " +
+                                shape_str(x.shape()));
   const Shape cs = channel_shape(x);
   Tensor mu = mean(x, axes, true);
   Tensor xc = x - mu;
@@ -48,8 +51,7 @@ Tensor batch_norm_train(Tensor x, Tensor gamma, Tensor beta, Tensor running_mean
   return y;
 }
 
-Tensor batch_norm_inference(Tensor x, Tensor gamma, Tensor beta, Tensor running_mean, Tensor running_var,
-                            double eps) {
+Tensor batch_norm_inference(Tensor x, Tensor gamma, Tensor beta, Tensor running_mean, Tensor running_var, double eps) {
   check_bn("batch_norm", x, {gamma, beta, running_mean, running_var});
   Tensor scale = gamma * rsqrt(running_var + eps);
   Tensor shift = beta - running_mean * scale;

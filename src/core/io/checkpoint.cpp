@@ -20,8 +20,7 @@ std::string describe(DType dtype, std::span<const int64_t> shape) {
 
 }  // namespace
 
-void check_checkpoint_metadata(const std::map<std::string, std::string>& metadata,
-                               const fs::path& source) {
+void check_checkpoint_metadata(const std::map<std::string, std::string>& metadata, const fs::path& source) {
   auto fail = [&](const std::string& what) {
     throw Error(kPrefix + detail::quote_name(source.string()) + ": " + what);
   };
@@ -29,10 +28,9 @@ void check_checkpoint_metadata(const std::map<std::string, std::string>& metadat
     fail("metadata format is " + detail::quote_name(it->second) + ", expected " +
          detail::quote_name(kCheckpointFormat));
   }
-  if (auto it = metadata.find("format_version");
-      it != metadata.end() && it->second != kCheckpointFormatVersion) {
-    fail("unsupported format_version " + detail::quote_name(it->second) +
-         " (this build reads version " + kCheckpointFormatVersion + ")");
+  if (auto it = metadata.find("format_version"); it != metadata.end() && it->second != kCheckpointFormatVersion) {
+    fail("unsupported format_version " + detail::quote_name(it->second) + " (this build reads version " +
+         kCheckpointFormatVersion + ")");
   }
   if (auto it = metadata.find("step"); it != metadata.end()) {
     const std::string& s = it->second;
@@ -42,14 +40,12 @@ void check_checkpoint_metadata(const std::map<std::string, std::string>& metadat
       fail("metadata step " + detail::quote_name(s) + " is not a non-negative integer");
     }
   }
-  if (auto it = metadata.find("layout");
-      it != metadata.end() && !nlohmann::json::accept(it->second)) {
+  if (auto it = metadata.find("layout"); it != metadata.end() && !nlohmann::json::accept(it->second)) {
     fail("metadata layout is not valid JSON");
   }
 }
 
-void check_checkpoint_matches(const SafetensorsFile& file,
-                              const std::vector<ExpectedTensor>& expected,
+void check_checkpoint_matches(const SafetensorsFile& file, const std::vector<ExpectedTensor>& expected,
                               const std::vector<std::string>& ignored_state) {
   std::vector<std::string> problems;
   std::map<std::string, const ExpectedTensor*> wanted;
@@ -57,31 +53,27 @@ void check_checkpoint_matches(const SafetensorsFile& file,
   for (const auto& [name, e] : wanted) {
     auto it = file.tensors.find(name);
     if (it == file.tensors.end()) {
-      problems.push_back("missing tensor " + detail::quote_name(name) + " (expected " +
-                         describe(e->dtype, e->shape) + ")");
+      problems.push_back("missing tensor " + detail::quote_name(name) + " (expected " + describe(e->dtype, e->shape) +
+                         ")");
     } else if (it->second.dtype != e->dtype || it->second.shape != e->shape) {
-      problems.push_back("tensor " + detail::quote_name(name) + " is " +
-                         describe(it->second.dtype, it->second.shape) + ", expected " +
-                         describe(e->dtype, e->shape));
+      problems.push_back("tensor " + detail::quote_name(name) + " is " + describe(it->second.dtype, it->second.shape) +
+                         ", expected " + describe(e->dtype, e->shape));
     }
   }
   auto is_ignored_state = [&](const std::string& name) {
     auto dot = name.find('.');
     return dot != std::string::npos && wanted.count(name.substr(dot + 1)) &&
-           std::find(ignored_state.begin(), ignored_state.end(), name.substr(0, dot)) !=
-               ignored_state.end();
+           std::find(ignored_state.begin(), ignored_state.end(), name.substr(0, dot)) != ignored_state.end();
   };
   for (const auto& [name, record] : file.tensors) {
     if (!wanted.count(name) && !is_ignored_state(name)) {
-      problems.push_back("unexpected tensor " + detail::quote_name(name) + " (" +
-                         describe(record.dtype, record.shape) + ")");
+      problems.push_back("unexpected tensor " + detail::quote_name(name) + " (" + describe(record.dtype, record.shape) +
+                         ")");
     }
   }
   if (problems.empty()) return;
-  std::string message =
-      kPrefix + detail::quote_name(file.source.string()) + ": " + problems.front();
-  if (problems.size() > 1)
-    message += " (and " + std::to_string(problems.size() - 1) + " more problems)";
+  std::string message = kPrefix + detail::quote_name(file.source.string()) + ": " + problems.front();
+  if (problems.size() > 1) message += " (and " + std::to_string(problems.size() - 1) + " more problems)";
   throw Error(message);
 }
 

@@ -17,9 +17,7 @@ namespace meganeura::io::detail {
 
 namespace fs = std::filesystem;
 
-FileDescriptor::~FileDescriptor() {
-  close();
-}
+FileDescriptor::~FileDescriptor() { close(); }
 
 int FileDescriptor::close() {
   if (fd_ < 0) return 0;
@@ -41,15 +39,13 @@ FileDescriptor open_for_reading(const fs::path& path, const std::string& prefix)
   return FileDescriptor(fd);
 }
 
-size_t read_at(int fd, void* buffer, size_t n, uint64_t offset, const fs::path& path,
-               const std::string& prefix) {
+size_t read_at(int fd, void* buffer, size_t n, uint64_t offset, const fs::path& path, const std::string& prefix) {
   // Linux transfers at most this much per call.
   constexpr size_t kMaxChunk = 0x7ffff000;
   auto* out = static_cast<char*>(buffer);
   size_t done = 0;
   while (done < n) {
-    ssize_t got =
-        ::pread(fd, out + done, std::min(n - done, kMaxChunk), static_cast<off_t>(offset + done));
+    ssize_t got = ::pread(fd, out + done, std::min(n - done, kMaxChunk), static_cast<off_t>(offset + done));
     if (got < 0) {
       if (errno == EINTR) continue;
       throw Error(prefix + "cannot read " + os_error_text(path, "read", errno));
@@ -105,12 +101,10 @@ int fsync_directory(const fs::path& dir) {
 
 }  // namespace
 
-void replace_atomically(const fs::path& path, const std::string& prefix,
-                        const std::function<int(int fd)>& write_body) {
+void replace_atomically(const fs::path& path, const std::string& prefix, const std::function<int(int fd)>& write_body) {
   const fs::path temp = temp_path_for(path);
   auto fail = [&](const fs::path& where, const char* op, int err) {
-    throw Error(prefix + "cannot write " + quote_name(path.string()) + ": " +
-                os_error_text(where, op, err));
+    throw Error(prefix + "cannot write " + quote_name(path.string()) + ": " + os_error_text(where, op, err));
   };
   int fd = ::open(temp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
   if (fd < 0) fail(temp, "create", errno);

@@ -54,8 +54,7 @@ std::string supported_dtypes() {
 }
 
 uint64_t json_offset(const json& v, const fs::path& path, const std::string& where) {
-  if (!v.is_number_unsigned())
-    corrupt(path, where + ": data_offsets must be non-negative integers");
+  if (!v.is_number_unsigned()) corrupt(path, where + ": data_offsets must be non-negative integers");
   return v.get<uint64_t>();
 }
 
@@ -104,8 +103,8 @@ TensorInfo parse_entry(const std::string& name, const json& entry, const fs::pat
   info.end = json_offset(offsets[1], path, where);
   if (info.end < info.begin || info.end - info.begin != *bytes) {
     corrupt(path, where + ": data_offsets " + offsets.dump() + " do not match " +
-                      std::string(dtype_safetensors_name(info.dtype)) + " " +
-                      format_shape(info.shape) + " (" + std::to_string(*bytes) + " bytes)");
+                      std::string(dtype_safetensors_name(info.dtype)) + " " + format_shape(info.shape) + " (" +
+                      std::to_string(*bytes) + " bytes)");
   }
   return info;
 }
@@ -121,24 +120,21 @@ void check_layout(const SafetensorsHeader& header, uint64_t data_size, const fs:
   const std::string* previous = nullptr;
   for (const auto& [name, info] : order) {
     if (info->end > data_size) {
-      corrupt(path, "tensor " + detail::quote_name(*name) + " ends at data byte " +
-                        std::to_string(info->end) + " but the data section has " +
-                        std::to_string(data_size) + " bytes (truncated file?)");
+      corrupt(path, "tensor " + detail::quote_name(*name) + " ends at data byte " + std::to_string(info->end) +
+                        " but the data section has " + std::to_string(data_size) + " bytes (truncated file?)");
     }
     if (info->begin < cursor) {
-      corrupt(path, "tensors " + detail::quote_name(*previous) + " and " +
-                        detail::quote_name(*name) + " overlap");
+      corrupt(path, "tensors " + detail::quote_name(*previous) + " and " + detail::quote_name(*name) + " overlap");
     }
     if (info->begin > cursor) {
-      corrupt(path, "hole of " + std::to_string(info->begin - cursor) + " bytes before tensor " +
-                        detail::quote_name(*name));
+      corrupt(path,
+              "hole of " + std::to_string(info->begin - cursor) + " bytes before tensor " + detail::quote_name(*name));
     }
     cursor = info->end;
     previous = name;
   }
   if (cursor != data_size) {
-    corrupt(path,
-            std::to_string(data_size - cursor) + " bytes of trailing data after the last tensor");
+    corrupt(path, std::to_string(data_size - cursor) + " bytes of trailing data after the last tensor");
   }
 }
 
@@ -154,10 +150,8 @@ json parse_json(const std::string& text, const fs::path& path) {
                         " levels (kMaxHeaderNesting)");
     }
     // Counted as the keys arrive, so an oversized header fails before it is all built.
-    if (event == json::parse_event_t::key && depth == 1 && value != "__metadata__" &&
-        ++tensors > kMaxTensorCount) {
-      corrupt(path, "more than " + std::to_string(kMaxTensorCount) +
-                        " tensors, the limit (kMaxTensorCount)");
+    if (event == json::parse_event_t::key && depth == 1 && value != "__metadata__" && ++tensors > kMaxTensorCount) {
+      corrupt(path, "more than " + std::to_string(kMaxTensorCount) + " tensors, the limit (kMaxTensorCount)");
     }
     if (event == json::parse_event_t::object_start) keys.emplace_back();
     if (event == json::parse_event_t::object_end) keys.pop_back();
@@ -175,19 +169,16 @@ json parse_json(const std::string& text, const fs::path& path) {
     if (auto cut = why.find("] "); cut != std::string::npos) why.erase(0, cut + 2);
     corrupt(path, "header is not valid JSON: " + why);
   }
-  if (!duplicate.empty())
-    corrupt(path, "duplicate key " + detail::quote_name(duplicate) + " in header");
+  if (!duplicate.empty()) corrupt(path, "duplicate key " + detail::quote_name(duplicate) + " in header");
   return header;
 }
 
 SafetensorsHeader read_header(int fd, uint64_t file_size, const fs::path& path) {
   if (file_size < 8) {
-    corrupt(path, "file has " + std::to_string(file_size) +
-                      " bytes, too short for the 8-byte header length");
+    corrupt(path, "file has " + std::to_string(file_size) + " bytes, too short for the 8-byte header length");
   }
   unsigned char length_bytes[8];
-  if (detail::read_at(fd, length_bytes, 8, 0, path, kPrefix) != 8)
-    corrupt(path, "file shrank while reading");
+  if (detail::read_at(fd, length_bytes, 8, 0, path, kPrefix) != 8) corrupt(path, "file shrank while reading");
   uint64_t length = 0;
   for (int i = 7; i >= 0; --i) length = (length << 8) | length_bytes[i];
   if (length > kMaxHeaderBytes) {
@@ -195,8 +186,8 @@ SafetensorsHeader read_header(int fd, uint64_t file_size, const fs::path& path) 
                       std::to_string(kMaxHeaderBytes) + " bytes");
   }
   if (length > file_size - 8) {
-    corrupt(path, "header length " + std::to_string(length) + " exceeds the file size " +
-                      std::to_string(file_size) + " (truncated file?)");
+    corrupt(path, "header length " + std::to_string(length) + " exceeds the file size " + std::to_string(file_size) +
+                      " (truncated file?)");
   }
   std::string text(length, '\0');
   if (detail::read_at(fd, text.data(), length, 8, path, kPrefix) != length) {
@@ -212,8 +203,7 @@ SafetensorsHeader read_header(int fd, uint64_t file_size, const fs::path& path) 
     if (name == "__metadata__") {
       if (!entry.is_object()) corrupt(path, "__metadata__ is not a JSON object");
       for (const auto& [key, value] : entry.items()) {
-        if (!value.is_string())
-          corrupt(path, "__metadata__ value of " + detail::quote_name(key) + " is not a string");
+        if (!value.is_string()) corrupt(path, "__metadata__ value of " + detail::quote_name(key) + " is not a string");
         header.metadata.emplace(key, value.get<std::string>());
       }
       continue;
@@ -226,8 +216,7 @@ SafetensorsHeader read_header(int fd, uint64_t file_size, const fs::path& path) 
 
 uint64_t file_size_of(int fd, const fs::path& path) {
   struct stat st {};
-  if (::fstat(fd, &st) != 0)
-    throw Error(kPrefix + "cannot read " + detail::os_error_text(path, "stat", errno));
+  if (::fstat(fd, &st) != 0) throw Error(kPrefix + "cannot read " + detail::os_error_text(path, "stat", errno));
   if (!S_ISREG(st.st_mode)) corrupt(path, "not a regular file");
   return static_cast<uint64_t>(st.st_size);
 }
@@ -255,8 +244,7 @@ SafetensorsFile read_safetensors(const fs::path& path) {
   return read_safetensors(path, [](const std::string&) { return true; });
 }
 
-SafetensorsFile read_safetensors(const fs::path& path,
-                                 const std::function<bool(const std::string& name)>& wanted) {
+SafetensorsFile read_safetensors(const fs::path& path, const std::function<bool(const std::string& name)>& wanted) {
   auto fd = detail::open_for_reading(path, kPrefix);
   SafetensorsHeader header = read_header(fd.get(), file_size_of(fd.get(), path), path);
   // Every size below was checked against the file, so allocating it is safe. pread rather
@@ -266,11 +254,9 @@ SafetensorsFile read_safetensors(const fs::path& path,
   file.metadata = std::move(header.metadata);
   for (auto& [name, info] : header.tensors) {
     if (!wanted(name)) continue;
-    TensorRecord record{info.dtype, std::move(info.shape),
-                        std::vector<std::byte>(info.end - info.begin)};
+    TensorRecord record{info.dtype, std::move(info.shape), std::vector<std::byte>(info.end - info.begin)};
     size_t n = record.data.size();
-    if (detail::read_at(fd.get(), record.data.data(), n, header.data_start + info.begin, path,
-                        kPrefix) != n) {
+    if (detail::read_at(fd.get(), record.data.data(), n, header.data_start + info.begin, path, kPrefix) != n) {
       corrupt(path, "file shrank while reading tensor " + detail::quote_name(name));
     }
     file.tensors.emplace(name, std::move(record));
@@ -293,17 +279,14 @@ void write_safetensors(const fs::path& path, const NamedTensorViews& tensors,
   uint64_t offset = 0;
   for (size_t i = 0; i < order.size(); ++i) {
     const auto& [name, view] = *order[i];
-    if (name.empty() || name == "__metadata__")
-      invalid("invalid tensor name " + detail::quote_name(name));
-    if (i > 0 && order[i - 1]->first == name)
-      invalid("duplicate tensor name " + detail::quote_name(name));
+    if (name.empty() || name == "__metadata__") invalid("invalid tensor name " + detail::quote_name(name));
+    if (i > 0 && order[i - 1]->first == name) invalid("duplicate tensor name " + detail::quote_name(name));
     auto bytes = byte_size(view.shape, view.dtype);
-    if (!bytes)
-      invalid("tensor " + detail::quote_name(name) + ": invalid shape " + format_shape(view.shape));
+    if (!bytes) invalid("tensor " + detail::quote_name(name) + ": invalid shape " + format_shape(view.shape));
     if (*bytes != view.data.size()) {
-      invalid("tensor " + detail::quote_name(name) + ": " + std::to_string(view.data.size()) +
-              " bytes given, " + std::string(dtype_safetensors_name(view.dtype)) + " " +
-              format_shape(view.shape) + " needs " + std::to_string(*bytes));
+      invalid("tensor " + detail::quote_name(name) + ": " + std::to_string(view.data.size()) + " bytes given, " +
+              std::string(dtype_safetensors_name(view.dtype)) + " " + format_shape(view.shape) + " needs " +
+              std::to_string(*bytes));
     }
     header[name] = {{"dtype", dtype_safetensors_name(view.dtype)},
                     {"shape", std::vector<int64_t>(view.shape.begin(), view.shape.end())},
@@ -324,8 +307,7 @@ void write_safetensors(const fs::path& path, const NamedTensorViews& tensors,
   for (int i = 0; i < 8; ++i) length_bytes[i] = static_cast<unsigned char>(text.size() >> (8 * i));
   pieces[0] = {length_bytes, 8};
   pieces[1] = {text.data(), text.size()};
-  detail::replace_atomically(path, kPrefix,
-                             [&](int fd) { return detail::write_pieces(fd, pieces); });
+  detail::replace_atomically(path, kPrefix, [&](int fd) { return detail::write_pieces(fd, pieces); });
 }
 
 }  // namespace meganeura::io

@@ -10,14 +10,15 @@ Tensor chargpt(Graph& g, Tensor ids, const CharGptConfig& c) {
   if (c.vocab < 2) throw std::invalid_argument("[chargpt] needs a vocabulary of at least 2 tokens");
   if (c.dim % c.heads || c.heads % c.kv_heads) {
     throw std::invalid_argument("[chargpt] model dimension " + std::to_string(c.dim) + " does not split into " +
-                                std::to_string(c.heads) + " heads (" + std::to_string(c.kv_heads) + " key/value heads)");
+                                std::to_string(c.heads) + " heads (" + std::to_string(c.kv_heads) +
+                                " key/value heads)");
   }
   const int64_t b = ids.dim(0), s = ids.dim(1), hd = c.dim / c.heads;
   const double std_in = 1.0 / std::sqrt(double(c.dim));
   const double std_out = std_in / std::sqrt(2.0 * double(c.layers));  // residual branches
   // Tied: std 1/sqrt(dim) keeps the initial logits of unit scale (loss near ln(vocab)).
   Tensor emb = g.parameter("tok_embedding", {c.vocab, c.dim}, Init{Init::normal, std_in});
-  Tensor x = embedding(emb, ids);  // [B, S, D]
+  Tensor x = embedding(emb, ids);          // [B, S, D]
   auto heads = [&](Tensor t, int64_t n) {  // [B, S, n*hd] -> [B, n, S, hd]
     return permute(reshape(t, {b, s, n, hd}), {0, 2, 1, 3});
   };
@@ -33,7 +34,8 @@ Tensor chargpt(Graph& g, Tensor ids, const CharGptConfig& c) {
     Tensor a = reshape(permute(attention(q, k, v, true), {0, 2, 1, 3}), {b, s, c.dim});
     x = x + matmul(a, weight("wo", {c.dim, c.dim}, std_out));
     h = rms_norm(x, g.parameter(p + "ffn_norm", {c.dim}, Init{Init::ones}));
-    Tensor f = swiglu(matmul(h, weight("w_gate", {c.dim, c.ffn}, std_in)), matmul(h, weight("w_up", {c.dim, c.ffn}, std_in)));
+    Tensor f =
+        swiglu(matmul(h, weight("w_gate", {c.dim, c.ffn}, std_in)), matmul(h, weight("w_up", {c.dim, c.ffn}, std_in)));
     x = x + matmul(f, weight("w_down", {c.ffn, c.dim}, std_out / std::sqrt(double(c.ffn) / double(c.dim))));
   }
   x = rms_norm(x, g.parameter("final_norm", {c.dim}, Init{Init::ones}));
@@ -71,7 +73,8 @@ const std::string& builtin_text() {
 
 int32_t Vocabulary::id(char ch) const {
   auto pos = chars.find(ch);
-  if (pos == std::string::npos) throw std::invalid_argument(std::string("[chargpt] character '") + ch + "' not in the vocabulary");
+  if (pos == std::string::npos)
+    throw std::invalid_argument(std::string("[chargpt] character '") + ch + "' not in the vocabulary");
   return int32_t(pos);
 }
 std::vector<int32_t> Vocabulary::encode(const std::string& s) const {

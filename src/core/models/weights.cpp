@@ -1,8 +1,7 @@
 #include "meganeura/weights.h"
 
-#include <nlohmann/json.hpp>
-
 #include <fstream>
+#include <nlohmann/json.hpp>
 #include <set>
 
 #include "backend/cpu/kernels.h"
@@ -17,7 +16,8 @@ fs::path resolve(const fs::path& path) {
   for (const char* f : {"model.safetensors.index.json", "model.safetensors"}) {
     if (fs::exists(path / f)) return path / f;
   }
-  throw io::Error("[weights] directory " + path.string() + " holds neither model.safetensors.index.json nor model.safetensors");
+  throw io::Error("[weights] directory " + path.string() +
+                  " holds neither model.safetensors.index.json nor model.safetensors");
 }
 
 std::vector<std::pair<std::string, std::string>> leaves(const Graph& g) {  // name, kind
@@ -45,8 +45,8 @@ std::map<std::string, io::TensorRecord> read_weights(const fs::path& path_in, co
   const auto bytes = fs::file_size(path, ec);
   if (ec) throw io::Error("[weights] cannot read index " + path.string() + ": " + ec.message());
   if (bytes > kMaxIndexBytes) {
-    throw io::Error("[weights] index " + path.string() + " is " + std::to_string(bytes) + " bytes, over the limit kMaxIndexBytes = " +
-                    std::to_string(kMaxIndexBytes));
+    throw io::Error("[weights] index " + path.string() + " is " + std::to_string(bytes) +
+                    " bytes, over the limit kMaxIndexBytes = " + std::to_string(kMaxIndexBytes));
   }
   std::ifstream f(path);
   if (!f) throw io::Error("[weights] cannot open index " + path.string());
@@ -61,16 +61,20 @@ std::map<std::string, io::TensorRecord> read_weights(const fs::path& path_in, co
   }
   std::map<std::string, std::vector<std::string>> by_shard;
   for (auto& [name, shard] : index["weight_map"].items()) {
-    if (!shard.is_string()) throw io::Error("[weights] index " + path.string() + ": shard of '" + name + "' is not a file name");
+    if (!shard.is_string())
+      throw io::Error("[weights] index " + path.string() + ": shard of '" + name + "' is not a file name");
     const std::string file = shard.get<std::string>();
-    if (file.empty() || file == "." || file == ".." || file.find('/') != std::string::npos || file.find('\0') != std::string::npos) {
+    if (file.empty() || file == "." || file == ".." || file.find('/') != std::string::npos ||
+        file.find('\0') != std::string::npos) {
       throw io::Error("[weights] index " + path.string() + ": shard '" + file + "' must be a file beside the index");
     }
     if (want(name)) by_shard[file].push_back(name);
   }
   for (auto& [file, in_shard] : by_shard) {
     const std::set<std::string> here(in_shard.begin(), in_shard.end());
-    auto tensors = io::read_safetensors(path.parent_path() / file, [&](const std::string& n) { return here.count(n) > 0; }).tensors;
+    auto tensors = io::read_safetensors(path.parent_path() / file, [&](const std::string& n) {
+                     return here.count(n) > 0;
+                   }).tensors;
     for (const std::string& n : in_shard) {
       auto it = tensors.find(n);
       if (it == tensors.end()) {
@@ -97,7 +101,8 @@ size_t load_weights(Session& s, const Graph& g, const fs::path& path) {
                       ", the model expects " + shape_str(type.shape));
     }
     if (!dtype_is_float(r.dtype)) {
-      throw io::Error("[weights] " + kind + " '" + name + "' is " + std::string(dtype_name(r.dtype)) + ", expected a float type");
+      throw io::Error("[weights] " + kind + " '" + name + "' is " + std::string(dtype_name(r.dtype)) +
+                      ", expected a float type");
     }
     if (!s.buffers().count(name)) continue;  // planned away: nothing reads it
     std::vector<double> v(size_t(type.numel()));

@@ -10,7 +10,9 @@
 
 namespace meganeura::models::parts {
 
-inline Tensor param(Graph& g, const std::string& name, Shape s, Init init) { return g.parameter(name, std::move(s), init); }
+inline Tensor param(Graph& g, const std::string& name, Shape s, Init init) {
+  return g.parameter(name, std::move(s), init);
+}
 inline Init normal(double std) { return Init{Init::normal, std}; }
 inline Init ones() { return Init{Init::ones}; }
 inline Init zeros() { return Init{Init::zeros}; }
@@ -29,8 +31,8 @@ inline Tensor channel_bias(Tensor y, Tensor b) {
 }
 
 // 2-D convolution with weight [out, in, k, k] and an optional bias; He-normal initialisation.
-inline Tensor conv(Graph& g, Tensor x, const std::string& prefix, int64_t in, int64_t out, int64_t k,
-                   int64_t stride, int64_t pad, bool bias) {
+inline Tensor conv(Graph& g, Tensor x, const std::string& prefix, int64_t in, int64_t out, int64_t k, int64_t stride,
+                   int64_t pad, bool bias) {
   Tensor w = param(g, prefix + ".weight", {out, in, k, k}, normal(std::sqrt(2.0 / double(in * k * k))));
   Conv2dOptions o;
   o.stride_h = o.stride_w = stride;

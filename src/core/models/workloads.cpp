@@ -1,9 +1,10 @@
 // The workload registry, parameter counting, synthetic inputs and special initialisers.
+#include "meganeura/workloads.h"
+
 #include <cmath>
 #include <random>
 #include <stdexcept>
 
-#include "meganeura/workloads.h"
 #include "models/workloads_internal.h"
 
 namespace meganeura::models {

@@ -39,10 +39,13 @@ Workload build_smollm2(Graph& g, Scale scale, bool minimal) {
   for (int64_t l = 0; l < c.layers; ++l) {
     const std::string p = "model.layers." + std::to_string(l) + ".";
     Tensor h = rms_norm(x, param(g, p + "input_layernorm.weight", {c.dim}, ones()), c.eps);
-    Tensor q = rope(split_heads(linear(g, h, p + "self_attn.q_proj", c.dim, c.heads * c.head_dim, false), c.heads), c.theta);
-    Tensor k = rope(split_heads(linear(g, h, p + "self_attn.k_proj", c.dim, c.kv_heads * c.head_dim, false), c.kv_heads), c.theta);
+    Tensor q =
+        rope(split_heads(linear(g, h, p + "self_attn.q_proj", c.dim, c.heads * c.head_dim, false), c.heads), c.theta);
+    Tensor k = rope(
+        split_heads(linear(g, h, p + "self_attn.k_proj", c.dim, c.kv_heads * c.head_dim, false), c.kv_heads), c.theta);
     Tensor v = split_heads(linear(g, h, p + "self_attn.v_proj", c.dim, c.kv_heads * c.head_dim, false), c.kv_heads);
-    x = x + linear(g, merge_heads(attention(q, k, v, true)), p + "self_attn.o_proj", c.heads * c.head_dim, c.dim, false);
+    x = x +
+        linear(g, merge_heads(attention(q, k, v, true)), p + "self_attn.o_proj", c.heads * c.head_dim, c.dim, false);
     h = rms_norm(x, param(g, p + "post_attention_layernorm.weight", {c.dim}, ones()), c.eps);
     x = x + swiglu_mlp(g, h, p, c.dim, c.ffn);
   }
@@ -69,7 +72,9 @@ Workload build_smolvla(Graph& g, Scale scale, bool minimal) {
   const VlaConfig c = vla_config(scale);
   const int64_t a = minimal ? 1 : c.actions, kv_width = c.kv_heads * c.head_dim, hq = c.heads * c.head_dim;
   Workload w;
-  w.inputs = {{"noisy_actions", {1, a, c.action_dim}}, {"timestep", {1}}, {"vlm_kv", {1, c.vlm_tokens, kv_width}},
+  w.inputs = {{"noisy_actions", {1, a, c.action_dim}},
+              {"timestep", {1}},
+              {"vlm_kv", {1, c.vlm_tokens, kv_width}},
               {"target", {1, a, c.action_dim}}};
   Tensor noisy = g.input("noisy_actions", {1, a, c.action_dim});
   Tensor t = g.input("timestep", {1});
@@ -104,7 +109,9 @@ Workload build_smolvla(Graph& g, Scale scale, bool minimal) {
 
 // ---- Whisper-tiny encoder (Hugging Face names) -----
 namespace {
-struct WhisperConfig { int64_t mels, frames, dim, heads, layers, ffn; };
+struct WhisperConfig {
+  int64_t mels, frames, dim, heads, layers, ffn;
+};
 WhisperConfig whisper_config(Scale s) {
   if (s == Scale::full) return {80, 3000, 384, 6, 4, 1536};
   return {16, 64, 64, 4, 2, 256};

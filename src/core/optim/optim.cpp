@@ -31,8 +31,8 @@ void append_update(Graph& g, const std::vector<std::pair<Tensor, Tensor>>& pg, c
   std::vector<Tensor> grads;
   for (auto& [p, gr] : pg) {
     if (p.shape() != gr.shape()) {
-      throw std::invalid_argument("[optim] gradient of '" + g.node(p.id).name + "' has shape " +
-                                  shape_str(gr.shape()) + ", parameter " + shape_str(p.shape()));
+      throw std::invalid_argument("[optim] gradient of '" + g.node(p.id).name + "' has shape " + shape_str(gr.shape()) +
+                                  ", parameter " + shape_str(p.shape()));
     }
     grads.push_back(gr);
   }

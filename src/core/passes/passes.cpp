@@ -20,7 +20,7 @@ struct Uses {
   std::vector<uint32_t> count;
   std::vector<std::vector<NodeId>> consumers;  // distinct consumer nodes
   std::vector<char> pinned;
-  std::vector<NodeId> assigned_to;             // value -> the state it is assigned to, or kNone
+  std::vector<NodeId> assigned_to;  // value -> the state it is assigned to, or kNone
   explicit Uses(const Graph& g)
       : count(g.size(), 0), consumers(g.size()), pinned(g.size(), 0), assigned_to(g.size(), kNone) {
     for (NodeId id = 0; id < g.size(); ++id) {
@@ -69,10 +69,12 @@ class Rewriter {
     return std::move(dst_);
   }
 
- NodeId at(NodeId id) const {
-    if (map_[id] == kNone) throw std::logic_error("[passes] node %" + std::to_string(id) + " used before it was copied");
+  NodeId at(NodeId id) const {
+    if (map_[id] == kNone)
+      throw std::logic_error("[passes] node %" + std::to_string(id) + " used before it was copied");
     return map_[id];
   }
+
  private:
   std::vector<NodeId> mapped(const std::vector<NodeId>& ids) const {
     std::vector<NodeId> r;
@@ -109,11 +111,20 @@ bool is_pointwise(const Graph& g, const Node& n) {
 
 bool transcendental(Op op) {
   switch (op) {
-    case Op::exp: case Op::log: case Op::sqrt: case Op::rsqrt: case Op::tanh: case Op::sigmoid: case Op::silu:
-    case Op::gelu_tanh: case Op::gelu_erf: case Op::gelu_tanh_grad: case Op::gelu_erf_grad: case Op::sin: case Op::cos:
-      return true;
-    default:
-      return false;
+    case Op::exp:
+    case Op::log:
+    case Op::sqrt:
+    case Op::rsqrt:
+    case Op::tanh:
+    case Op::sigmoid:
+    case Op::silu:
+    case Op::gelu_tanh:
+    case Op::gelu_erf:
+    case Op::gelu_tanh_grad:
+    case Op::gelu_erf_grad:
+    case Op::sin:
+    case Op::cos: return true;
+    default: return false;
   }
 }
 
@@ -146,8 +157,10 @@ Graph remove_dead_nodes(const Graph& g, PassStats* stats) {
   }
   Rewriter r(g);
   for (NodeId id = 0; id < g.size(); ++id) {
-    if (live[id]) r.copy(id);
-    else if (stats) stats->removed++;
+    if (live[id])
+      r.copy(id);
+    else if (stats)
+      stats->removed++;
   }
   return r.finish();
 }
@@ -331,7 +344,8 @@ class Fuser {
       for (NodeId k : n.inputs) heavy[id] |= inl_[k] && heavy[k];
       for (NodeId k : n.inputs) {
         for (NodeId r : inl_[k] ? reads[k] : std::vector<NodeId>{k}) {
-          if (g.node(r).type.numel() == n.type.numel() && std::find(reads[id].begin(), reads[id].end(), r) == reads[id].end()) {
+          if (g.node(r).type.numel() == n.type.numel() &&
+              std::find(reads[id].begin(), reads[id].end(), r) == reads[id].end()) {
             reads[id].push_back(r);
           }
         }
@@ -340,14 +354,16 @@ class Fuser {
       bool ok = users == 1 || users * big <= big + 1 + users;
       if (heavy[id]) {
         ok = u_.count[id] == 1;
-        for (NodeId c : u_.consumers[id]) ok &= g.node(c).type.numel() <= n.type.numel() || is_reduce_host(g, g.node(c), strided_);
+        for (NodeId c : u_.consumers[id])
+          ok &= g.node(c).type.numel() <= n.type.numel() || is_reduce_host(g, g.node(c), strided_);
       }
       for (NodeId c : u_.consumers[id]) ok &= is_pointwise(g, g.node(c)) || is_reduce_host(g, g.node(c), strided_);
       // a node with several consumers reading a matmul used nowhere else stays a host: it becomes
       // that matmul's epilogue (inlined into several consumers, all of them would read the product)
       for (NodeId k : n.inputs) {
         const Node& m = g.node(k);
-        if (epilogues && u_.count[id] > 1 && m.op == Op::matmul && u_.single(k) && m.type.shape == n.type.shape) ok = false;
+        if (epilogues && u_.count[id] > 1 && m.op == Op::matmul && u_.single(k) && m.type.shape == n.type.shape)
+          ok = false;
       }
       inl_[id] = ok;
     }
@@ -415,7 +431,8 @@ class Fuser {
         NodeId multi = r.replace(id, Op::fused_elementwise, a, p.leaves);
         for (size_t k = 0; k < ab->second.size(); ++k) {
           const Node& h = g_.node(ab->second[k]);
-          r.bind(ab->second[k], r.graph().add_node(Op::fused_output, AxisAttrs{int64_t(k + 1)}, {multi}, h.type, h.name).id);
+          r.bind(ab->second[k],
+                 r.graph().add_node(Op::fused_output, AxisAttrs{int64_t(k + 1)}, {multi}, h.type, h.name).id);
         }
         if (stats) stats->fused++, stats->multi_outputs += uint32_t(ab->second.size());
         continue;
@@ -468,14 +485,18 @@ class Fuser {
   Program build(NodeId id) {
     Program p;
     const Node& n = g_.node(id);
-    if (reduce_host(id)) emit(n.inputs[0], p);
-    else expand(n, p);
+    if (reduce_host(id))
+      emit(n.inputs[0], p);
+    else
+      expand(n, p);
     return p;
   }
 
   void push(Program& p, FusedInstr f) {
-    if (f.kind == FusedInstr::input || f.kind == FusedInstr::constant) p.max_depth = std::max(p.max_depth, ++p.depth);
-    else if (f.kind == FusedInstr::binary) --p.depth;
+    if (f.kind == FusedInstr::input || f.kind == FusedInstr::constant)
+      p.max_depth = std::max(p.max_depth, ++p.depth);
+    else if (f.kind == FusedInstr::binary)
+      --p.depth;
     p.code.push_back(f);
   }
 
@@ -566,8 +587,8 @@ class Fuser {
     std::vector<char> named(g_.size(), 0);
     for (auto& [name, id] : g_.outputs()) named[id] = 1;
     auto mergeable = [&](NodeId h, NodeId host) {
-      if (!progs.count(h) || reduce_host(h) || absorbed[h] || absorbs.count(h) || named[h] || u_.assigned_to[h] == kNone ||
-          leaf_hosts[h] != 1 || g_.node(h).type != g_.node(host).type) {
+      if (!progs.count(h) || reduce_host(h) || absorbed[h] || absorbs.count(h) || named[h] ||
+          u_.assigned_to[h] == kNone || leaf_hosts[h] != 1 || g_.node(h).type != g_.node(host).type) {
         return false;
       }
       for (NodeId c : u_.consumers[h]) {
@@ -691,8 +712,10 @@ class Fuser {
     std::rotate(p.leaves.begin(), p.leaves.begin() + int64_t(pos), p.leaves.begin() + int64_t(pos) + 1);
     for (FusedInstr& f : p.code) {
       if (f.kind != FusedInstr::input) continue;
-      if (f.index == pos) f.index = 0;
-      else if (f.index < pos) f.index++;
+      if (f.index == pos)
+        f.index = 0;
+      else if (f.index < pos)
+        f.index++;
     }
   }
 

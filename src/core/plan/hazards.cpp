@@ -14,7 +14,9 @@ std::vector<std::vector<Access>> accesses(const Program& p) {
     const ProgramTensor& x = p.tensors.at(t);
     if (!x.external()) return Access{x.buffer, x.offset, x.offset + x.bytes, t, write};
     auto it = ext.find(x.binding);
-    if (it == ext.end()) throw std::invalid_argument("[program] tensor " + std::to_string(t) + " is bound to unknown buffer '" + x.binding + "'");
+    if (it == ext.end())
+      throw std::invalid_argument("[program] tensor " + std::to_string(t) + " is bound to unknown buffer '" +
+                                  x.binding + "'");
     return Access{it->second, 0, x.bytes, t, write};
   };
   std::vector<std::vector<Access>> out(p.dispatches.size());
@@ -30,7 +32,8 @@ std::string describe_tensor(const Program& p, uint32_t t) {
   const ProgramTensor& x = p.tensors[t];
   std::string s = "t" + std::to_string(t);
   if (x.external()) s += " '" + x.binding + "'";
-  return s + " (node " + std::to_string(x.node) + ", " + std::string(dtype_name(x.stored)) + shape_str(x.type.shape) + ")";
+  return s + " (node " + std::to_string(x.node) + ", " + std::string(dtype_name(x.stored)) + shape_str(x.type.shape) +
+         ")";
 }
 
 // Splits so that segments start at `begin` and at `end`; fills gaps with fresh segments.

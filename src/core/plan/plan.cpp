@@ -1,8 +1,7 @@
-#include <nlohmann/json.hpp>
-
 #include <algorithm>
 #include <cstdio>
 #include <map>
+#include <nlohmann/json.hpp>
 #include <numeric>
 #include <sstream>
 #include <stdexcept>
@@ -49,9 +48,9 @@ struct Groups {
 
 struct Interval {
   uint32_t group;
-  uint64_t size;         // aligned slot
-  int64_t first, last;   // dispatch indices, inclusive
-  uint64_t bytes = 0;    // largest tensor of the group, unaligned
+  uint64_t size;        // aligned slot
+  int64_t first, last;  // dispatch indices, inclusive
+  uint64_t bytes = 0;   // largest tensor of the group, unaligned
   uint32_t buffer = 0;
   uint64_t offset = 0;
 };
@@ -124,7 +123,8 @@ Program plan(const Graph& g, const PlanOptions& opt) {
   }
   const DeviceLimits& lim = opt.limits;
   if (lim.offset_alignment == 0 || (lim.offset_alignment & (lim.offset_alignment - 1)) || lim.buffer_limit() == 0) {
-    throw std::invalid_argument("[plan] device limits need a power-of-two offset alignment and a non-zero buffer limit");
+    throw std::invalid_argument(
+        "[plan] device limits need a power-of-two offset alignment and a non-zero buffer limit");
   }
   if (g.outputs().empty() && g.assignments().empty()) {
     throw std::invalid_argument("[plan] graph has no outputs and no assignments: nothing to run");
@@ -170,7 +170,8 @@ Program plan(const Graph& g, const PlanOptions& opt) {
   };
   std::map<std::string, size_t> external_index;
   auto add_external = [&](const std::string& name, Role role, const Node& n) {
-    if (!external_index.emplace(name, p.externals.size()).second) throw std::invalid_argument("[plan] two buffers named '" + name + "'");
+    if (!external_index.emplace(name, p.externals.size()).second)
+      throw std::invalid_argument("[plan] two buffers named '" + name + "'");
     p.externals.push_back(ExternalBuffer{name, role, n.type, stored_of(n.type.dtype), n.init, n.const_data});
   };
 
@@ -182,8 +183,10 @@ Program plan(const Graph& g, const PlanOptions& opt) {
   for (NodeId id = 0; id < n_nodes; ++id) {
     const Node& n = g.node(id);
     if (!live[id] || op_info(n.op).family != OpFamily::leaf) continue;
-    Role role = n.op == Op::input ? Role::input : n.op == Op::parameter ? Role::parameter
-              : n.op == Op::state ? Role::state : Role::constant;
+    Role role = n.op == Op::input       ? Role::input
+                : n.op == Op::parameter ? Role::parameter
+                : n.op == Op::state     ? Role::state
+                                        : Role::constant;
     // Constants are named by their graph: programs of one session share buffers by name.
     std::string name = role == Role::constant ? const_prefix + std::to_string(constants++) : n.name;
     add_external(name, role, n);
@@ -202,7 +205,8 @@ Program plan(const Graph& g, const PlanOptions& opt) {
     if (src.op != Op::fused_elementwise || !code || k < 1 || size_t(k) >= fused_outputs(code->code) ||
         !selectors[n.inputs[0]].emplace(uint32_t(k), id).second) {
       throw std::invalid_argument("[plan] node " + std::to_string(id) + " selects output " + std::to_string(k) +
-                                  " of node " + std::to_string(n.inputs[0]) + ", which has no such output or another selector for it");
+                                  " of node " + std::to_string(n.inputs[0]) +
+                                  ", which has no such output or another selector for it");
     }
   }
   for (NodeId id : planning::dispatch_order(g, live, opt.group_barriers)) {
@@ -254,7 +258,8 @@ Program plan(const Graph& g, const PlanOptions& opt) {
     uint32_t t = new_tensor(id, Role::output, name);
     add_external(name, Role::output, n);
     view_base.push_back(t);
-    p.dispatches.push_back(Dispatch{Op::copy, NoAttrs{}, {uint32_t(tensor_of[id])}, {t}, 0, 2.0 * double(p.tensors[t].bytes), {}, false});
+    p.dispatches.push_back(
+        Dispatch{Op::copy, NoAttrs{}, {uint32_t(tensor_of[id])}, {t}, 0, 2.0 * double(p.tensors[t].bytes), {}, false});
   }
 
   // Last dispatch reading each memory base (views count as their base).
@@ -309,14 +314,16 @@ Program plan(const Graph& g, const PlanOptions& opt) {
   // The end-of-step copies act as one simultaneous assignment: a source that another copy
   // overwrites (a state read by another assignment) is first saved in a temporary.
   auto copy_dispatch = [&](uint32_t from, uint32_t to) {
-    p.dispatches.push_back(Dispatch{Op::copy, NoAttrs{}, {from}, {to}, 0, 2.0 * double(p.tensors[to].bytes), {}, false});
+    p.dispatches.push_back(
+        Dispatch{Op::copy, NoAttrs{}, {from}, {to}, 0, 2.0 * double(p.tensors[to].bytes), {}, false});
     last_read[view_base[from]] = int64_t(p.dispatches.size() - 1);
     if (first_def[view_base[to]] < 0) first_def[view_base[to]] = int64_t(p.dispatches.size() - 1);
   };
   for (auto& [val, st] : end_copies) {
     bool overwritten = false;
-    for (auto& [val2, st2] : end_copies) overwritten |= p.tensors[view_base[val]].binding == p.tensors[st2].binding &&
-                                                       p.tensors[view_base[val]].external() && st2 != st;
+    for (auto& [val2, st2] : end_copies)
+      overwritten |= p.tensors[view_base[val]].binding == p.tensors[st2].binding &&
+                     p.tensors[view_base[val]].external() && st2 != st;
     if (!overwritten) continue;
     uint32_t saved = new_tensor(p.tensors[val].node, Role::temp, "");
     view_base.push_back(saved);
@@ -349,7 +356,8 @@ Program plan(const Graph& g, const PlanOptions& opt) {
   for (size_t di = 0; di < p.dispatches.size() && opt.inplace; ++di) {
     const Dispatch& d = p.dispatches[di];
     int k = op_info(d.op).inplace_input;
-    if (k < 0 || size_t(k) >= d.reads.size() || d.writes.size() != 1 || p.tensors[d.write()].role != Role::temp) continue;
+    if (k < 0 || size_t(k) >= d.reads.size() || d.writes.size() != 1 || p.tensors[d.write()].role != Role::temp)
+      continue;
     uint32_t in = d.reads[size_t(k)], in_base = view_base[in];
     if (p.tensors[in_base].role != Role::temp || p.tensors[in].bytes != p.tensors[d.write()].bytes ||
         p.tensors[in].type.shape != p.tensors[d.write()].type.shape) {
@@ -393,8 +401,10 @@ Program plan(const Graph& g, const PlanOptions& opt) {
       if (barrier) start = di;
       starts.push_back(start);
       for (uint32_t w : d.writes) {
-        if (p.tensors[w].external()) ext_writer[p.tensors[w].binding] = int64_t(di);
-        else writer[groups.find(view_base[w])] = int64_t(di);
+        if (p.tensors[w].external())
+          ext_writer[p.tensors[w].binding] = int64_t(di);
+        else
+          writer[groups.find(view_base[w])] = int64_t(di);
       }
     }
     for (size_t di = p.dispatches.size(); di-- > 0;) {
@@ -409,8 +419,10 @@ Program plan(const Graph& g, const PlanOptions& opt) {
     uint32_t gid = groups.find(uint32_t(i));
     uint64_t size = align_up(p.tensors[i].bytes, lim.offset_alignment);
     if (p.tensors[i].bytes > lim.buffer_limit()) {
-      throw std::invalid_argument(limit_error("tensor " + planning::describe_tensor(p, uint32_t(i)) + ", the output of " +
-                                              std::string(op_name(g.node(p.tensors[i].node).op)) + ",", p.tensors[i].bytes, lim));
+      throw std::invalid_argument(limit_error("tensor " + planning::describe_tensor(p, uint32_t(i)) +
+                                                  ", the output of " +
+                                                  std::string(op_name(g.node(p.tensors[i].node).op)) + ",",
+                                              p.tensors[i].bytes, lim));
     }
     p.memory.logical_bytes += size;
     auto [it, fresh] = by_group.try_emplace(gid, Interval{gid, size, first_def[i], last_read[i], p.tensors[i].bytes});

@@ -1,7 +1,6 @@
 // The Program's JSON form (to_json, from_json), its text dump and its hash.
-#include <nlohmann/json.hpp>
-
 #include <cmath>
+#include <nlohmann/json.hpp>
 #include <set>
 #include <sstream>
 #include <stdexcept>
@@ -44,7 +43,8 @@ json number(double v) {
 }
 
 json limits_json(const DeviceLimits& l) {
-  return {{"max_binding_bytes", l.max_binding_bytes}, {"max_allocation_bytes", l.max_allocation_bytes},
+  return {{"max_binding_bytes", l.max_binding_bytes},
+          {"max_allocation_bytes", l.max_allocation_bytes},
           {"offset_alignment", l.offset_alignment}};
 }
 
@@ -53,33 +53,57 @@ json limits_json(const DeviceLimits& l) {
 std::string Program::to_json() const {
   json ts = json::array();
   for (const ProgramTensor& t : tensors) {
-    ts.push_back({{"dtype", dtype_name(t.type.dtype)}, {"stored", dtype_name(t.stored)},
-                  {"shape", t.type.shape}, {"role", role_name(t.role)}, {"binding", t.binding},
-                  {"buffer", t.buffer}, {"offset", t.offset}, {"bytes", t.bytes}, {"node", t.node},
+    ts.push_back({{"dtype", dtype_name(t.type.dtype)},
+                  {"stored", dtype_name(t.stored)},
+                  {"shape", t.type.shape},
+                  {"role", role_name(t.role)},
+                  {"binding", t.binding},
+                  {"buffer", t.buffer},
+                  {"offset", t.offset},
+                  {"bytes", t.bytes},
+                  {"node", t.node},
                   {"view_of", t.view_of}});
   }
   json ds = json::array();
   for (const Dispatch& d : dispatches) {
     json waits = json::array();
     for (const Hazard& h : d.waits) waits.push_back({h.dispatch, hazard_name(h.kind)});
-    ds.push_back({{"op", op_name(d.op)}, {"attrs", json::parse(attrs_json(d.attrs))},
-                  {"reads", d.reads}, {"writes", d.writes}, {"flops", number(d.flops)}, {"bytes", number(d.bytes)},
-                  {"waits", waits}, {"barrier", d.barrier}});
+    ds.push_back({{"op", op_name(d.op)},
+                  {"attrs", json::parse(attrs_json(d.attrs))},
+                  {"reads", d.reads},
+                  {"writes", d.writes},
+                  {"flops", number(d.flops)},
+                  {"bytes", number(d.bytes)},
+                  {"waits", waits},
+                  {"barrier", d.barrier}});
   }
   json es = json::array();
   for (const ExternalBuffer& e : externals) {
     json values = json::array();
     for (double v : e.const_data) values.push_back(number(v));
-    es.push_back({{"name", e.name}, {"role", role_name(e.role)}, {"dtype", dtype_name(e.type.dtype)},
-                  {"stored", dtype_name(e.stored)}, {"shape", e.type.shape},
-                  {"init", {int(e.init.kind), number(e.init.a)}}, {"values", values}});
+    es.push_back({{"name", e.name},
+                  {"role", role_name(e.role)},
+                  {"dtype", dtype_name(e.type.dtype)},
+                  {"stored", dtype_name(e.stored)},
+                  {"shape", e.type.shape},
+                  {"init", {int(e.init.kind), number(e.init.a)}},
+                  {"values", values}});
   }
-  return json{{"float_dtype", dtype_name(float_dtype)}, {"limits", limits_json(limits)},
-              {"arena_buffers", arena_buffers}, {"arena_bytes", arena_bytes},
-              {"graph_hash", graph_hash}, {"tensors", ts}, {"dispatches", ds}, {"externals", es},
-              {"memory", {{"logical", memory.logical_bytes}, {"planned", memory.planned_bytes},
-                          {"lower_bound", memory.lower_bound_bytes}, {"external", memory.external_bytes},
-                          {"inplace_reuses", memory.inplace_reuses}, {"views", memory.views}}}}
+  return json{{"float_dtype", dtype_name(float_dtype)},
+              {"limits", limits_json(limits)},
+              {"arena_buffers", arena_buffers},
+              {"arena_bytes", arena_bytes},
+              {"graph_hash", graph_hash},
+              {"tensors", ts},
+              {"dispatches", ds},
+              {"externals", es},
+              {"memory",
+               {{"logical", memory.logical_bytes},
+                {"planned", memory.planned_bytes},
+                {"lower_bound", memory.lower_bound_bytes},
+                {"external", memory.external_bytes},
+                {"inplace_reuses", memory.inplace_reuses},
+                {"views", memory.views}}}}
       .dump();
 }
 
@@ -150,7 +174,9 @@ std::vector<uint32_t> as_indices(const json& j, const std::string& path) {
 // backends multiply dimensions without further checks.
 std::vector<int64_t> as_shape(const json& j, const std::string& path) {
   std::vector<int64_t> s = as_ints(j, path);
-  if (s.size() > kMaxProgramRank) bad(path, std::to_string(s.size()) + " dimensions, above kMaxProgramRank (" + std::to_string(kMaxProgramRank) + ")");
+  if (s.size() > kMaxProgramRank)
+    bad(path,
+        std::to_string(s.size()) + " dimensions, above kMaxProgramRank (" + std::to_string(kMaxProgramRank) + ")");
   int64_t n = 1;
   for (int64_t d : s) {
     if (d < 0) bad(path, "negative dimension " + std::to_string(d));
@@ -193,7 +219,8 @@ void pair2(const json& j, const std::string& key, const std::string& path, int64
 // and load output k of a multi-output program, a number pushes a constant,
 // an op name applies a unary or binary op, [affine, a, b] and [clip_coef, a] carry constants.
 std::vector<FusedInstr> fused_code(const json& j, const std::string& path) {
-  if (as_array(j, path).size() > kFusedMaxCode) bad(path, std::to_string(j.size()) + " instructions, above kFusedMaxCode (" + std::to_string(kFusedMaxCode) + ")");
+  if (as_array(j, path).size() > kFusedMaxCode)
+    bad(path, std::to_string(j.size()) + " instructions, above kFusedMaxCode (" + std::to_string(kFusedMaxCode) + ")");
   std::vector<FusedInstr> code;
   for (size_t i = 0; i < j.size(); ++i) {
     const json& e = j[i];
@@ -201,7 +228,8 @@ std::vector<FusedInstr> fused_code(const json& j, const std::string& path) {
     FusedInstr f;
     const std::string s = e.is_string() ? e.get<std::string>() : "";
     auto indexed = [&](const std::string& prefix, size_t limit) {
-      return s.size() == prefix.size() + 1 && s.rfind(prefix, 0) == 0 && s.back() >= '0' && size_t(s.back() - '0') < limit;
+      return s.size() == prefix.size() + 1 && s.rfind(prefix, 0) == 0 && s.back() >= '0' &&
+             size_t(s.back() - '0') < limit;
     };
     if (indexed("in", kFusedMaxInputs)) {
       f.kind = FusedInstr::input;
@@ -217,13 +245,15 @@ std::vector<FusedInstr> fused_code(const json& j, const std::string& path) {
       f.kind = FusedInstr::unary;
       f.op = as_op(e[0], ep + "[0]");
       const size_t want = f.op == Op::affine ? 3 : f.op == Op::clip_coef ? 2 : 0;
-      if (want == 0 || e.size() != want) bad(ep, "only [\"affine\", scale, shift] and [\"clip_coef\", max_norm] carry constants");
+      if (want == 0 || e.size() != want)
+        bad(ep, "only [\"affine\", scale, shift] and [\"clip_coef\", max_norm] carry constants");
       f.a = as_double(e[1], ep + "[1]");
       if (want == 3) f.b = as_double(e[2], ep + "[2]");
     } else {
       f.op = as_op(e, ep);
       const OpInfo& info = op_info(f.op);
-      if (info.family != OpFamily::unary && info.family != OpFamily::binary) bad(ep, "'" + std::string(info.name) + "' is not an elementwise op");
+      if (info.family != OpFamily::unary && info.family != OpFamily::binary)
+        bad(ep, "'" + std::string(info.name) + "' is not an elementwise op");
       f.kind = info.family == OpFamily::unary ? FusedInstr::unary : FusedInstr::binary;
     }
     code.push_back(f);
@@ -240,12 +270,15 @@ Attrs attrs_from(const json& j, const std::string& path) {
   auto f = [&](const char* k) { return field(j, k, path); };
   auto p = [&](const char* k) { return path + "." + k; };
   if (keys.empty()) return NoAttrs{};
-  if (keys == K{"scale", "shift"}) return AffineAttrs{as_double(f("scale"), p("scale")), as_double(f("shift"), p("shift"))};
+  if (keys == K{"scale", "shift"})
+    return AffineAttrs{as_double(f("scale"), p("scale")), as_double(f("shift"), p("shift"))};
   if (keys == K{"to"}) return CastAttrs{as_dtype(f("to"), p("to"))};
   if (keys == K{"max_norm"}) return ClipAttrs{as_double(f("max_norm"), p("max_norm"))};
-  if (keys == K{"axes", "keepdims"}) return ReduceAttrs{as_ints(f("axes"), p("axes")), as_bool(f("keepdims"), p("keepdims"))};
+  if (keys == K{"axes", "keepdims"})
+    return ReduceAttrs{as_ints(f("axes"), p("axes")), as_bool(f("keepdims"), p("keepdims"))};
   if (keys == K{"axis"}) return AxisAttrs{as_i64(f("axis"), p("axis"))};
-  if (keys == K{"trans_a", "trans_b"}) return MatmulAttrs{as_bool(f("trans_a"), p("trans_a")), as_bool(f("trans_b"), p("trans_b"))};
+  if (keys == K{"trans_a", "trans_b"})
+    return MatmulAttrs{as_bool(f("trans_a"), p("trans_a")), as_bool(f("trans_b"), p("trans_b"))};
   if (keys == K{"stride", "pad", "dilation", "groups", "grad_shape"}) {
     ConvAttrs a;
     pair2(j, "stride", path, a.stride);
@@ -268,22 +301,26 @@ Attrs attrs_from(const json& j, const std::string& path) {
   if (keys == K{"starts", "ends"}) return SliceAttrs{as_ints(f("starts"), p("starts")), as_ints(f("ends"), p("ends"))};
   if (keys == K{"before", "after"}) return PadAttrs{as_ints(f("before"), p("before")), as_ints(f("after"), p("after"))};
   if (keys == K{"num_rows"}) return EmbeddingAttrs{as_i64(f("num_rows"), p("num_rows"))};
-  if (keys == K{"classes", "ignore_index"}) return OneHotAttrs{as_i64(f("classes"), p("classes")), as_i64(f("ignore_index"), p("ignore_index"))};
-  if (keys == K{"theta", "inverse"}) return RopeAttrs{as_double(f("theta"), p("theta")), as_bool(f("inverse"), p("inverse"))};
+  if (keys == K{"classes", "ignore_index"})
+    return OneHotAttrs{as_i64(f("classes"), p("classes")), as_i64(f("ignore_index"), p("ignore_index"))};
+  if (keys == K{"theta", "inverse"})
+    return RopeAttrs{as_double(f("theta"), p("theta")), as_bool(f("inverse"), p("inverse"))};
   if (keys == K{"fill"}) return MaskAttrs{as_double(f("fill"), p("fill"))};
   if (keys == K{"base_lr", "warmup", "total", "min_lr"}) {
     return ScheduleAttrs{as_double(f("base_lr"), p("base_lr")), as_i64(f("warmup"), p("warmup")),
                          as_i64(f("total"), p("total")), as_double(f("min_lr"), p("min_lr"))};
   }
-  if (keys == K{"beta", "power"}) return BiasCorrectionAttrs{as_double(f("beta"), p("beta")), as_double(f("power"), p("power"))};
+  if (keys == K{"beta", "power"})
+    return BiasCorrectionAttrs{as_double(f("beta"), p("beta")), as_double(f("power"), p("power"))};
   if (keys == K{"axis", "size"}) return GatherAttrs{as_i64(f("axis"), p("axis")), as_i64(f("size"), p("size"))};
   if (keys == K{"causal", "scale", "q", "k", "v"}) {
-    return AttentionAttrs{as_bool(f("causal"), p("causal")), as_double(f("scale"), p("scale")), as_shape(f("q"), p("q")),
-                          as_shape(f("k"), p("k")), as_shape(f("v"), p("v"))};
+    return AttentionAttrs{as_bool(f("causal"), p("causal")), as_double(f("scale"), p("scale")),
+                          as_shape(f("q"), p("q")), as_shape(f("k"), p("k")), as_shape(f("v"), p("v"))};
   }
   if (keys == K{"center", "eps"}) return NormAttrs{as_bool(f("center"), p("center")), as_double(f("eps"), p("eps"))};
   if (keys == K{"scale", "causal", "fill"}) {
-    return SoftmaxAttrs{as_double(f("scale"), p("scale")), as_bool(f("causal"), p("causal")), as_double(f("fill"), p("fill"))};
+    return SoftmaxAttrs{as_double(f("scale"), p("scale")), as_bool(f("causal"), p("causal")),
+                        as_double(f("fill"), p("fill"))};
   }
   if (keys == K{"code", "trans_a", "trans_b", "reduce", "domain", "axes", "keepdims"}) {
     FusedAttrs a;
@@ -312,10 +349,12 @@ Program Program::from_json(const std::string& text) {
   p.float_dtype = as_dtype(field(root, "float_dtype", r), r + ".float_dtype");
   const json& lim = field(root, "limits", r);
   p.limits.max_binding_bytes = as_u64(field(lim, "max_binding_bytes", r + ".limits"), r + ".limits.max_binding_bytes");
-  p.limits.max_allocation_bytes = as_u64(field(lim, "max_allocation_bytes", r + ".limits"), r + ".limits.max_allocation_bytes");
+  p.limits.max_allocation_bytes =
+      as_u64(field(lim, "max_allocation_bytes", r + ".limits"), r + ".limits.max_allocation_bytes");
   p.limits.offset_alignment = as_u64(field(lim, "offset_alignment", r + ".limits"), r + ".limits.offset_alignment");
   const json& bufs = as_array(field(root, "arena_buffers", r), r + ".arena_buffers");
-  for (size_t i = 0; i < bufs.size(); ++i) p.arena_buffers.push_back(as_u64(bufs[i], r + ".arena_buffers[" + std::to_string(i) + "]"));
+  for (size_t i = 0; i < bufs.size(); ++i)
+    p.arena_buffers.push_back(as_u64(bufs[i], r + ".arena_buffers[" + std::to_string(i) + "]"));
   p.arena_bytes = as_u64(field(root, "arena_bytes", r), r + ".arena_bytes");
   p.graph_hash = as_u64(field(root, "graph_hash", r), r + ".graph_hash");
 
@@ -346,8 +385,14 @@ Program Program::from_json(const std::string& text) {
     const std::string path = "dispatches[" + std::to_string(i) + "]";
     auto at = [&](const char* k) -> const json& { return field(d, k, path); };
     auto pk = [&](const char* k) { return path + "." + k; };
-    Dispatch x{as_op(at("op"), pk("op")), attrs_from(at("attrs"), pk("attrs")), as_indices(at("reads"), pk("reads")),
-               as_indices(at("writes"), pk("writes")), 0, 0, {}, false};
+    Dispatch x{as_op(at("op"), pk("op")),
+               attrs_from(at("attrs"), pk("attrs")),
+               as_indices(at("reads"), pk("reads")),
+               as_indices(at("writes"), pk("writes")),
+               0,
+               0,
+               {},
+               false};
     x.flops = as_double(at("flops"), pk("flops"));
     x.bytes = as_double(at("bytes"), pk("bytes"));
     const json& waits = as_array(at("waits"), pk("waits"));
@@ -356,10 +401,14 @@ Program Program::from_json(const std::string& text) {
       if (!waits[k].is_array() || waits[k].size() != 2) bad(wp, "expected [dispatch, \"raw\"|\"war\"|\"waw\"]");
       Hazard h{as_u32(waits[k][0], wp + "[0]")};
       std::string kind = as_string(waits[k][1], wp + "[1]");
-      if (kind == "raw") h.kind = HazardKind::raw;
-      else if (kind == "war") h.kind = HazardKind::war;
-      else if (kind == "waw") h.kind = HazardKind::waw;
-      else bad(wp + "[1]", "unknown hazard kind '" + kind + "'");
+      if (kind == "raw")
+        h.kind = HazardKind::raw;
+      else if (kind == "war")
+        h.kind = HazardKind::war;
+      else if (kind == "waw")
+        h.kind = HazardKind::waw;
+      else
+        bad(wp + "[1]", "unknown hazard kind '" + kind + "'");
       x.waits.push_back(h);
     }
     x.barrier = as_bool(at("barrier"), pk("barrier"));
@@ -380,10 +429,12 @@ Program Program::from_json(const std::string& text) {
     const json& init = at("init");
     if (!init.is_array() || init.size() != 2) bad(pk("init"), "expected [kind, value]");
     int64_t kind = as_i64(init[0], pk("init") + "[0]");
-    if (kind < 0 || kind > int64_t(Init::constant)) bad(pk("init") + "[0]", "unknown initialiser " + std::to_string(kind));
+    if (kind < 0 || kind > int64_t(Init::constant))
+      bad(pk("init") + "[0]", "unknown initialiser " + std::to_string(kind));
     x.init = Init{Init::Kind(kind), as_double(init[1], pk("init") + "[1]")};
     const json& values = as_array(at("values"), pk("values"));
-    for (size_t k = 0; k < values.size(); ++k) x.const_data.push_back(as_double(values[k], pk("values") + "[" + std::to_string(k) + "]"));
+    for (size_t k = 0; k < values.size(); ++k)
+      x.const_data.push_back(as_double(values[k], pk("values") + "[" + std::to_string(k) + "]"));
     p.externals.push_back(std::move(x));
   }
   const json& m = field(root, "memory", r);
@@ -405,8 +456,9 @@ std::string Program::dump() const {
   auto name = [&](uint32_t t) {
     if (t >= tensors.size()) return "t" + std::to_string(t) + "?";
     const ProgramTensor& x = tensors[t];
-    return x.role == Role::temp ? "t" + std::to_string(t) + "@" + std::to_string(x.buffer) + ":" + std::to_string(x.offset)
-                                : x.binding;
+    return x.role == Role::temp
+               ? "t" + std::to_string(t) + "@" + std::to_string(x.buffer) + ":" + std::to_string(x.offset)
+               : x.binding;
   };
   for (size_t i = 0; i < dispatches.size(); ++i) {
     const Dispatch& d = dispatches[i];

@@ -25,7 +25,8 @@ uint32_t base_of(const Program& p, uint32_t t) {
   for (size_t hops = 0; p.tensors[t].view_of >= 0; ++hops) {
     if (hops > p.tensors.size()) fail("tensor t" + std::to_string(t) + ": views form a cycle");
     if (size_t(p.tensors[t].view_of) >= p.tensors.size()) {
-      fail("tensor t" + std::to_string(t) + ": view of t" + std::to_string(p.tensors[t].view_of) + ", which does not exist");
+      fail("tensor t" + std::to_string(t) + ": view of t" + std::to_string(p.tensors[t].view_of) +
+           ", which does not exist");
     }
     t = uint32_t(p.tensors[t].view_of);
   }
@@ -35,29 +36,37 @@ uint32_t base_of(const Program& p, uint32_t t) {
 void check_layout(const Program& p) {
   const DeviceLimits& l = p.limits;
   const uint64_t limit = l.buffer_limit();
-  if (l.offset_alignment == 0 || (l.offset_alignment & (l.offset_alignment - 1))) fail("offset alignment must be a power of two");
+  if (l.offset_alignment == 0 || (l.offset_alignment & (l.offset_alignment - 1)))
+    fail("offset alignment must be a power of two");
   uint64_t total = 0;
   for (size_t b = 0; b < p.arena_buffers.size(); ++b) {
     if (p.arena_buffers[b] > limit) {
-      fail("arena buffer " + std::to_string(b) + " is " + std::to_string(p.arena_buffers[b]) + " bytes, above the limit of " + std::to_string(limit));
+      fail("arena buffer " + std::to_string(b) + " is " + std::to_string(p.arena_buffers[b]) +
+           " bytes, above the limit of " + std::to_string(limit));
     }
     total += p.arena_buffers[b];
   }
-  if (total != p.arena_bytes) fail("arena_bytes " + std::to_string(p.arena_bytes) + " is not the sum of the arena buffers (" + std::to_string(total) + ")");
+  if (total != p.arena_bytes)
+    fail("arena_bytes " + std::to_string(p.arena_bytes) + " is not the sum of the arena buffers (" +
+         std::to_string(total) + ")");
   std::map<std::string, const ExternalBuffer*> ext;
   for (const ExternalBuffer& e : p.externals) {
     if (!ext.emplace(e.name, &e).second) fail("two external buffers named '" + e.name + "'");
     const uint64_t bytes = uint64_t(e.type.numel()) * dtype_size(e.stored);
-    if (bytes > limit) fail("external buffer '" + e.name + "' is " + std::to_string(bytes) + " bytes, above the limit of " + std::to_string(limit));
+    if (bytes > limit)
+      fail("external buffer '" + e.name + "' is " + std::to_string(bytes) + " bytes, above the limit of " +
+           std::to_string(limit));
   }
   for (uint32_t t = 0; t < p.tensors.size(); ++t) {
     const ProgramTensor& x = p.tensors[t];
     const std::string name = planning::describe_tensor(p, t);
-    if (x.bytes != uint64_t(x.type.numel()) * dtype_size(x.stored)) fail("tensor " + name + ": " + std::to_string(x.bytes) + " bytes for its type");
+    if (x.bytes != uint64_t(x.type.numel()) * dtype_size(x.stored))
+      fail("tensor " + name + ": " + std::to_string(x.bytes) + " bytes for its type");
     if (x.view_of >= int32_t(p.tensors.size())) fail("tensor " + name + ": view of a tensor that does not exist");
     if (x.view_of >= 0) {
       const ProgramTensor& b = p.tensors[base_of(p, t)];
-      if (b.bytes != x.bytes || b.role != x.role || b.binding != x.binding || (!x.external() && (b.buffer != x.buffer || b.offset != x.offset))) {
+      if (b.bytes != x.bytes || b.role != x.role || b.binding != x.binding ||
+          (!x.external() && (b.buffer != x.buffer || b.offset != x.offset))) {
         fail("tensor " + name + ": a view placed differently from its base");
       }
     }
@@ -66,15 +75,21 @@ void check_layout(const Program& p) {
       if (it == ext.end()) fail("tensor " + name + " is bound to unknown buffer '" + x.binding + "'");
       const ExternalBuffer& e = *it->second;
       if (x.bytes != uint64_t(e.type.numel()) * dtype_size(e.stored) || x.stored != e.stored) {
-        fail("tensor " + name + " does not fill its buffer '" + e.name + "' (" + std::string(dtype_name(e.stored)) + shape_str(e.type.shape) + ")");
+        fail("tensor " + name + " does not fill its buffer '" + e.name + "' (" + std::string(dtype_name(e.stored)) +
+             shape_str(e.type.shape) + ")");
       }
       continue;
     }
-    if (x.buffer >= p.arena_buffers.size()) fail("tensor " + name + " is in arena buffer " + std::to_string(x.buffer) + " of " + std::to_string(p.arena_buffers.size()));
-    if (x.offset % l.offset_alignment) fail("tensor " + name + " at offset " + std::to_string(x.offset) + ", not a multiple of " + std::to_string(l.offset_alignment));
+    if (x.buffer >= p.arena_buffers.size())
+      fail("tensor " + name + " is in arena buffer " + std::to_string(x.buffer) + " of " +
+           std::to_string(p.arena_buffers.size()));
+    if (x.offset % l.offset_alignment)
+      fail("tensor " + name + " at offset " + std::to_string(x.offset) + ", not a multiple of " +
+           std::to_string(l.offset_alignment));
     if (x.offset + x.bytes > p.arena_buffers[x.buffer] || x.offset + x.bytes < x.offset) {
-      fail("tensor " + name + " [" + std::to_string(x.offset) + ", " + std::to_string(x.offset + x.bytes) + ") crosses the end of arena buffer " +
-           std::to_string(x.buffer) + " (" + std::to_string(p.arena_buffers[x.buffer]) + " bytes)");
+      fail("tensor " + name + " [" + std::to_string(x.offset) + ", " + std::to_string(x.offset + x.bytes) +
+           ") crosses the end of arena buffer " + std::to_string(x.buffer) + " (" +
+           std::to_string(p.arena_buffers[x.buffer]) + " bytes)");
     }
   }
 }
@@ -85,10 +100,12 @@ void check_dispatches(const Program& p) {
     const OpInfo& info = op_info(x.op);
     if (info.family == OpFamily::leaf) fail(at_dispatch(p, d) + ": leaves are not dispatched");
     if (info.arity >= 0 && x.reads.size() != size_t(info.arity)) {
-      fail(at_dispatch(p, d) + ": " + std::to_string(x.reads.size()) + " reads for an op of arity " + std::to_string(info.arity));
+      fail(at_dispatch(p, d) + ": " + std::to_string(x.reads.size()) + " reads for an op of arity " +
+           std::to_string(info.arity));
     }
     if (x.writes.empty()) fail(at_dispatch(p, d) + ": writes nothing");
-    if (x.op == Op::fused_output) fail(at_dispatch(p, d) + ": a secondary output is written by its producer's dispatch");
+    if (x.op == Op::fused_output)
+      fail(at_dispatch(p, d) + ": a secondary output is written by its producer's dispatch");
     if (x.op == Op::fused_elementwise) {
       const auto* a = std::get_if<FusedAttrs>(&x.attrs);
       if (!a) fail(at_dispatch(p, d) + ": attributes are not a fused program");
@@ -99,28 +116,34 @@ void check_dispatches(const Program& p) {
         fail(at_dispatch(p, d) + ": " + e.what());
       }
       if (x.writes.size() != outputs) {
-        fail(at_dispatch(p, d) + ": " + std::to_string(x.writes.size()) + " writes for a program with " + std::to_string(outputs) + " outputs");
+        fail(at_dispatch(p, d) + ": " + std::to_string(x.writes.size()) + " writes for a program with " +
+             std::to_string(outputs) + " outputs");
       }
       for (uint32_t t : x.writes) {
-        if (t < p.tensors.size() && x.writes[0] < p.tensors.size() && p.tensors[t].type != p.tensors[x.writes[0]].type) {
+        if (t < p.tensors.size() && x.writes[0] < p.tensors.size() &&
+            p.tensors[t].type != p.tensors[x.writes[0]].type) {
           fail(at_dispatch(p, d) + ": output " + planning::describe_tensor(p, t) + " differs in type from output 0");
         }
       }
     }
     for (uint32_t t : x.reads) {
-      if (t >= p.tensors.size()) fail(at_dispatch(p, d) + ": reads tensor " + std::to_string(t) + " of " + std::to_string(p.tensors.size()));
+      if (t >= p.tensors.size())
+        fail(at_dispatch(p, d) + ": reads tensor " + std::to_string(t) + " of " + std::to_string(p.tensors.size()));
     }
     for (uint32_t t : x.writes) {
-      if (t >= p.tensors.size()) fail(at_dispatch(p, d) + ": writes tensor " + std::to_string(t) + " of " + std::to_string(p.tensors.size()));
+      if (t >= p.tensors.size())
+        fail(at_dispatch(p, d) + ": writes tensor " + std::to_string(t) + " of " + std::to_string(p.tensors.size()));
       if (p.tensors[t].view_of >= 0) fail(at_dispatch(p, d) + ": writes a view, " + planning::describe_tensor(p, t));
       const Role r = p.tensors[t].role;
       if (r == Role::input || r == Role::parameter || r == Role::constant) {
         // Parameters are updated by the optimizer; inputs and constants never change.
-        if (r != Role::parameter) fail(at_dispatch(p, d) + ": writes " + std::string(role_name(r)) + " " + planning::describe_tensor(p, t));
+        if (r != Role::parameter)
+          fail(at_dispatch(p, d) + ": writes " + std::string(role_name(r)) + " " + planning::describe_tensor(p, t));
       }
     }
     for (const Hazard& h : x.waits) {
-      if (h.dispatch >= d) fail(at_dispatch(p, d) + ": waits for dispatch #" + std::to_string(h.dispatch) + ", not an earlier one");
+      if (h.dispatch >= d)
+        fail(at_dispatch(p, d) + ": waits for dispatch #" + std::to_string(h.dispatch) + ", not an earlier one");
     }
   }
 }
@@ -186,9 +209,10 @@ void check_memory(const Program& p, const std::vector<std::vector<planning::Acce
       const int64_t want = base_of(p, a.tensor);
       owners(a, [&](int64_t owner) {
         if (owner == want) return;
-        if (owner < 0) fail(at_dispatch(p, d) + " reads " + planning::describe_tensor(p, a.tensor) + " before it is written");
-        fail(at_dispatch(p, d) + " reads " + planning::describe_tensor(p, a.tensor) + ", but its bytes were overwritten by " +
-             planning::describe_tensor(p, uint32_t(owner)));
+        if (owner < 0)
+          fail(at_dispatch(p, d) + " reads " + planning::describe_tensor(p, a.tensor) + " before it is written");
+        fail(at_dispatch(p, d) + " reads " + planning::describe_tensor(p, a.tensor) +
+             ", but its bytes were overwritten by " + planning::describe_tensor(p, uint32_t(owner)));
       });
     }
     for (size_t i = 0; i < acc[d].size(); ++i) {
@@ -197,14 +221,16 @@ void check_memory(const Program& p, const std::vector<std::vector<planning::Acce
       for (size_t k = 0; k < acc[d].size(); ++k) {
         const planning::Access& o = acc[d][k];
         if (k == i || !overlap(w, o)) continue;
-        if (o.write) fail(at_dispatch(p, d) + " writes " + planning::describe_tensor(p, w.tensor) + " and " + planning::describe_tensor(p, o.tensor) + " over each other");
+        if (o.write)
+          fail(at_dispatch(p, d) + " writes " + planning::describe_tensor(p, w.tensor) + " and " +
+               planning::describe_tensor(p, o.tensor) + " over each other");
         const bool same_place = o.begin == w.begin && o.end == w.end;
         const bool same_shape = p.tensors[o.tensor].type.shape == p.tensors[w.tensor].type.shape;
         // a multi-output program reads every input of an element before writing its outputs
         const bool multi = x.op == Op::fused_elementwise && x.writes.size() > 1;
         if (inplace < 0 || !same_place || !same_shape || (x.writes.size() != 1 && !multi)) {
-          fail(at_dispatch(p, d) + " writes " + planning::describe_tensor(p, w.tensor) + " over its input " + planning::describe_tensor(p, o.tensor) +
-               ", which the op cannot do in place");
+          fail(at_dispatch(p, d) + " writes " + planning::describe_tensor(p, w.tensor) + " over its input " +
+               planning::describe_tensor(p, o.tensor) + ", which the op cannot do in place");
         }
       }
     }
@@ -227,7 +253,7 @@ void check_hazards(const Program& p, const std::vector<std::vector<planning::Acc
   const size_t nd = p.dispatches.size(), words = (nd + 63) / 64;
   std::vector<std::vector<uint64_t>> reach(nd, std::vector<uint64_t>(words, 0));
   const size_t nb = p.arena_buffers.size() + p.externals.size();
-  std::vector<std::vector<size_t>> by_buffer(nb);      // every dispatch touching the buffer
+  std::vector<std::vector<size_t>> by_buffer(nb);        // every dispatch touching the buffer
   std::vector<std::vector<size_t>> empty_by_buffer(nb);  // those with an empty access to it
   std::vector<planning::SegmentMap> segments(nb);
   auto ordered = [&](size_t j, size_t i) { return reach[j][i / 64] >> (i % 64) & 1; };
@@ -243,9 +269,9 @@ void check_hazards(const Program& p, const std::vector<std::vector<planning::Acc
       for (const planning::Access& a : acc[j]) {
         for (const planning::Access& b : acc[i]) {
           if ((a.write || b.write) && overlap(a, b)) {
-            fail(at_dispatch(p, j) + " " + (a.write ? "writes " : "reads ") + planning::describe_tensor(p, a.tensor) + ", which " +
-                 at_dispatch(p, i) + " " + (b.write ? "writes" : "reads") + " as " + planning::describe_tensor(p, b.tensor) +
-                 ", without waiting for it");
+            fail(at_dispatch(p, j) + " " + (a.write ? "writes " : "reads ") + planning::describe_tensor(p, a.tensor) +
+                 ", which " + at_dispatch(p, i) + " " + (b.write ? "writes" : "reads") + " as " +
+                 planning::describe_tensor(p, b.tensor) + ", without waiting for it");
           }
         }
       }
@@ -284,7 +310,8 @@ void check_hazards(const Program& p, const std::vector<std::vector<planning::Acc
     }
     if (unordered || has_empty) {
       std::vector<size_t> among;
-      for (const planning::Access& a : acc[j]) among.insert(among.end(), by_buffer[a.buffer].begin(), by_buffer[a.buffer].end());
+      for (const planning::Access& a : acc[j])
+        among.insert(among.end(), by_buffer[a.buffer].begin(), by_buffer[a.buffer].end());
       compare(j, among);
       if (unordered) throw std::logic_error("[verify] an unordered conflict was found but not named");
     } else if (!against_empty.empty()) {

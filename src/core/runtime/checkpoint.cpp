@@ -1,8 +1,7 @@
 #include "meganeura/checkpoint.h"
 
-#include <nlohmann/json.hpp>
-
 #include <cmath>
+#include <nlohmann/json.hpp>
 
 #include "meganeura/optim.h"
 #include "meganeura/safetensors.h"
@@ -24,7 +23,8 @@ void save_checkpoint(const Session& s, const std::filesystem::path& path,
     ck.tensors[name] = io::TensorRecord{b.stored, b.type.shape, std::move(bytes)};
     (b.role == Role::parameter ? params : states).push_back(name);
   }
-  if (s.buffers().count(kStepName)) ck.metadata["step"] = std::to_string(int64_t(std::llround(s.get_f64(kStepName).at(0))));
+  if (s.buffers().count(kStepName))
+    ck.metadata["step"] = std::to_string(int64_t(std::llround(s.get_f64(kStepName).at(0))));
   ck.metadata["layout"] = nlohmann::json{{"parameters", params}, {"optimizer_state", states}}.dump();
   io::write_checkpoint(path, ck);
 }

@@ -45,8 +45,7 @@ VulkanOptions vulkan_options(const SessionOptions& o, const std::string& device)
 
 std::unique_ptr<Backend> make_backend(const SessionOptions& o, std::string& note) {
   switch (o.device) {
-    case Device::cpu:
-      return make_cpu_backend(CpuOptions{o.threads});
+    case Device::cpu: return make_cpu_backend(CpuOptions{o.threads});
     case Device::automatic: {
       // A discrete or integrated GPU when there is one; a CPU-emulated Vulkan device is never
       // better than the reference backend.
@@ -55,8 +54,7 @@ std::unique_ptr<Backend> make_backend(const SessionOptions& o, std::string& note
       if (!o.f64_oracle) note = why + "; using the CPU backend";
       return make_cpu_backend(CpuOptions{o.threads});
     }
-    case Device::vulkan:
-      return make_vulkan_backend(vulkan_options(o, o.vulkan_device));
+    case Device::vulkan: return make_vulkan_backend(vulkan_options(o, o.vulkan_device));
   }
   throw std::invalid_argument("[session] invalid device");
 }
@@ -89,10 +87,10 @@ size_t Session::add(Program p) {
   verify(p);
   const DeviceLimits device = backend_->limits();
   if (p.limits.buffer_limit() > device.buffer_limit() || p.limits.offset_alignment % device.offset_alignment) {
-    throw std::invalid_argument("[session] the program was planned for buffers of up to " + std::to_string(p.limits.buffer_limit()) +
-                                " bytes at alignment " + std::to_string(p.limits.offset_alignment) + "; " + device_name() +
-                                " allows " + std::to_string(device.buffer_limit()) + " at alignment " +
-                                std::to_string(device.offset_alignment));
+    throw std::invalid_argument(
+        "[session] the program was planned for buffers of up to " + std::to_string(p.limits.buffer_limit()) +
+        " bytes at alignment " + std::to_string(p.limits.offset_alignment) + "; " + device_name() + " allows " +
+        std::to_string(device.buffer_limit()) + " at alignment " + std::to_string(device.offset_alignment));
   }
   for (const ExternalBuffer& e : p.externals) {
     auto it = buffers_.find(e.name);
@@ -157,9 +155,12 @@ const ExternalBuffer& Session::buffer(const std::string& name) const {
 namespace {
 template <class T>
 constexpr DType dtype_of() {
-  if constexpr (std::is_same_v<T, float>) return DType::f32;
-  else if constexpr (std::is_same_v<T, double>) return DType::f64;
-  else return DType::i32;
+  if constexpr (std::is_same_v<T, float>)
+    return DType::f32;
+  else if constexpr (std::is_same_v<T, double>)
+    return DType::f64;
+  else
+    return DType::i32;
 }
 
 template <class T>

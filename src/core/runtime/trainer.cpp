@@ -8,7 +8,8 @@ namespace {
 // Builds forward + loss output into g; returns parameters and their gradients.
 std::pair<std::vector<Tensor>, std::vector<Tensor>> forward_and_grads(Graph& g, const LossFn& build) {
   Tensor loss = build(g);
-  if (loss.rank() != 0) throw std::invalid_argument("[train] the loss must be a scalar, got " + shape_str(loss.shape()));
+  if (loss.rank() != 0)
+    throw std::invalid_argument("[train] the loss must be a scalar, got " + shape_str(loss.shape()));
   g.output("loss", loss);
   std::vector<Tensor> params;
   for (NodeId id : g.parameters()) params.push_back(g.tensor(id));

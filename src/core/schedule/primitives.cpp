@@ -17,8 +17,10 @@ namespace {
 void split_axis(const Shape& s, int64_t axis, int64_t& outer, int64_t& inner) {
   outer = inner = 1;
   for (int64_t i = 0; i < int64_t(s.size()); ++i) {
-    if (i < axis) outer *= s[size_t(i)];
-    else if (i > axis) inner *= s[size_t(i)];
+    if (i < axis)
+      outer *= s[size_t(i)];
+    else if (i > axis)
+      inner *= s[size_t(i)];
   }
 }
 
@@ -77,7 +79,8 @@ void reduce_words(PushConstants& p, const Dispatch& d, const Shape& xs, const Sh
 }
 
 void pool_words(PushConstants& p, const Dispatch& d, const Shape& xs, const Shape& ys) {
-  if (xs.size() != 4 || ys.size() != 4) refuse(d.op, "expects NCHW tensors, got " + shape_str(xs) + " and " + shape_str(ys));
+  if (xs.size() != 4 || ys.size() != 4)
+    refuse(d.op, "expects NCHW tensors, got " + shape_str(xs) + " and " + shape_str(ys));
   int64_t w[12] = {xs[0], xs[1], xs[2], xs[3], 0, 0, 0, 0, 0, 0, ys[2], ys[3]};
   if (d.op != Op::upsample_nearest2x) {
     const auto& a = std::get<PoolAttrs>(d.attrs);
@@ -94,7 +97,8 @@ void lower_primitive(const Program& prog, const Dispatch& d, KernelLaunch& l) {
   const Shape& os = prog.tensors.at(d.write()).type.shape;
   auto in_shape = [&](size_t k) -> const Shape& { return prog.tensors.at(d.reads.at(k)).type.shape; };
   const OpFamily fam = op_info(d.op).family;
-  l.kernel = std::string(fam == OpFamily::unary || fam == OpFamily::binary ? "elementwise." : "") + std::string(op_name(d.op));
+  l.kernel =
+      std::string(fam == OpFamily::unary || fam == OpFamily::binary ? "elementwise." : "") + std::string(op_name(d.op));
   linear(l, numel(os));
   if (fam == OpFamily::binary) {
     elementwise_layout(p, os, {&in_shape(0), &in_shape(1)});
@@ -102,10 +106,14 @@ void lower_primitive(const Program& prog, const Dispatch& d, KernelLaunch& l) {
     return;
   }
   switch (d.op) {
-    case Op::sum: case Op::mean: case Op::max: case Op::softmax: case Op::log_softmax:
-      reduce_words(p, d, in_shape(0), os);
-      return;
-    case Op::max_pool2d: case Op::avg_pool2d: case Op::upsample_nearest2x: pool_words(p, d, in_shape(0), os); return;
+    case Op::sum:
+    case Op::mean:
+    case Op::max:
+    case Op::softmax:
+    case Op::log_softmax: reduce_words(p, d, in_shape(0), os); return;
+    case Op::max_pool2d:
+    case Op::avg_pool2d:
+    case Op::upsample_nearest2x: pool_words(p, d, in_shape(0), os); return;
     case Op::max_pool2d_backward: pool_words(p, d, os, in_shape(1)); return;
     case Op::avg_pool2d_backward: pool_words(p, d, os, in_shape(0)); return;
     case Op::permute: movement_words(p, d.op, in_shape(0), os, std::get<PermuteAttrs>(d.attrs).perm); return;
@@ -124,10 +132,12 @@ void lower_primitive(const Program& prog, const Dispatch& d, KernelLaunch& l) {
       p.set(push::kConcatOuter, u32(outer, "rows"));
       p.set(push::kConcatInner, u32(inner, "inner"));
       p.set(push::kConcatInputs, uint32_t(d.reads.size()));
-      for (size_t k = 0; k < d.reads.size(); ++k) p.set(push::kConcatLens + k, u32(in_shape(k).at(size_t(axis)), "length"));
+      for (size_t k = 0; k < d.reads.size(); ++k)
+        p.set(push::kConcatLens + k, u32(in_shape(k).at(size_t(axis)), "length"));
       return;
     }
-    case Op::embedding: case Op::embedding_backward: {
+    case Op::embedding:
+    case Op::embedding_backward: {
       const Shape& table = d.op == Op::embedding ? in_shape(0) : os;
       p.set(push::kIndexRows, u32(table.at(0), "rows"));
       p.set(push::kIndexWidth, u32(table.at(1), "width"));
@@ -138,7 +148,8 @@ void lower_primitive(const Program& prog, const Dispatch& d, KernelLaunch& l) {
       p.set(push::kIndexWidth, u32(std::get<OneHotAttrs>(d.attrs).classes, "classes"));
       p.set(push::kIndexCount, u32(numel(in_shape(0)), "ids"));
       return;
-    case Op::gather: case Op::gather_backward: {
+    case Op::gather:
+    case Op::gather_backward: {
       const auto& a = std::get<GatherAttrs>(d.attrs);
       int64_t outer, inner;
       split_axis(os, a.axis, outer, inner);
@@ -148,18 +159,21 @@ void lower_primitive(const Program& prog, const Dispatch& d, KernelLaunch& l) {
       p.set(push::kIndexAxis, u32(a.size, "axis size"));
       return;
     }
-    case Op::softmax_cross_entropy: case Op::softmax_cross_entropy_backward:
+    case Op::softmax_cross_entropy:
+    case Op::softmax_cross_entropy_backward:
       p.set(push::kIndexRows, u32(in_shape(0).at(0), "rows"));
       p.set(push::kIndexWidth, u32(in_shape(0).at(1), "classes"));
       return;
-    case Op::rope: case Op::causal_mask: {
+    case Op::rope:
+    case Op::causal_mask: {
       if (os.size() < 2) refuse(d.op, "needs rank >= 2, got " + shape_str(os));
       p.set(push::kSeqRows, u32(numel(os) / std::max<int64_t>(os.back(), 1), "rows"));
       p.set(push::kSeqLen, u32(os.back(), "row length"));
       p.set(push::kSeqPositions, u32(os[os.size() - 2], "positions"));
       return;
     }
-    case Op::attention_fused: case Op::attention_fused_backward: {
+    case Op::attention_fused:
+    case Op::attention_fused_backward: {
       const auto& a = std::get<AttentionAttrs>(d.attrs);
       if (a.q.size() != 4 || a.k.size() != 4 || a.v.size() != 4) refuse(d.op, "expects [B, H, S, D] operands");
       const int64_t w[7] = {a.q[0], a.q[1], a.k[1], a.q[2], a.k[2], a.q[3], a.v[3]};

@@ -1,11 +1,10 @@
 // Lowering of Program dispatches to kernel launches (see schedule.h for the push layouts).
 #include "meganeura/schedule.h"
 
-#include <nlohmann/json.hpp>
-
 #include <algorithm>
 #include <cstdio>
 #include <cstring>
+#include <nlohmann/json.hpp>
 #include <stdexcept>
 
 #include "graph/op_table.h"
@@ -58,7 +57,8 @@ bool elementwise_layout(PushConstants& p, const Shape& out, const std::vector<co
     for (size_t i = 0; i < ins.size(); ++i) {
       const Shape& s = *ins[i];
       int64_t k = int64_t(d) - int64_t(out.size() - s.size());
-      if (k >= 0 && s[size_t(k)] == out[d]) bits |= 1u << i;
+      if (k >= 0 && s[size_t(k)] == out[d])
+        bits |= 1u << i;
       else if (k >= 0 && s[size_t(k)] != 1) {
         throw std::invalid_argument("[schedule] input " + shape_str(s) + " does not broadcast to " + shape_str(out));
       }
@@ -129,7 +129,9 @@ Schedule lower(const Program& p) {
     auto in_shape = [&](size_t k) -> const Shape& { return p.tensors.at(d.reads.at(k)).type.shape; };
     const std::string op(op_name(d.op));
     switch (d.op) {
-      case Op::fused_elementwise: case Op::matmul_epilogue: case Op::fused_reduce: {
+      case Op::fused_elementwise:
+      case Op::matmul_epilogue:
+      case Op::fused_reduce: {
         const auto& a = std::get<FusedAttrs>(d.attrs);
         std::vector<const Shape*> ins;
         size_t first = 0;
@@ -153,8 +155,10 @@ Schedule lower(const Program& p) {
           bool contiguous = true;
           for (size_t k = 1; k < a.axes.size(); ++k) contiguous &= a.axes[k] == a.axes[k - 1] + 1;
           for (int64_t i = 0; i < int64_t(domain.size()); ++i) {
-            if (!contiguous) (std::find(a.axes.begin(), a.axes.end(), i) != a.axes.end() ? len : outer) *= domain[size_t(i)];
-            else (i < a.axes.front() ? outer : i <= a.axes.back() ? len : inner) *= domain[size_t(i)];
+            if (!contiguous)
+              (std::find(a.axes.begin(), a.axes.end(), i) != a.axes.end() ? len : outer) *= domain[size_t(i)];
+            else
+              (i < a.axes.front() ? outer : i <= a.axes.back() ? len : inner) *= domain[size_t(i)];
           }
           l.push.set(push::kReduceOuter, u32(outer, "rows"));
           l.push.set(push::kReduceLen, u32(len, "reduced length"));
@@ -163,7 +167,8 @@ Schedule lower(const Program& p) {
           if (!contiguous) {  // as the primitive reductions over such axes
             if (domain.size() > push::kMaxRank) {
               throw std::invalid_argument("[schedule] fused_reduce over non-contiguous axes of a domain of rank " +
-                                          std::to_string(domain.size()) + " (at most " + std::to_string(push::kMaxRank) + ")");
+                                          std::to_string(domain.size()) + " (at most " +
+                                          std::to_string(push::kMaxRank) + ")");
             }
             uint32_t mask = 0;
             for (int64_t ax : a.axes) mask |= 1u << ax;
@@ -212,7 +217,9 @@ Schedule lower(const Program& p) {
         matmul_words(l, a, in_shape(0), in_shape(1), os);
         break;
       }
-      case Op::conv2d: case Op::conv2d_backward_input: case Op::conv2d_backward_weight: {
+      case Op::conv2d:
+      case Op::conv2d_backward_input:
+      case Op::conv2d_backward_weight: {
         const auto& a = std::get<ConvAttrs>(d.attrs);
         // (x, w, y) shapes as the forward convolution sees them
         const Shape& x = d.op == Op::conv2d ? in_shape(0) : d.op == Op::conv2d_backward_input ? os : in_shape(0);
@@ -225,7 +232,8 @@ Schedule lower(const Program& p) {
           l.push.set(push::kConvPad + i, u32(a.pad[i], "convolution padding"));
           l.push.set(push::kConvDilation + i, u32(a.dilation[i], "convolution dilation"));
         }
-        const bool pointwise = w[2] == 1 && w[3] == 1 && a.stride[0] == 1 && a.stride[1] == 1 && a.pad[0] == 0 && a.pad[1] == 0;
+        const bool pointwise =
+            w[2] == 1 && w[3] == 1 && a.stride[0] == 1 && a.stride[1] == 1 && a.pad[0] == 0 && a.pad[1] == 0;
         l.kernel = op + (pointwise ? ".direct" : ".im2col");
         // the im2col matrix of one image and group: [C/groups * KH * KW, OH * OW]
         if (!pointwise) l.workspace_bytes = uint64_t(x[1] / a.groups * w[2] * w[3] * y[2] * y[3]) * elem;
@@ -247,12 +255,18 @@ std::string Schedule::to_json() const {
   for (const KernelLaunch& l : launches) {
     json spec = json::array();
     for (const SpecConstant& c : l.spec) {
-      spec.push_back({{"name", c.name}, {"type", c.type == SpecConstant::u32 ? "u32" : c.type == SpecConstant::i32 ? "i32" : "f32"},
+      spec.push_back({{"name", c.name},
+                      {"type", c.type == SpecConstant::u32   ? "u32"
+                               : c.type == SpecConstant::i32 ? "i32"
+                                                             : "f32"},
                       {"bits", c.bits}});
     }
-    ls.push_back({{"kernel", l.kernel}, {"spec", spec},
+    ls.push_back({{"kernel", l.kernel},
+                  {"spec", spec},
                   {"push", std::vector<uint32_t>(l.push.words.begin(), l.push.words.begin() + l.push.used)},
-                  {"workgroup_size", l.workgroup_size}, {"groups", l.groups}, {"workspace_bytes", l.workspace_bytes}});
+                  {"workgroup_size", l.workgroup_size},
+                  {"groups", l.groups},
+                  {"workspace_bytes", l.workspace_bytes}});
   }
   return json{{"launches", ls}, {"workspace_bytes", workspace_bytes}}.dump();
 }

@@ -21,8 +21,7 @@ class AtomicWrite : public ScratchDir {
   }
   std::vector<std::string> dir_entries() {
     std::vector<std::string> names;
-    for (const auto& e : fs::directory_iterator(dir_))
-      names.push_back(e.path().filename().string());
+    for (const auto& e : fs::directory_iterator(dir_)) names.push_back(e.path().filename().string());
     return names;
   }
 };
@@ -106,8 +105,7 @@ TEST_F(AtomicWrite, ConcurrentReadersNeverSeeAPartialFile) {
   std::vector<std::thread> writers;
   for (int t = 0; t < 2; ++t) {
     writers.emplace_back([&, t] {
-      for (int i = 0; i < 25; ++i)
-        write_filled(path, 1000 + 100 * t, static_cast<float>(t * 100 + i));
+      for (int i = 0; i < 25; ++i) write_filled(path, 1000 + 100 * t, static_cast<float>(t * 100 + i));
     });
   }
   for (auto& w : writers) w.join();

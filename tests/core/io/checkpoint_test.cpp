@@ -8,9 +8,8 @@ class CheckpointTest : public ScratchDir {
  protected:
   Checkpoint sample() {
     Checkpoint c;
-    c.metadata = {{"graph_hash", "9f2c"},
-                  {"step", "120"},
-                  {"layout", R"({"parameters":["w","b"],"optimizer":"adam"})"}};
+    c.metadata = {
+        {"graph_hash", "9f2c"}, {"step", "120"}, {"layout", R"({"parameters":["w","b"],"optimizer":"adam"})"}};
     c.tensors.emplace("w", make_record<float>(DType::f32, {2, 3}, {1, 2, 3, 4, 5, 6}));
     c.tensors.emplace("b", make_record<float>(DType::f32, {3}, {0.5f, -0.5f, 0}));
     c.tensors.emplace("adam_m.w", make_record<float>(DType::f32, {2, 3}, {0, 0, 0, 0, 0, 1e-3f}));
@@ -50,23 +49,19 @@ TEST_F(CheckpointTest, StrictLoadingNamesTheTensor) {
   c.source = "run/ckpt.safetensors";
   auto want = expected();
   want.push_back({"c", DType::f32, {4}});
-  EXPECT_EQ(mismatch(c, want),
-            "[checkpoint] 'run/ckpt.safetensors': missing tensor 'c' (expected f32 [4])");
+  EXPECT_EQ(mismatch(c, want), "[checkpoint] 'run/ckpt.safetensors': missing tensor 'c' (expected f32 [4])");
 
   want = expected();
   want.pop_back();
-  EXPECT_EQ(mismatch(c, want),
-            "[checkpoint] 'run/ckpt.safetensors': unexpected tensor 'adam_v.w' (f32 [2, 3])");
+  EXPECT_EQ(mismatch(c, want), "[checkpoint] 'run/ckpt.safetensors': unexpected tensor 'adam_v.w' (f32 [2, 3])");
 
   want = expected();
   want[0].shape = {3, 2};
-  EXPECT_EQ(mismatch(c, want),
-            "[checkpoint] 'run/ckpt.safetensors': tensor 'w' is f32 [2, 3], expected f32 [3, 2]");
+  EXPECT_EQ(mismatch(c, want), "[checkpoint] 'run/ckpt.safetensors': tensor 'w' is f32 [2, 3], expected f32 [3, 2]");
 
   want = expected();
   want[1].dtype = DType::f16;
-  EXPECT_EQ(mismatch(c, want),
-            "[checkpoint] 'run/ckpt.safetensors': tensor 'b' is f32 [3], expected f16 [3]");
+  EXPECT_EQ(mismatch(c, want), "[checkpoint] 'run/ckpt.safetensors': tensor 'b' is f32 [3], expected f16 [3]");
 
   want = {{"w", DType::f32, {2, 3}}, {"z", DType::i32, {}}};
   EXPECT_EQ(mismatch(c, want),
@@ -89,8 +84,8 @@ TEST_F(CheckpointTest, InferenceSkipsOptimizerState) {
             }).find("unexpected tensor 'adam_m.w'"),
             std::string::npos);
 
-  SafetensorsFile weights = read_safetensors(
-      path, [](const std::string& name) { return name.find('.') == std::string::npos; });
+  SafetensorsFile weights =
+      read_safetensors(path, [](const std::string& name) { return name.find('.') == std::string::npos; });
   EXPECT_EQ(weights.tensors.size(), 2u);
   EXPECT_EQ(mismatch(weights, params), "");
   EXPECT_TRUE(weights.tensors.at("w").data == sample().tensors.at("w").data);
@@ -102,17 +97,13 @@ TEST_F(CheckpointTest, MetadataIsValidated) {
     return error_of([&] { check_checkpoint_metadata(m, "c.safetensors"); });
   };
   EXPECT_EQ(error({}), "") << "files from other writers carry no checkpoint keys";
-  EXPECT_EQ(error({{"format", "meganeura-checkpoint"}, {"format_version", "1"}, {"step", "0"}}),
-            "");
-  EXPECT_EQ(
-      error({{"format", "pt"}}),
-      "[checkpoint] 'c.safetensors': metadata format is 'pt', expected 'meganeura-checkpoint'");
-  EXPECT_EQ(
-      error({{"format_version", "2"}}),
-      "[checkpoint] 'c.safetensors': unsupported format_version '2' (this build reads version 1)");
+  EXPECT_EQ(error({{"format", "meganeura-checkpoint"}, {"format_version", "1"}, {"step", "0"}}), "");
+  EXPECT_EQ(error({{"format", "pt"}}),
+            "[checkpoint] 'c.safetensors': metadata format is 'pt', expected 'meganeura-checkpoint'");
+  EXPECT_EQ(error({{"format_version", "2"}}),
+            "[checkpoint] 'c.safetensors': unsupported format_version '2' (this build reads version 1)");
   for (const char* step : {"", "-1", "12a", "1.5", " 3"}) {
-    EXPECT_NE(error({{"step", step}}).find("metadata step '" + std::string(step) + "' is not"),
-              std::string::npos)
+    EXPECT_NE(error({{"step", step}}).find("metadata step '" + std::string(step) + "' is not"), std::string::npos)
         << step;
   }
   EXPECT_EQ(error({{"layout", "{\"parameters\": ["}}),
@@ -125,8 +116,7 @@ TEST_F(CheckpointTest, ReadCheckpointRejectsAForeignFormat) {
   std::vector<int64_t> shape = {1};
   write_safetensors(path, {{"w", {DType::f32, shape, std::as_bytes(std::span(v))}}},
                     {{"format", "meganeura-checkpoint"}, {"format_version", "7"}});
-  EXPECT_NE(error_of([&] { read_checkpoint(path); }).find("unsupported format_version '7'"),
-            std::string::npos);
+  EXPECT_NE(error_of([&] { read_checkpoint(path); }).find("unsupported format_version '7'"), std::string::npos);
 }
 
 }  // namespace

@@ -53,52 +53,40 @@ TEST_F(Corrupt, HeaderNotJson) {
 
 TEST_F(Corrupt, BadEntries) {
   EXPECT_LOAD_ERROR(raw_file(R"({"w": 3})"), "tensor 'w': entry is not a JSON object");
-  EXPECT_LOAD_ERROR(
-      raw_file(R"({"w": {"dtype":"I64","shape":[1],"data_offsets":[0,8]}})", std::string(8, 'x')),
-      "tensor 'w': unsupported dtype 'I64' (supported: F32, F16, BF16, I32, U32, F64)");
+  EXPECT_LOAD_ERROR(raw_file(R"({"w": {"dtype":"I64","shape":[1],"data_offsets":[0,8]}})", std::string(8, 'x')),
+                    "tensor 'w': unsupported dtype 'I64' (supported: F32, F16, BF16, I32, U32, F64)");
   // A name with a newline must not break the one-line message.
-  EXPECT_LOAD_ERROR(
-      raw_file(R"({"a\nb": {"dtype":"I64","shape":[],"data_offsets":[0,8]}})", std::string(8, 'x')),
-      "tensor 'a\\x0ab': unsupported dtype");
-  EXPECT_LOAD_ERROR(raw_file(R"({"w": {"dtype":7,"shape":[1],"data_offsets":[0,4]}})"),
-                    "dtype is not a string");
+  EXPECT_LOAD_ERROR(raw_file(R"({"a\nb": {"dtype":"I64","shape":[],"data_offsets":[0,8]}})", std::string(8, 'x')),
+                    "tensor 'a\\x0ab': unsupported dtype");
+  EXPECT_LOAD_ERROR(raw_file(R"({"w": {"dtype":7,"shape":[1],"data_offsets":[0,4]}})"), "dtype is not a string");
   EXPECT_LOAD_ERROR(raw_file(R"({"w": {"dtype":"F32","shape":[2,-3],"data_offsets":[0,4]}})"),
                     "tensor 'w': negative dimension -3 in shape [2,-3]");
   EXPECT_LOAD_ERROR(raw_file(R"({"w": {"dtype":"F32","shape":[2.5],"data_offsets":[0,4]}})"),
                     "dimension 2.5 is not a valid size");
-  EXPECT_LOAD_ERROR(raw_file(R"({"w": {"dtype":"F32","shape":"2","data_offsets":[0,4]}})"),
-                    "shape is not an array");
-  EXPECT_LOAD_ERROR(
-      raw_file(R"({"w": {"dtype":"F32","shape":[4611686018427387904,4],"data_offsets":[0,4]}})"),
-      "is impossibly large");
-  EXPECT_LOAD_ERROR(
-      raw_file(R"({"w": {"dtype":"F32","shape":[9223372036854775808],"data_offsets":[0,4]}})"),
-      "is not a valid size");
-  EXPECT_LOAD_ERROR(raw_file(R"({"w": {"dtype":"F32","shape":[2]}})"),
-                    "tensor 'w': missing field 'data_offsets'");
-  EXPECT_LOAD_ERROR(raw_file("{\"w\": {" + kF32Pair + R"(,"data_offsets":[0,8],"extra":1}})",
-                             std::string(8, 'x')),
+  EXPECT_LOAD_ERROR(raw_file(R"({"w": {"dtype":"F32","shape":"2","data_offsets":[0,4]}})"), "shape is not an array");
+  EXPECT_LOAD_ERROR(raw_file(R"({"w": {"dtype":"F32","shape":[4611686018427387904,4],"data_offsets":[0,4]}})"),
+                    "is impossibly large");
+  EXPECT_LOAD_ERROR(raw_file(R"({"w": {"dtype":"F32","shape":[9223372036854775808],"data_offsets":[0,4]}})"),
+                    "is not a valid size");
+  EXPECT_LOAD_ERROR(raw_file(R"({"w": {"dtype":"F32","shape":[2]}})"), "tensor 'w': missing field 'data_offsets'");
+  EXPECT_LOAD_ERROR(raw_file("{\"w\": {" + kF32Pair + R"(,"data_offsets":[0,8],"extra":1}})", std::string(8, 'x')),
                     "tensor 'w': unexpected field 'extra'");
-  EXPECT_LOAD_ERROR(raw_file("{\"w\": {" + kF32Pair + R"(,"data_offsets":[0]}})"),
-                    "data_offsets must be [begin, end]");
-  EXPECT_LOAD_ERROR(raw_file("{\"w\": {" + kF32Pair + R"(,"data_offsets":[-1,7]}})"),
-                    "must be non-negative integers");
+  EXPECT_LOAD_ERROR(raw_file("{\"w\": {" + kF32Pair + R"(,"data_offsets":[0]}})"), "data_offsets must be [begin, end]");
+  EXPECT_LOAD_ERROR(raw_file("{\"w\": {" + kF32Pair + R"(,"data_offsets":[-1,7]}})"), "must be non-negative integers");
 }
 
 // A file of F32 [2] tensors with the given data_offsets and `data_bytes` bytes of data.
-std::string f32_pairs(const std::vector<std::tuple<std::string, int, int>>& tensors,
-                      size_t data_bytes) {
+std::string f32_pairs(const std::vector<std::tuple<std::string, int, int>>& tensors, size_t data_bytes) {
   std::string header = "{";
   for (const auto& [name, begin, end] : tensors) {
-    header += (header.size() > 1 ? ", \"" : "\"") + name + "\": {" + kF32Pair +
-              ",\"data_offsets\":[" + std::to_string(begin) + "," + std::to_string(end) + "]}";
+    header += (header.size() > 1 ? ", \"" : "\"") + name + "\": {" + kF32Pair + ",\"data_offsets\":[" +
+              std::to_string(begin) + "," + std::to_string(end) + "]}";
   }
   return raw_file(header + "}", std::string(data_bytes, 'x'));
 }
 
 TEST_F(Corrupt, OffsetsInconsistentWithShape) {
-  EXPECT_LOAD_ERROR(f32_pairs({{"w", 0, 12}}, 12),
-                    "tensor 'w': data_offsets [0,12] do not match F32 [2] (8 bytes)");
+  EXPECT_LOAD_ERROR(f32_pairs({{"w", 0, 12}}, 12), "tensor 'w': data_offsets [0,12] do not match F32 [2] (8 bytes)");
   EXPECT_LOAD_ERROR(f32_pairs({{"w", 8, 0}}, 8), "data_offsets [8,0] do not match");
 }
 
@@ -107,8 +95,7 @@ TEST_F(Corrupt, OffsetsOutOfBoundsOverlappingOrWithHoles) {
                     "tensor 'w' ends at data byte 8 but the data section has 4 bytes "
                     "(truncated file?)");
   EXPECT_LOAD_ERROR(f32_pairs({{"a", 0, 8}, {"b", 4, 12}}, 12), "tensors 'a' and 'b' overlap");
-  EXPECT_LOAD_ERROR(f32_pairs({{"a", 0, 8}, {"b", 12, 20}}, 20),
-                    "hole of 4 bytes before tensor 'b'");
+  EXPECT_LOAD_ERROR(f32_pairs({{"a", 0, 8}, {"b", 12, 20}}, 20), "hole of 4 bytes before tensor 'b'");
   EXPECT_LOAD_ERROR(f32_pairs({{"a", 4, 12}}, 12), "hole of 4 bytes before tensor 'a'");
   EXPECT_LOAD_ERROR(f32_pairs({{"w", 0, 8}}, 9), "1 bytes of trailing data after the last tensor");
   EXPECT_LOAD_ERROR(raw_file("{}", "junk"), "4 bytes of trailing data");
@@ -122,21 +109,18 @@ TEST_F(Corrupt, OffsetsOutOfBoundsOverlappingOrWithHoles) {
 
 TEST_F(Corrupt, DuplicateKeys) {
   EXPECT_LOAD_ERROR(f32_pairs({{"w", 0, 8}, {"w", 0, 8}}, 8), "duplicate key 'w' in header");
-  EXPECT_LOAD_ERROR(raw_file("{\"w\": {" + kF32Pair + R"(,"shape":[2],"data_offsets":[0,8]}})",
-                             std::string(8, 'x')),
+  EXPECT_LOAD_ERROR(raw_file("{\"w\": {" + kF32Pair + R"(,"shape":[2],"data_offsets":[0,8]}})", std::string(8, 'x')),
                     "duplicate key 'shape' in header");
 }
 
 TEST_F(Corrupt, BadMetadata) {
   EXPECT_LOAD_ERROR(raw_file(R"({"__metadata__": [1]})"), "__metadata__ is not a JSON object");
-  EXPECT_LOAD_ERROR(raw_file(R"({"__metadata__": {"step": 3}})"),
-                    "__metadata__ value of 'step' is not a string");
+  EXPECT_LOAD_ERROR(raw_file(R"({"__metadata__": {"step": 3}})"), "__metadata__ value of 'step' is not a string");
 }
 
 TEST_F(Corrupt, NotAFile) {
   std::string missing = error_of([&] { read_safetensors(dir_ / "nope.safetensors"); });
-  EXPECT_THAT_CONTAINS(missing, "[safetensors] cannot read '" +
-                                    (dir_ / "nope.safetensors").string() +
+  EXPECT_THAT_CONTAINS(missing, "[safetensors] cannot read '" + (dir_ / "nope.safetensors").string() +
                                     "': open: No such file or directory");
   EXPECT_THAT_CONTAINS(error_of([&] { read_safetensors(dir_); }), "not a regular file");
 }
@@ -147,10 +131,8 @@ TEST_F(Corrupt, AbsurdSizesDoNotAllocate) {
   const std::string cases[] = {
       raw_file("{}", "", 1ull << 62),
       raw_file("{}", "", (100ull << 20) - 1),
-      raw_file(
-          R"({"w": {"dtype":"F64","shape":[1099511627776],"data_offsets":[0,8796093022208]}})"),
-      raw_file(R"({"w": {"dtype":"F64","shape":[1024,1024,1024],"data_offsets":[0,8589934592]}})",
-               "x"),
+      raw_file(R"({"w": {"dtype":"F64","shape":[1099511627776],"data_offsets":[0,8796093022208]}})"),
+      raw_file(R"({"w": {"dtype":"F64","shape":[1024,1024,1024],"data_offsets":[0,8589934592]}})", "x"),
   };
   for (const std::string& bytes : cases) {
     write_raw(path, bytes);

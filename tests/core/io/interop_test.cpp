@@ -35,11 +35,9 @@ uint16_t half_bits(float v) {
 // The bytes of element i in the formula both sides share (see interop.py).
 std::vector<std::byte> formula_bytes(DType dtype, int64_t i) {
   float small = static_cast<float>((i * 37) % 101 - 50) / 8.0f;
-  uint32_t wrapped =
-      static_cast<uint32_t>((static_cast<uint64_t>(i) * 2654435761ull) & 0xffffffffu);
+  uint32_t wrapped = static_cast<uint32_t>((static_cast<uint64_t>(i) * 2654435761ull) & 0xffffffffu);
   switch (dtype) {
-    case DType::f32:
-      return to_bytes(&small, 4);
+    case DType::f32: return to_bytes(&small, 4);
     case DType::f16: {
       uint16_t h = half_bits(small);
       return to_bytes(&h, 2);
@@ -56,8 +54,7 @@ std::vector<std::byte> formula_bytes(DType dtype, int64_t i) {
       auto s = static_cast<int32_t>(wrapped);
       return to_bytes(&s, 4);
     }
-    case DType::u32:
-      return to_bytes(&wrapped, 4);
+    case DType::u32: return to_bytes(&wrapped, 4);
   }
   return {};
 }
@@ -78,13 +75,11 @@ TEST_F(Interop, ReadsAFileWrittenByPython) {
   auto [status, output] = run(std::string(kPython) + " " + kScript + " write " + path.string());
   ASSERT_EQ(status, 0) << output;
   SafetensorsFile file = read_safetensors(path);
-  EXPECT_EQ(file.metadata,
-            (std::map<std::string, std::string>{{"writer", "python"}, {"step", "5"}}));
+  EXPECT_EQ(file.metadata, (std::map<std::string, std::string>{{"writer", "python"}, {"step", "5"}}));
   const std::map<std::string, std::pair<DType, std::vector<int64_t>>> expected = {
-      {"py.f32", {DType::f32, {3, 4}}},   {"py.f16", {DType::f16, {5}}},
-      {"py.bf16", {DType::bf16, {2, 3}}}, {"py.i32", {DType::i32, {7}}},
-      {"py.u32", {DType::u32, {2, 2}}},   {"py.f64", {DType::f64, {3}}},
-      {"py.scalar", {DType::f32, {}}},    {"py.empty", {DType::f32, {0, 3}}}};
+      {"py.f32", {DType::f32, {3, 4}}}, {"py.f16", {DType::f16, {5}}},     {"py.bf16", {DType::bf16, {2, 3}}},
+      {"py.i32", {DType::i32, {7}}},    {"py.u32", {DType::u32, {2, 2}}},  {"py.f64", {DType::f64, {3}}},
+      {"py.scalar", {DType::f32, {}}},  {"py.empty", {DType::f32, {0, 3}}}};
   ASSERT_EQ(file.tensors.size(), expected.size());
   for (const auto& [name, want] : expected) {
     ASSERT_TRUE(file.tensors.count(name)) << name;
@@ -126,11 +121,9 @@ TEST_F(Interop, PythonReadsOurFile) {
     names += " " + name;
   }
   write_safetensors(path, views, {{"writer", "meganeura"}});
-  auto [status, output] =
-      run(std::string(kPython) + " " + kScript + " read " + path.string() + names);
+  auto [status, output] = run(std::string(kPython) + " " + kScript + " read " + path.string() + names);
   EXPECT_EQ(status, 0) << output;
-  EXPECT_NE(output.find("checked 8 tensors, 64 elements, metadata {\"writer\": \"meganeura\"}"),
-            std::string::npos)
+  EXPECT_NE(output.find("checked 8 tensors, 64 elements, metadata {\"writer\": \"meganeura\"}"), std::string::npos)
       << output;
 }
 

@@ -21,8 +21,8 @@ class ScratchDir : public ::testing::Test {
  protected:
   void SetUp() override {
     const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
-    dir_ = fs::temp_directory_path() / ("meganeura-io-" + std::to_string(::getpid()) + "-" +
-                                        info->test_suite_name() + "-" + info->name());
+    dir_ = fs::temp_directory_path() /
+           ("meganeura-io-" + std::to_string(::getpid()) + "-" + info->test_suite_name() + "-" + info->name());
     fs::remove_all(dir_);
     fs::create_directories(dir_);
   }

@@ -23,14 +23,11 @@ std::string shape_of_rank(size_t rank) {
 TEST_F(Limits, Rank) {
   const std::string data(4, '\0');
   auto file = [&](size_t rank) {
-    return raw_file(R"({"w":{"dtype":"F32","shape":)" + shape_of_rank(rank) +
-                        R"(,"data_offsets":[0,4]}})",
-                    data);
+    return raw_file(R"({"w":{"dtype":"F32","shape":)" + shape_of_rank(rank) + R"(,"data_offsets":[0,4]}})", data);
   };
   EXPECT_EQ(load_error(file(kMaxRank)), "");
   const std::string error = load_error(file(kMaxRank + 1));
-  EXPECT_NE(error.find("tensor 'w': rank 65 exceeds the limit of 64 dimensions (kMaxRank)"),
-            std::string::npos)
+  EXPECT_NE(error.find("tensor 'w': rank 65 exceeds the limit of 64 dimensions (kMaxRank)"), std::string::npos)
       << error;
 }
 
@@ -45,19 +42,17 @@ TEST_F(Limits, TensorCount) {
   EXPECT_EQ(at_limit.find("kMaxTensorCount"), std::string::npos) << at_limit;
   EXPECT_NE(at_limit.find("entry is not a JSON object"), std::string::npos) << at_limit;
   const std::string over = load_error(raw_file(header(kMaxTensorCount + 1)));
-  EXPECT_NE(over.find("more than 262144 tensors, the limit (kMaxTensorCount)"), std::string::npos)
-      << over;
+  EXPECT_NE(over.find("more than 262144 tensors, the limit (kMaxTensorCount)"), std::string::npos) << over;
 }
 
 // A shape nested a million levels deep: its error message used to dump() it recursively and
 // overflow the stack. Now the header's nesting is bounded while parsing.
 TEST_F(Limits, Nesting) {
   const size_t depth = 1'000'000;
-  const std::string deep = R"({"w":{"dtype":"F32","shape":[)" + std::string(depth, '[') +
-                           std::string(depth, ']') + R"(],"data_offsets":[0,4]}})";
+  const std::string deep = R"({"w":{"dtype":"F32","shape":[)" + std::string(depth, '[') + std::string(depth, ']') +
+                           R"(],"data_offsets":[0,4]}})";
   const std::string error = load_error(raw_file(deep, std::string(4, '\0')));
-  EXPECT_NE(error.find("header nests deeper than the limit of 64 levels (kMaxHeaderNesting)"),
-            std::string::npos)
+  EXPECT_NE(error.find("header nests deeper than the limit of 64 levels (kMaxHeaderNesting)"), std::string::npos)
       << error;
   // Within the limit the entry is read and rejected for what it is.
   const std::string shallow = R"({"w":{"dtype":"F32","shape":[[[1]]],"data_offsets":[0,4]}})";

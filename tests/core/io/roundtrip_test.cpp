@@ -10,8 +10,7 @@ namespace {
 
 using nlohmann::json;
 
-constexpr DType kAllDTypes[] = {DType::f32, DType::f16, DType::bf16,
-                                DType::i32, DType::u32, DType::f64};
+constexpr DType kAllDTypes[] = {DType::f32, DType::f16, DType::bf16, DType::i32, DType::u32, DType::f64};
 
 // Random bytes cover every bit pattern: NaN payloads, denormals, negative zero.
 TensorRecord random_record(DType dtype, std::vector<int64_t> shape, std::mt19937& rng) {
@@ -22,8 +21,7 @@ TensorRecord random_record(DType dtype, std::vector<int64_t> shape, std::mt19937
   return TensorRecord{dtype, std::move(shape), std::move(data)};
 }
 
-const std::vector<std::vector<int64_t>> kShapes = {{},  {0},       {3, 0, 2},   {1},
-                                                   {7}, {2, 3, 5}, {1, 1, 1, 4}};
+const std::vector<std::vector<int64_t>> kShapes = {{}, {0}, {3, 0, 2}, {1}, {7}, {2, 3, 5}, {1, 1, 1, 4}};
 
 class RoundTrip : public ScratchDir {};
 
@@ -36,8 +34,8 @@ TEST_F(RoundTrip, EveryDTypeAndShapeIsBitExact) {
                        random_record(dtype, kShapes[s], rng));
     }
   }
-  std::map<std::string, std::string> metadata = {
-      {"note", "any text, ünïcödé, \"quotes\" and \\ backslashes"}, {"empty", ""}};
+  std::map<std::string, std::string> metadata = {{"note", "any text, ünïcödé, \"quotes\" and \\ backslashes"},
+                                                 {"empty", ""}};
   NamedTensorViews views;
   for (const auto& [name, record] : original) views.emplace_back(name, record.view());
   const fs::path path = dir_ / "all.safetensors";
@@ -114,8 +112,7 @@ TEST_F(RoundTrip, LargeFileReadsIntoTheRecordsDirectly) {
   std::mt19937 rng(99);
   std::map<std::string, TensorRecord> original;
   for (int i = 0; i < 6; ++i) {
-    original.emplace("block" + std::to_string(i),
-                     random_record(DType::f32, {1024, 1024 + 16 * i}, rng));
+    original.emplace("block" + std::to_string(i), random_record(DType::f32, {1024, 1024 + 16 * i}, rng));
   }
   NamedTensorViews views;
   for (const auto& [name, record] : original) views.emplace_back(name, record.view());
@@ -125,8 +122,7 @@ TEST_F(RoundTrip, LargeFileReadsIntoTheRecordsDirectly) {
   reset_largest_allocation();
   SafetensorsFile loaded = read_safetensors(path);
   EXPECT_EQ(largest_allocation(), original.at("block5").data.size());
-  for (const auto& [name, record] : original)
-    EXPECT_TRUE(loaded.tensors.at(name).data == record.data) << name;
+  for (const auto& [name, record] : original) EXPECT_TRUE(loaded.tensors.at(name).data == record.data) << name;
 }
 
 // More tensors than one writev call takes (IOV_MAX is 1024 on Linux).
@@ -168,18 +164,13 @@ TEST_F(RoundTrip, WriterRejectsInconsistentInput) {
   auto attempt = [&](NamedTensorViews views, std::map<std::string, std::string> meta = {}) {
     return error_of([&] { write_safetensors(path, views, meta); });
   };
-  EXPECT_NE(attempt({{"w", {DType::f32, ok, data}}, {"w", {DType::f32, ok, data}}})
-                .find("duplicate tensor name 'w'"),
+  EXPECT_NE(attempt({{"w", {DType::f32, ok, data}}, {"w", {DType::f32, ok, data}}}).find("duplicate tensor name 'w'"),
             std::string::npos);
-  EXPECT_NE(attempt({{"w", {DType::f32, wrong, data}}}).find("16 bytes given, F32 [5] needs 20"),
-            std::string::npos);
-  EXPECT_NE(attempt({{"w", {DType::f32, negative, data}}}).find("invalid shape [-4]"),
-            std::string::npos);
-  EXPECT_NE(attempt({{"__metadata__", {DType::f32, ok, data}}}).find("invalid tensor name"),
-            std::string::npos);
+  EXPECT_NE(attempt({{"w", {DType::f32, wrong, data}}}).find("16 bytes given, F32 [5] needs 20"), std::string::npos);
+  EXPECT_NE(attempt({{"w", {DType::f32, negative, data}}}).find("invalid shape [-4]"), std::string::npos);
+  EXPECT_NE(attempt({{"__metadata__", {DType::f32, ok, data}}}).find("invalid tensor name"), std::string::npos);
   EXPECT_NE(attempt({{"", {DType::f32, ok, data}}}).find("invalid tensor name"), std::string::npos);
-  EXPECT_NE(attempt({{"bad\xff", {DType::f32, ok, data}}}).find("not valid UTF-8"),
-            std::string::npos);
+  EXPECT_NE(attempt({{"bad\xff", {DType::f32, ok, data}}}).find("not valid UTF-8"), std::string::npos);
   EXPECT_NE(attempt({}, {{"k", "\xc3"}}).find("not valid UTF-8"), std::string::npos);
   EXPECT_FALSE(fs::exists(path));
   EXPECT_TRUE(fs::is_empty(dir_)) << "no temporary file may be left behind";

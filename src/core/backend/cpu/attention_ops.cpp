@@ -21,9 +21,16 @@ constexpr int64_t kTile = 64;
 
 struct Dims {
   int64_t b, hq, hkv, sq, sk, d, dv, group, offset;  // offset: causal diagonal shift (Sk - Sq)
-  explicit Dims(const PushConstants& p)  // push::kAttention: b, hq, hkv, sq, sk, d, dv
-      : b(word(p, 0)), hq(word(p, 1)), hkv(word(p, 2)), sq(word(p, 3)), sk(word(p, 4)), d(word(p, 5)), dv(word(p, 6)),
-        group(hq / hkv), offset(sk - sq) {}
+  explicit Dims(const PushConstants& p)              // push::kAttention: b, hq, hkv, sq, sk, d, dv
+      : b(word(p, 0)),
+        hq(word(p, 1)),
+        hkv(word(p, 2)),
+        sq(word(p, 3)),
+        sk(word(p, 4)),
+        d(word(p, 5)),
+        dv(word(p, 6)),
+        group(hq / hkv),
+        offset(sk - sq) {}
   static int64_t word(const PushConstants& p, size_t i) { return p.get(push::kAttention + i); }
 };
 
@@ -34,7 +41,8 @@ void scores(const Dims& m, const AttentionAttrs& a, const T* q, const T* k, int6
   if (!a.causal) return;
   for (int64_t i = 0; i < rows; ++i) {
     const int64_t last = r0 + i + m.offset;  // keys beyond it are in the future
-    for (int64_t j = std::max<int64_t>(last + 1, 0); j < m.sk; ++j) s[i * m.sk + j] = -std::numeric_limits<T>::infinity();
+    for (int64_t j = std::max<int64_t>(last + 1, 0); j < m.sk; ++j)
+      s[i * m.sk + j] = -std::numeric_limits<T>::infinity();
   }
 }
 
@@ -53,13 +61,14 @@ void forward(const Dims& m, const AttentionAttrs& a, const T* q, const T* k, con
         T mx = -std::numeric_limits<T>::infinity();
         for (int64_t j = 0; j < m.sk; ++j) mx = std::max(mx, row[j]);
         double sum = 0;
-        for (int64_t j = 0; j < m.sk; ++j) sum += double(row[j] = row[j] == -std::numeric_limits<T>::infinity() ? T(0) : std::exp(row[j] - mx));
+        for (int64_t j = 0; j < m.sk; ++j)
+          sum += double(row[j] = row[j] == -std::numeric_limits<T>::infinity() ? T(0) : std::exp(row[j] - mx));
         const T inv = T(1 / sum);
         for (int64_t j = 0; j < m.sk; ++j) row[j] *= inv;
         lse[bh * m.sq + r0 + i] = mx + T(std::log(sum));
       }
       gemm_serial(false, false, rows, m.dv, m.sk, T(1), s.data(), m.sk, v + kvh * m.sk * m.dv, m.dv, T(0),
-           out + (bh * m.sq + r0) * m.dv, m.dv);
+                  out + (bh * m.sq + r0) * m.dv, m.dv);
     }
   });
 }
@@ -97,10 +106,11 @@ void backward(const Dims& m, const AttentionAttrs& a, const T* q, const T* k, co
               dpr[j] = pr[j] * (dpr[j] - shift);  // dS
             }
           }
-          gemm_serial(true, false, m.sk, m.dv, rows, T(1), p.data(), m.sk, go, m.dv, T(1), dvh, m.dv);          // dV += P^T dO
+          gemm_serial(true, false, m.sk, m.dv, rows, T(1), p.data(), m.sk, go, m.dv, T(1), dvh, m.dv);  // dV += P^T dO
           gemm_serial(false, false, rows, m.d, m.sk, T(a.scale), dp.data(), m.sk, kh, m.d, T(0),
-               dq + (bh * m.sq + r0) * m.d, m.d);                                                          // dQ = s dS K
-          gemm_serial(true, false, m.sk, m.d, rows, T(a.scale), dp.data(), m.sk, qh + r0 * m.d, m.d, T(1), dkh, m.d);  // dK += s dS^T Q
+                      dq + (bh * m.sq + r0) * m.d, m.d);  // dQ = s dS K
+          gemm_serial(true, false, m.sk, m.d, rows, T(a.scale), dp.data(), m.sk, qh + r0 * m.d, m.d, T(1), dkh,
+                      m.d);  // dK += s dS^T Q
         }
       }
     }

@@ -35,8 +35,10 @@ struct HostBuffer {
     std::memset(data_, 0, padded);
   }
   ~HostBuffer() {
-    if (mapped) munmap(data_, mapped);
-    else std::free(data_);
+    if (mapped)
+      munmap(data_, mapped);
+    else
+      std::free(data_);
   }
   HostBuffer(const HostBuffer&) = delete;
   HostBuffer& operator=(const HostBuffer&) = delete;
@@ -46,8 +48,8 @@ struct HostBuffer {
 struct Prepared {
   Program program;
   std::vector<std::unique_ptr<HostBuffer>> arenas;
-  Schedule schedule;                     // lowered once; the fused kernels read its launches
-  std::unique_ptr<HostBuffer> workspace;  // Schedule::workspace_bytes, shared by all launches
+  Schedule schedule;                       // lowered once; the fused kernels read its launches
+  std::unique_ptr<HostBuffer> workspace;   // Schedule::workspace_bytes, shared by all launches
   std::vector<std::vector<cpu::Arg>> ins;  // per dispatch
   std::vector<std::vector<cpu::Arg>> outs;
 };
@@ -76,7 +78,8 @@ class CpuBackend final : public Backend {
       }
     }
     for (const ExternalBuffer& e : q.externals) {
-      if (!buffers_.count(e.name)) buffers_.emplace(e.name, std::make_unique<HostBuffer>(size_t(e.type.numel()) * dtype_size(e.stored)));
+      if (!buffers_.count(e.name))
+        buffers_.emplace(e.name, std::make_unique<HostBuffer>(size_t(e.type.numel()) * dtype_size(e.stored)));
     }
     for (uint64_t bytes : q.arena_buffers) prep->arenas.push_back(std::make_unique<HostBuffer>(bytes));
     prep->schedule = lower(q);
@@ -101,14 +104,18 @@ class CpuBackend final : public Backend {
 
   void write(const std::string& name, const void* data, size_t bytes) override {
     HostBuffer& b = buffer(name);
-    if (bytes != b.bytes) throw std::invalid_argument("[cpu] writing " + std::to_string(bytes) + " bytes into '" + name + "' of " + std::to_string(b.bytes));
+    if (bytes != b.bytes)
+      throw std::invalid_argument("[cpu] writing " + std::to_string(bytes) + " bytes into '" + name + "' of " +
+                                  std::to_string(b.bytes));
     std::memcpy(b.data(), data, bytes);
   }
 
   void read(const std::string& name, void* data, size_t bytes) const override {
     auto it = buffers_.find(name);
     if (it == buffers_.end()) throw std::invalid_argument("[cpu] no buffer named '" + name + "'");
-    if (bytes != it->second->bytes) throw std::invalid_argument("[cpu] reading " + std::to_string(bytes) + " bytes from '" + name + "' of " + std::to_string(it->second->bytes));
+    if (bytes != it->second->bytes)
+      throw std::invalid_argument("[cpu] reading " + std::to_string(bytes) + " bytes from '" + name + "' of " +
+                                  std::to_string(it->second->bytes));
     std::memcpy(data, it->second->data(), bytes);
   }
 
@@ -120,8 +127,10 @@ class CpuBackend final : public Backend {
       const Dispatch& d = p.program.dispatches[i];
       const KernelLaunch& l = p.schedule.launches[i];
       cpu::set_workspace(ws, l.workspace_bytes);
-      if (f64) cpu::execute<double>(d, l, p.ins[i], p.outs[i]);
-      else cpu::execute<float>(d, l, p.ins[i], p.outs[i]);
+      if (f64)
+        cpu::execute<double>(d, l, p.ins[i], p.outs[i]);
+      else
+        cpu::execute<float>(d, l, p.ins[i], p.outs[i]);
     }
     cpu::set_workspace(nullptr, 0);
   }
@@ -171,8 +180,10 @@ void execute(const Dispatch& d, const KernelLaunch& l, const std::vector<Arg>& i
   switch (op_info(d.op).family) {
     case OpFamily::fused: fused<T>(d, l, in, outs); break;
     case OpFamily::unary:
-      if (d.op == Op::cast) cast(l, in, out);
-      else unary<T>(d, l, in, out);
+      if (d.op == Op::cast)
+        cast(l, in, out);
+      else
+        unary<T>(d, l, in, out);
       break;
     case OpFamily::binary: binary<T>(d, l, in, out); break;
     case OpFamily::reduce: reduce<T>(d, l, in, out); break;
@@ -183,8 +194,10 @@ void execute(const Dispatch& d, const KernelLaunch& l, const std::vector<Arg>& i
     case OpFamily::index: index<T>(d, l, in, out); break;
     case OpFamily::seq: sequence<T>(d, l, in, out); break;
     case OpFamily::optim:
-      if (d.op == Op::clip_coef) unary<T>(d, l, in, out);
-      else sequence<T>(d, l, in, out);
+      if (d.op == Op::clip_coef)
+        unary<T>(d, l, in, out);
+      else
+        sequence<T>(d, l, in, out);
       break;
     case OpFamily::leaf: kernel_error(d.op, "leaves are not dispatched");
   }
@@ -195,8 +208,6 @@ template void execute<double>(const Dispatch&, const KernelLaunch&, const std::v
 
 }  // namespace cpu
 
-std::unique_ptr<Backend> make_cpu_backend(const CpuOptions& options) {
-  return std::make_unique<CpuBackend>(options);
-}
+std::unique_ptr<Backend> make_cpu_backend(const CpuOptions& options) { return std::make_unique<CpuBackend>(options); }
 
 }  // namespace meganeura

@@ -1,6 +1,6 @@
-#include <cstdint>
 #include <algorithm>
 #include <cmath>
+#include <cstdint>
 #include <cstring>
 #include <limits>
 
@@ -52,9 +52,8 @@ void unary(const Dispatch& d, const KernelLaunch& l, const std::vector<Arg>& in,
   } else if (d.op == Op::clip_coef) {
     p0 = T(std::get<ClipAttrs>(d.attrs).max_norm);
   }
-  parallel_for(n, (n > kParallelMin) ? 1 : INT64_MAX, [&](int64_t lo, int64_t hi) {
-    unary_loop<T>(d.op, p0, p1, x + lo, y + lo, hi - lo);
-  });
+  parallel_for(n, (n > kParallelMin) ? 1 : INT64_MAX,
+               [&](int64_t lo, int64_t hi) { unary_loop<T>(d.op, p0, p1, x + lo, y + lo, hi - lo); });
 }
 
 template <class T>
@@ -144,24 +143,25 @@ void reduce(const Dispatch& d, const KernelLaunch& l, const std::vector<Arg>& in
   auto finish = [&](double acc) { return T(d.op == Op::mean ? acc / count : acc); };
   const int64_t rank = p.get(push::kReduceRank);
   if (rank == 0) {  // reduced axes contiguous: [outer, len, inner] (the common case)
-    parallel_for(outer * inner, (outer * inner * len > kParallelMin) ? 1 : INT64_MAX, [&](int64_t begin_, int64_t end_) {
-      if (inner == 1) {  // rows of the last axis
-        for (int64_t r = begin_; r < end_; ++r) y[r] = finish(run_total<T>(x + r * len, len, is_max));
-        return;
-      }
-      // Columns: a slice of consecutive columns of one outer index at a time, the reduced axis
-      // walked in memory order and each column's sum kept in its own slot (the same order of
-      // additions per column as one column at a time, without a stride-`inner` walk per column).
-      double acc[kColumns];
-      for (int64_t r = begin_; r < end_;) {
-        const int64_t o = r / inner, i0 = r % inner, cols = std::min({end_ - r, inner - i0, kColumns});
-        std::fill(acc, acc + cols, is_max ? -INFINITY : 0.0);
-        const T* q = x + o * len * inner + i0;
-        for (int64_t j = 0; j < len; ++j, q += inner) accumulate_run(acc, q, cols, is_max);
-        for (int64_t c = 0; c < cols; ++c) y[r + c] = finish(acc[c]);
-        r += cols;
-      }
-    });
+    parallel_for(outer * inner, (outer * inner * len > kParallelMin) ? 1 : INT64_MAX,
+                 [&](int64_t begin_, int64_t end_) {
+                   if (inner == 1) {  // rows of the last axis
+                     for (int64_t r = begin_; r < end_; ++r) y[r] = finish(run_total<T>(x + r * len, len, is_max));
+                     return;
+                   }
+                   // Columns: a slice of consecutive columns of one outer index at a time, the reduced axis
+                   // walked in memory order and each column's sum kept in its own slot (the same order of
+                   // additions per column as one column at a time, without a stride-`inner` walk per column).
+                   double acc[kColumns];
+                   for (int64_t r = begin_; r < end_;) {
+                     const int64_t o = r / inner, i0 = r % inner, cols = std::min({end_ - r, inner - i0, kColumns});
+                     std::fill(acc, acc + cols, is_max ? -INFINITY : 0.0);
+                     const T* q = x + o * len * inner + i0;
+                     for (int64_t j = 0; j < len; ++j, q += inner) accumulate_run(acc, q, cols, is_max);
+                     for (int64_t c = 0; c < cols; ++c) y[r + c] = finish(acc[c]);
+                     r += cols;
+                   }
+                 });
     return;
   }
   // General (reduced axes not contiguous, e.g. batch norm's statistics over N, H and W of NCHW).
@@ -189,7 +189,10 @@ float half_to_float(uint16_t h) {
       bits = sign;
     } else {  // subnormal: renormalise
       exp = 127 - 15 + 1;
-      while (!(man & 0x400)) { man <<= 1; --exp; }
+      while (!(man & 0x400)) {
+        man <<= 1;
+        --exp;
+      }
       bits = sign | (exp << 23) | ((man & 0x3ff) << 13);
     }
   } else if (exp == 31) {

@@ -40,7 +40,8 @@ class Evaluator {
 
   Evaluator(const std::vector<FusedInstr>& code, const PushConstants& p, const T* const* src)
       : code_(code), bc_(p), src_(src) {
-    from_stack_ = std::none_of(code.begin(), code.end(), [](const FusedInstr& f) { return f.kind == FusedInstr::store; });
+    from_stack_ =
+        std::none_of(code.begin(), code.end(), [](const FusedInstr& f) { return f.kind == FusedInstr::store; });
     inner_ = bc_.rank ? bc_.ext[bc_.rank - 1] : 1;
     for (int64_t i = 0; i < bc_.inputs; ++i) {
       full_[i] = bc_.spans_all(i);
@@ -75,7 +76,8 @@ class Evaluator {
             if (nr == 1) {
               at[sp] = s + row_offset(i, r0) + j0;
             } else {
-              for (int64_t k = 0; k < nr; ++k) std::memcpy(x + k * len, s + row_offset(i, r0 + k) + j0, size_t(len) * sizeof(T));
+              for (int64_t k = 0; k < nr; ++k)
+                std::memcpy(x + k * len, s + row_offset(i, r0 + k) + j0, size_t(len) * sizeof(T));
               at[sp] = x;
             }
           } else if (nr == 1 || scalar_[i]) {
@@ -105,10 +107,15 @@ class Evaluator {
           break;
         case FusedInstr::store:
           --sp;
-          if (vec[sp]) std::memcpy(b.stored[f.index], at[sp], size_t(total) * sizeof(T));
-          else std::fill(b.stored[f.index], b.stored[f.index] + total, *at[sp]);
+          if (vec[sp])
+            std::memcpy(b.stored[f.index], at[sp], size_t(total) * sizeof(T));
+          else
+            std::fill(b.stored[f.index], b.stored[f.index] + total, *at[sp]);
           break;
-        case FusedInstr::load: at[sp] = b.stored[f.index]; vec[sp++] = true; break;
+        case FusedInstr::load:
+          at[sp] = b.stored[f.index];
+          vec[sp++] = true;
+          break;
       }
     }
     if (!from_stack_) return nullptr;

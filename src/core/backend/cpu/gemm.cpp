@@ -2,8 +2,9 @@
 
 #include <cblas.h>
 #if MEGANEURA_ONEDNN
-#include "backend/cpu/openmp.h"
 #include <oneapi/dnnl/dnnl.h>
+
+#include "backend/cpu/openmp.h"
 #endif
 
 #include <atomic>
@@ -35,19 +36,20 @@ void openblas_single() {
 
 void set_f32_gemm(F32Gemm lib) {
 #if !MEGANEURA_ONEDNN
-  if (lib == F32Gemm::onednn) throw std::runtime_error("[matmul] oneDNN requested but this build has none (MEGANEURA_ONEDNN=OFF)");
+  if (lib == F32Gemm::onednn)
+    throw std::runtime_error("[matmul] oneDNN requested but this build has none (MEGANEURA_ONEDNN=OFF)");
 #endif
   g_f32_gemm = lib;
 }
 F32Gemm f32_gemm() { return g_f32_gemm; }
 
-void gemm_serial(bool ta, bool tb, int64_t m, int64_t n, int64_t k, float alpha, const float* a,
-                 int64_t lda, const float* b, int64_t ldb, float beta, float* c, int64_t ldc) {
+void gemm_serial(bool ta, bool tb, int64_t m, int64_t n, int64_t k, float alpha, const float* a, int64_t lda,
+                 const float* b, int64_t ldb, float beta, float* c, int64_t ldc) {
   if (m <= 0 || n <= 0) return;
   if (g_f32_gemm == F32Gemm::openblas) {
     openblas_single();
-    cblas_sgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans, int(m),
-                int(n), int(k), alpha, a, int(lda), b, int(ldb), beta, c, int(ldc));
+    cblas_sgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans, int(m), int(n), int(k),
+                alpha, a, int(lda), b, int(ldb), beta, c, int(ldc));
     return;
   }
 #if MEGANEURA_ONEDNN
@@ -67,19 +69,19 @@ void gemm_serial(bool ta, bool tb, int64_t m, int64_t n, int64_t k, float alpha,
 #endif
 }
 
-void gemm_serial(bool ta, bool tb, int64_t m, int64_t n, int64_t k, double alpha, const double* a,
-                 int64_t lda, const double* b, int64_t ldb, double beta, double* c, int64_t ldc) {
+void gemm_serial(bool ta, bool tb, int64_t m, int64_t n, int64_t k, double alpha, const double* a, int64_t lda,
+                 const double* b, int64_t ldb, double beta, double* c, int64_t ldc) {
   if (m <= 0 || n <= 0) return;
   openblas_single();
-  cblas_dgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans, int(m),
-              int(n), int(k), alpha, a, int(lda), b, int(ldb), beta, c, int(ldc));
+  cblas_dgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans, int(m), int(n), int(k),
+              alpha, a, int(lda), b, int(ldb), beta, c, int(ldc));
 }
 
 namespace {
 
 template <class T>
-void split_gemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, T alpha, const T* a, int64_t lda,
-                const T* b, int64_t ldb, T beta, T* c, int64_t ldc) {
+void split_gemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, T alpha, const T* a, int64_t lda, const T* b,
+                int64_t ldb, T beta, T* c, int64_t ldc) {
   const int64_t min_work = int64_t(1) << 21;
   if (m * n * k < min_work || thread_count() == 1) {
     gemm_serial(ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
@@ -96,12 +98,12 @@ void split_gemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, T alpha, cons
 
 }  // namespace
 
-void gemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, float alpha, const float* a, int64_t lda,
-          const float* b, int64_t ldb, float beta, float* c, int64_t ldc) {
+void gemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, float alpha, const float* a, int64_t lda, const float* b,
+          int64_t ldb, float beta, float* c, int64_t ldc) {
   split_gemm(ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
 }
-void gemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, double alpha, const double* a,
-          int64_t lda, const double* b, int64_t ldb, double beta, double* c, int64_t ldc) {
+void gemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, double alpha, const double* a, int64_t lda,
+          const double* b, int64_t ldb, double beta, double* c, int64_t ldc) {
   split_gemm(ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
 }
 

@@ -19,19 +19,31 @@ namespace meganeura::cpu {
 struct Arg {
   void* data = nullptr;
   DType stored = DType::f32;
-  template <class T> T* as() const { return static_cast<T*>(data); }
+  template <class T>
+  T* as() const {
+    return static_cast<T*>(data);
+  }
 };
 
 // Family entry points; `l` is the dispatch's launch from the program's schedule.
-template <class T> void unary(const Dispatch& d, const KernelLaunch& l, const std::vector<Arg>& in, const Arg& out);
-template <class T> void binary(const Dispatch& d, const KernelLaunch& l, const std::vector<Arg>& in, const Arg& out);
-template <class T> void reduce(const Dispatch& d, const KernelLaunch& l, const std::vector<Arg>& in, const Arg& out);
-template <class T> void linalg(const Dispatch& d, const KernelLaunch& l, const std::vector<Arg>& in, const Arg& out);
-template <class T> void conv(const Dispatch& d, const KernelLaunch& l, const std::vector<Arg>& in, const Arg& out);
-template <class T> void pool(const Dispatch& d, const KernelLaunch& l, const std::vector<Arg>& in, const Arg& out);
-template <class T> void movement(const Dispatch& d, const KernelLaunch& l, const std::vector<Arg>& in, const Arg& out);
-template <class T> void index(const Dispatch& d, const KernelLaunch& l, const std::vector<Arg>& in, const Arg& out);
-template <class T> void sequence(const Dispatch& d, const KernelLaunch& l, const std::vector<Arg>& in, const Arg& out);
+template <class T>
+void unary(const Dispatch& d, const KernelLaunch& l, const std::vector<Arg>& in, const Arg& out);
+template <class T>
+void binary(const Dispatch& d, const KernelLaunch& l, const std::vector<Arg>& in, const Arg& out);
+template <class T>
+void reduce(const Dispatch& d, const KernelLaunch& l, const std::vector<Arg>& in, const Arg& out);
+template <class T>
+void linalg(const Dispatch& d, const KernelLaunch& l, const std::vector<Arg>& in, const Arg& out);
+template <class T>
+void conv(const Dispatch& d, const KernelLaunch& l, const std::vector<Arg>& in, const Arg& out);
+template <class T>
+void pool(const Dispatch& d, const KernelLaunch& l, const std::vector<Arg>& in, const Arg& out);
+template <class T>
+void movement(const Dispatch& d, const KernelLaunch& l, const std::vector<Arg>& in, const Arg& out);
+template <class T>
+void index(const Dispatch& d, const KernelLaunch& l, const std::vector<Arg>& in, const Arg& out);
+template <class T>
+void sequence(const Dispatch& d, const KernelLaunch& l, const std::vector<Arg>& in, const Arg& out);
 // where, gather, gather_backward and the fused cross-entropy (workload_ops.cpp).
 template <class T>
 void workload_index(const Dispatch& d, const KernelLaunch& l, const std::vector<Arg>& in, const Arg& out);
@@ -44,7 +56,8 @@ void cast(const KernelLaunch& l, const std::vector<Arg>& in, const Arg& out);
 template <class T>
 void fused(const Dispatch& d, const KernelLaunch& launch, const std::vector<Arg>& in, const std::vector<Arg>& outs);
 // matmul's GEMMs with the sizes of the launch's push::kMatmul words.
-template <class T> void matmul(const PushConstants& p, const Arg& x, const Arg& y, const Arg& out);
+template <class T>
+void matmul(const PushConstants& p, const Arg& x, const Arg& y, const Arg& out);
 // Runs one dispatch with its launch: the backend's per-dispatch step, routed by op family.
 // Kernels take their scratch from the workspace set with set_workspace().
 template <class T>

@@ -4,9 +4,9 @@
 // directly, except f32 convolutions that oneDNN's primitives run faster (onednn_conv.h).
 
 #include <algorithm>
-#include <limits>
 #include <cmath>
 #include <cstring>
+#include <limits>
 #include <type_traits>
 
 #include "backend/cpu/gemm.h"
@@ -124,18 +124,19 @@ void conv_backward_input(const ConvGeom& g, const T* dy, const T* w, T* dx) {
   const int64_t k = g.cg * g.kh * g.kw, p = g.oh * g.ow;
   if (images_per_thread(g)) {
     parallel_for(g.n, 1, [&](int64_t n0, int64_t n1) {
-      for (int64_t n = n0; n < n1; ++n) gemm_serial(true, false, g.c, p, g.o, T(1), w, k, dy + n * g.o * p, p, T(0), dx + n * g.c * p, p);
+      for (int64_t n = n0; n < n1; ++n)
+        gemm_serial(true, false, g.c, p, g.o, T(1), w, k, dy + n * g.o * p, p, T(0), dx + n * g.c * p, p);
     });
     return;
   }
   std::fill(dx, dx + g.n * g.c * g.h * g.w, T(0));
-  T* col = is_pointwise(g) ? nullptr : reinterpret_cast<T*>(workspace(Op::conv2d_backward_input, size_t(k * p) * sizeof(T)));
+  T* col =
+      is_pointwise(g) ? nullptr : reinterpret_cast<T*>(workspace(Op::conv2d_backward_input, size_t(k * p) * sizeof(T)));
   for (int64_t n = 0; n < g.n; ++n) {
     for (int64_t gr = 0; gr < g.groups; ++gr) {
       T* dxg = dx + (n * g.c + gr * g.cg) * g.h * g.w;
       T* target = col ? col : dxg;
-      gemm(true, false, k, p, g.og, T(1), w + gr * g.og * k, k, dy + (n * g.o + gr * g.og) * p, p,
-           T(0), target, p);
+      gemm(true, false, k, p, g.og, T(1), w + gr * g.og * k, k, dy + (n * g.o + gr * g.og) * p, p, T(0), target, p);
       if (col) col2im(g, col, dxg);
     }
   }
@@ -181,20 +182,24 @@ void matmul(const PushConstants& p, const Arg& x, const Arg& y, const Arg& out) 
   for (size_t i = 0; i < 8; ++i) w[i] = p.get(push::kMatmul + i);
   const int64_t m = w[0], n = w[1], k = w[2], batch = w[3];
   const bool a_batched = w[4], b_batched = w[5];
-  struct { bool trans_a, trans_b; } a{w[6] != 0, w[7] != 0};
+  struct {
+    bool trans_a, trans_b;
+  } a{w[6] != 0, w[7] != 0};
   const T* A = in[0].as<T>();
   const T* B = in[1].as<T>();
   T* C = out.as<T>();
   const int64_t lda = a.trans_a ? m : k, ldb = a.trans_b ? k : n;  // row-major A [m,k] or [k,m], B [k,n] or [n,k]
-  if (a_batched && !b_batched && !a.trans_a) {  // shared weights: one tall GEMM
+  if (a_batched && !b_batched && !a.trans_a) {                     // shared weights: one tall GEMM
     gemm(false, a.trans_b, batch * m, n, k, T(1), A, lda, B, ldb, T(0), C, n);
     return;
   }
   auto one = [&](int64_t i, bool serial) {
     const T* ai = A + (a_batched ? i * m * k : 0);
     const T* bi = B + (b_batched ? i * k * n : 0);
-    if (serial) gemm_serial(a.trans_a, a.trans_b, m, n, k, T(1), ai, lda, bi, ldb, T(0), C + i * m * n, n);
-    else gemm(a.trans_a, a.trans_b, m, n, k, T(1), ai, lda, bi, ldb, T(0), C + i * m * n, n);
+    if (serial)
+      gemm_serial(a.trans_a, a.trans_b, m, n, k, T(1), ai, lda, bi, ldb, T(0), C + i * m * n, n);
+    else
+      gemm(a.trans_a, a.trans_b, m, n, k, T(1), ai, lda, bi, ldb, T(0), C + i * m * n, n);
   };
   // Many small products (attention's per-head GEMMs): one whole product per pool thread.
   // Products large enough to split on their own keep the row/column split.
@@ -248,7 +253,9 @@ void pool(const Dispatch& d, const KernelLaunch& l, const std::vector<Arg>& in, 
     });
     return;
   }
-  struct { int64_t kernel[2], stride[2], pad[2]; } a{{v[4], v[5]}, {v[6], v[7]}, {v[8], v[9]}};
+  struct {
+    int64_t kernel[2], stride[2], pad[2];
+  } a{{v[4], v[5]}, {v[6], v[7]}, {v[8], v[9]}};
   const bool backward = d.op == Op::max_pool2d_backward || d.op == Op::avg_pool2d_backward;
   const int64_t kk = a.kernel[0] * a.kernel[1];
   if (backward) std::fill(out.as<T>(), out.as<T>() + planes * h * w, T(0));
@@ -279,8 +286,10 @@ void pool(const Dispatch& d, const KernelLaunch& l, const std::vector<Arg>& in, 
               }
             }
             const int64_t o = (p * oh + oy) * ow + ox;
-            if (!backward) y[o] = best;
-            else if (arg >= 0) y[p * h * w + arg] += dy[o];
+            if (!backward)
+              y[o] = best;
+            else if (arg >= 0)
+              y[p * h * w + arg] += dy[o];
           }
         }
       }
@@ -298,8 +307,10 @@ void pool(const Dispatch& d, const KernelLaunch& l, const std::vector<Arg>& in, 
           for (int64_t i = std::max<int64_t>(y0, 0); i < std::min(y0 + a.kernel[0], h); ++i) {
             for (int64_t j = std::max<int64_t>(x0, 0); j < std::min(x0 + a.kernel[1], w); ++j) {
               const int64_t idx = (p * h + i) * w + j;
-              if (backward) out.as<T>()[idx] += in[0].as<T>()[o] / T(kk);
-              else acc += double(in[0].as<T>()[idx]);
+              if (backward)
+                out.as<T>()[idx] += in[0].as<T>()[o] / T(kk);
+              else
+                acc += double(in[0].as<T>()[idx]);
             }
           }
           if (!backward) out.as<T>()[o] = T(acc / double(kk));

@@ -1,7 +1,5 @@
 #include "backend/cpu/onednn_conv.h"
 
-#include "backend/cpu/openmp.h"
-
 #include <algorithm>
 #include <array>
 #include <atomic>
@@ -11,6 +9,7 @@
 #include <string>
 #include <tuple>
 
+#include "backend/cpu/openmp.h"
 #include "backend/cpu/parallel.h"
 
 namespace meganeura::cpu {
@@ -26,12 +25,12 @@ struct Entry {
   dnnl::engine eng{dnnl::engine::kind::cpu, 0};
   dnnl::stream st{eng};
   dnnl::primitive prim;
-  memory user[3];                        // in0, in1, out in plain layouts (handles set per run)
-  memory inner[3];                       // the primitive's layouts (== user where they agree)
+  memory user[3];   // in0, in1, out in plain layouts (handles set per run)
+  memory inner[3];  // the primitive's layouts (== user where they agree)
   std::unique_ptr<dnnl::reorder> to_inner[2], to_user;
   memory scratch;
   int args[3] = {0, 0, 0};
-  std::vector<float> partial;            // backward weight: this part's sum, before the total
+  std::vector<float> partial;  // backward weight: this part's sum, before the total
 };
 
 using Key = std::tuple<int, int64_t, Shape, Shape, Shape, int64_t, int64_t, int64_t, int64_t>;
@@ -87,8 +86,10 @@ std::unique_ptr<Entry> make_entry(Op op, const Shape& xs, const Shape& ws, const
       continue;
     }
     e->inner[i] = memory(want[i], e->eng);
-    if (i < 2) e->to_inner[i] = std::make_unique<reorder>(e->user[i], e->inner[i]);
-    else e->to_user = std::make_unique<reorder>(e->inner[i], e->user[i]);
+    if (i < 2)
+      e->to_inner[i] = std::make_unique<reorder>(e->user[i], e->inner[i]);
+    else
+      e->to_user = std::make_unique<reorder>(e->inner[i], e->user[i]);
   }
   e->scratch = memory(scratch, e->eng);
   return e;
@@ -101,8 +102,9 @@ void run_entry(Entry& e, const float* in0, const float* in1, float* out) {
   for (int i = 0; i < 2; ++i) {
     if (e.to_inner[i]) e.to_inner[i]->execute(e.st, e.user[i], e.inner[i]);
   }
-  e.prim.execute(e.st, {{e.args[0], e.inner[0]}, {e.args[1], e.inner[1]}, {e.args[2], e.inner[2]},
-                        {DNNL_ARG_SCRATCHPAD, e.scratch}});
+  e.prim.execute(
+      e.st,
+      {{e.args[0], e.inner[0]}, {e.args[1], e.inner[1]}, {e.args[2], e.inner[2]}, {DNNL_ARG_SCRATCHPAD, e.scratch}});
   if (e.to_user) e.to_user->execute(e.st, e.inner[2], e.user[2]);
   e.st.wait();
 }
@@ -132,8 +134,7 @@ bool onednn_conv_applies(Op op, const Shape& x, const Shape& w, const ConvAttrs&
   if (!g_enabled || x.size() != 4 || w.size() != 4) return false;
   if (op == Op::conv2d_backward_input && x[1] < 8) return false;
   const bool deep_data_gradient = op == Op::conv2d_backward_input && x[1] >= 1024;
-  return a.groups == 1 && a.dilation[0] == 1 && a.dilation[1] == 1 &&
-         (w[2] > 1 || w[3] > 1 || deep_data_gradient);
+  return a.groups == 1 && a.dilation[0] == 1 && a.dilation[1] == 1 && (w[2] > 1 || w[3] > 1 || deep_data_gradient);
 }
 
 void onednn_conv(Op op, const Shape& x, const Shape& w, const Shape& y, const ConvAttrs& a, const float* in0,
@@ -148,28 +149,28 @@ void onednn_conv(Op op, const Shape& x, const Shape& w, const Shape& y, const Co
   const int64_t xi = x[1] * x[2] * x[3], yi = y[1] * y[2] * y[3];
   std::array<Entry*, kMaxParts> used{};
   try {
-  parallel_for(parts, 1, [&](int64_t p0, int64_t p1) {
-    if (omp_get_max_threads() != omp_threads) omp_set_num_threads(omp_threads);
-    for (int64_t p = p0; p < p1; ++p) {
-      const int64_t b0 = n * p / parts, b1 = n * (p + 1) / parts;
-      Shape xs = x, ys = y;
-      xs[0] = ys[0] = b1 - b0;
-      Entry& e = entry(op, xs, w, ys, a);
-      used[size_t(p)] = &e;
-      if (op == Op::conv2d) {
-        run_entry(e, in0 + b0 * xi, in1, out + b0 * yi);
-      } else if (op == Op::conv2d_backward_input) {
-        run_entry(e, in0 + b0 * yi, in1, out + b0 * xi);
-      } else {  // every part's weight gradient first goes to its own buffer, summed below
-        float* dst = out;
-        if (p > 0) {
-          e.partial.resize(size_t(numel(w)));
-          dst = e.partial.data();
+    parallel_for(parts, 1, [&](int64_t p0, int64_t p1) {
+      if (omp_get_max_threads() != omp_threads) omp_set_num_threads(omp_threads);
+      for (int64_t p = p0; p < p1; ++p) {
+        const int64_t b0 = n * p / parts, b1 = n * (p + 1) / parts;
+        Shape xs = x, ys = y;
+        xs[0] = ys[0] = b1 - b0;
+        Entry& e = entry(op, xs, w, ys, a);
+        used[size_t(p)] = &e;
+        if (op == Op::conv2d) {
+          run_entry(e, in0 + b0 * xi, in1, out + b0 * yi);
+        } else if (op == Op::conv2d_backward_input) {
+          run_entry(e, in0 + b0 * yi, in1, out + b0 * xi);
+        } else {  // every part's weight gradient first goes to its own buffer, summed below
+          float* dst = out;
+          if (p > 0) {
+            e.partial.resize(size_t(numel(w)));
+            dst = e.partial.data();
+          }
+          run_entry(e, in0 + b0 * xi, in1 + b0 * yi, dst);
         }
-        run_entry(e, in0 + b0 * xi, in1 + b0 * yi, dst);
       }
-    }
-  });
+    });
   } catch (const dnnl::error& e) {
     kernel_error(op, std::string("oneDNN: ") + e.what());
   }

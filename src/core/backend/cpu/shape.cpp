@@ -166,9 +166,11 @@ void index(const Dispatch& d, const KernelLaunch& l, const std::vector<Arg>& in,
       }
       return;
     }
-    case Op::where: case Op::gather: case Op::gather_backward: case Op::softmax_cross_entropy:
-    case Op::softmax_cross_entropy_backward:
-      return workload_index<T>(d, l, in, out);
+    case Op::where:
+    case Op::gather:
+    case Op::gather_backward:
+    case Op::softmax_cross_entropy:
+    case Op::softmax_cross_entropy_backward: return workload_index<T>(d, l, in, out);
     default: kernel_error(d.op, "not an index op");
   }
 }

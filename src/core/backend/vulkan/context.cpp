@@ -17,7 +17,8 @@ VKAPI_ATTR VkBool32 VKAPI_CALL on_message(VkDebugUtilsMessageSeverityFlagBitsEXT
 }
 
 bool has_extension(const std::vector<VkExtensionProperties>& list, const char* name) {
-  return std::any_of(list.begin(), list.end(), [&](const VkExtensionProperties& e) { return std::strcmp(e.extensionName, name) == 0; });
+  return std::any_of(list.begin(), list.end(),
+                     [&](const VkExtensionProperties& e) { return std::strcmp(e.extensionName, name) == 0; });
 }
 
 std::string version_string(uint32_t v) {
@@ -89,9 +90,14 @@ Instance::Instance(bool validation) {
     VK_CHECK(api_.vkEnumerateInstanceLayerProperties(&ln, nullptr));
     std::vector<VkLayerProperties> lp(ln);
     VK_CHECK(api_.vkEnumerateInstanceLayerProperties(&ln, lp.data()));
-    bool found = std::any_of(lp.begin(), lp.end(), [](const VkLayerProperties& l) { return std::strcmp(l.layerName, "VK_LAYER_KHRONOS_validation") == 0; });
-    if (!found) throw std::runtime_error("[vulkan] validation requested but VK_LAYER_KHRONOS_validation is not installed (vulkan-validationlayers)");
-    if (!has_extension(exts, VK_EXT_DEBUG_UTILS_EXTENSION_NAME)) throw std::runtime_error("[vulkan] validation requested but VK_EXT_debug_utils is missing");
+    bool found = std::any_of(lp.begin(), lp.end(), [](const VkLayerProperties& l) {
+      return std::strcmp(l.layerName, "VK_LAYER_KHRONOS_validation") == 0;
+    });
+    if (!found)
+      throw std::runtime_error(
+          "[vulkan] validation requested but VK_LAYER_KHRONOS_validation is not installed (vulkan-validationlayers)");
+    if (!has_extension(exts, VK_EXT_DEBUG_UTILS_EXTENSION_NAME))
+      throw std::runtime_error("[vulkan] validation requested but VK_EXT_debug_utils is missing");
     layers.push_back("VK_LAYER_KHRONOS_validation");
     enabled.push_back(VK_EXT_DEBUG_UTILS_EXTENSION_NAME);
   }
@@ -115,11 +121,13 @@ Instance::Instance(bool validation) {
   ci.ppEnabledLayerNames = layers.data();
   VkResult created = api_.vkCreateInstance(&ci, nullptr, &instance_);
   if (created == VK_ERROR_INCOMPATIBLE_DRIVER) {
-    throw Unavailable("[vulkan] no Vulkan driver: the loader found none for this machine (VK_ERROR_INCOMPATIBLE_DRIVER)");
+    throw Unavailable(
+        "[vulkan] no Vulkan driver: the loader found none for this machine (VK_ERROR_INCOMPATIBLE_DRIVER)");
   }
   if (created == VK_ERROR_LAYER_NOT_PRESENT) {
-    throw std::runtime_error("[vulkan] the validation layer's manifest was found but its library could not be loaded "
-                             "(VK_ERROR_LAYER_NOT_PRESENT); VK_LOADER_DEBUG=layer says why");
+    throw std::runtime_error(
+        "[vulkan] the validation layer's manifest was found but its library could not be loaded "
+        "(VK_ERROR_LAYER_NOT_PRESENT); VK_LOADER_DEBUG=layer says why");
   }
   if (created < 0) vk::fail(created, "vkCreateInstance", __FILE__, __LINE__);
   load_instance(api_, instance_);
@@ -127,8 +135,10 @@ Instance::Instance(bool validation) {
 }
 
 Instance::Instance(VkInstance borrowed, PFN_vkGetInstanceProcAddr gipa) : instance_(borrowed), owned_(false) {
-  if (gipa) api_.vkGetInstanceProcAddr = gipa;
-  else api_ = global_api();
+  if (gipa)
+    api_.vkGetInstanceProcAddr = gipa;
+  else
+    api_ = global_api();
   load_instance(api_, instance_);
 }
 
@@ -178,7 +188,8 @@ VulkanDeviceInfo Instance::describe(VkPhysicalDevice pd, int index) const {
   info.type = type_name(p.deviceType);
   info.api_version = p.apiVersion;
   info.api = version_string(p.apiVersion);
-  info.driver = v12 ? std::string(driver.driverName) + " " + driver.driverInfo : "driver " + std::to_string(p.driverVersion);
+  info.driver =
+      v12 ? std::string(driver.driverName) + " " + driver.driverInfo : "driver " + std::to_string(p.driverVersion);
   info.subgroup_size = sub.subgroupSize;
   info.subgroup_arithmetic = (sub.supportedOperations & VK_SUBGROUP_FEATURE_ARITHMETIC_BIT) &&
                              (sub.supportedStages & VK_SHADER_STAGE_COMPUTE_BIT);
@@ -197,7 +208,8 @@ VulkanDeviceInfo Instance::describe(VkPhysicalDevice pd, int index) const {
   std::vector<VkExtensionProperties> exts(n);
   VK_CHECK(api_.vkEnumerateDeviceExtensionProperties(pd, nullptr, &n, exts.data()));
   info.portability_subset = has_extension(exts, "VK_KHR_portability_subset");
-  info.cooperative_matrix = has_extension(exts, "VK_KHR_cooperative_matrix") || has_extension(exts, "VK_NV_cooperative_matrix");
+  info.cooperative_matrix =
+      has_extension(exts, "VK_KHR_cooperative_matrix") || has_extension(exts, "VK_NV_cooperative_matrix");
   info.bf16 = has_extension(exts, "VK_KHR_shader_bfloat16");
   if (v12) {
     auto f12 = make<VkPhysicalDeviceVulkan12Features>(VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_VULKAN_1_2_FEATURES);
@@ -256,7 +268,8 @@ std::unique_ptr<Device> open_device(std::shared_ptr<Instance> instance, const st
   auto pds = instance->physical_devices();
   std::vector<VulkanDeviceInfo> infos;
   for (size_t i = 0; i < pds.size(); ++i) infos.push_back(instance->describe(pds[i], int(i)));
-  if (infos.empty()) throw Unavailable("[vulkan] the loader found no Vulkan device (no driver installed for this machine's GPU?)");
+  if (infos.empty())
+    throw Unavailable("[vulkan] the loader found no Vulkan device (no driver installed for this machine's GPU?)");
   int chosen = -1;
   if (spec.empty() || spec == "vulkan" || spec == "gpu") {
     for (size_t i = 0; i < infos.size(); ++i) {
@@ -265,14 +278,17 @@ std::unique_ptr<Device> open_device(std::shared_ptr<Instance> instance, const st
     }
     if (spec == "gpu" && chosen >= 0 && type_rank(infos[size_t(chosen)].type) > 1) return nullptr;
   } else {
-    bool numeric = std::all_of(spec.begin(), spec.end(), [](char c) { return std::isdigit(static_cast<unsigned char>(c)); });
+    bool numeric =
+        std::all_of(spec.begin(), spec.end(), [](char c) { return std::isdigit(static_cast<unsigned char>(c)); });
     for (size_t i = 0; i < infos.size() && chosen < 0; ++i) {
-      if (numeric ? std::to_string(i) == spec : lower(infos[i].name).find(lower(spec)) != std::string::npos) chosen = int(i);
+      if (numeric ? std::to_string(i) == spec : lower(infos[i].name).find(lower(spec)) != std::string::npos)
+        chosen = int(i);
     }
   }
   if (chosen < 0) {
     std::string list;
-    for (auto& i : infos) list += (list.empty() ? "" : ", ") + std::to_string(i.index) + ": " + i.name + " (" + i.type + ")";
+    for (auto& i : infos)
+      list += (list.empty() ? "" : ", ") + std::to_string(i.index) + ": " + i.name + " (" + i.type + ")";
     throw std::invalid_argument("[vulkan] no Vulkan device matches '" + spec + "' (devices: " + list + ")");
   }
   auto d = std::make_unique<Device>();
@@ -280,7 +296,8 @@ std::unique_ptr<Device> open_device(std::shared_ptr<Instance> instance, const st
   d->api = instance->api();
   d->physical = pds[size_t(chosen)];
   d->info = infos[size_t(chosen)];
-  if (d->info.api_version < VK_API_VERSION_1_1) throw std::runtime_error("[vulkan] " + d->info.name + " supports only Vulkan " + d->info.api);
+  if (d->info.api_version < VK_API_VERSION_1_1)
+    throw std::runtime_error("[vulkan] " + d->info.name + " supports only Vulkan " + d->info.api);
   d->queue_family = compute_family(d->api, d->physical);
   float priority = 1.0f;
   auto q = make<VkDeviceQueueCreateInfo>(VK_STRUCTURE_TYPE_DEVICE_QUEUE_CREATE_INFO);
@@ -302,7 +319,8 @@ std::unique_ptr<Device> open_device(std::shared_ptr<Instance> instance, const st
 }
 
 std::unique_ptr<Device> adopt_device(std::shared_ptr<Instance> instance, const VulkanExternalDevice& e) {
-  if (!e.physical_device || !e.device || !e.queue) throw std::invalid_argument("[vulkan] an application device needs its physical device, device and queue");
+  if (!e.physical_device || !e.device || !e.queue)
+    throw std::invalid_argument("[vulkan] an application device needs its physical device, device and queue");
   auto d = std::make_unique<Device>();
   d->instance = instance;
   d->api = instance->api();

@@ -50,8 +50,7 @@ Api load_global() {
   }
   api.vkGetInstanceProcAddr = reinterpret_cast<PFN_vkGetInstanceProcAddr>(dlsym(lib, "vkGetInstanceProcAddr"));
   if (!api.vkGetInstanceProcAddr) throw Unavailable("[vulkan] the loader has no vkGetInstanceProcAddr");
-#define MEGANEURA_VK_LOAD(name) \
-  api.name = reinterpret_cast<PFN_##name>(api.vkGetInstanceProcAddr(nullptr, #name));
+#define MEGANEURA_VK_LOAD(name) api.name = reinterpret_cast<PFN_##name>(api.vkGetInstanceProcAddr(nullptr, #name));
   MEGANEURA_VK_GLOBAL(MEGANEURA_VK_LOAD)
 #undef MEGANEURA_VK_LOAD
   if (!api.vkCreateInstance) throw Unavailable("[vulkan] the loader has no vkCreateInstance");
@@ -77,14 +76,13 @@ const Api& global_api() {
 }
 
 void load_instance(Api& api, VkInstance instance) {
-#define MEGANEURA_VK_LOAD(name) \
-  api.name = reinterpret_cast<PFN_##name>(api.vkGetInstanceProcAddr(instance, #name));
+#define MEGANEURA_VK_LOAD(name) api.name = reinterpret_cast<PFN_##name>(api.vkGetInstanceProcAddr(instance, #name));
   MEGANEURA_VK_INSTANCE(MEGANEURA_VK_LOAD)
 #undef MEGANEURA_VK_LOAD
 }
 
 void load_device(Api& api, VkDevice device) {
-#define MEGANEURA_VK_LOAD(name)                                                      \
+#define MEGANEURA_VK_LOAD(name)                                                    \
   api.name = reinterpret_cast<PFN_##name>(api.vkGetDeviceProcAddr(device, #name)); \
   if (!api.name) throw std::runtime_error("[vulkan] the device has no " #name);
   MEGANEURA_VK_DEVICE(MEGANEURA_VK_LOAD)

@@ -32,11 +32,14 @@ struct Push {
     float x = float(v);
     std::memcpy(&l.push[l.push_words++], &x, 4);
   }
-  template <class T> void array(const std::vector<T>& v, bool is_signed = false) {
+  template <class T>
+  void array(const std::vector<T>& v, bool is_signed = false) {
     for (size_t k = 0; k < kMaxRank; ++k) {
       int64_t x = k < v.size() ? int64_t(v[k]) : 0;
-      if (is_signed) i(x);
-      else u(uint64_t(x));
+      if (is_signed)
+        i(x);
+      else
+        u(uint64_t(x));
     }
   }
 };
@@ -77,7 +80,8 @@ void collapse(Shape& shape, std::vector<std::vector<int64_t>*> strides) {
 void grid(Launch& l, uint64_t groups, const DeviceClass& dc) {
   uint64_t x = std::min<uint64_t>(std::max<uint64_t>(groups, 1), dc.max_groups_x);
   uint64_t y = (std::max<uint64_t>(groups, 1) + x - 1) / x;
-  if (y > dc.max_groups_y) throw std::invalid_argument("[vulkan] " + std::to_string(groups) + " workgroups exceed the device's grid");
+  if (y > dc.max_groups_y)
+    throw std::invalid_argument("[vulkan] " + std::to_string(groups) + " workgroups exceed the device's grid");
   l.groups[0] = uint32_t(x);
   l.groups[1] = uint32_t(y);
 }
@@ -89,7 +93,8 @@ void elementwise_grid(Launch& l, uint64_t n, const DeviceClass& dc) {
 
 uint32_t unary_code(Op op) {
   switch (op) {
-    case Op::copy: case Op::detach: return 0;
+    case Op::copy:
+    case Op::detach: return 0;
     case Op::neg: return 1;
     case Op::exp: return 2;
     case Op::log: return 3;
@@ -120,7 +125,8 @@ class Lowerer {
 
   void lower(uint32_t index, std::vector<Launch>& out) {
     const Dispatch& d = p_.dispatches[index];
-    if (d.writes.size() != 1 && d.op != Op::fused_elementwise) unsupported(d.op, "dispatches with secondary outputs are not supported yet");
+    if (d.writes.size() != 1 && d.op != Op::fused_elementwise)
+      unsupported(d.op, "dispatches with secondary outputs are not supported yet");
     auto make = [&](Kernel k) {
       Launch l;
       l.kernel = k;
@@ -134,11 +140,14 @@ class Lowerer {
     for (uint32_t r : d.reads) check_dtype(d, p_.tensors[r]);
     check_dtype(d, y);
     switch (d.op) {
-      case Op::where: case Op::gather: case Op::gather_backward: case Op::softmax_cross_entropy:
+      case Op::where:
+      case Op::gather:
+      case Op::gather_backward:
+      case Op::softmax_cross_entropy:
       case Op::softmax_cross_entropy_backward:
         return workload(d, schedule_.launches[index], make(Kernel::workload), out);
-      case Op::attention_fused: case Op::attention_fused_backward:
-        return attention(d, schedule_.launches[index], make(Kernel::attention), out);
+      case Op::attention_fused:
+      case Op::attention_fused_backward: return attention(d, schedule_.launches[index], make(Kernel::attention), out);
       default: break;
     }
     switch (op_info(d.op).family) {
@@ -156,7 +165,8 @@ class Lowerer {
       case OpFamily::movement: return movement(d, make(Kernel::movement), out);
       case OpFamily::index: return index_op(d, make(Kernel::index), out);
       case OpFamily::seq: return sequence(d, make(Kernel::sequence), out);
-      case OpFamily::fused: return fused(d, schedule_.launches[index], make(Kernel::fused), make(Kernel::rows), make(Kernel::matmul), out);
+      case OpFamily::fused:
+        return fused(d, schedule_.launches[index], make(Kernel::fused), make(Kernel::rows), make(Kernel::matmul), out);
       case OpFamily::leaf: unsupported(d.op, "leaves are not dispatched");
     }
     (void)y;
@@ -169,7 +179,8 @@ class Lowerer {
   static void check_dtype(const Dispatch& d, const ProgramTensor& t) {
     DType s = t.stored;
     if (s == DType::f32 || s == DType::i32 || s == DType::u32) return;
-    unsupported(d.op, std::string("tensors stored as ") + std::string(dtype_name(s)) + " are not supported (f32 and i32 only)");
+    unsupported(
+        d.op, std::string("tensors stored as ") + std::string(dtype_name(s)) + " are not supported (f32 and i32 only)");
   }
 
   void unary(const Dispatch& d, Launch l, std::vector<Launch>& out) {
@@ -191,7 +202,12 @@ class Lowerer {
     const uint64_t n = numel_of(d.write());
     if ((d.op == Op::copy || d.op == Op::detach) && same_memory(d.reads[0], d.write())) return;
     Push pc{l};
-    pc.u(n); pc.u(code); pc.u(0); pc.u(1); pc.f(p0); pc.f(p1);
+    pc.u(n);
+    pc.u(code);
+    pc.u(0);
+    pc.u(1);
+    pc.f(p0);
+    pc.f(p1);
     l.bindings[0] = d.reads[0];
     l.bindings[2] = d.write();
     elementwise_grid(l, n, dc_);
@@ -214,8 +230,15 @@ class Lowerer {
     if (os.size() > kMaxRank) unsupported(d.op, "broadcast over more than 6 non-mergeable axes");
     const uint64_t n = numel_of(d.write());
     Push pc{l};
-    pc.u(n); pc.u(code); pc.u(os.size()); pc.u(contiguous); pc.f(0); pc.f(0);
-    pc.array(os); pc.array(sa); pc.array(sb);
+    pc.u(n);
+    pc.u(code);
+    pc.u(os.size());
+    pc.u(contiguous);
+    pc.f(0);
+    pc.f(0);
+    pc.array(os);
+    pc.array(sa);
+    pc.array(sb);
     l.bindings[0] = d.reads[0];
     l.bindings[1] = d.reads[1];
     l.bindings[2] = d.write();
@@ -230,11 +253,16 @@ class Lowerer {
       if (axis < 0) axis += int64_t(xs.size());
       int64_t len = xs[size_t(axis)], inner = 1, outer = 1;
       for (size_t i = 0; i < xs.size(); ++i) {
-        if (int64_t(i) < axis) outer *= xs[i];
-        else if (int64_t(i) > axis) inner *= xs[i];
+        if (int64_t(i) < axis)
+          outer *= xs[i];
+        else if (int64_t(i) > axis)
+          inner *= xs[i];
       }
       Push pc{soft};
-      pc.u(uint64_t(outer * inner)); pc.u(uint64_t(len)); pc.u(uint64_t(inner)); pc.u(d.op == Op::log_softmax);
+      pc.u(uint64_t(outer * inner));
+      pc.u(uint64_t(len));
+      pc.u(uint64_t(inner));
+      pc.u(d.op == Op::log_softmax);
       soft.bindings[0] = d.reads[0];
       soft.bindings[1] = d.write();
       soft.spec = {dc_.workgroup};
@@ -243,8 +271,10 @@ class Lowerer {
       return;
     }
     auto axes = std::get<ReduceAttrs>(d.attrs).axes;
-    for (auto& a : axes) if (a < 0) a += int64_t(xs.size());
-    if (axes.empty()) for (size_t i = 0; i < xs.size(); ++i) axes.push_back(int64_t(i));
+    for (auto& a : axes)
+      if (a < 0) a += int64_t(xs.size());
+    if (axes.empty())
+      for (size_t i = 0; i < xs.size(); ++i) axes.push_back(int64_t(i));
     auto st = strides_of(xs);
     Shape keep, red;
     std::vector<int64_t> keep_st, red_st;
@@ -258,17 +288,28 @@ class Lowerer {
     if (keep.size() > kMaxRank || red.size() > kMaxRank) unsupported(d.op, "more than 6 non-mergeable axes");
     const uint64_t outputs = uint64_t(numel(keep)), count = uint64_t(numel(red));
     Push pc{l};
-    pc.u(outputs); pc.u(count); pc.u(d.op == Op::max); pc.u(d.op == Op::mean);
+    pc.u(outputs);
+    pc.u(count);
+    pc.u(d.op == Op::max);
+    pc.u(d.op == Op::mean);
     // Short reductions over many outputs: one invocation each, a compensated serial sum (error
     // bounded independently of the length); long ones: a workgroup each with a tree.
     const bool serial = count <= 256 && outputs >= 64;
-    pc.u(keep.size()); pc.u(red.size()); pc.u(serial); pc.u(0);
-    pc.array(keep); pc.array(keep_st); pc.array(red); pc.array(red_st);
+    pc.u(keep.size());
+    pc.u(red.size());
+    pc.u(serial);
+    pc.u(0);
+    pc.array(keep);
+    pc.array(keep_st);
+    pc.array(red);
+    pc.array(red_st);
     l.bindings[0] = d.reads[0];
     l.bindings[1] = d.write();
     l.spec = {dc_.workgroup};
-    if (serial) grid(l, (outputs + dc_.workgroup - 1) / dc_.workgroup, dc_);
-    else grid(l, outputs, dc_);
+    if (serial)
+      grid(l, (outputs + dc_.workgroup - 1) / dc_.workgroup, dc_);
+    else
+      grid(l, outputs, dc_);
     out.push_back(std::move(l));
   }
 
@@ -286,8 +327,16 @@ class Lowerer {
       sa = sb = sc = 0;
     }
     Push pc{l};
-    pc.u(m); pc.u(n); pc.u(k); pc.u(a.trans_a); pc.u(a.trans_b); pc.u(uint64_t(as.back())); pc.u(uint64_t(bs.back()));
-    pc.u(sa); pc.u(sb); pc.u(sc);
+    pc.u(m);
+    pc.u(n);
+    pc.u(k);
+    pc.u(a.trans_a);
+    pc.u(a.trans_b);
+    pc.u(uint64_t(as.back()));
+    pc.u(uint64_t(bs.back()));
+    pc.u(sa);
+    pc.u(sb);
+    pc.u(sc);
     const uint32_t t = dc_.tile_mn, tt = 4;
     l.spec = {(t / tt) * (t / tt), t, t, dc_.tile_k};
     l.bindings[0] = d.reads[0];
@@ -307,15 +356,41 @@ class Lowerer {
     const auto& a = std::get<ConvAttrs>(d.attrs);
     Shape x, w, y;
     uint32_t code = 0;
-    if (d.op == Op::conv2d) { x = shape(d.reads[0]); w = shape(d.reads[1]); y = shape(d.write()); code = 0; }
-    else if (d.op == Op::conv2d_backward_input) { x = shape(d.write()); w = shape(d.reads[1]); y = shape(d.reads[0]); code = 1; }
-    else { x = shape(d.reads[0]); w = shape(d.write()); y = shape(d.reads[1]); code = 2; }
+    if (d.op == Op::conv2d) {
+      x = shape(d.reads[0]);
+      w = shape(d.reads[1]);
+      y = shape(d.write());
+      code = 0;
+    } else if (d.op == Op::conv2d_backward_input) {
+      x = shape(d.write());
+      w = shape(d.reads[1]);
+      y = shape(d.reads[0]);
+      code = 1;
+    } else {
+      x = shape(d.reads[0]);
+      w = shape(d.write());
+      y = shape(d.reads[1]);
+      code = 2;
+    }
     Push pc{l};
-    pc.u(numel_of(d.write())); pc.u(code);
-    pc.u(uint64_t(x[0])); pc.u(uint64_t(x[1])); pc.u(uint64_t(x[2])); pc.u(uint64_t(x[3]));
-    pc.u(uint64_t(w[0])); pc.u(uint64_t(w[2])); pc.u(uint64_t(w[3])); pc.u(uint64_t(y[2])); pc.u(uint64_t(y[3]));
+    pc.u(numel_of(d.write()));
+    pc.u(code);
+    pc.u(uint64_t(x[0]));
+    pc.u(uint64_t(x[1]));
+    pc.u(uint64_t(x[2]));
+    pc.u(uint64_t(x[3]));
+    pc.u(uint64_t(w[0]));
+    pc.u(uint64_t(w[2]));
+    pc.u(uint64_t(w[3]));
+    pc.u(uint64_t(y[2]));
+    pc.u(uint64_t(y[3]));
     pc.u(uint64_t(a.groups));
-    pc.i(a.stride[0]); pc.i(a.stride[1]); pc.i(a.pad[0]); pc.i(a.pad[1]); pc.i(a.dilation[0]); pc.i(a.dilation[1]);
+    pc.i(a.stride[0]);
+    pc.i(a.stride[1]);
+    pc.i(a.pad[0]);
+    pc.i(a.pad[1]);
+    pc.i(a.dilation[0]);
+    pc.i(a.dilation[1]);
     l.bindings[0] = d.reads[0];
     l.bindings[1] = d.reads[1];
     l.bindings[2] = d.write();
@@ -328,17 +403,31 @@ class Lowerer {
     const uint64_t total = numel_of(d.write());
     if (d.op == Op::upsample_nearest2x) {
       const Shape& xs = shape(d.reads[0]);
-      pc.u(total); pc.u(4); pc.u(uint64_t(xs[2])); pc.u(uint64_t(xs[3]));
+      pc.u(total);
+      pc.u(4);
+      pc.u(uint64_t(xs[2]));
+      pc.u(uint64_t(xs[3]));
       for (int i = 0; i < 8; ++i) pc.u(0);
     } else {
       const auto& a = std::get<PoolAttrs>(d.attrs);
       const bool backward = d.op == Op::max_pool2d_backward || d.op == Op::avg_pool2d_backward;
       const Shape& xs = backward ? shape(d.write()) : shape(d.reads[0]);
-      const Shape& ys = d.op == Op::max_pool2d_backward ? shape(d.reads[1]) : backward ? shape(d.reads[0]) : shape(d.write());
+      const Shape& ys = d.op == Op::max_pool2d_backward ? shape(d.reads[1])
+                        : backward                      ? shape(d.reads[0])
+                                                        : shape(d.write());
       uint32_t code = d.op == Op::max_pool2d ? 0 : d.op == Op::max_pool2d_backward ? 1 : d.op == Op::avg_pool2d ? 2 : 3;
-      pc.u(total); pc.u(code); pc.u(uint64_t(xs[2])); pc.u(uint64_t(xs[3])); pc.u(uint64_t(ys[2])); pc.u(uint64_t(ys[3]));
-      pc.u(uint64_t(a.kernel[0])); pc.u(uint64_t(a.kernel[1]));
-      pc.i(a.stride[0]); pc.i(a.stride[1]); pc.i(a.pad[0]); pc.i(a.pad[1]);
+      pc.u(total);
+      pc.u(code);
+      pc.u(uint64_t(xs[2]));
+      pc.u(uint64_t(xs[3]));
+      pc.u(uint64_t(ys[2]));
+      pc.u(uint64_t(ys[3]));
+      pc.u(uint64_t(a.kernel[0]));
+      pc.u(uint64_t(a.kernel[1]));
+      pc.i(a.stride[0]);
+      pc.i(a.stride[1]);
+      pc.i(a.pad[0]);
+      pc.i(a.pad[1]);
     }
     l.bindings[0] = d.reads[0];
     l.bindings[1] = d.reads.size() > 1 ? d.reads[1] : d.reads[0];
@@ -360,7 +449,14 @@ class Lowerer {
         c.reads = {r};
         const int64_t row = shape(r)[size_t(axis)] * inner;
         Push pc{c};
-        pc.u(numel_of(r)); pc.u(0); pc.u(1); pc.u(0); pc.i(0); pc.u(uint64_t(row)); pc.u(uint64_t(out_row)); pc.u(uint64_t(offset));
+        pc.u(numel_of(r));
+        pc.u(0);
+        pc.u(1);
+        pc.u(0);
+        pc.i(0);
+        pc.u(uint64_t(row));
+        pc.u(uint64_t(out_row));
+        pc.u(uint64_t(offset));
         c.bindings[0] = r;
         c.bindings[1] = d.write();
         c.bindings[2] = r;
@@ -411,8 +507,18 @@ class Lowerer {
     if (sh.size() > kMaxRank) unsupported(d.op, "more than 6 non-mergeable axes");
     const uint64_t n = numel_of(d.write());
     Push pc{l};
-    pc.u(n); pc.u(sh.size()); pc.u(0); pc.u(0); pc.i(base); pc.u(0); pc.u(0); pc.u(0);
-    pc.array(sh); pc.array(st, true); pc.array(lo); pc.array(hi);
+    pc.u(n);
+    pc.u(sh.size());
+    pc.u(0);
+    pc.u(0);
+    pc.i(base);
+    pc.u(0);
+    pc.u(0);
+    pc.u(0);
+    pc.array(sh);
+    pc.array(st, true);
+    pc.array(lo);
+    pc.array(hi);
     l.bindings[0] = d.reads[0];
     l.bindings[1] = d.write();
     l.bindings[2] = d.reads[0];
@@ -426,16 +532,31 @@ class Lowerer {
     const Shape& ys = shape(d.write());
     if (d.op == Op::embedding) {
       const Shape& ts = shape(d.reads[0]);
-      pc.u(n); pc.u(0); pc.u(uint64_t(ts[0])); pc.u(uint64_t(ts[1])); pc.u(numel_of(d.reads[1])); pc.i(0);
+      pc.u(n);
+      pc.u(0);
+      pc.u(uint64_t(ts[0]));
+      pc.u(uint64_t(ts[1]));
+      pc.u(numel_of(d.reads[1]));
+      pc.i(0);
       l.bindings[0] = d.reads[0];
       l.bindings[1] = d.reads[1];
     } else if (d.op == Op::embedding_backward) {
-      pc.u(n); pc.u(1); pc.u(uint64_t(ys[0])); pc.u(uint64_t(ys[1])); pc.u(numel_of(d.reads[1])); pc.i(0);
+      pc.u(n);
+      pc.u(1);
+      pc.u(uint64_t(ys[0]));
+      pc.u(uint64_t(ys[1]));
+      pc.u(numel_of(d.reads[1]));
+      pc.i(0);
       l.bindings[0] = d.reads[0];
       l.bindings[1] = d.reads[1];
     } else {
       const auto& a = std::get<OneHotAttrs>(d.attrs);
-      pc.u(n); pc.u(2); pc.u(0); pc.u(uint64_t(a.classes)); pc.u(numel_of(d.reads[0])); pc.i(a.ignore_index);
+      pc.u(n);
+      pc.u(2);
+      pc.u(0);
+      pc.u(uint64_t(a.classes));
+      pc.u(numel_of(d.reads[0]));
+      pc.i(a.ignore_index);
       l.bindings[0] = d.reads[0];
       l.bindings[1] = d.reads[0];
     }
@@ -451,33 +572,84 @@ class Lowerer {
     if (d.op == Op::rope) {
       const auto& a = std::get<RopeAttrs>(d.attrs);
       n /= 2;
-      pc.u(n); pc.u(0); pc.u(uint64_t(s.back())); pc.u(uint64_t(s[s.size() - 2]));
-      pc.f(std::log2(a.theta)); pc.f(a.inverse ? -1.0 : 1.0); pc.f(0); pc.f(0);
-      pc.f(0); pc.f(0); pc.i(0); pc.i(0);
+      pc.u(n);
+      pc.u(0);
+      pc.u(uint64_t(s.back()));
+      pc.u(uint64_t(s[s.size() - 2]));
+      pc.f(std::log2(a.theta));
+      pc.f(a.inverse ? -1.0 : 1.0);
+      pc.f(0);
+      pc.f(0);
+      pc.f(0);
+      pc.f(0);
+      pc.i(0);
+      pc.i(0);
     } else if (d.op == Op::causal_mask) {
-      pc.u(n); pc.u(1); pc.u(uint64_t(s.back())); pc.u(uint64_t(s[s.size() - 2]));
-      pc.f(0); pc.f(0); pc.f(std::get<MaskAttrs>(d.attrs).fill); pc.f(0);
-      pc.f(0); pc.f(0); pc.i(0); pc.i(0);
+      pc.u(n);
+      pc.u(1);
+      pc.u(uint64_t(s.back()));
+      pc.u(uint64_t(s[s.size() - 2]));
+      pc.f(0);
+      pc.f(0);
+      pc.f(std::get<MaskAttrs>(d.attrs).fill);
+      pc.f(0);
+      pc.f(0);
+      pc.f(0);
+      pc.i(0);
+      pc.i(0);
     } else if (d.op == Op::increment) {
-      pc.u(1); pc.u(4); pc.u(0); pc.u(0);
-      pc.f(0); pc.f(0); pc.f(0); pc.f(0);
-      pc.f(0); pc.f(0); pc.i(0); pc.i(0);
-      pc.u(1); pc.f(0); pc.f(0);
+      pc.u(1);
+      pc.u(4);
+      pc.u(0);
+      pc.u(0);
+      pc.f(0);
+      pc.f(0);
+      pc.f(0);
+      pc.f(0);
+      pc.f(0);
+      pc.f(0);
+      pc.i(0);
+      pc.i(0);
+      pc.u(1);
+      pc.f(0);
+      pc.f(0);
     } else {
       const bool counter_i32 = p_.tensors[d.reads[0]].stored == DType::i32;
       if (d.op == Op::bias_correction) {
         const auto& a = std::get<BiasCorrectionAttrs>(d.attrs);
-        pc.u(1); pc.u(3); pc.u(0); pc.u(0);
-        pc.f(0); pc.f(0); pc.f(0); pc.f(0);
-        pc.f(0); pc.f(0); pc.i(0); pc.i(0);
+        pc.u(1);
+        pc.u(3);
+        pc.u(0);
+        pc.u(0);
+        pc.f(0);
+        pc.f(0);
+        pc.f(0);
+        pc.f(0);
+        pc.f(0);
+        pc.f(0);
+        pc.i(0);
+        pc.i(0);
         // ln(beta) in double: in f32, beta = 0.999 would lose three of its digits to rounding.
-        pc.u(counter_i32); pc.f(a.beta > 0 ? std::log(a.beta) : 0.0); pc.f(a.power);
+        pc.u(counter_i32);
+        pc.f(a.beta > 0 ? std::log(a.beta) : 0.0);
+        pc.f(a.power);
       } else {
         const auto& a = std::get<ScheduleAttrs>(d.attrs);
-        pc.u(1); pc.u(2); pc.u(0); pc.u(0);
-        pc.f(0); pc.f(0); pc.f(0); pc.f(0);
-        pc.f(a.base_lr); pc.f(a.min_lr); pc.i(a.warmup); pc.i(a.total);
-        pc.u(counter_i32); pc.f(0); pc.f(0);
+        pc.u(1);
+        pc.u(2);
+        pc.u(0);
+        pc.u(0);
+        pc.f(0);
+        pc.f(0);
+        pc.f(0);
+        pc.f(0);
+        pc.f(a.base_lr);
+        pc.f(a.min_lr);
+        pc.i(a.warmup);
+        pc.i(a.total);
+        pc.u(counter_i32);
+        pc.f(0);
+        pc.f(0);
       }
     }
     l.bindings[0] = d.reads[0];
@@ -540,7 +712,8 @@ class Lowerer {
     const uint64_t b = word(0), hq = word(1), hkv = word(2), sq = word(3), sk = word(4), dq = word(5), dv = word(6);
     const uint64_t head = std::max(dq, dv);
     if (head > kAttentionMaxHead) {
-      unsupported(d.op, "head dimension " + std::to_string(head) + " exceeds the kernel's " + std::to_string(kAttentionMaxHead));
+      unsupported(d.op, "head dimension " + std::to_string(head) + " exceeds the kernel's " +
+                            std::to_string(kAttentionMaxHead));
     }
     uint32_t regs = 16;  // pipelines per power of two, not per head size
     while (regs < head) regs *= 2;
@@ -580,7 +753,8 @@ class Lowerer {
         op = unary_code(f.op);
       } else if (f.kind == FusedInstr::binary) {
         auto it = std::find(std::begin(binary_ops), std::end(binary_ops), f.op);
-        if (it == std::end(binary_ops)) unsupported(d.op, "binary op " + std::string(op_name(f.op)) + " in a fused program");
+        if (it == std::end(binary_ops))
+          unsupported(d.op, "binary op " + std::string(op_name(f.op)) + " in a fused program");
         op = 32 + uint32_t(it - std::begin(binary_ops));
       }
       if (f.kind == FusedInstr::store || f.kind == FusedInstr::load) {
@@ -652,7 +826,8 @@ class Lowerer {
       for (size_t i = 0; i < d.reads.size(); ++i) l.bindings[i] = d.reads[i];
       const size_t outputs = fused_outputs(a.code);
       if (outputs != d.writes.size() || outputs > 1 + (kWideBindings - 10)) {
-        unsupported(d.op, std::to_string(d.writes.size()) + " writes for a program with " + std::to_string(outputs) + " outputs");
+        unsupported(d.op, std::to_string(d.writes.size()) + " writes for a program with " + std::to_string(outputs) +
+                              " outputs");
       }
       for (size_t k = 1; k < outputs; ++k) l.bindings[10 + k - 1] = d.writes[k];
       l.push[kPushOutputs] = uint32_t(outputs);

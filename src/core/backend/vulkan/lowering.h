@@ -20,12 +20,12 @@ struct Launch {
   uint32_t push_words = 0;
   uint32_t groups[3] = {1, 1, 1};
   uint32_t bindings[kWideBindings] = {};  // tensor per binding slot (kCodeBinding: the code buffer)
-  std::vector<uint32_t> reads;        // tensors read (for hazards)
-  uint32_t write = 0;                 // tensor written
-  uint32_t dispatch = 0;              // the Program dispatch it implements
-  bool barrier_before = false;        // waits for the previous launch of its own dispatch
-  std::vector<uint32_t> code;         // fused programs: 4 words per instruction
-  uint64_t workspace_bytes = 0;       // scratch bound at kWorkspaceBinding
+  std::vector<uint32_t> reads;            // tensors read (for hazards)
+  uint32_t write = 0;                     // tensor written
+  uint32_t dispatch = 0;                  // the Program dispatch it implements
+  bool barrier_before = false;            // waits for the previous launch of its own dispatch
+  std::vector<uint32_t> code;             // fused programs: 4 words per instruction
+  uint64_t workspace_bytes = 0;           // scratch bound at kWorkspaceBinding
 };
 constexpr uint32_t kCodeBinding = UINT32_MAX;
 // The program's workspace: one buffer of the largest launch's scratch, shared by all of them.
@@ -47,8 +47,8 @@ constexpr uint32_t kSerialRowMax = 256, kSerialRowsMin = 64;
 
 // Tile and workgroup choices for a class of device (not for one driver).
 struct DeviceClass {
-  uint32_t workgroup = 256;       // elementwise and reductions
-  uint32_t row_workgroup = 256;   // the fused kernels' workgroup-per-row reductions
+  uint32_t workgroup = 256;            // elementwise and reductions
+  uint32_t row_workgroup = 256;        // the fused kernels' workgroup-per-row reductions
   uint32_t tile_mn = 64, tile_k = 16;  // matmul tiles (4x4 register blocks per invocation)
   uint32_t max_groups_x = 65535, max_groups_y = 65535, max_groups_z = 65535;
 };

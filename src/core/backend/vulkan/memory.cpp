@@ -16,8 +16,9 @@ namespace {
 
 std::string heap_text(const VkPhysicalDeviceMemoryProperties& m, uint32_t heap) {
   const VkMemoryHeap& h = m.memoryHeaps[heap];
-  return "heap " + std::to_string(heap) + " (" + ((h.flags & VK_MEMORY_HEAP_DEVICE_LOCAL_BIT) ? "device-local, " : "host, ") +
-         std::to_string(h.size) + " bytes)";
+  return "heap " + std::to_string(heap) + " (" +
+         ((h.flags & VK_MEMORY_HEAP_DEVICE_LOCAL_BIT) ? "device-local, " : "host, ") + std::to_string(h.size) +
+         " bytes)";
 }
 
 int find_type(const VkPhysicalDeviceMemoryProperties& m, uint32_t allowed, VkMemoryPropertyFlags want) {
@@ -35,7 +36,8 @@ std::unique_ptr<Buffer> allocate(const Device& d, uint64_t bytes, Residence r, c
   b->bytes = bytes;
   const uint64_t size = std::max<uint64_t>((bytes + 3) / 4 * 4, 4);
   if (d.info.max_memory_allocation_size && size > d.info.max_memory_allocation_size) {
-    throw std::runtime_error("[vulkan] " + what + " needs " + std::to_string(size) + " bytes, more than the device's maximum allocation of " +
+    throw std::runtime_error("[vulkan] " + what + " needs " + std::to_string(size) +
+                             " bytes, more than the device's maximum allocation of " +
                              std::to_string(d.info.max_memory_allocation_size));
   }
   auto bi = make<VkBufferCreateInfo>(VK_STRUCTURE_TYPE_BUFFER_CREATE_INFO);
@@ -51,8 +53,12 @@ std::unique_ptr<Buffer> allocate(const Device& d, uint64_t bytes, Residence r, c
     type = find_type(d.memory, req.memoryTypeBits, VK_MEMORY_PROPERTY_DEVICE_LOCAL_BIT);
   } else {
     // Cached host memory makes read-back fast; coherent avoids explicit flushes.
-    type = find_type(d.memory, req.memoryTypeBits, VK_MEMORY_PROPERTY_HOST_VISIBLE_BIT | VK_MEMORY_PROPERTY_HOST_COHERENT_BIT | VK_MEMORY_PROPERTY_HOST_CACHED_BIT);
-    if (type < 0) type = find_type(d.memory, req.memoryTypeBits, VK_MEMORY_PROPERTY_HOST_VISIBLE_BIT | VK_MEMORY_PROPERTY_HOST_COHERENT_BIT);
+    type = find_type(d.memory, req.memoryTypeBits,
+                     VK_MEMORY_PROPERTY_HOST_VISIBLE_BIT | VK_MEMORY_PROPERTY_HOST_COHERENT_BIT |
+                         VK_MEMORY_PROPERTY_HOST_CACHED_BIT);
+    if (type < 0)
+      type = find_type(d.memory, req.memoryTypeBits,
+                       VK_MEMORY_PROPERTY_HOST_VISIBLE_BIT | VK_MEMORY_PROPERTY_HOST_COHERENT_BIT);
   }
   if (type < 0) throw std::runtime_error("[vulkan] no suitable memory type for " + what);
   const uint32_t heap = d.memory.memoryTypes[type].heapIndex;
@@ -61,8 +67,8 @@ std::unique_ptr<Buffer> allocate(const Device& d, uint64_t bytes, Residence r, c
   ai.memoryTypeIndex = uint32_t(type);
   VkResult res = d.api.vkAllocateMemory(d.device, &ai, nullptr, &b->memory);
   if (res != VK_SUCCESS) {
-    throw std::runtime_error("[vulkan] allocating " + std::to_string(req.size) + " bytes for " + what + " on " + heap_text(d.memory, heap) +
-                             " failed: " + result_name(res));
+    throw std::runtime_error("[vulkan] allocating " + std::to_string(req.size) + " bytes for " + what + " on " +
+                             heap_text(d.memory, heap) + " failed: " + result_name(res));
   }
   VK_CHECK(d.api.vkBindBufferMemory(d.device, b->buffer, b->memory, 0));
   if (r == Residence::staging) VK_CHECK(d.api.vkMapMemory(d.device, b->memory, 0, VK_WHOLE_SIZE, 0, &b->mapped));

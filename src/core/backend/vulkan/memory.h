@@ -13,7 +13,7 @@ struct Buffer {
   const Device* device = nullptr;
   VkBuffer buffer = VK_NULL_HANDLE;
   VkDeviceMemory memory = VK_NULL_HANDLE;
-  uint64_t bytes = 0;     // requested size
+  uint64_t bytes = 0;      // requested size
   void* mapped = nullptr;  // host-visible buffers stay mapped
   bool owned = true;       // an application's buffer is only borrowed
 

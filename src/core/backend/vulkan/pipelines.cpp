@@ -75,8 +75,9 @@ PipelineCache::PipelineCache(const Device& d, std::string dir) : d_(d) {
       if (payload.size() >= 16 + VK_UUID_SIZE) {
         uint32_t w[4];
         std::memcpy(w, payload.data(), 16);
-        bool same = w[0] >= 16 + VK_UUID_SIZE && w[1] == VK_PIPELINE_CACHE_HEADER_VERSION_ONE && w[2] == props.vendorID &&
-                    w[3] == props.deviceID && std::memcmp(payload.data() + 16, props.pipelineCacheUUID, VK_UUID_SIZE) == 0;
+        bool same = w[0] >= 16 + VK_UUID_SIZE && w[1] == VK_PIPELINE_CACHE_HEADER_VERSION_ONE &&
+                    w[2] == props.vendorID && w[3] == props.deviceID &&
+                    std::memcmp(payload.data() + 16, props.pipelineCacheUUID, VK_UUID_SIZE) == 0;
         status_ = same ? "loaded" : "stale";
         if (!same) payload.clear();
       } else {
@@ -139,7 +140,8 @@ Pipelines::Pipelines(const Device& d, PipelineCache* cache, bool wide_layout) : 
     const uint32_t n = w ? kWideBindings : kBindings;
     VkDescriptorSetLayoutBinding b[kWideBindings];
     for (uint32_t i = 0; i < n; ++i) {
-      b[i] = VkDescriptorSetLayoutBinding{i, VK_DESCRIPTOR_TYPE_STORAGE_BUFFER, 1, VK_SHADER_STAGE_COMPUTE_BIT, nullptr};
+      b[i] =
+          VkDescriptorSetLayoutBinding{i, VK_DESCRIPTOR_TYPE_STORAGE_BUFFER, 1, VK_SHADER_STAGE_COMPUTE_BIT, nullptr};
     }
     auto dl = make<VkDescriptorSetLayoutCreateInfo>(VK_STRUCTURE_TYPE_DESCRIPTOR_SET_LAYOUT_CREATE_INFO);
     dl.bindingCount = n;

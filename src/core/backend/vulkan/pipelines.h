@@ -12,7 +12,22 @@
 
 namespace meganeura::vk {
 
-enum class Kernel : uint8_t { pointwise, reduce, softmax, matmul, movement, index, sequence, conv, pool, fused, rows, attention, workload, count_ };
+enum class Kernel : uint8_t {
+  pointwise,
+  reduce,
+  softmax,
+  matmul,
+  movement,
+  index,
+  sequence,
+  conv,
+  pool,
+  fused,
+  rows,
+  attention,
+  workload,
+  count_
+};
 constexpr size_t kKernelCount = size_t(Kernel::count_);
 const char* kernel_name(Kernel k);
 std::span<const uint32_t> kernel_spirv(Kernel k);
@@ -23,7 +38,9 @@ std::span<const uint32_t> kernel_spirv(Kernel k);
 // inputs or a workspace, the output at binding 8).
 constexpr uint32_t kBindings = 3;
 constexpr uint32_t kWideBindings = 12;
-inline bool wide(Kernel k) { return k == Kernel::fused || k == Kernel::rows || k == Kernel::attention || k == Kernel::workload; }
+inline bool wide(Kernel k) {
+  return k == Kernel::fused || k == Kernel::rows || k == Kernel::attention || k == Kernel::workload;
+}
 inline uint32_t binding_count(Kernel k) { return wide(k) ? kWideBindings : kBindings; }
 constexpr uint32_t kPushBytes = 128;
 

@@ -45,7 +45,8 @@ const uint32_t kWorkload[] = {
 }  // namespace
 
 const char* kernel_name(Kernel k) {
-  static const char* names[] = {"pointwise", "reduce", "softmax", "matmul", "movement", "index", "sequence", "conv", "pool", "fused", "rows", "attention", "workload"};
+  static const char* names[] = {"pointwise", "reduce", "softmax", "matmul", "movement",  "index",   "sequence",
+                                "conv",      "pool",   "fused",   "rows",   "attention", "workload"};
   static_assert(sizeof(names) / sizeof(names[0]) == kKernelCount);
   return names[size_t(k)];
 }

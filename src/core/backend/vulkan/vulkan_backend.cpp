@@ -44,15 +44,17 @@ class VulkanBackend final : public Backend {
  public:
   explicit VulkanBackend(const VulkanOptions& o) : options_(o) {
     if (o.external) {
-      instance_ = std::make_shared<Instance>(static_cast<VkInstance>(o.external->instance),
-                                             reinterpret_cast<PFN_vkGetInstanceProcAddr>(o.external->get_instance_proc_addr));
+      instance_ =
+          std::make_shared<Instance>(static_cast<VkInstance>(o.external->instance),
+                                     reinterpret_cast<PFN_vkGetInstanceProcAddr>(o.external->get_instance_proc_addr));
       dev_ = adopt_device(instance_, *o.external);
     } else {
       instance_ = std::make_shared<Instance>(o.validation);
       dev_ = open_device(instance_, o.device);
     }
     dc_ = device_class(dev_->info);
-    if (o.pipeline_cache) cache_ = std::make_unique<PipelineCache>(*dev_, o.cache_dir.empty() ? default_cache_dir() : o.cache_dir);
+    if (o.pipeline_cache)
+      cache_ = std::make_unique<PipelineCache>(*dev_, o.cache_dir.empty() ? default_cache_dir() : o.cache_dir);
     wide_ = dev_->info.max_storage_buffers_per_stage >= kWideBindings;
     pipelines_ = std::make_unique<Pipelines>(*dev_, cache_.get(), wide_);
     auto pi = make<VkCommandPoolCreateInfo>(VK_STRUCTURE_TYPE_COMMAND_POOL_CREATE_INFO);
@@ -96,7 +98,8 @@ class VulkanBackend final : public Backend {
     auto prep = std::make_unique<Prepared>();
     prep->program = p;
     const Program& q = prep->program;
-    if (q.float_dtype != DType::f32) throw std::invalid_argument("[vulkan] programs must compute in f32 (the f64 oracle runs on the CPU backend)");
+    if (q.float_dtype != DType::f32)
+      throw std::invalid_argument("[vulkan] programs must compute in f32 (the f64 oracle runs on the CPU backend)");
     std::vector<Buffer*> fresh;
     for (const ExternalBuffer& e : q.externals) {
       const uint64_t bytes = uint64_t(e.type.numel()) * dtype_size(e.stored);
@@ -113,8 +116,9 @@ class VulkanBackend final : public Backend {
       }
     }
     for (size_t i = 0; i < q.arena_buffers.size(); ++i) {
-      prep->arenas.push_back(allocate(*dev_, q.arena_buffers[i], Residence::device,
-                                      "arena buffer " + std::to_string(i) + " of program " + std::to_string(programs_.size())));
+      prep->arenas.push_back(
+          allocate(*dev_, q.arena_buffers[i], Residence::device,
+                   "arena buffer " + std::to_string(i) + " of program " + std::to_string(programs_.size())));
       prep->arena_ids.push_back(next_id_++);
       fresh.push_back(prep->arenas.back().get());
     }
@@ -122,7 +126,8 @@ class VulkanBackend final : public Backend {
     uint64_t scratch = 0;
     for (const Launch& l : prep->launches) scratch = std::max(scratch, l.workspace_bytes);
     if (scratch) {
-      prep->workspace = allocate(*dev_, scratch, Residence::device, "workspace of program " + std::to_string(programs_.size()));
+      prep->workspace =
+          allocate(*dev_, scratch, Residence::device, "workspace of program " + std::to_string(programs_.size()));
       prep->workspace_id = next_id_++;
     }
     place_code(*prep);
@@ -136,7 +141,9 @@ class VulkanBackend final : public Backend {
 
   void write(const std::string& name, const void* data, size_t bytes) override {
     External& x = external(name);
-    if (bytes != x.buffer->bytes) throw std::invalid_argument("[vulkan] writing " + std::to_string(bytes) + " bytes into '" + name + "' of " + std::to_string(x.buffer->bytes));
+    if (bytes != x.buffer->bytes)
+      throw std::invalid_argument("[vulkan] writing " + std::to_string(bytes) + " bytes into '" + name + "' of " +
+                                  std::to_string(x.buffer->bytes));
     if (!ensure_staging(bytes) || !x.upload) x.upload = record_copy(staging_->buffer, x.buffer->buffer, bytes, true);
     std::memcpy(staging_->mapped, data, bytes);
     submit({x.upload});
@@ -145,8 +152,11 @@ class VulkanBackend final : public Backend {
   void read(const std::string& name, void* data, size_t bytes) const override {
     auto* self = const_cast<VulkanBackend*>(this);  // staging and pre-recorded copies are caches
     External& x = self->external(name);
-    if (bytes != x.buffer->bytes) throw std::invalid_argument("[vulkan] reading " + std::to_string(bytes) + " bytes from '" + name + "' of " + std::to_string(x.buffer->bytes));
-    if (!self->ensure_staging(bytes) || !x.download) x.download = self->record_copy(x.buffer->buffer, staging_->buffer, bytes, false);
+    if (bytes != x.buffer->bytes)
+      throw std::invalid_argument("[vulkan] reading " + std::to_string(bytes) + " bytes from '" + name + "' of " +
+                                  std::to_string(x.buffer->bytes));
+    if (!self->ensure_staging(bytes) || !x.download)
+      x.download = self->record_copy(x.buffer->buffer, staging_->buffer, bytes, false);
     self->submit({x.download});
     std::memcpy(data, staging_->mapped, bytes);
   }
@@ -161,9 +171,9 @@ class VulkanBackend final : public Backend {
 
   Stats stats() const override { return stats_; }
 
-  // Every pass (fused reductions over contiguous axes only), where the device allows the wide kernels' twelve bindings per stage; otherwise
-  // graphs keep their primitive ops, and the fused cross-entropy and where (whose kernels use
-  // the wide layout) are decomposed into them.
+  // Every pass (fused reductions over contiguous axes only), where the device allows the wide kernels' twelve bindings
+  // per stage; otherwise graphs keep their primitive ops, and the fused cross-entropy and where (whose kernels use the
+  // wide layout) are decomposed into them.
   PassOptions passes() const override {
     PassOptions o;
     o.strided_reductions = false;  // the fused reduction kernel takes [outer, len, inner] only
@@ -183,7 +193,9 @@ class VulkanBackend final : public Backend {
   size_t pipeline_count() const { return pipelines_->created(); }
 
   void bind_external(const std::string& name, VkBuffer buffer, uint64_t bytes) {
-    if (buffers_.count(name)) throw std::invalid_argument("[vulkan] buffer '" + name + "' already exists; bind application buffers before adding programs");
+    if (buffers_.count(name))
+      throw std::invalid_argument("[vulkan] buffer '" + name +
+                                  "' already exists; bind application buffers before adding programs");
     External x;
     x.buffer = std::make_unique<Buffer>();
     x.buffer->device = dev_.get();
@@ -239,7 +251,8 @@ class VulkanBackend final : public Backend {
     return c;
   }
 
-  void barrier(VkCommandBuffer c, VkPipelineStageFlags src, VkAccessFlags src_access, VkPipelineStageFlags dst, VkAccessFlags dst_access) {
+  void barrier(VkCommandBuffer c, VkPipelineStageFlags src, VkAccessFlags src_access, VkPipelineStageFlags dst,
+               VkAccessFlags dst_access) {
     auto mb = make<VkMemoryBarrier>(VK_STRUCTURE_TYPE_MEMORY_BARRIER);
     mb.srcAccessMask = src_access;
     mb.dstAccessMask = dst_access;
@@ -355,12 +368,14 @@ class VulkanBackend final : public Backend {
         const Shape none;
         const Shape& shape = t == kCodeBinding || t == kWorkspaceBinding ? none : p.program.tensors[t].type.shape;
         if (r.offset % info.min_storage_buffer_offset_alignment) {
-          throw std::invalid_argument("[vulkan] tensor at arena offset " + std::to_string(r.offset) + " is not aligned to the device's " +
-                                      std::to_string(info.min_storage_buffer_offset_alignment) + "-byte storage-buffer offset alignment");
+          throw std::invalid_argument(
+              "[vulkan] tensor at arena offset " + std::to_string(r.offset) + " is not aligned to the device's " +
+              std::to_string(info.min_storage_buffer_offset_alignment) + "-byte storage-buffer offset alignment");
         }
         if (r.bytes > info.max_storage_buffer_range) {
           throw std::invalid_argument("[vulkan] a " + shape_str(shape) + " tensor of " + std::to_string(r.bytes) +
-                                      " bytes exceeds the device's storage-buffer range of " + std::to_string(info.max_storage_buffer_range));
+                                      " bytes exceeds the device's storage-buffer range of " +
+                                      std::to_string(info.max_storage_buffer_range));
         }
         bi[b] = VkDescriptorBufferInfo{r.buffer->buffer, r.offset, r.bytes};
         w[b] = make<VkWriteDescriptorSet>(VK_STRUCTURE_TYPE_WRITE_DESCRIPTOR_SET);
@@ -383,8 +398,8 @@ class VulkanBackend final : public Backend {
         const Dispatch& d = p.program.dispatches[l.dispatch];
         // A dispatch's work is counted once, on its first launch.
         const bool first = i == 0 || p.launches[i - 1].dispatch != l.dispatch;
-        p.profile.launches.push_back({kernel_name(l.kernel), std::string(op_name(d.op)), l.dispatch, 0, first ? d.flops : 0,
-                                      first ? d.bytes : 0});
+        p.profile.launches.push_back({kernel_name(l.kernel), std::string(op_name(d.op)), l.dispatch, 0,
+                                      first ? d.flops : 0, first ? d.bytes : 0});
       }
     }
     const size_t chunks = size_t(std::clamp<int>(options_.chunks, 1, int(std::max<size_t>(p.launches.size(), 1))));
@@ -415,10 +430,12 @@ class VulkanBackend final : public Backend {
         VkPipeline pipe = pipelines_->get(l.kernel, l.spec);
         if (pipe != bound) api().vkCmdBindPipeline(cmd, VK_PIPELINE_BIND_POINT_COMPUTE, pipe);
         bound = pipe;
-        api().vkCmdBindDescriptorSets(cmd, VK_PIPELINE_BIND_POINT_COMPUTE, pipelines_->layout(l.kernel), 0, 1, &sets[next], 0, nullptr);
+        api().vkCmdBindDescriptorSets(cmd, VK_PIPELINE_BIND_POINT_COMPUTE, pipelines_->layout(l.kernel), 0, 1,
+                                      &sets[next], 0, nullptr);
         api().vkCmdPushConstants(cmd, pipelines_->layout(l.kernel), VK_SHADER_STAGE_COMPUTE_BIT, 0, kPushBytes, l.push);
         api().vkCmdDispatch(cmd, l.groups[0], l.groups[1], l.groups[2]);
-        if (profiling) api().vkCmdWriteTimestamp(cmd, VK_PIPELINE_STAGE_BOTTOM_OF_PIPE_BIT, p.queries, uint32_t(next + 1));
+        if (profiling)
+          api().vkCmdWriteTimestamp(cmd, VK_PIPELINE_STAGE_BOTTOM_OF_PIPE_BIT, p.queries, uint32_t(next + 1));
       }
       if (c + 1 == chunks) {
         // The step's results become visible to the next step and to read-back copies.
@@ -498,7 +515,9 @@ bool vulkan_gpu_available(std::string* why) {
     if ((d.type == "discrete" || d.type == "integrated") && d.api_version >= VK_API_VERSION_1_1) return true;
     found += (found.empty() ? "" : ", ") + d.name + " (" + d.type + ")";
   }
-  if (why) *why = devices.empty() ? "[vulkan] no Vulkan device found" : "[vulkan] no discrete or integrated GPU among the Vulkan devices (" + found + ")";
+  if (why)
+    *why = devices.empty() ? "[vulkan] no Vulkan device found"
+                           : "[vulkan] no discrete or integrated GPU among the Vulkan devices (" + found + ")";
   return false;
 }
 

@@ -12,14 +12,14 @@ namespace meganeura {
 struct VulkanLaunchProfile {
   std::string kernel, op;
   uint32_t dispatch = 0;
-  double ms = 0;  // summed over profiled runs
+  double ms = 0;                // summed over profiled runs
   double flops = 0, bytes = 0;  // per run
 };
 
 struct VulkanProgramProfile {
   std::vector<VulkanLaunchProfile> launches;
   uint64_t runs = 0;
-  double step_ms = 0;  // summed over runs, first to last timestamp
+  double step_ms = 0;                     // summed over runs, first to last timestamp
   uint64_t dispatches = 0, barriers = 0;  // per step
 };
 
