@@ -26,6 +26,10 @@ struct Launch {
   bool barrier_before = false;            // waits for the previous launch of its own dispatch
   std::vector<uint32_t> code;             // fused programs: 4 words per instruction
   uint64_t workspace_bytes = 0;           // scratch bound at kWorkspaceBinding
+  // Upper bound of the loop back-edges any one invocation of this launch executes (all loops
+  // together), as planned from its sizes: lavapipe leaves every loop of an invocation silently
+  // after 65,535, and long-running invocations risk a watchdog on real GPUs.
+  uint64_t loop_iterations = 0;
 };
 constexpr uint32_t kCodeBinding = UINT32_MAX;
 // The program's workspace: one buffer of the largest launch's scratch, shared by all of them.
