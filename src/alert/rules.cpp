@@ -8,7 +8,8 @@ namespace meganeura::alert {
 //  - Outcomes imposed from outside (hang kill, scheduler/timeout termination) come first:
 //    whatever the log says afterwards is a consequence.
 //  - Hardware and CUDA causes come before the generic Python errors they surface as
-//    (a CUDA OOM is also a RuntimeError with a traceback).
+//    (a CUDA OOM is also a RuntimeError with a traceback; a CUDA-less environment shows as an
+//    AssertionError, a RuntimeError or an ImportError of libcudart).
 //  - Signals with a definite meaning (SIGSEGV, SIGFPE) come before file/permission errors,
 //    which are often harmless warnings in a log that crashed for another reason.
 //  - nan_loss also applies to runs that exit 0: a diverged run is not a success.
@@ -31,7 +32,7 @@ const std::vector<Rule>& rule_table() {
       {"time_limit",
        "Terminated from outside (time limit, preemption, cancel, node failure)",
        "Request more time, checkpoint more often, or resume from the last checkpoint.",
-       R"(DUE TO TIME LIMIT|DUE TO PREEMPTION|DUE TO NODE FAILURE|CANCELLED AT \S+ DUE TO|[Tt]ime limit (exceeded|reached)|got signal: 15\b|Signal 15 \(SIGTERM\) received by PID)",
+       R"(DUE TO TIME LIMIT|DUE TO PREEMPTION|DUE TO NODE FAILURE|CANCELLED AT \S+ DUE TO|[Tt]ime limit (exceeded|reached)|got signal: 15\b|Signal 15 \(SIGTERM\) received by PID|Received (1|15) death signal)",
        When::kAlways,
        Fact::kTerminated,
        {SIGTERM, 0},
@@ -42,6 +43,16 @@ const std::vector<Rule>& rule_table() {
        R"(\bXid (\(PCI:[^)]*\):? ?)?(\d{3,}|1[0-24-9]|2\d|3[02-9]|4[0-24-9]|[5-9]\d|\d)\b|[Uu]ncorrectable ECC|ECC error|[Ff]allen off the bus|GPU is lost|GPU has fallen|NVLink (error|fatal)|cudaErrorECCUncorrectable|CUDA_ERROR_ECC_UNCORRECTABLE|unrecoverable hardware error)",
        When::kFailed,
        Fact::kGpuEvent,
+       {0, 0},
+       0.95},
+      {"cuda_unavailable",
+       "CUDA not available (no GPU, driver or CUDA build)",
+       "No usable GPU: run on a GPU node with GPUs requested and CUDA_VISIBLE_DEVICES naming existing devices, "
+       "install a CUDA build of the framework (torch.version.cuda not None), and keep the NVIDIA driver at least as "
+       "new as the CUDA runtime (nvidia-smi shows the newest CUDA it supports).",
+       R"(Torch not compiled with CUDA enabled|No CUDA GPUs are available|no CUDA-capable device is detected|CUDA_ERROR_NO_DEVICE|cudaErrorNoDevice|CUDA driver version is insufficient for CUDA runtime version|cudaErrorInsufficientDriver|CUDA_ERROR_INSUFFICIENT_DRIVER|driver on your system is too old|Found no NVIDIA driver|torch\.cuda\.is_available\(\) is False|No visible GPU devices|failed call to cuInit|Driver/library version mismatch|couldn't communicate with the NVIDIA driver|lib(cudart|cuda)\.so[.\d]*: cannot open shared object file|Unable to initialize backend 'cuda'|CUDA backend failed to initialize)",
+       When::kFailed,
+       Fact::kNone,
        {0, 0},
        0.95},
       {"cuda_oom",
@@ -55,7 +66,7 @@ const std::vector<Rule>& rule_table() {
       {"nccl",
        "NCCL / distributed communication failure",
        "Check the network and NCCL settings (NCCL_DEBUG=INFO), that every rank started, and the collective order.",
-       R"((?i:nccl error)|ncclInternalError|ncclSystemError|ncclUnhandledCudaError|ncclInvalidUsage|ncclRemoteError|Watchdog caught collective operation timeout|NCCL communicator was aborted|DistBackendError|DistStoreError|DistNetworkError|NCCL timeout|NCCL operation \w+\([^)]*\) failed|Some NCCL operations have failed)",
+       R"((?i:nccl error)|ncclInternalError|ncclSystemError|ncclUnhandledCudaError|ncclInvalidUsage|ncclRemoteError|Watchdog caught collective operation timeout|NCCL communicator was aborted|DistBackendError|DistStoreError|DistNetworkError|NCCL timeout|NCCL operation \w+\([^)]*\) failed|Some NCCL operations have failed|WorkNCCL::checkTimeout)",
        When::kFailed,
        Fact::kNone,
        {0, 0},
@@ -71,7 +82,7 @@ const std::vector<Rule>& rule_table() {
       {"cuda_runtime",
        "CUDA runtime error",
        "Rerun with CUDA_LAUNCH_BLOCKING=1 to locate the failing kernel; check driver/toolkit versions and indices.",
-       R"(CUDA error|CUDA kernel errors|cudaError\w+|CUDNN_STATUS_\w+|CUBLAS_STATUS_\w+|device-side assert|illegal memory access|no CUDA-capable device|No CUDA GPUs are available|CUDA driver version is insufficient|Found no NVIDIA driver|cuDNN error|CUDA_ERROR_\w+|\bXid (\(PCI:[^)]*\):? ?)?(13|31|43)\b)",
+       R"(CUDA error|CUDA kernel errors|cudaError\w+|CUDNN_STATUS_\w+|CUBLAS_STATUS_\w+|device-side assert|illegal memory access|block: \[\d+,\d+,\d+\], thread: \[\d+,\d+,\d+\] Assertion|cuDNN error|CUDA_ERROR_\w+|\bXid (\(PCI:[^)]*\):? ?)?(13|31|43)\b)",
        When::kFailed,
        Fact::kGpuAppEvent,
        {0, 0},
@@ -95,7 +106,7 @@ const std::vector<Rule>& rule_table() {
       {"disk_full",
        "Disk full or quota exceeded",
        "Free space or write checkpoints/logs elsewhere (scratch); check quotas with df/quota.",
-       R"(No space left on device|(?i:disk quota exceeded)|\bENOSPC\b|\bEDQUOT\b)",
+       R"(No space left on device|(?i:disk quota exceeded)|\bENOSPC\b|\bEDQUOT\b|PytorchStreamWriter failed writing file|unexpected pos \d+ vs \d+)",
        When::kFailed,
        Fact::kNone,
        {0, 0},
@@ -143,7 +154,7 @@ const std::vector<Rule>& rule_table() {
       {"nan_loss",
        "Loss became NaN or infinite",
        "Lower the learning rate, clip gradients, check the data for NaN/Inf, or use loss scaling.",
-       R"((?i:\bloss\b[^\n]{0,30}?[\s:=(-]nan\b)|(?i:loss\w*['"]?\s*[=:]\s*['"]?[-+]?nan\b)|(?i:(^|[\s,{'"(])(train_|training_|training )?loss['"]?\s*[=:]\s*[-+]?inf(inity)?\b)|(?i)\b(nan|non-finite|infinite)\s+loss|(?i)loss (is|became|has become) (nan|inf|non-finite)|(?i)nan (detected )?in (the )?loss|Detected NaN|Function '\w+' returned nan|Minimum loss scale reached)",
+       R"((?i:\bloss\b[^\n,;|]{0,30}?[\s:=(-]nan\b)|(?i:loss\w*['"]?\s*[=:]\s*['"]?[-+]?nan\b)|(?i:(^|[\s,{'"(])(train_|training_|training )?loss['"]?\s*[=:]\s*[-+]?inf(inity)?\b)|(?i)\b(nan|non-finite|infinite)\s+loss|(?i)loss (is|became|has become) (nan|inf|non-finite)|(?i)nan (detected )?in (the )?loss|Detected NaN|Function '\w+' returned nan|Minimum loss scale reached|loss scale already at minimum)",
        When::kAlways,
        Fact::kNone,
        {0, 0},
@@ -167,7 +178,7 @@ const std::vector<Rule>& rule_table() {
       {"killed",
        "Killed by a signal",
        "Something outside the program ended it (kill, scheduler, another process); check who sent the signal.",
-       R"((?i:signal 9 \(SIGKILL\) received by PID)|\(exitcode: -9\)|exitcode\s*: -9\b)",
+       R"((?i:signal 9 \(SIGKILL\) received by PID)|\(exitcode: -9\)|exitcode\s*: -9\b|is killed by signal: Killed|Received (2|3|9) death signal)",
        When::kFailed,
        Fact::kAnySignal,
        {0, 0},
@@ -183,7 +194,7 @@ const std::vector<Rule>& rule_table() {
       {"traceback",
        "Python exception",
        "Read the last traceback in the evidence.",
-       R"(Traceback \(most recent call last\))",
+       R"(Traceback \(most recent call last\)|^([a-z_]\w*\.)*[A-Z]\w*(Error|Exception): )",
        When::kFailed,
        Fact::kNone,
        {0, 0},

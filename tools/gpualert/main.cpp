@@ -5,7 +5,7 @@
 //   gpualert classify LOGFILE [--exit-status N | --signal NAME] [--json]
 //   gpualert outbox list|flush
 //   gpualert config check
-//   gpualert eval CORPUS_DIR [--set all|inhouse|public] [--split train|heldout]
+//   gpualert eval CORPUS_DIR [--set all|inhouse|public|field] [--split NAME]
 #include <fmt/format.h>
 #include <unistd.h>
 
@@ -180,39 +180,55 @@ int cmd_config(int argc, char** argv) {
   return 0;
 }
 
-// The in-house corpus (CORPUS_DIR/labels.tsv) and, reported apart, the public one
-// (CORPUS_DIR/public/labels.tsv: failure output as people posted it, with its source).
+// The corpora under CORPUS_DIR, each scored apart: in-house (labels.tsv), public
+// (public/labels.tsv: failure output as people posted it, with its source) and field
+// (field/labels.tsv: more such output, split into a tune and a held-out half).
+struct EvalCorpus {
+  const char* name;
+  const char* set;  // its --set name
+  const char* subdir;
+  bool sourced;  // every log must name where it came from
+  bool split;    // --split applies
+};
+constexpr EvalCorpus kEvalCorpora[] = {{"in-house", "inhouse", "", false, true},
+                                       {"public", "public", "public", true, false},
+                                       {"field", "field", "field", true, true}};
+
 int cmd_eval(int argc, char** argv) {
-  Args app("gpualert eval", "CORPUS_DIR [--set all|inhouse|public] [--split train|heldout] [--min-macro-f1 X]",
+  Args app("gpualert eval",
+           "CORPUS_DIR [--set all|inhouse|public|field] [--split NAME] [--min-macro-f1 X] [--min-accuracy X]",
            "Evaluate the classifier on the labelled corpora through the wrapper.");
-  std::string dir, split, min_text, set = "all";
-  app.positional("CORPUS_DIR", &dir, "directory with labels.tsv, the logs and public/")
-      .option("--set", &set, "which corpus: all (default), inhouse or public", "NAME")
-      .option("--split", &split, "only this split of the in-house corpus (train or heldout)", "NAME")
-      .option("--min-macro-f1", &min_text, "exit 1 when a corpus's macro-F1 is below this", "X");
+  std::string dir, split, min_f1_text, min_acc_text, set = "all";
+  app.positional("CORPUS_DIR", &dir, "directory with labels.tsv, the logs, public/ and field/")
+      .option("--set", &set, "which corpus: all (default), inhouse, public or field", "NAME")
+      .option("--split", &split, "only this split: train or heldout (in-house), tune or heldout (field)", "NAME")
+      .option("--min-macro-f1", &min_f1_text, "exit 1 when a corpus's macro-F1 is below this", "X")
+      .option("--min-accuracy", &min_acc_text, "exit 1 when a corpus's accuracy is below this", "X");
   if (auto rc = app.parse(1, argc, argv)) return *rc;
-  if (set != "all" && set != "inhouse" && set != "public") {
-    std::fprintf(stderr, "[gpualert] eval: --set must be all, inhouse or public, not '%s'\n", set.c_str());
+  if (set != "all" && set != "inhouse" && set != "public" && set != "field") {
+    std::fprintf(stderr, "[gpualert] eval: --set must be all, inhouse, public or field, not '%s'\n", set.c_str());
     return 2;
   }
-  double min_f1 = 0;
-  if (!min_text.empty() && !parse_number("--min-macro-f1", min_text, &min_f1)) return 2;
+  double min_f1 = 0, min_acc = 0;
+  if (!min_f1_text.empty() && !parse_number("--min-macro-f1", min_f1_text, &min_f1)) return 2;
+  if (!min_acc_text.empty() && !parse_number("--min-accuracy", min_acc_text, &min_acc)) return 2;
   const std::filesystem::path root = dir;
-  const bool has_public = std::filesystem::exists(root / "public" / "labels.tsv");
-  if (set == "public" && !has_public) {
-    std::fprintf(stderr, "[gpualert] eval: no public corpus at '%s'\n", (root / "public" / "labels.tsv").c_str());
-    return 2;
-  }
   bool ok = true;
   std::string summary;
-  auto run_one = [&](const char* name, const std::filesystem::path& d, const std::string& sp) {
-    auto r = ga::evaluate_corpus(d, self_exe(), sp);
-    std::printf("== %s corpus (%s) ==\n%s", name, d.c_str(), ga::format_eval(r).c_str());
-    summary += fmt::format("  {} {:.4f} ({} logs)", name, r.macro_f1, r.total);
-    ok &= r.macro_f1 + 1e-12 >= min_f1;
-  };
-  if (set != "public") run_one("in-house", root, split);
-  if (set != "inhouse" && has_public) run_one("public", root / "public", "");
+  for (const auto& c : kEvalCorpora) {
+    if (set != "all" && set != c.set) continue;
+    const std::filesystem::path d = root / c.subdir;
+    if (!std::filesystem::exists(d / "labels.tsv")) {
+      if (set == "all" && *c.subdir != '\0') continue;  // an optional corpus that is absent
+      std::fprintf(stderr, "[gpualert] eval: no %s corpus at '%s'\n", c.name, (d / "labels.tsv").c_str());
+      return 2;
+    }
+    auto r = ga::evaluate_corpus(d, self_exe(), c.split ? split : "", c.sourced);
+    if (r.total == 0) continue;  // the split names nothing in this corpus
+    std::printf("== %s corpus (%s) ==\n%s", c.name, d.c_str(), ga::format_eval(r).c_str());
+    summary += fmt::format("  {} {:.4f} ({} logs, accuracy {:.4f})", c.name, r.macro_f1, r.total, r.accuracy());
+    ok &= r.macro_f1 + 1e-12 >= min_f1 && r.accuracy() + 1e-12 >= min_acc;
+  }
   std::printf("macro-F1:%s\n", summary.c_str());
   return ok ? 0 : 1;
 }
@@ -264,7 +280,7 @@ int cmd_run(int argc, char** argv) {
           "  gpualert classify LOGFILE [--exit-status N | --signal NAME] [--json]\n"
           "  gpualert outbox list|flush\n"
           "  gpualert config check\n"
-          "  gpualert eval CORPUS_DIR [--set all|inhouse|public] [--split train|heldout]\n");
+          "  gpualert eval CORPUS_DIR [--set all|inhouse|public|field] [--split NAME]\n");
 
   // Options end at the first word that is not one (the command) or at a "--" before it;
   // everything from the command on, including any later "--", is passed on untouched.
