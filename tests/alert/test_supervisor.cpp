@@ -414,18 +414,12 @@ TEST(Supervisor, SigintAndSigusr1AreForwardedToTheJob) {
 TEST(Supervisor, InteractiveTerminalInputAndCtrlC) {
   Job job;
   int master = -1;
-  pid_t pid = forkpty(&master, nullptr, nullptr, nullptr);
-  ASSERT_GE(pid, 0);
-  if (pid == 0) {
-    for (const auto& [k, v] : job.env()) setenv(k.c_str(), v.c_str(), 1);
-    execl(kGpualert.c_str(), kGpualert.c_str(), "--no-notify", "--json-report", (job.dir / "report.json").c_str(), "--",
-          kPython.c_str(), "-c",
-          "import sys, time\nname = input('name? ')\n"
-          "try:\n    print('hello', name, flush=True)\n    time.sleep(60)\n"
-          "except KeyboardInterrupt:\n    print('interrupted cleanly', flush=True)\n",
-          static_cast<char*>(nullptr));
-    _exit(127);
-  }
+  const pid_t pid = spawn_on_terminal(
+      {kGpualert, "--no-notify", "--json-report", (job.dir / "report.json").string(), "--", kPython, "-c",
+       "import sys, time\nname = input('name? ')\n"
+       "try:\n    print('hello', name, flush=True)\n    time.sleep(60)\n"
+       "except KeyboardInterrupt:\n    print('interrupted cleanly', flush=True)\n"},
+      job.env(), &master);
   std::string out;
   auto wait_for = [&](const std::string& what) {
     char buf[512];
