@@ -33,6 +33,7 @@ namespace alert_test {
 namespace fs = std::filesystem;
 
 inline const std::string kGpualert = std::string(MEGANEURA_BINARY_DIR) + "/bin/gpualert";
+inline const std::string kGpualertSend = std::string(MEGANEURA_BINARY_DIR) + "/bin/gpualert-send";
 inline const std::string kTestDir = std::string(MEGANEURA_SOURCE_DIR) + "/tests/alert";
 inline const std::string kPython = "/usr/bin/python3";
 
