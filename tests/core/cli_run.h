@@ -37,6 +37,7 @@ inline std::string command() {
 
 // `env`: assignments put before the command (VAR=value ...).
 inline Result run(const std::string& args, const std::filesystem::path& dir, const std::string& env = "") {
+  std::filesystem::create_directories(dir);  // a test may have removed the shared folder
   const std::filesystem::path err = dir / "stderr.txt";
   const std::string cmd = env + " " + command() + " " + args + " 2>" + err.string();
   Result r;
