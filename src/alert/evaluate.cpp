@@ -136,11 +136,15 @@ SystemFacts recorded_facts(const LabelledLog& l, const ChildOutcome& outcome) {
   return facts;
 }
 
+struct Replayed {
+  Classification classification;
+  int exit_status = 0;  // the wrapper's, as a shell reports it
+};
+
 // Replays one log under the supervisor (its own child, pseudo-terminal and log store in
 // `dir`) and classifies the recorded log as a live job would be.
-Classification replay_and_classify(const LabelledLog& l, const std::filesystem::path& corpus_dir,
-                                   const std::string& self_exe, const std::filesystem::path& dir,
-                                   const Classifier& classifier) {
+Replayed replay_and_classify(const LabelledLog& l, const std::filesystem::path& corpus_dir, const std::string& self_exe,
+                             const std::filesystem::path& dir, const Classifier& classifier) {
   const auto path = corpus_dir / l.file;
   if (!std::filesystem::exists(path))
     throw std::runtime_error(fmt::format("[gpualert] eval: missing log '{}'", path.string()));
@@ -154,11 +158,18 @@ Classification replay_and_classify(const LabelledLog& l, const std::filesystem::
   LogStore log(dir, {l.file, join_command(so.argv), "eval", corpus_dir.string(), ""});
   const ChildOutcome outcome = supervise(so, log);
   log.finish();
-  return classifier.classify_file(log.path(), log.body_offset(), recorded_facts(l, outcome));
+  return {classifier.classify_file(log.path(), log.body_offset(), recorded_facts(l, outcome)), outcome.exit_status};
 }
 
-void score(EvalResult& result, const LabelledLog& l, const Classification& c) {
+void score(EvalResult& result, const LabelledLog& l, const Replayed& replayed) {
+  const Classification& c = replayed.classification;
   ++result.total;
+  const int recorded = l.signal ? 128 + *l.signal : l.exit_code.value_or(0);
+  if (replayed.exit_status == recorded)
+    ++result.status_exact;
+  else
+    result.status_mismatches.push_back(
+        fmt::format("{}: exit status {}, recorded {}", l.file, replayed.exit_status, recorded));
   ++result.confusion[l.expected][c.id];
   if (c.id == l.expected) {
     ++result.correct;
@@ -218,6 +229,8 @@ std::string format_eval(const EvalResult& r) {
   s += fmt::format("logs {}  correct {}  accuracy {:.4f}  classes {}  macro-F1 {:.4f}\n", r.total, r.correct,
                    r.accuracy(), r.per_class.size(), r.macro_f1);
   for (const auto& m : r.mistakes) s += "mistake: " + m + "\n";
+  s += fmt::format("exit statuses through the wrapper: {} of {} as recorded\n", r.status_exact, r.total);
+  for (const auto& m : r.status_mismatches) s += "status mismatch: " + m + "\n";
   return s;
 }
 

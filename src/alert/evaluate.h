@@ -44,7 +44,9 @@ struct EvalResult {
   double macro_f1 = 0;
   size_t total = 0;
   size_t correct = 0;
-  std::vector<std::string> mistakes;                            // "file: expected X, got Y"
+  std::vector<std::string> mistakes;  // "file: expected X, got Y"
+  size_t status_exact = 0;            // replays whose wrapper exit status was the recorded one
+  std::vector<std::string> status_mismatches;
   std::map<std::string, std::map<std::string, int>> confusion;  // expected -> predicted -> count
   double accuracy() const { return total ? double(correct) / double(total) : 0; }
 };

@@ -215,7 +215,8 @@ constexpr EvalCorpus kEvalCorpora[] = {{"in-house", "inhouse", "", false, true},
 int cmd_eval(int argc, char** argv) {
   Args app("gpualert eval",
            "CORPUS_DIR [--set all|inhouse|public|field] [--split NAME] [--min-macro-f1 X] [--min-accuracy X]",
-           "Evaluate the classifier on the labelled corpora through the wrapper.");
+           "Evaluate the classifier on the labelled corpora through the wrapper. Exits 1 when a\n"
+           "threshold is not met or a replay's exit status differs from the recorded one.");
   std::string dir, split, min_f1_text, min_acc_text, set = "all";
   app.positional("CORPUS_DIR", &dir, "directory with labels.tsv, the logs, public/ and field/")
       .option("--set", &set, "which corpus: all (default), inhouse, public or field", "NAME")
@@ -253,7 +254,8 @@ int cmd_eval(int argc, char** argv) {
     if (r.total == 0) continue;  // the split names nothing in this corpus
     std::printf("== %s corpus (%s) ==\n%s", c.name, d.c_str(), ga::format_eval(r).c_str());
     summary += fmt::format("  {} {:.4f} ({} logs, accuracy {:.4f})", c.name, r.macro_f1, r.total, r.accuracy());
-    ok &= r.macro_f1 + 1e-12 >= min_f1 && r.accuracy() + 1e-12 >= min_acc;
+    // The wrapper must pass every recorded status through unchanged, whatever the class.
+    ok &= r.macro_f1 + 1e-12 >= min_f1 && r.accuracy() + 1e-12 >= min_acc && r.status_exact == r.total;
   }
   std::printf("macro-F1:%s\n", summary.c_str());
   return ok ? 0 : 1;
