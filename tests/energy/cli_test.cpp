@@ -15,6 +15,7 @@
 #include <sstream>
 #include <thread>
 
+#include "common/process.h"
 #include "energy/hardware.h"
 #include "energy/reference_model.h"
 
@@ -129,14 +130,11 @@ struct CommandRun {
   std::string output;
 };
 
+// The command line goes through a shell (it carries VAR=value assignments and quoting).
 CommandRun run(const std::string& args, const std::string& env = "") {
   const std::string cmd = env + " " MEGANEURA_BINARY_DIR "/bin/meganeura " + args + " 2>&1";
-  FILE* p = popen(cmd.c_str(), "r");
-  std::string out;
-  char buf[4096];
-  while (size_t n = fread(buf, 1, sizeof buf, p)) out.append(buf, n);
-  const int st = pclose(p);
-  return {WIFEXITED(st) ? WEXITSTATUS(st) : -1, out};
+  const auto r = meganeura::common::run({.argv = {"/bin/sh", "-c", cmd}}, "", 600);
+  return {r.status, r.out};
 }
 
 TEST(EnergyCommand, PredictsThePublishedFsdpRow) {
@@ -243,13 +241,12 @@ bool has_child(pid_t parent) {
 }
 
 TEST(EnergyCommand, MeasureForwardsTerminationToTheCommand) {
-  const pid_t pid = fork();
-  ASSERT_GE(pid, 0);
-  if (pid == 0) {
-    execl(MEGANEURA_BINARY_DIR "/bin/meganeura", "meganeura", "energy", "measure", "--powercap", "/nonexistent",
-          "--nvml-library", "/nonexistent.so", "--", "sleep", "20", static_cast<char*>(nullptr));
-    _exit(99);
-  }
+  pid_t pid = -1;
+  ASSERT_EQ(
+      meganeura::common::spawn({.argv = {MEGANEURA_BINARY_DIR "/bin/meganeura", "energy", "measure", "--powercap",
+                                         "/nonexistent", "--nvml-library", "/nonexistent.so", "--", "sleep", "20"}},
+                               &pid),
+      0);
   // Measure installs its forwarding handlers before it starts the command: signal once the
   // command exists, not after a fixed delay (a sanitised build starts slowly under load).
   const auto give_up = std::chrono::steady_clock::now() + std::chrono::seconds(15);
@@ -286,14 +283,12 @@ TEST(EnergyCommand, MeasureDeliversOneCtrlCOnce) {
   const std::string d = dir.string();
   const std::string count = d + "/count", ready = d + "/ready", stop = d + "/stop";
   int master = -1;
-  const pid_t pid = forkpty(&master, nullptr, nullptr, nullptr);
-  ASSERT_GE(pid, 0);
-  if (pid == 0) {
-    execl(MEGANEURA_BINARY_DIR "/bin/meganeura", "meganeura", "energy", "measure", "--powercap", "/nonexistent",
-          "--nvml-library", "/nonexistent.so", "--", COUNT_SIGINT_PATH, count.c_str(), ready.c_str(), stop.c_str(),
-          static_cast<char*>(nullptr));
-    _exit(99);
-  }
+  pid_t pid = -1;
+  ASSERT_EQ(meganeura::common::spawn_on_terminal(
+                {.argv = {MEGANEURA_BINARY_DIR "/bin/meganeura", "energy", "measure", "--powercap", "/nonexistent",
+                          "--nvml-library", "/nonexistent.so", "--", COUNT_SIGINT_PATH, count, ready, stop}},
+                &pid, &master),
+            0);
   ASSERT_TRUE(wait_for_file(dir / "ready", 20)) << "the command never started";
   ASSERT_EQ(write(master, "\x03", 1), 1);  // the terminal's interrupt character
   ASSERT_TRUE(wait_for_file(dir / "count", 20)) << "Ctrl-C never reached the command";
@@ -341,14 +336,13 @@ TEST(EnergyCommand, MeasureDoesNotForwardATerminalCtrlC) {
   const std::string d = dir.string();
   const std::string witness = d + "/witness", count = d + "/count", ready = d + "/ready", stop = d + "/stop";
   int master = -1;
-  const pid_t pid = forkpty(&master, nullptr, nullptr, nullptr);
-  ASSERT_GE(pid, 0);
-  if (pid == 0) {
-    execl(MEGANEURA_BINARY_DIR "/bin/meganeura", "meganeura", "energy", "measure", "--powercap", "/nonexistent",
-          "--nvml-library", "/nonexistent.so", "--", COUNT_SIGINT_PATH, "--detach", witness.c_str(), count.c_str(),
-          ready.c_str(), stop.c_str(), static_cast<char*>(nullptr));
-    _exit(99);
-  }
+  pid_t pid = -1;
+  ASSERT_EQ(
+      meganeura::common::spawn_on_terminal({.argv = {MEGANEURA_BINARY_DIR "/bin/meganeura", "energy", "measure",
+                                                     "--powercap", "/nonexistent", "--nvml-library", "/nonexistent.so",
+                                                     "--", COUNT_SIGINT_PATH, "--detach", witness, count, ready, stop}},
+                                           &pid, &master),
+      0);
   ASSERT_TRUE(wait_for_file(dir / "ready", 20)) << "the command never started";
   ASSERT_EQ(write(master, "\x03", 1), 1);
   ASSERT_TRUE(wait_for_file(dir / "witness", 20)) << "the terminal sent no SIGINT to its foreground group";
