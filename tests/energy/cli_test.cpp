@@ -22,8 +22,11 @@ namespace meganeura::energy {
 namespace {
 namespace fs = std::filesystem;
 
-// An H100 at the shipped table's defaults: 45% of 989.4 TFLOP/s bf16 makes this one second.
-constexpr double kOneSecondOfFlops = 0.45 * 989.4e12;
+// The shipped table's H100 (989.4 TFLOP/s bf16 quoted at 1980 MHz and held at its 1590 MHz base
+// clock, 67 TFLOP/s fp32, 3350 GB/s) at its [model] defaults (half of the sustained peak, 0.7
+// of the bandwidth, 10 us per launch): kOneSecondOfFlops take one second.
+constexpr double kClock = 1590.0 / 1980.0, kCompute = 0.5, kMemory = 0.7, kLaunch = 10e-6;
+constexpr double kOneSecondOfFlops = kCompute * kClock * 989.4e12;
 
 EnergyCliHooks synthetic_hooks() {
   EnergyCliHooks h;
@@ -51,18 +54,18 @@ TEST(PredictProgram, PricesEveryDispatch) {
   ASSERT_EQ(j["dispatches"].size(), 3u);
   EXPECT_EQ(j["dispatches"][0]["bound"], "compute");
   EXPECT_EQ(j["dispatches"][1]["bound"], "launch");
-  // Roofline time at the table's efficiencies (0.45 of peak, 0.75 of 3350 GB/s) plus the 20 us
-  // launch of each dispatch; the relu runs on the 67 TFLOP/s fp32 units.
-  const double busy_mm = 1.0 + 1e6 / (3.35e12 * 0.75), t_mm = busy_mm + 20e-6;
-  const double t_relu = 1e3 / (67e12 * 0.45) + 8e3 / (3.35e12 * 0.75) + 20e-6;
+  // Roofline time at the table's efficiencies plus the launch of each dispatch; the relu runs on
+  // the fp32 units.
+  const double busy_mm = 1.0 + 1e6 / (3.35e12 * kMemory), t_mm = busy_mm + kLaunch;
+  const double t_relu = 1e3 / (67e12 * kClock * kCompute) + 8e3 / (3.35e12 * kMemory) + kLaunch;
   EXPECT_NEAR(j["dispatches"][0]["time_s"].get<double>(), t_mm, 1e-12);
   EXPECT_NEAR(j["dispatches"][1]["time_s"].get<double>(), t_relu, 1e-15);
   EXPECT_NEAR(j["step_time_s"].get<double>(), 2 * t_mm + t_relu, 1e-12);
   // Per matmul: 70 W idle throughout, 0.3 * 630 W while busy, 0.2 * 630 W during the launch,
-  // and at dynamic_scale 0.7: 0.7 * 630 W * 0.45 s of peak arithmetic, 0.3 * 630 W over
-  // 3350 GB/s per byte.
-  const double matmul_j =
-      70 * t_mm + 0.3 * 630 * busy_mm + 0.2 * 630 * 20e-6 + 0.7 * (0.7 * 630 * 0.45 + 0.3 * 630 * 1e6 / 3.35e12);
+  // and at dynamic_scale 0.7: 0.7 * 630 W per second of arithmetic at the quoted peak (the
+  // matmul holds kCompute * kClock of it), 0.3 * 630 W over 3350 GB/s per byte.
+  const double matmul_j = 70 * t_mm + 0.3 * 630 * busy_mm + 0.2 * 630 * kLaunch +
+                          0.7 * (0.7 * 630 * kCompute * kClock + 0.3 * 630 * 1e6 / 3.35e12);
   EXPECT_NEAR(j["dispatches"][0]["energy_j"].get<double>(), matmul_j, 1e-6);
   ASSERT_EQ(j["layers"].size(), 2u);
   EXPECT_EQ(j["layers"][0]["name"], "layer0");
@@ -113,8 +116,8 @@ TEST(PredictProgram, CommandLineWithHookWritesJsonAndSvg) {
   std::fflush(stdout);
   const nlohmann::json j = nlohmann::json::parse(testing::internal::GetCapturedStdout());
   EXPECT_EQ(j["dispatches"].size(), 3u);
-  const double t_mm = 1.0 + 1e6 / (3.35e12 * 0.75) + 20e-6;
-  const double t_relu = 1e3 / (67e12 * 0.45) + 8e3 / (3.35e12 * 0.75) + 20e-6;
+  const double t_mm = 1.0 + 1e6 / (3.35e12 * kMemory) + kLaunch;
+  const double t_relu = 1e3 / (67e12 * kClock * kCompute) + 8e3 / (3.35e12 * kMemory) + kLaunch;
   EXPECT_NEAR(j["step_time_s"].get<double>(), 2 * t_mm + t_relu, 1e-12);
   std::ifstream in(svg);
   std::stringstream s;
@@ -492,11 +495,16 @@ TEST(EnergyCommand, FitSavesPhysicalKnobsToTheUserTable) {
   const fs::path user = dir / "data" / "meganeura" / "hardware.toml";
   EXPECT_EQ(j["saved_to"], user.string());
   const HardwareTable saved = HardwareTable::load(user.string());
-  EXPECT_DOUBLE_EQ(saved.model().compute_efficiency, j["physical"]["compute_efficiency"].get<double>());
-  EXPECT_DOUBLE_EQ(saved.host().power_w, j["physical"]["host_power_w"].get<double>());
-  EXPECT_DOUBLE_EQ(saved.model().idle_scale, j["physical"]["idle_scale"].get<double>());
-  EXPECT_DOUBLE_EQ(saved.model().interval_ln, j["heldout"]["physical"]["heldout_rmse_ln"].get<double>());
-  EXPECT_EQ(saved.keys().size(), 10u);  // every device kept
+  EXPECT_DOUBLE_EQ(saved.params().compute_efficiency, j["physical"]["compute_efficiency"].get<double>());
+  EXPECT_DOUBLE_EQ(saved.params().host_power_w, j["physical"]["host_power_w"].get<double>());
+  EXPECT_DOUBLE_EQ(saved.params().idle_scale, j["physical"]["idle_scale"].get<double>());
+  // Two GPUs: later intervals come from the leave-one-GPU-out spread, and the range is the data's.
+  EXPECT_DOUBLE_EQ(saved.params().interval_ln, j["leave_one_gpu_out_pooled"]["interval_ln"].get<double>());
+  EXPECT_EQ(saved.fitted().gpus, (std::vector<std::string>{"rtx-2080-ti", "v100-sxm2"}));
+  EXPECT_EQ(saved.fitted().min_gpus, 1);
+  EXPECT_EQ(saved.fitted().max_gpus, 4);
+  EXPECT_DOUBLE_EQ(saved.fitted().min_tokens_per_step, 32 * 66);
+  EXPECT_EQ(saved.keys().size(), HardwareTable::load(MEGANEURA_SOURCE_DIR "/data/hardware.toml").keys().size());
   EXPECT_TRUE(fs::exists(dir / "out.json"));
   EXPECT_TRUE(fs::exists(dir / "out.svg"));
   // The next prediction reads the user copy.

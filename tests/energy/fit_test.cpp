@@ -55,6 +55,7 @@ std::vector<RunRecord> synthetic_runs(std::mt19937& rng) {
           r.hidden = hidden;
           r.heads = hidden / 64;
           r.batch = batch;
+          r.grad_accum = batch == 16 ? 1 : 4;  // separates per-tensor optimizer from per-launch costs
           r.seq = 128;
           r.vocab = 30522;
           r.tokens = tok(rng);
@@ -105,10 +106,11 @@ TEST(FitReference, SingleGpuDataFixesTheParallelTermsAtZero) {
 
 // The coefficients runs are generated from, away from the defaults and inside their bounds.
 PhysicalParams synthetic_truth() {
-  PhysicalParams t = PhysicalParams::from_table(table());
+  PhysicalParams t = table().params();
   t.startup_s = 25;
   t.step_overhead_s = 3e-3;
   t.dispatch_overhead_s = 35e-6;
+  t.optimizer_tensor_s = 250e-6;
   t.compute_efficiency = 0.3;
   t.memory_efficiency = 0.6;
   t.link_efficiency = 0.4;
@@ -149,6 +151,7 @@ TEST(FitPhysical, RecoversKnownTimeAndPowerCoefficients) {
   EXPECT_NEAR(p.step_overhead_s, 3e-3, 3e-5);
   EXPECT_NEAR(p.idle_scale, 1.3, 0.026);
   EXPECT_NEAR(p.dispatch_overhead_s, 35e-6, 35e-6 * 0.05);
+  EXPECT_NEAR(p.optimizer_tensor_s, 250e-6, 250e-6 * 0.05);
   EXPECT_NEAR(p.compute_efficiency, 0.3, 0.3 * 0.05);
   EXPECT_NEAR(p.memory_efficiency, 0.6, 0.6 * 0.05);
   EXPECT_NEAR(p.link_efficiency, 0.4, 0.4 * 0.05);
@@ -165,13 +168,13 @@ TEST(FitPhysical, RecoversKnownTimeAndPowerCoefficients) {
 TEST(FitPhysical, WithoutDurationsOnlyPowerTermsAreFitted) {
   std::mt19937 rng(12);
   std::vector<RunRecord> runs = synthetic_runs(rng);
-  PhysicalParams truth = PhysicalParams::from_table(table());
+  PhysicalParams truth = table().params();
   truth.idle_scale = 1.2;
   truth.host_power_w = 120;
   generate(runs, truth, rng, 0.001);
   for (RunRecord& r : runs) r.duration_s.reset();
   const PhysicalFit fit = fit_physical(runs, table(), 1e-9, 1e-9);
-  const PhysicalParams defaults = PhysicalParams::from_table(table());
+  const PhysicalParams defaults = table().params();
   EXPECT_EQ(fit.timed, 0);
   EXPECT_TRUE(std::isnan(fit.time_r2));
   EXPECT_DOUBLE_EQ(fit.params.startup_s, defaults.startup_s);
@@ -185,9 +188,10 @@ TEST(FitPhysical, LeaveOneGpuOutPredictsAnUnseenGpu) {
   std::mt19937 rng(13);
   std::vector<RunRecord> runs = synthetic_runs(rng);
   generate(runs, synthetic_truth(), rng, 0.03);
-  const std::vector<GpuHeldOut> logo = leave_one_gpu_out(runs, table(), 15);
-  ASSERT_EQ(logo.size(), 3u);
-  for (const GpuHeldOut& g : logo) {
+  const LeaveOneGpuOut logo = leave_one_gpu_out(runs, table(), 15);
+  ASSERT_EQ(logo.gpus.size(), 3u);
+  EXPECT_EQ(logo.pooled.n, 300);
+  for (const GpuHeldOut& g : logo.gpus) {
     EXPECT_EQ(g.fitted.n, 100) << g.gpu;
     EXPECT_EQ(g.train_n, 200) << g.gpu;
     EXPECT_GT(g.fitted.r2, 0.95) << g.gpu;
@@ -203,7 +207,7 @@ TEST(FitPhysical, StrongRidgeReturnsTheDefaults) {
   std::mt19937 rng(14);
   std::vector<RunRecord> runs = synthetic_runs(rng);
   generate(runs, synthetic_truth(), rng, 0.002);
-  const PhysicalParams d = PhysicalParams::from_table(table());
+  const PhysicalParams d = table().params();
   const PhysicalParams inf = fit_physical(runs, table(), INFINITY, INFINITY).params;
   const PhysicalParams big = fit_physical(runs, table(), 1e12, 1e12).params;
   for (const PhysicalParams& p : {inf, big}) {
@@ -231,7 +235,7 @@ TEST(FitPhysical, StrongRidgeReturnsTheDefaults) {
 TEST(FitPhysical, LeaveOneGpuOutShrinksToTheDefaultsWhenTheFitDoesNotCarryOver) {
   std::mt19937 rng(15);
   std::vector<RunRecord> runs = synthetic_runs(rng);
-  const PhysicalParams d = PhysicalParams::from_table(table());
+  const PhysicalParams d = table().params();
   std::normal_distribution<double> noise(0, 0.01);
   for (RunRecord& r : runs) {
     PhysicalParams truth = d;
@@ -241,9 +245,10 @@ TEST(FitPhysical, LeaveOneGpuOutShrinksToTheDefaultsWhenTheFitDoesNotCarryOver) 
     r.duration_s = p.time_s * std::exp(noise(rng));
     r.energy_kwh = p.kwh * std::exp(noise(rng));
   }
-  const std::vector<GpuHeldOut> logo = leave_one_gpu_out(runs, table(), 15);
-  ASSERT_EQ(logo.size(), 3u);
-  for (const GpuHeldOut& g : logo) {
+  const LeaveOneGpuOut logo = leave_one_gpu_out(runs, table(), 15);
+  ASSERT_EQ(logo.gpus.size(), 3u);
+  EXPECT_DOUBLE_EQ(logo.pooled.r2, logo.pooled_defaults.r2);
+  for (const GpuHeldOut& g : logo.gpus) {
     EXPECT_DOUBLE_EQ(g.fitted.r2, g.defaults.r2) << g.gpu;
     EXPECT_DOUBLE_EQ(g.fitted.rmse_ln, g.defaults.rmse_ln) << g.gpu;
     EXPECT_TRUE(std::isinf(g.lambda_time) && std::isinf(g.lambda_energy)) << g.gpu;
@@ -258,7 +263,7 @@ TEST(FitPhysical, LeaveOneGpuOutShrinksToTheDefaultsWhenTheFitDoesNotCarryOver) 
 TEST(CrossValidation, ScoresBothModelsOnTheSameGroupDisjointSplits) {
   std::mt19937 rng(3);
   std::vector<RunRecord> runs = synthetic_runs(rng);
-  PhysicalParams truth = PhysicalParams::from_table(table());
+  PhysicalParams truth = table().params();
   std::normal_distribution<double> noise(0, 0.05);
   for (RunRecord& r : runs) r.energy_kwh = predict_physical_kwh(r, table(), truth) * std::exp(noise(rng));
   const CrossValidation cv = cross_validate(runs, table(), 5);

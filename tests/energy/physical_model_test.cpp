@@ -94,8 +94,10 @@ TEST(PhysicalModel, PricesDispatchesByRoofline) {
   const DeviceSpec& h100 = table().find("h100-sxm");
   const PhysicalPrediction r = predict_work(work, h100, p, "bf16", 2);
   ASSERT_EQ(r.dispatches.size(), 2u);
-  // 989.4 TFLOP at half of 989.4 TFLOP/s, 3.35 GB at 3.35 TB/s, plus the launch.
-  const double t_big = 2.0 + 1e-3 + 10e-6, t_tiny = 1e3 / 3.35e12 + 10e-6;
+  // 989.4 TFLOP at half of 989.4 TFLOP/s held at the base clock (1590 of 1980 MHz), 3.35 GB at
+  // 3.35 TB/s, plus the launch.
+  const double clock = 1590.0 / 1980.0;
+  const double t_big = 2.0 / clock + 1e-3 + 10e-6, t_tiny = 1e3 / 3.35e12 + 10e-6;
   EXPECT_NEAR(r.dispatches[0].time_s, t_big, 1e-12);
   EXPECT_EQ(r.dispatches[0].bound, "compute");
   EXPECT_NEAR(r.dispatches[1].time_s, t_tiny, 1e-15);
@@ -116,7 +118,7 @@ TEST(PhysicalModel, PricesDispatchesByRoofline) {
 // A launch-bound program (many tiny dispatches) runs near idle power: its average device
 // power must sit close to idle, far below the board maximum.
 TEST(PhysicalModel, LaunchBoundProgramsRunNearIdlePower) {
-  const PhysicalParams p = PhysicalParams::from_table(table());
+  const PhysicalParams p = table().params();
   std::vector<WorkItem> work(852, WorkItem{"tiny", "elementwise", 1e4, 1e5, -1});
   const DeviceSpec& h100 = table().find("h100-sxm");
   const PhysicalPrediction r = predict_work(work, h100, p, "bf16", 1, 4096);
@@ -129,35 +131,39 @@ TEST(PhysicalModel, LaunchBoundProgramsRunNearIdlePower) {
   EXPECT_NEAR(r.joules_per_token, r.total_energy_j / 4096, 1e-12);
 }
 
-// With the shipped defaults (busy_fraction 0.3, dynamic_scale 0.7, compute and memory
-// efficiency 0.45 and 0.75, launch 20 us at 0.2 of the range) on an H100 (idle 70 W, max 700 W,
-// 989.4 TFLOP/s bf16, 3350 GB/s): a one-second memory-bound dispatch draws idle + (0.3 +
-// 0.7 * 0.3 * 0.75) of the 630 W range, a one-second compute-bound one idle + (0.3 + 0.7 * 0.7
-// * 0.45), and no busy second is priced above the board's rating. Expected values by hand
-// from those numbers.
+// With the shipped power shares (busy_fraction 0.3, dynamic_scale 0.7, launch time at 0.2 of
+// the range) on an H100 (idle 70 W, max 700 W, 989.4 TFLOP/s bf16 at 1980 MHz held at its
+// 1590 MHz base clock, 3350 GB/s): a one-second memory-bound dispatch at efficiency e_m draws
+// idle + (0.3 + 0.7 * 0.3 * e_m) of the 630 W range, a one-second compute-bound one at e_c
+// idle + (0.3 + 0.7 * 0.7 * clock * e_c), and no busy second is priced above the board's
+// rating. Expected values by hand from those numbers.
 TEST(PhysicalModel, BusyPowerStaysWithinTheBoardRange) {
-  const PhysicalParams p = PhysicalParams::from_table(table());
+  const PhysicalParams p = table().params();
   ASSERT_DOUBLE_EQ(p.busy_fraction + p.dynamic_scale, 1.0);
+  ASSERT_DOUBLE_EQ(p.busy_fraction, 0.3);
+  ASSERT_DOUBLE_EQ(p.fixed_power_fraction, 0.2);
   const DeviceSpec& h100 = table().find("h100-sxm");
-  const double launch_j = 70 * 20e-6 + 0.2 * 630 * 20e-6;
-  const WorkItem memory{"copy", "elementwise", 0, 3350e9 * 0.75, 0};
+  const double clock = 1590.0 / 1980.0, launch = p.dispatch_overhead_s;
+  const double launch_j = 70 * launch + 0.2 * 630 * launch;
+  const WorkItem memory{"copy", "elementwise", 0, 3350e9 * p.memory_efficiency, 0};
   const PhysicalPrediction m = predict_work({memory}, h100, p, "bf16");
-  EXPECT_NEAR(m.time_s, 1 + 20e-6, 1e-12);
-  EXPECT_NEAR(m.device_energy_j, 70 + (0.3 + 0.7 * 0.3 * 0.75) * 630 + launch_j, 1e-9);
+  EXPECT_NEAR(m.time_s, 1 + launch, 1e-12);
+  EXPECT_NEAR(m.device_energy_j, 70 + (0.3 + 0.7 * 0.3 * p.memory_efficiency) * 630 + launch_j, 1e-9);
   EXPECT_EQ(m.dispatches[0].bound, "memory");
-  const WorkItem compute{"gemm", "matmul", 989.4e12 * 0.45, 0, 0};
+  const WorkItem compute{"gemm", "matmul", 989.4e12 * clock * p.compute_efficiency, 0, 0};
   const PhysicalPrediction c = predict_work({compute}, h100, p, "bf16");
-  EXPECT_NEAR(c.device_energy_j, 70 + (0.3 + 0.7 * 0.7 * 0.45) * 630 + launch_j, 1e-9);
-  // The most a dispatch can draw: compute at full efficiency, idle + (0.3 + 0.7 * 0.7) of the
-  // range = 567.7 W, under the 700 W rating (the roofline adds compute and memory time, so
-  // FLOPs and bytes never both run at their roofs at once).
+  EXPECT_NEAR(c.time_s, 1 + launch, 1e-12);
+  EXPECT_NEAR(c.device_energy_j, 70 + (0.3 + 0.7 * 0.7 * clock * p.compute_efficiency) * 630 + launch_j, 1e-9);
+  // The most a dispatch can draw: compute at full efficiency, idle + (0.3 + 0.7 * 0.7 * clock)
+  // of the range = 475 W, under the 700 W rating (the roofline adds compute and memory time,
+  // so FLOPs and bytes never both run at their roofs at once).
   PhysicalParams full = p;
   full.compute_efficiency = 1;
   full.dispatch_overhead_s = 0;
-  const WorkItem peak{"gemm", "matmul", 989.4e12, 0, 0};
+  const WorkItem peak{"gemm", "matmul", 989.4e12 * clock, 0, 0};
   const PhysicalPrediction f = predict_work({peak}, h100, full, "bf16");
   EXPECT_NEAR(f.time_s, 1.0, 1e-12);
-  EXPECT_NEAR(f.device_energy_j, 70 + (0.3 + 0.7 * 0.7) * 630, 1e-9);
+  EXPECT_NEAR(f.device_energy_j, 70 + (0.3 + 0.7 * 0.7 * clock) * 630, 1e-9);
   EXPECT_LT(f.device_energy_j, h100.max_w);
 }
 
@@ -223,7 +229,7 @@ TransformerConfig bert_10x640() {
 }
 
 TEST(PhysicalModel, ParallelismCostsCommunication) {
-  const PhysicalParams p = PhysicalParams::from_table(table());
+  const PhysicalParams p = table().params();
   const DeviceSpec& gpu = table().find("rtx-2080-ti");
   const TransformerConfig c = bert_10x640();
   const PhysicalPrediction single = predict_transformer(c, {1, Strategy::kBaseline}, gpu, p);
@@ -234,8 +240,10 @@ TEST(PhysicalModel, ParallelismCostsCommunication) {
   EXPECT_EQ(single.layers[0].name, "layer0");
   EXPECT_EQ(single.layers[10].name, "other");
   EXPECT_GT(single.layers.back().energy_j, 0);
-  // The last entry: start-up, per-step fixed cost and the latency of no collective.
-  EXPECT_NEAR(single.layers.back().time_s, p.startup_s + single.steps * p.step_overhead_s, 1e-6);
+  // The last entry: start-up, per-step fixed cost, the optimizer's host cost for each of the
+  // 16 x 10 + 4 + 2 parameter tensors every step (grad_accum 1), and the latency of no collective.
+  EXPECT_NEAR(single.layers.back().time_s,
+              p.startup_s + single.steps * (p.step_overhead_s + 166 * p.optimizer_tensor_s), 1e-6);
   double terms_s = 0, terms_j = 0;
   for (const Term& t : single.time_terms) terms_s += t.value;
   for (const Term& t : single.energy_terms) terms_j += t.value;
@@ -261,7 +269,7 @@ TEST(PhysicalModel, ParallelismCostsCommunication) {
 }
 
 TEST(PhysicalModel, FasterHardwareFinishesSooner) {
-  const PhysicalParams p = PhysicalParams::from_table(table());
+  const PhysicalParams p = table().params();
   TransformerConfig c = bert_10x640();
   c.dtype = "fp16";
   const auto v100 = predict_transformer(c, {1, Strategy::kBaseline}, table().find("v100"), p);
@@ -270,7 +278,7 @@ TEST(PhysicalModel, FasterHardwareFinishesSooner) {
 }
 
 TEST(PhysicalModel, RejectsImpossibleConfigurations) {
-  const PhysicalParams p = PhysicalParams::from_table(table());
+  const PhysicalParams p = table().params();
   const DeviceSpec& gpu = table().find("t4");
   TransformerConfig c = bert_10x640();
   EXPECT_THROW(predict_transformer(c, {0, Strategy::kBaseline}, gpu, p), std::invalid_argument);
