@@ -149,13 +149,14 @@ void print_predict(const nlohmann::json& j) {
   if (p) {
     const auto& x = *p;
     std::printf(
-        "physical model on %s x%d (%s): %.5g kWh [%.5g, %.5g], %.4g s, predicted efficiency %.3f,\n"
+        "physical model on %s x%d (%s, %s-bound): %.5g kWh [%.5g, %.5g], %.4g s, predicted efficiency %.3f,\n"
         "  %.4g kJ per device, %.4g kJ host, %.4g J/token, %.4g kg CO2 at %g g/kWh\n",
         x["device"].get<std::string>().c_str(), x["gpus"].get<int>(), x["strategy"].get<std::string>().c_str(),
-        x["energy_kwh"].get<double>(), x["interval_kwh"][0].get<double>(), x["interval_kwh"][1].get<double>(),
-        x["time_s"].get<double>(), x["efficiency"].get<double>(), x["energy_per_device_j"].get<double>() / 1e3,
-        x["host_energy_j"].get<double>() / 1e3, x["j_per_token"].is_number() ? x["j_per_token"].get<double>() : NAN,
-        x["co2_kg"].get<double>(), x["grid_g_per_kwh"].get<double>());
+        x["bound"].get<std::string>().c_str(), x["energy_kwh"].get<double>(), x["interval_kwh"][0].get<double>(),
+        x["interval_kwh"][1].get<double>(), x["time_s"].get<double>(), x["efficiency"].get<double>(),
+        x["energy_per_device_j"].get<double>() / 1e3, x["host_energy_j"].get<double>() / 1e3,
+        x["j_per_token"].is_number() ? x["j_per_token"].get<double>() : NAN, x["co2_kg"].get<double>(),
+        x["grid_g_per_kwh"].get<double>());
     for (const auto& l : x["layers"]) {
       std::printf("  %-12s %12.4g s %12.4g J\n", l["name"].get<std::string>().c_str(), l["time_s"].get<double>(),
                   l["energy_j"].get<double>());

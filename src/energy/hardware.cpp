@@ -58,9 +58,8 @@ void parse_clocks(DeviceSpec& d, const toml::table& t, const std::string& origin
     }
   }
   if (const toml::node* n = t.get("tensor_cores")) {
-    const std::optional<bool> v = n->value<bool>();
-    if (!v) bad(origin, d.key + ".tensor_cores must be true or false");
-    d.tensor_cores = *v;
+    if (!n->is_boolean()) bad(origin, d.key + ".tensor_cores must be true or false");
+    d.tensor_cores = n->value_or(true);
   }
   if (d.tensor_cores) {
     const double fp32 = d.peak_tflops.count("fp32") ? d.peak_tflops.at("fp32") : 0;

@@ -330,6 +330,11 @@ void fill_totals(PhysicalPrediction& r, const RunFeatures& f, const PhysicalPara
   r.kwh = r.total_energy_j / 3.6e6;
   r.kwh_low = r.kwh * std::exp(-p.interval_ln);
   r.kwh_high = r.kwh * std::exp(p.interval_ln);
+  const std::pair<double, const char*> shares[] = {{t.step_fixed + t.launch + t.optimizer, "host"},
+                                                   {t.compute, "compute"},
+                                                   {t.memory, "memory"},
+                                                   {t.comm_bandwidth + t.comm_latency, "communication"}};
+  r.bound = std::max_element(std::begin(shares), std::end(shares))->second;
 }
 
 }  // namespace

@@ -72,6 +72,9 @@ struct PhysicalPrediction {
   std::string device;
   int gpus = 1;
   Strategy strategy = Strategy::kBaseline;
+  // What bounds a step: "host" (per-step, launch and optimizer host costs), "compute",
+  // "memory" or "communication", whichever takes the most of the steps' time.
+  std::string bound;
   double steps = 0;            // device steps (micro-batches) over the run
   double step_time_s = 0;      // one device step including exposed communication
   double comm_time_s = 0;      // exposed communication per device step

@@ -11,6 +11,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <random>
 #include <sstream>
 #include <thread>
@@ -155,7 +156,8 @@ TEST(EnergyCommand, PredictsThePublishedFsdpRow) {
 TEST(EnergyCommand, PhysicalPredictionReportsEverything) {
   const CommandRun r =
       run("energy predict --layers 12 --hidden 768 --batch 32 --seq 128 --tokens 1e8 "
-          "--gpus 4 --strategy dp --gpu a100-80gb --dtype bf16 --grid 250 --json");
+          "--gpus 4 --strategy dp --gpu a100-80gb --dtype bf16 --grid 250 --json "
+          "--hardware " MEGANEURA_SOURCE_DIR "/data/hardware.toml");
   ASSERT_EQ(r.status, 0) << r.output;
   const nlohmann::json j = nlohmann::json::parse(r.output);
   const auto& p = j["physical"];
@@ -170,6 +172,15 @@ TEST(EnergyCommand, PhysicalPredictionReportsEverything) {
   for (const auto& l : p["layers"]) sum += l["energy_j"].get<double>();
   EXPECT_NEAR(sum, p["energy_per_device_j"].get<double>(), 1e-6 * sum);
   EXPECT_LT(p["efficiency"].get<double>(), 1.0);
+  // The interval is the table's leave-one-GPU-out spread; the shipped table was checked on
+  // another A100, smaller batches and no data parallelism, and says so.
+  const double half = p["interval_ln"].get<double>();
+  EXPECT_DOUBLE_EQ(half, 0.555);
+  EXPECT_NEAR(p["interval_kwh"][1].get<double>(), p["energy_kwh"].get<double>() * std::exp(half), 1e-12);
+  ASSERT_EQ(p["warnings"].size(), 3u) << p["warnings"];
+  EXPECT_NE(p["warnings"][0].get<std::string>().find("a100-80gb is not among the fitted GPUs"), std::string::npos);
+  EXPECT_NE(p["warnings"][1].get<std::string>().find("tokens per device step 4096"), std::string::npos);
+  EXPECT_NE(p["warnings"][2].get<std::string>().find("strategy dp"), std::string::npos);
 }
 
 TEST(EnergyCommand, BadInputFailsWithOneClearLine) {
@@ -454,6 +465,72 @@ TEST(EnergyCommand, FitScoresATestFileAndEachGpuLeftOut) {
     EXPECT_EQ(g["train_n"], 24);
   }
   fs::remove_all(dir);
+}
+
+// --leave-one-gpu-out leads with the figure pooled over every GPU left out; it needs two GPUs.
+TEST(EnergyCommand, FitLeadsWithLeaveOneGpuOutWhenAsked) {
+  const fs::path dir = fs::temp_directory_path() / ("mg_fit_logo_" + std::to_string(getpid()));
+  fs::create_directories(dir);
+  std::ofstream(dir / "all.csv") << study_csv();
+  const std::string hw = " --hardware " MEGANEURA_SOURCE_DIR "/data/hardware.toml";
+  CommandRun r = run("energy fit " + (dir / "all.csv").string() + " --leave-one-gpu-out --min-gpu-runs 20 --json" + hw);
+  ASSERT_EQ(r.status, 0) << r.output;
+  nlohmann::json j = nlohmann::json::parse(r.output);
+  EXPECT_EQ(j["evaluation"], "leave_one_gpu_out");
+  const auto& pooled = j["leave_one_gpu_out_pooled"];
+  EXPECT_EQ(pooled["fitted"]["n"], 48);
+  EXPECT_EQ(pooled["gpus"], 2);
+  for (const char* key : {"heldout_r2", "heldout_rmse_ln", "heldout_mape"}) EXPECT_EQ(j[key], pooled["fitted"][key]);
+  EXPECT_GT(pooled["interval_ln"].get<double>(), 0);
+  for (const auto& g : j["leave_one_gpu_out"]) EXPECT_TRUE(g["fitted"]["heldout_mape"].is_number()) << g;
+  r = run("energy fit " + (dir / "all.csv").string() + " --json" + hw);
+  ASSERT_EQ(r.status, 0) << r.output;
+  EXPECT_EQ(nlohmann::json::parse(r.output)["evaluation"], "group_disjoint");
+  r = run("energy fit " + (dir / "all.csv").string() + " --leave-one-gpu-out --min-gpu-runs 30" + hw);
+  EXPECT_EQ(r.status, 1);
+  EXPECT_NE(r.output.find("--leave-one-gpu-out needs runs of at least two GPUs with --min-gpu-runs (30)"),
+            std::string::npos)
+      << r.output;
+  fs::remove_all(dir);
+}
+
+// The reference study's 693 runs (data/configurations.csv of the public repository
+// MansMayaki/system-aware-energy-prediction, which may not be redistributed): each GPU predicted
+// from the others and its hardware-table entry. MEGANEURA_ENERGY_STUDY_CSV names a local copy.
+// The bounds are the results (docs/energy.md) less a margin: A100 0.950 and T4 0.897 clear the
+// 0.85 goal, the 2080 Ti (0.761) does not, the V100's 15 runs have no goal; pooled over
+// configuration families the fitted model reaches 0.939.
+TEST(EnergyCommand, StudyRunsPredictedOnUnseenGpus) {
+  const char* csv = std::getenv("MEGANEURA_ENERGY_STUDY_CSV");
+  if (!csv || !*csv) GTEST_SKIP() << "MEGANEURA_ENERGY_STUDY_CSV is not set: no local copy of the study's runs";
+  if (!fs::exists(csv)) GTEST_SKIP() << "MEGANEURA_ENERGY_STUDY_CSV names " << csv << ", which does not exist";
+  const fs::path out = fs::temp_directory_path() / ("mg_study_" + std::to_string(getpid()));
+  const CommandRun r = run(std::string("energy fit ") + csv + " --model physical --leave-one-gpu-out --json --out " +
+                           out.string() + " --hardware " MEGANEURA_SOURCE_DIR "/data/hardware.toml");
+  ASSERT_EQ(r.status, 0) << r.output;
+  const nlohmann::json j = nlohmann::json::parse(r.output);
+  ASSERT_EQ(j["rows"], 693);
+  std::map<std::string, double> r2;
+  for (const auto& g : j["leave_one_gpu_out"]) {
+    r2[g["gpu"]] = g["fitted"]["heldout_r2"].get<double>();
+    std::printf("left out %-12s runs %3d  R2 %.3f  RMSE(ln) %.3f  MAPE %.1f%%\n", g["gpu"].get<std::string>().c_str(),
+                g["fitted"]["n"].get<int>(), r2[g["gpu"]], g["fitted"]["heldout_rmse_ln"].get<double>(),
+                g["fitted"]["heldout_mape"].get<double>());
+  }
+  const auto& pooled = j["leave_one_gpu_out_pooled"]["fitted"];
+  const double grouped = j["heldout"]["physical"]["heldout_r2"].get<double>();
+  std::printf("pooled over GPUs left out: R2 %.3f MAPE %.1f%%; group-disjoint: R2 %.3f\n",
+              pooled["heldout_r2"].get<double>(), pooled["heldout_mape"].get<double>(), grouped);
+  ASSERT_EQ(r2.size(), 4u);
+  EXPECT_GE(r2["a100-40gb"], 0.85);
+  EXPECT_GE(r2["t4"], 0.85);
+  EXPECT_GE(r2["rtx-2080-ti"], 0.75);
+  EXPECT_GE(r2["v100-pcie"], 0.75);
+  EXPECT_EQ(pooled["n"], 693);
+  EXPECT_GE(pooled["heldout_r2"].get<double>(), 0.83);
+  EXPECT_GE(grouped, 0.90);
+  fs::remove(out.string() + ".json");
+  fs::remove(out.string() + ".svg");
 }
 
 TEST(EnergyCommand, FitReportsBothModelsAndWritesSvg) {
