@@ -279,17 +279,19 @@ TEST(PhysicalModel, TensorParallelOptimizerStateSplitOnce) {
   EXPECT_NEAR(tp2.flops, 10 * (other2 + adam2), 1e-9 * tp2.flops);
 }
 
-TransformerConfig bert_10x640() {
+TransformerConfig shaped(int layers, int hidden, int heads, int vocab, double batch, double seq, double tokens) {
   TransformerConfig c;
-  c.layers = 10;
-  c.hidden = 640;
-  c.heads = 8;
-  c.vocab = 30522;
-  c.batch = 32;
-  c.seq = 66;
-  c.tokens = 8.2e6;
+  c.layers = layers;
+  c.hidden = hidden;
+  c.heads = heads;
+  c.vocab = vocab;
+  c.batch = batch;
+  c.seq = seq;
+  c.tokens = tokens;
   return c;
 }
+
+TransformerConfig bert_10x640() { return shaped(10, 640, 8, 30522, 32, 66, 8.2e6); }
 
 TEST(PhysicalModel, ParallelismCostsCommunication) {
   const PhysicalParams p = table().params();
@@ -398,14 +400,7 @@ TEST(HardwareTable, ModelAndHostKnobsRoundTrip) {
 }
 
 TransformerConfig gpt_small() {
-  TransformerConfig c;
-  c.layers = 2;
-  c.hidden = 128;
-  c.heads = 2;
-  c.vocab = 50257;
-  c.batch = 8;
-  c.seq = 128;
-  c.tokens = 3.2e6;
+  TransformerConfig c = shaped(2, 128, 2, 50257, 8, 128, 3.2e6);
   c.grad_accum = 8;
   c.dtype = "fp16";
   c.lm_head = true;
