@@ -24,6 +24,8 @@ TEST(HardwareTable, ListsEveryRequiredDeviceWithSources) {
     }
     EXPECT_GT(d.memory_gb, 0) << key;
     EXPECT_TRUE(d.tensor_cores) << key;
+    EXPECT_FALSE(d.sources.at("memory_gb").empty()) << key;
+    EXPECT_FALSE(d.sources.at("tensor_cores").empty()) << key;
     // NVIDIA publishes base and boost clocks, AMD only a peak engine clock.
     if (d.name.rfind("NVIDIA", 0) == 0) {
       ASSERT_GT(d.boost_clock_mhz, 0) << key;
