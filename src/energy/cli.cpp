@@ -219,8 +219,14 @@ void add_predict(CLI::App& energy, const EnergyCliHooks& hooks) {
 }
 
 void print_fit(const nlohmann::json& j) {
-  std::printf("%zu runs, %d group-disjoint folds\n", j["rows"].get<size_t>(), j["folds"].get<int>());
   auto num = [](const nlohmann::json& v) { return v.is_number() ? v.get<double>() : NAN; };
+  if (j["evaluation"] == "leave_one_gpu_out") {
+    const auto& p = j["leave_one_gpu_out_pooled"];
+    std::printf("each GPU predicted from the others: R2 %.3f, RMSE %.3f (ln), MAPE %.1f%% over %d runs of %d GPUs\n",
+                num(j["heldout_r2"]), num(j["heldout_rmse_ln"]), num(j["heldout_mape"]), p["fitted"].value("n", 0),
+                p.value("gpus", 0));
+  }
+  std::printf("%zu runs, %d group-disjoint folds\n", j["rows"].get<size_t>(), j["folds"].get<int>());
   auto row = [&](const std::string& name, const nlohmann::json& h, const char* r2, const char* rmse, const char* mape) {
     std::printf("%-28s %10.3f %12.3f %10.1f %6d\n", name.c_str(), num(h[r2]), num(h[rmse]), num(h[mape]),
                 h.value("n", 0));
