@@ -153,6 +153,18 @@ void set_array(Session& s, const std::string& name, const py::handle& value) {
   s.set(name, std::span<const float>(static_cast<const float*>(a.data()), n));
 }
 
+void set_inputs(Session& s, const py::object& inputs) {
+  if (inputs.is_none()) return;
+  if (!py::isinstance<py::dict>(inputs)) {
+    throw py::type_error("[session] inputs must be a dict of name -> array, got " +
+                         py::repr(inputs).cast<std::string>());
+  }
+  for (auto [k, v] : py::reinterpret_borrow<py::dict>(inputs)) {
+    if (!py::isinstance<py::str>(k)) throw py::type_error("[session] input names must be strings");
+    set_array(s, k.cast<std::string>(), v);
+  }
+}
+
 py::array get_array(const Session& s, const std::string& name) {
   const ExternalBuffer& e = find_buffer(s, name);
   const Shape& shape = e.type.shape;

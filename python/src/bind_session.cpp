@@ -55,18 +55,6 @@ std::vector<std::string> names_with_role(const Session& s, size_t program, Role 
   return names;
 }
 
-void set_inputs(Session& s, const py::object& inputs) {
-  if (inputs.is_none()) return;
-  if (!py::isinstance<py::dict>(inputs)) {
-    throw py::type_error("[session] inputs must be a dict of name -> array, got " +
-                         py::repr(inputs).cast<std::string>());
-  }
-  for (auto [k, v] : py::reinterpret_borrow<py::dict>(inputs)) {
-    if (!py::isinstance<py::str>(k)) throw py::type_error("[session] input names must be strings");
-    set_array(s, k.cast<std::string>(), v);
-  }
-}
-
 py::dict run(SessionHandle& h, const py::object& inputs, size_t program, const py::object& outputs) {
   SessionLock lock(h);
   Session& s = h.get();
@@ -157,6 +145,16 @@ void close(SessionHandle& h) {
   h.owner.reset();
 }
 
+void set_value(SessionHandle& h, const std::string& name, const py::object& v) {
+  SessionLock lock(h);
+  set_array(h.get(), name, v);
+}
+
+py::array get_value(SessionHandle& h, const std::string& name) {
+  SessionLock lock(h);
+  return get_array(h.get(), name);
+}
+
 void bind_session_class(py::module_& m) {
   py::class_<SessionHandle, HandlePtr>(m, "Session",
                                        "Programs on one device sharing their parameters and states by name.")
@@ -172,37 +170,30 @@ void bind_session_class(py::module_& m) {
           "add", [](SessionHandle& h, const Graph& g, bool optimize) { return add_graph(h, g, optimize); },
           py::arg("graph"), py::arg("optimize") = true)
       .def("run", &run, py::arg("inputs") = py::none(), py::arg("program") = 0, py::arg("outputs") = py::none())
-      .def(
-          "set",
-          [](SessionHandle& h, const std::string& name, const py::object& v) {
-            SessionLock lock(h);
-            set_array(h.get(), name, v);
-          },
-          py::arg("name"), py::arg("value"))
-      .def(
-          "get",
-          [](SessionHandle& h, const std::string& name) {
-            SessionLock lock(h);
-            return get_array(h.get(), name);
-          },
-          py::arg("name"))
-      .def("__setitem__",
-           [](SessionHandle& h, const std::string& name, const py::object& v) {
-             SessionLock lock(h);
-             set_array(h.get(), name, v);
-           })
-      .def("__getitem__",
-           [](SessionHandle& h, const std::string& name) {
-             SessionLock lock(h);
-             return get_array(h.get(), name);
-           })
+      .def("set", &set_value, py::arg("name"), py::arg("value"))
+      .def("get", &get_value, py::arg("name"))
+      .def("__setitem__", &set_value)
+      .def("__getitem__", &get_value)
       .def("__contains__", [](SessionHandle& h, const std::string& name) { return h.get().buffers().count(name) > 0; })
       .def("initialise",
            [](SessionHandle& h) {
              SessionLock lock(h);
              h.get().initialise();
            })
-      .def("buffers", &buffers)
+      .def("close", &close)
+      .def_property_readonly("closed", [](const SessionHandle& h) { return h.session == nullptr; })
+      .def("__enter__", [](const HandlePtr& h) { return h; })
+      .def("__exit__", [](SessionHandle& h, const py::args&) { close(h); })
+      .def("__repr__", [](const SessionHandle& h) {
+        if (!h.session) return std::string("Session(closed)");
+        return "Session(" + h.session->device_name() + ", " + std::to_string(h.session->program_count()) + " programs)";
+      });
+}
+
+// What a session holds: buffers, each program's inputs and outputs, its plan and profile.
+void bind_session_introspection(py::module_& m) {
+  auto cls = py::reinterpret_borrow<py::class_<SessionHandle, HandlePtr>>(m.attr("Session"));
+  cls.def("buffers", &buffers)
       .def(
           "inputs", [](SessionHandle& h, size_t i) { return names_with_role(h.get(), i, Role::input); },
           py::arg("program") = 0)
@@ -215,15 +206,10 @@ void bind_session_class(py::module_& m) {
       .def(
           "plan", [](SessionHandle& h, size_t i) { return json_to_python(h.get().program(i).to_json()); },
           py::arg("program") = 0)
-      .def("profile", &profile, py::arg("program") = 0, py::arg("runs") = 10)
-      .def("close", &close)
-      .def_property_readonly("closed", [](const SessionHandle& h) { return h.session == nullptr; })
-      .def("__enter__", [](const HandlePtr& h) { return h; })
-      .def("__exit__", [](SessionHandle& h, const py::args&) { close(h); })
-      .def("__repr__", [](const SessionHandle& h) {
-        if (!h.session) return std::string("Session(closed)");
-        return "Session(" + h.session->device_name() + ", " + std::to_string(h.session->program_count()) + " programs)";
-      });
+      .def("profile", &profile, py::arg("program") = 0, py::arg("runs") = 10);
+}
+
+void bind_compile(py::module_& m) {
   m.def(
       "compile",
       [](const Graph& g, const std::string& device, bool optimize, uint64_t seed, int threads, bool f64,
@@ -241,6 +227,10 @@ void bind_session_class(py::module_& m) {
 
 }  // namespace
 
-void bind_session(py::module_& m) { bind_session_class(m); }
+void bind_session(py::module_& m) {
+  bind_session_class(m);
+  bind_session_introspection(m);
+  bind_compile(m);
+}
 
 }  // namespace meganeura::python

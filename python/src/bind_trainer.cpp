@@ -91,13 +91,7 @@ PyTrainer make_trainer(const std::shared_ptr<Graph>& g, const PyTensor& loss, co
 float step(PyTrainer& t, const py::object& inputs) {
   SessionLock lock(*t.session);
   Session& s = t.session->get();
-  if (!inputs.is_none()) {
-    if (!py::isinstance<py::dict>(inputs)) {
-      throw py::type_error("[train] inputs must be a dict of name -> array, got " +
-                           py::repr(inputs).cast<std::string>());
-    }
-    for (auto [k, v] : py::reinterpret_borrow<py::dict>(inputs)) set_array(s, k.cast<std::string>(), v);
-  }
+  set_inputs(s, inputs);
   float loss = 0;
   {
     py::gil_scoped_release release;

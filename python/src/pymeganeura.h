@@ -87,6 +87,8 @@ SessionOptions session_options(const DeviceArgs& a);
 // buffer's shape and dtype (ValueError / TypeError naming the buffer); an array already in the
 // stored layout is written straight from its memory.
 void set_array(Session& s, const std::string& name, const py::handle& value);
+// Each name -> array of a dict (None: nothing); TypeError for anything else.
+void set_inputs(Session& s, const py::object& inputs);
 // The buffer's values as stored (f32 -> float32, f64 -> float64, i32 -> int32, ...), in an
 // array that owns the bytes read from the device (no further copy).
 py::array get_array(const Session& s, const std::string& name);
