@@ -63,7 +63,7 @@ def vulkan_device_or_skip():
     import meganeura as mn
 
     try:
-        with mn.Session("vulkan") as s:
+        with mn.Session("vulkan", cache_dir="-") as s:
             return s.device_name
     except RuntimeError as e:
         pytest.skip(f"no Vulkan device: {e}")

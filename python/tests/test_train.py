@@ -145,7 +145,7 @@ def test_vulkan_training_step_matches_the_cpu():
     losses = {}
     for device in ("cpu", "vulkan"):
         g, loss = mlp_loss_graph()
-        t = mn.Trainer(g, loss, mlp_optimizer(100), device=device, seed=3)
+        t = mn.Trainer(g, loss, mlp_optimizer(100), device=device, seed=3, cache_dir="-")  # no pipeline cache on disk
         losses[device] = t.train(5, feed=lambda step: {"x": x, "labels": y})
     # Different summation orders (GPU reductions vs the CPU's): agreement to f32 rounding noise.
     np.testing.assert_allclose(losses["vulkan"], losses["cpu"], rtol=1e-4)
