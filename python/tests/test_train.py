@@ -74,7 +74,8 @@ def test_trainer_api_and_accumulation():
     opt.kind = "adam"
     assert "adam" in repr(opt)
     opt.kind = "sgd"
-    for field in ("lr", "momentum", "accumulation", "nesterov", "beta1", "beta2", "eps", "weight_decay", "warmup_steps", "total_steps", "min_lr"):
+    for field in ("lr", "momentum", "accumulation", "nesterov", "beta1", "beta2", "eps", "weight_decay",
+                  "warmup_steps", "total_steps", "min_lr"):
         setattr(opt, field, getattr(opt, field))
     trainer = mn.Trainer(g, loss, opt, device="cpu")
     assert trainer.optimizer.kind == "sgd" and "loss" in trainer.graph.outputs and "Trainer(" in repr(trainer)
