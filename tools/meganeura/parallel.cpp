@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <atomic>
 #include <csignal>
+#include <cstdio>
 #include <cstdlib>
 #include <string>
 #include <thread>
@@ -87,6 +88,20 @@ nlohmann::json comm_profile_json(const CommProfile& p) {
           {"communication_ms_per_update", p.communication_s * 1e3 / updates},
           {"exposed_communication_ms_per_update", p.exposed_s * 1e3 / updates},
           {"update_ms", samples}};
+}
+
+}  // namespace meganeura::cli
+
+namespace meganeura::cli {
+
+void print_comm_profile(const CommProfile& p) {
+  const nlohmann::json j = comm_profile_json(p);
+  std::fprintf(stderr,
+               "data-parallel over %d rank(s): update %.2f ms (median), %zu bucket(s) of %.0f kB in all, "
+               "reductions in flight %.2f ms per update, waited for after the backward pass %.2f ms\n",
+               p.ranks, j["update_ms_median"].get<double>(), p.buckets,
+               p.bytes / double(std::max<int64_t>(1, p.updates)) / 1e3, j["communication_ms_per_update"].get<double>(),
+               j["exposed_communication_ms_per_update"].get<double>());
 }
 
 }  // namespace meganeura::cli

@@ -30,5 +30,7 @@ int launched_ranks();
 // The profile's per-update communication, with the median update time over the updates after
 // the first few (warm-up).
 nlohmann::json comm_profile_json(const CommProfile& p);
+// The same in one line on stderr.
+void print_comm_profile(const CommProfile& p);
 
 }  // namespace meganeura::cli

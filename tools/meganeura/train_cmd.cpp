@@ -191,6 +191,7 @@ int train(const TrainArgs& a, Communicator* comm) {
   nlohmann::json out = train_steps(*task, trainer, shard, lead, start, steps);
   if (comm) out["data_parallel"] = comm_profile_json(trainer.comm_profile());
   if (!lead) return 0;
+  if (comm) print_comm_profile(trainer.comm_profile());
   if (!a.out.empty()) {
     const std::string model_hash = std::to_string(task->model_hash());
     save_checkpoint(trainer.session(), a.out, {{"graph_hash", model_hash}, {"model", task->name()}});

@@ -216,7 +216,13 @@ class MpiCommunicator final : public Communicator {
       ready_ = true;
     }
     cv_.notify_all();
+    Clock::time_point last_round = Clock::now();
     while (true) {
+      // Rounds are at most a few ms apart; a long gap means this process did not run.
+      if (const double gap = since(last_round); gap > 1.0) {
+        paused_s_ = gap;
+        paused_at_ = Clock::now();
+      }
       bool moved = post_queued();
       moved = progress() || moved;
       moved = serve() || moved;
@@ -229,6 +235,7 @@ class MpiCommunicator final : public Communicator {
       }
       if (!moved) pause();
       idle_rounds_ = moved ? 0 : idle_rounds_ + 1;
+      last_round = Clock::now();
     }
     shutdown_mpi();
     stopped_.store(true);
@@ -533,6 +540,8 @@ class MpiCommunicator final : public Communicator {
     message += lost.empty() ? "every rank answers (another rank failed: see its message)"
                             : "rank" + std::string(lost.size() > 1 ? "s " : " ") + rank_list(lost) +
                                   " lost (no answer within " + seconds(kInterruptRollCall) + ")";
+    if (paused_s_ > 0 && since(paused_at_) < 10)
+      message += "; this process did not run for " + seconds(paused_s_) + " just before (stopped, or starved of CPU)";
     if (!earlier.empty()) message += "; before that: " + earlier;
     std::fprintf(stderr, "%s\n", message.c_str());
     std::fflush(stderr);
@@ -564,6 +573,8 @@ class MpiCommunicator final : public Communicator {
   char notice_in_[kNoticeBytes] = {};
   int64_t roll_calls_ = 0;
   int idle_rounds_ = 0;
+  double paused_s_ = 0;
+  Clock::time_point paused_at_;
   std::thread thread_;
 };
 

@@ -9,7 +9,7 @@ bool distributed_built_in() { return false; }
 
 std::unique_ptr<Communicator> make_mpi_communicator(const CommOptions&) {
   throw std::runtime_error(
-      "data-parallel training is not built in: this build found no MPI (install Open MPI with `apt-get install "
+      "data-parallel training is not built in: this build has no MPI (install Open MPI with `apt-get install "
       "libopenmpi-dev openmpi-bin` and rebuild)");
 }
 
