@@ -41,11 +41,10 @@ def main():
     rows, raw = [], {}
     for (model, config), rs in sorted(runs.items()):
         if config == "single":
-            # The plain trainer reports its rate only: a mean over the run, warm-up included.
-            ms = [1e3 / r["steps_per_second"] for r in rs]
+            ms = [s for r in rs for s in r["step_ms"][WARMUP:]]
             med, lo, hi = quantiles(ms)
-            rows.append((model, config, 1, med, lo, hi, None, None, None, "mean of each run"))
-            raw[f"{model}.{config}"] = ms
+            rows.append((model, config, 1, med, lo, hi, None, None, None, f"{len(ms)} steps"))
+            raw[f"{model}.{config}"] = {"step_ms": ms}
             continue
         samples = [s for r in rs for s in r["data_parallel"]["update_ms"][WARMUP:]]
         dp = [r["data_parallel"] for r in rs]

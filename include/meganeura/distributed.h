@@ -92,6 +92,7 @@ struct CommProfile {
   int64_t updates = 0;           // optimizer updates reduced
   double bytes = 0;              // gradient bytes reduced per rank, all updates
   double step_s = 0;             // wall time of the updates (forward, backward, reduction, optimizer)
+  double compute_s = 0;          // of which running the grad program (forward and backward)
   double communication_s = 0;    // time with a reduction in flight (overlapping the backward pass)
   double exposed_s = 0;          // time the updates waited for reductions after their backward pass
   std::vector<double> update_s;  // wall time of each update, in order

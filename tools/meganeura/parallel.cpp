@@ -85,6 +85,7 @@ nlohmann::json comm_profile_json(const CommProfile& p) {
           {"reduced_bytes_per_update", p.bytes / updates},
           {"update_ms_median", quantile(0.5)},
           {"update_ms_iqr", {quantile(0.25), quantile(0.75)}},
+          {"grad_program_ms_per_update", p.compute_s * 1e3 / updates},
           {"communication_ms_per_update", p.communication_s * 1e3 / updates},
           {"exposed_communication_ms_per_update", p.exposed_s * 1e3 / updates},
           {"update_ms", samples}};

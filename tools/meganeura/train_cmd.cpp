@@ -84,7 +84,9 @@ void print(const nlohmann::json& out, bool json) {
     return;
   }
   for (auto& [k, v] : out.items()) {
-    if (k != "losses") std::cout << k << ": " << (v.is_string() ? v.get<std::string>() : v.dump()) << "\n";
+    // Per-step series are for --json; data-parallel runs summarise theirs on stderr.
+    if (k == "losses" || k == "step_ms" || k == "data_parallel") continue;
+    std::cout << k << ": " << (v.is_string() ? v.get<std::string>() : v.dump()) << "\n";
   }
 }
 
@@ -149,23 +151,22 @@ void print_banner(const Task& task, Trainer& trainer, const Communicator* comm, 
 nlohmann::json train_steps(const Task& task, Trainer& trainer, const Shard& shard, bool show, int64_t start,
                            int64_t steps) {
   Progress progress(start, steps);
-  nlohmann::json losses = nlohmann::json::array();
+  nlohmann::json losses = nlohmann::json::array(), step_ms = nlohmann::json::array();
   float loss = NAN;
   for (int64_t step = start; step < steps; ++step) {
+    const auto t0 = std::chrono::steady_clock::now();
     task.feed(trainer.session(), step, shard);
     loss = trainer.step();
+    step_ms.push_back(std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count());
     if (!std::isfinite(loss))
       throw std::runtime_error("loss is " + std::to_string(loss) + " at step " + std::to_string(step + 1));
     losses.push_back(loss);
     if (show) progress.update(step + 1, loss);
   }
-  return {{"model", task.name()},
-          {"device", trainer.session().device_name()},
-          {"first_step", start + 1},
-          {"steps", steps},
-          {"final_loss", loss},
-          {"losses", losses},
-          {"steps_per_second", progress.rate(steps)}};
+  return {{"model", task.name()},    {"device", trainer.session().device_name()},
+          {"first_step", start + 1}, {"steps", steps},
+          {"final_loss", loss},      {"losses", losses},
+          {"step_ms", step_ms},      {"steps_per_second", progress.rate(steps)}};
 }
 
 // Trains; `comm` (data-parallel) or null. Rank 0 alone reports, writes the checkpoint and

@@ -432,7 +432,7 @@ class MpiCommunicator final : public Communicator {
   void pause() {
     if (!active_.empty()) {
       // Collectives in flight: test often, but leave the cores to the computation.
-      std::this_thread::sleep_for(std::chrono::microseconds(idle_rounds_ < 100 ? 20 : 100));
+      std::this_thread::sleep_for(std::chrono::microseconds(idle_rounds_ < 50 ? 20 : idle_rounds_ < 150 ? 100 : 1000));
       return;
     }
     std::unique_lock lock(mutex_);

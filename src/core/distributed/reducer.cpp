@@ -137,6 +137,7 @@ float GradientReducer::run(bool reduce) {
     marks.push_back(loss_ready_);
   }
   tickets_.clear();
+  const auto started = Clock::now();
   session_.run(program_, marks, [&](size_t k) {
     if (reduce)
       start_bucket(k, k + 1 == buckets_.size());
@@ -144,6 +145,7 @@ float GradientReducer::run(bool reduce) {
       start_loss_only();
   });
   const auto computed = Clock::now();
+  profile_.compute_s += std::chrono::duration<double>(computed - started).count();
   for (Communicator::Ticket t : tickets_) comm_.wait(t);
   profile_.exposed_s += seconds_since(computed);
   finish(reduce);

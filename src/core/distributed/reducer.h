@@ -49,7 +49,6 @@ class GradientReducer {
   std::vector<double> pack_;           // every bucket back to back (8-byte aligned), plus the loss
   std::vector<uint64_t> pack_offset_;  // bytes, per bucket
   std::vector<Communicator::Ticket> tickets_;
-  int64_t update_ = 0;
   bool in_update_ = false;
   std::chrono::steady_clock::time_point update_start_;
   double busy_start_ = 0;
