@@ -38,6 +38,7 @@ constexpr size_t kChunk = size_t(1) << 30;  // elements per MPI call (MPI counts
 // When the launcher ends the job it kills what is left about a second later (mpirun's
 // odls_base_sigkill_timeout): the roll call must be over by then.
 constexpr double kInterruptRollCall = 0.3;
+constexpr double kSpinSeconds = 0.1;  // a caller waiting for a collective spins this long, then sleeps
 
 double since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
 Clock::time_point after(double seconds) {
@@ -197,7 +198,16 @@ class MpiCommunicator final : public Communicator {
     if (it == jobs_.end())
       throw std::invalid_argument("[distributed] no collective " + std::to_string(t) + " to wait for");
     std::shared_ptr<Job> j = it->second;
-    cv_.wait(lock, [&] { return j->done || !fatal_.empty(); });
+    auto ready = [&] { return j->done || !fatal_.empty(); };
+    // Spin (yielding) before sleeping: a rank whose trainer slept through its wait computed
+    // its next step 3-4 times slower on the shared two-core machine (the scheduler gave the
+    // core away); the waits here are mostly a few ms of a peer finishing its backward pass.
+    for (const auto spin_until = after(kSpinSeconds); !ready() && Clock::now() < spin_until;) {
+      lock.unlock();
+      std::this_thread::yield();
+      lock.lock();
+    }
+    cv_.wait(lock, ready);
     jobs_.erase(t);
     if (!j->done) throw std::runtime_error(fatal_);
     return j;
