@@ -3,8 +3,9 @@
 # scale) trained by one process, by one rank of `--data-parallel`, and by two ranks under
 # mpirun, in rounds that alternate the configurations. Each run reports every update's wall
 # time and its communication (time with a reduction in flight, and the part the update waited
-# for). Writes bench/distributed/results/<host>.json (raw samples) and prints a markdown table.
-# Usage: bench/distributed/run.sh [build-dir]   (ROUNDS=5 STEPS=60 CPU or VULKAN=1 for lavapipe)
+# for). Writes bench/distributed/results/<NAME>-<device>.json (raw samples) and prints a table.
+# Usage: bench/distributed/run.sh [build-dir]   (ROUNDS=5 STEPS=60 NAME=<host>; VULKAN=1 runs
+# on lavapipe, where a chargpt step takes seconds)
 set -euo pipefail
 root=$(cd "$(dirname "$0")/../.." && pwd)
 build=${1:-"$root/build"}
@@ -33,4 +34,4 @@ for round in $(seq 1 "$rounds"); do
   done
 done
 /usr/bin/python3 "$root/bench/distributed/summarise.py" "$work" --device "$device" \
-  --out "$out/$(hostname)-$device.json"
+  --out "$out/${NAME:-$(hostname)}-$device.json"

@@ -194,8 +194,9 @@ TEST(DataParallelCli, AccumulationReducesOncePerUpdate) {
 // kill or stop one of them.
 class Job {
  public:
-  explicit Job(const std::string& args) : err_(dir() / "job_stderr.txt") {
+  explicit Job(const std::string& args) : err_(dir() / ("job" + std::to_string(++count_) + "_stderr.txt")) {
     for (int r = 0; r < 2; ++r) fs::remove(pid_file(r));
+    fs::remove(err_);
     const std::string cmd = mpirun(2) + " sh -c 'echo $$ > " + (dir() / "pid.").string() +
                             "$OMPI_COMM_WORLD_RANK; exec " + cli_run::command() + " " + args + "' 2> " + err_.string();
     const char* argv[] = {"sh", "-c", cmd.c_str(), nullptr};
@@ -221,7 +222,12 @@ class Job {
     }
     return false;
   }
-  pid_t rank_pid(int rank) const { return pid_t(std::stol(slurp(pid_file(rank)))); }
+  // The process id rank `rank` wrote (it starts before any training step, so it is there by
+  // the time a test looks for one); 0 when it is not.
+  pid_t rank_pid(int rank) const {
+    const std::string text = slurp(pid_file(rank));
+    return text.empty() ? 0 : pid_t(std::stol(text));
+  }
   // Seconds until mpirun exits (its status in `status`), or -1 after `limit` seconds.
   double wait_exit(double limit, int& status) {
     const auto start = Clock::now();
@@ -239,6 +245,7 @@ class Job {
   bool started() const { return pid_ > 0; }
 
  private:
+  static inline int count_ = 0;
   fs::path err_;
   pid_t pid_ = -1;
   bool exited_ = false;
@@ -252,6 +259,7 @@ TEST(DataParallelCli, AKilledRankIsNamedByTheOthers) {
   Job job(kLongRun);
   ASSERT_TRUE(job.started());
   ASSERT_TRUE(job.wait_for("step 30/300", 120)) << job.err();
+  ASSERT_GT(job.rank_pid(1), 0);
   ASSERT_EQ(::kill(job.rank_pid(1), SIGKILL), 0);
   int status = 0;
   const double seconds = job.wait_exit(30, status);
@@ -268,6 +276,7 @@ TEST(DataParallelCli, AStoppedRankIsNamedWithinTheTimeout) {
   ASSERT_TRUE(job.started());
   ASSERT_TRUE(job.wait_for("step 30/300", 120)) << job.err();
   const pid_t stopped = job.rank_pid(1);
+  ASSERT_GT(stopped, 0);
   ASSERT_EQ(::kill(stopped, SIGSTOP), 0);
   int status = 0;
   const double seconds = job.wait_exit(40, status);
