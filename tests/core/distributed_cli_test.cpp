@@ -324,6 +324,11 @@ TEST(DataParallelCli, UsageErrorsNameTheOption) {
       EXPECT_NE(r.err.find(option), std::string::npos) << r.err;
     }
   }
+  for (std::string bad : {"-1", "nan", "1.5"}) {
+    Result r = run("train --model mlp --data-parallel --check-replicas " + bad);
+    EXPECT_NE(r.status, 0) << bad;
+    EXPECT_NE(r.err.find("--check-replicas"), std::string::npos) << r.err;
+  }
   Result r = run("train --model mlp --bucket-mb 5");
   EXPECT_NE(r.status, 0);
   EXPECT_NE(r.err.find("--data-parallel"), std::string::npos) << r.err;

@@ -7,6 +7,7 @@
 #include <cmath>
 #include <cstdio>
 #include <iostream>
+#include <limits>
 
 #include "commands.h"
 #include "meganeura/checkpoint.h"
@@ -320,7 +321,7 @@ void add_parallel_options(CLI::App* c, TrainArgs& a) {
       ->needs(dp);
   c->add_option("--check-replicas", a.check_replicas,
                 "data-parallel: compare the parameters across ranks after every K-th update (0: never)")
-      ->check(CLI::NonNegativeNumber)
+      ->check(CLI::Range(0, std::numeric_limits<int>::max()))
       ->needs(dp);
 }
 }  // namespace
