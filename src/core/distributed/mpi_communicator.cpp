@@ -547,7 +547,7 @@ class MpiCommunicator final : public Communicator {
     std::string earlier = fatal();
     const std::vector<int> lost = roll_call(std::min(options_.roll_call_s, kInterruptRollCall));
     std::string message = rank_prefix(*this) + "ended by signal " + std::to_string(sig) + " " + doing + "; ";
-    message += lost.empty() ? "every rank answers (another rank failed: see its message)"
+    message += lost.empty() ? "every other rank still answers"
                             : "rank" + std::string(lost.size() > 1 ? "s " : " ") + rank_list(lost) +
                                   " lost (no answer within " + seconds(kInterruptRollCall) + ")";
     if (paused_s_ > 0 && since(paused_at_) < 10)
