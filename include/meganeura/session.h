@@ -5,6 +5,7 @@
 
 #include <cstdint>
 #include <filesystem>
+#include <functional>
 #include <map>
 #include <memory>
 #include <set>
@@ -70,6 +71,9 @@ class Session {
   float scalar(const std::string& name) const;
 
   void run(size_t program = 0);
+  // run(), calling `reached(k)` once dispatch `marks[k]` (non-decreasing) has completed
+  // (Backend::run_marked): data-parallel training starts reducing gradients there.
+  void run(size_t program, std::span<const uint32_t> marks, const std::function<void(size_t)>& reached);
 
   // Parameters, states and constants receive their initial values when first needed: by
   // run(), or by a read of that buffer. A set() or write_raw() before then replaces them, so
@@ -81,6 +85,7 @@ class Session {
   const std::map<std::string, ExternalBuffer>& buffers() const { return buffers_; }
   // Raw bytes as stored (checkpointing).
   std::vector<std::byte> read_raw(const std::string& name) const;
+  void read_raw(const std::string& name, std::span<std::byte> into) const;  // exactly the buffer's bytes
   void write_raw(const std::string& name, std::span<const std::byte> bytes);
 
  private:

@@ -36,7 +36,7 @@ int run_profile(const ProfileArgs& a) {
   Trainer trainer([&](Graph& g) { return task->build_loss(g); }, opt, so);
   const double compile_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   for (int64_t s = 0; s < a.steps; ++s) {
-    task->feed(trainer.session(), s);
+    task->feed(trainer.session(), s, {});
     trainer.step();
   }
   const Backend& b = trainer.session().backend();

@@ -191,10 +191,15 @@ void Session::set(const std::string& name, std::span<const int32_t> v) {
 
 std::vector<std::byte> Session::read_raw(const std::string& name) const {
   const ExternalBuffer& e = buffer(name);
-  initialise(name);
   std::vector<std::byte> bytes(size_t(e.type.numel()) * dtype_size(e.stored));
-  backend_->read(name, bytes.data(), bytes.size());
+  read_raw(name, bytes);
   return bytes;
+}
+
+void Session::read_raw(const std::string& name, std::span<std::byte> into) const {
+  buffer(name);  // an unknown name is an error naming the session's inputs and outputs
+  initialise(name);
+  backend_->read(name, into.data(), into.size());
 }
 
 void Session::write_raw(const std::string& name, std::span<const std::byte> bytes) {
@@ -224,10 +229,15 @@ float Session::scalar(const std::string& name) const {
   return v[0];
 }
 
-void Session::run(size_t program) {
+void Session::run(size_t program) { run(program, {}, {}); }
+
+void Session::run(size_t program, std::span<const uint32_t> marks, const std::function<void(size_t)>& reached) {
   if (program >= programs_.size()) throw std::out_of_range("[session] no program " + std::to_string(program));
   initialise();
-  backend_->run(program);
+  if (marks.empty())
+    backend_->run(program);
+  else
+    backend_->run_marked(program, marks, reached);
 }
 
 }  // namespace meganeura
