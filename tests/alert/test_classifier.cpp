@@ -47,7 +47,8 @@ TEST(Classifier, EveryRequiredClassExists) {
        {"cuda_oom",   "nccl",           "cuda_runtime", "ram_oom",         "segfault",  "file_not_found",
         "permission", "missing_module", "div_zero",     "device_mismatch", "nan_loss",  "oom_killer",
         "assertion",  "runtime_error",  "traceback",    "gpu_hardware",    "disk_full", "time_limit",
-        "hang",       "abort",          "killed",       "success",         "unknown",   "cuda_unavailable"})
+        "hang",       "abort",          "killed",       "success",         "unknown",   "cuda_unavailable",
+        "mpi_abort"})
     EXPECT_TRUE(ids.count(id)) << id;
 }
 
@@ -346,6 +347,37 @@ TEST(Classifier, CudaAvailability) {
                       exited(1))
           .id,
       "cuda_runtime");
+}
+
+// An MPI job that ends because one rank aborted, died or was lost names the MPI ending, as
+// Open MPI's mpirun and our data-parallel trainer print it; a rank's own error before it wins.
+TEST(Classifier, MpiJobEndings) {
+  Classifier c;
+  const std::string abort =
+      "meganeura: [distributed] rank 0 of 2: rank 1 lost (a dead, stopped or unreachable process): gradient "
+      "bucket 1 of 1 in update 22 of this run waited 2 s, and rank 1 did not answer within 2 s\n"
+      "--------------------------------------------------------------------------\n"
+      "MPI_ABORT was invoked on rank 0 in communicator MPI_COMM_WORLD\nwith errorcode 1.\n\n"
+      "NOTE: invoking MPI_ABORT causes Open MPI to kill all MPI processes.\n";
+  EXPECT_EQ(c.classify_text(progress(200) + abort, exited(1)).id, "mpi_abort");
+  const std::string killed =
+      "Primary job  terminated normally, but 1 process returned\n"
+      "a non-zero exit code. Per user-direction, the job has been aborted.\n"
+      "mpirun noticed that process rank 1 with PID 0 on node vm exited on signal 9 (Killed).\n";
+  EXPECT_EQ(c.classify_text(progress(50) + killed, exited(137)).id, "mpi_abort");
+  const std::string nonzero =
+      "mpirun detected that one or more processes exited with non-zero status, thus causing\n"
+      "the job to be terminated. The first process to do so was:\n  Process name: [[8502,1],0]\n  Exit code:    1\n";
+  EXPECT_EQ(c.classify_text(progress(50) + nonzero, exited(1)).id, "mpi_abort");
+  // The rank's own CUDA out-of-memory error is the cause; mpirun's report is its consequence.
+  EXPECT_EQ(
+      c.classify_text(
+           progress(50) + "torch.cuda.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB\n" + nonzero,
+           exited(1))
+          .id,
+      "cuda_oom");
+  // A successful MPI run that mentions losing nothing is a success.
+  EXPECT_EQ(c.classify_text(progress(50) + "all 2 ranks finished; 0 ranks lost\n", exited(0)).id, "success");
 }
 
 // Messages as real tools print them.

@@ -307,6 +307,25 @@ TEST(DataParallelCli, RanksWithDifferentProgramsStopAtTheStart) {
   EXPECT_LT(std::chrono::duration<double>(Clock::now() - start).count(), 60);
 }
 
+// gpualert wraps an mpirun job unchanged: it returns mpirun's exit status and names the MPI
+// ending (here the ranks' different programs make rank 0 call MPI_Abort at the start).
+TEST(DataParallelCli, GpualertNamesAnMpiAbort) {
+  const fs::path state = dir() / "gpualert_state", report = dir() / "gpualert_report.json";
+  fs::remove_all(state);
+  fs::remove(report);
+  const std::string job = mpirun(2) + " sh -c 'exec " + cli_run::command() +
+                          " train --model mlp --device cpu --data-parallel --steps 20 --width "
+                          "$((32 + 32 * OMPI_COMM_WORLD_RANK))'";
+  Result bare = cli_run::run("", dir(), job);
+  Result wrapped = cli_run::run("", dir(),
+                                "XDG_STATE_HOME=" + state.string() + " " + MEGANEURA_BINARY_DIR +
+                                    "/bin/gpualert --json-report " + report.string() + " -- " + job);
+  ASSERT_NE(bare.status, 0) << bare.err;
+  EXPECT_EQ(wrapped.status, bare.status) << wrapped.err;
+  const auto rep = nlohmann::json::parse(slurp(report));
+  EXPECT_EQ(rep["class"], "mpi_abort") << rep.dump(2);
+}
+
 // ---- without mpirun ------------------------------------------------------------------------
 
 TEST(DataParallelCli, AProcessStartedAloneIsRankZeroOfOne) {
