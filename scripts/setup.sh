@@ -14,6 +14,7 @@ packages=(
   python3 python3-numpy python3-aiosmtpd python3-torch
   python3-dev pybind11-dev python3-pytest
   clang-15 libfuzzer-15-dev llvm-15
+  clang-format universal-ctags
 )
 missing=()
 for p in "${packages[@]}"; do

@@ -10,6 +10,7 @@ root=$(cd "$(dirname "$0")/.." && pwd)
 build="$root/build"
 t0=$SECONDS
 "$root/scripts/setup.sh" "$build"
+"$root/scripts/check-code.sh"
 cd "$build"
 # The op table with each op's gradient-check status (the checks themselves run under ctest).
 ./bin/core_grad_check_test --gtest_filter=GradCheck.EveryOpIsCovered --gtest_brief=1 | grep -E '^(op |[a-z0-9_]+ +(leaf|vjp|zero|backward-only) )'
