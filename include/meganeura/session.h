@@ -21,18 +21,16 @@ namespace meganeura {
 enum class Device : uint8_t { cpu, vulkan, automatic };
 Device parse_device(const std::string& s);  // "cpu" | "vulkan" | "auto"
 
+// Set with designated initialisers: SessionOptions{.device = Device::vulkan, .seed = 3}.
 struct SessionOptions {
-  // Positional form kept for brevity at call sites: {device, f64_oracle, seed, threads}.
-  SessionOptions(Device d = Device::cpu, bool oracle = false, uint64_t s = 0, int t = 0)
-      : device(d), f64_oracle(oracle), seed(s), threads(t) {}
   Device device = Device::cpu;
   bool f64_oracle = false;  // plan every float tensor in double (reference backend only)
   uint64_t seed = 0;        // parameter initialisation
   int threads = 0;
   // Vulkan: a device index or name substring ("" = the best of any type, lavapipe included).
   std::string vulkan_device;
-  // Vulkan: the Khronos validation layer on; any message fails the call that caused it. Also
-  // switched on by MEGANEURA_VULKAN_VALIDATION=1.
+  // Vulkan: the Khronos validation layer on; any message fails the call that caused it (the
+  // tools also switch it on for MEGANEURA_VULKAN_VALIDATION=1).
   bool vulkan_validation = false;
   // Vulkan: time every dispatch with timestamp queries (see vulkan_profile()).
   bool vulkan_profile = false;

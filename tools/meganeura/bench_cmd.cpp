@@ -81,7 +81,7 @@ std::string cpu_model() {
 
 int run_bench(const BenchArgs& a) {
   const models::Scale scale = models::parse_scale(a.scale);
-  SessionOptions so;
+  SessionOptions so = base_session_options();
   so.device = parse_device(a.device);
   so.seed = 1;
   nlohmann::json phases;

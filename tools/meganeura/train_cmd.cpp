@@ -176,7 +176,7 @@ int train(const TrainArgs& a, Communicator* comm) {
   auto task = make_train_task(a);
   const int64_t steps = a.steps > 0 ? a.steps : task->default_steps();
   const OptimizerConfig opt = optimizer_for(a, *task, steps);
-  SessionOptions so;
+  SessionOptions so = base_session_options();
   select_device(so, a.device);
   so.seed = a.seed;
   const std::string placement = comm ? place_rank(so, *comm) : "";
@@ -226,7 +226,7 @@ int run_train(const TrainArgs& a) {
 
 int run_infer(const TrainArgs& a) {
   auto task = make_task(a.model, a.seed, a.sizes);
-  SessionOptions so;
+  SessionOptions so = base_session_options();
   select_device(so, a.device);
   so.seed = a.seed;
   Session session(so);
@@ -340,7 +340,7 @@ void add_train_command(CLI::App& app) {
   c->add_option("--device", a->device,
                 "cpu | vulkan | auto | a Vulkan device's index or name (see `meganeura devices`)");
   c->add_option("--seed", a->seed, "initialisation and data seed");
-  c->add_option("--lr", a->lr, "peak learning rate");
+  c->add_option("--lr", a->lr, "peak learning rate")->check(kPositiveFinite);
   c->add_option("--optimizer", a->optimizer, "sgd | adam | adamw")->check(CLI::IsMember({"sgd", "adam", "adamw"}));
   c->add_option("--accumulation", a->accumulation, "micro-steps per update")->check(CLI::PositiveNumber);
   c->add_flag("--json", a->json, "print a JSON summary on stdout");

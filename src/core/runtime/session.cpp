@@ -5,7 +5,6 @@
 #include <cstdlib>
 #include <stdexcept>
 
-#include "backend/cpu/kernels.h"
 #include "graph/op_table.h"
 #include "meganeura/passes.h"
 #include "runtime/init.h"
@@ -35,8 +34,7 @@ namespace {
 VulkanOptions vulkan_options(const SessionOptions& o, const std::string& device) {
   VulkanOptions v;
   v.device = device;
-  const char* env = std::getenv("MEGANEURA_VULKAN_VALIDATION");
-  v.validation = o.vulkan_validation || (env && std::string(env) == "1");
+  v.validation = o.vulkan_validation;
   v.profile = o.vulkan_profile;
   v.pipeline_cache = o.vulkan_cache_dir != "-";
   if (v.pipeline_cache) v.cache_dir = o.vulkan_cache_dir;
@@ -170,7 +168,7 @@ void set_values(Backend& b, const ExternalBuffer& e, std::span<const T> values) 
                                 std::to_string(e.type.numel()) + " values), got " + std::to_string(values.size()));
   }
   std::vector<std::byte> bytes(values.size() * dtype_size(e.stored));
-  cpu::convert(dtype_of<T>(), values.data(), e.stored, bytes.data(), int64_t(values.size()));
+  convert_values(dtype_of<T>(), values.data(), e.stored, bytes.data(), int64_t(values.size()));
   b.write(e.name, bytes.data(), bytes.size());
 }
 }  // namespace
@@ -211,7 +209,7 @@ std::vector<double> Session::get_f64(const std::string& name) const {
   const ExternalBuffer& e = buffer(name);
   auto bytes = read_raw(name);
   std::vector<double> out(size_t(e.type.numel()));
-  cpu::convert(e.stored, bytes.data(), DType::f64, out.data(), e.type.numel());
+  convert_values(e.stored, bytes.data(), DType::f64, out.data(), e.type.numel());
   return out;
 }
 
@@ -219,7 +217,7 @@ std::vector<float> Session::get(const std::string& name) const {
   const ExternalBuffer& e = buffer(name);
   auto bytes = read_raw(name);
   std::vector<float> out(size_t(e.type.numel()));
-  cpu::convert(e.stored, bytes.data(), DType::f32, out.data(), e.type.numel());
+  convert_values(e.stored, bytes.data(), DType::f32, out.data(), e.type.numel());
   return out;
 }
 
