@@ -59,7 +59,7 @@ TEST(Ranks, SumsAndBroadcastsAreExact) {
 // the broadcast every rank holds rank 0's, bit for bit.
 TEST(Ranks, BroadcastGivesEveryRankRankZerosParameters) {
   NEED_TWO_RANKS();
-  Trainer t(mlp_loss(32), adam(), SessionOptions{Device::cpu, false, uint64_t(1 + comm->rank()), 0},
+  Trainer t(mlp_loss(32), adam(), SessionOptions{.device = Device::cpu, .seed = uint64_t(1 + comm->rank())},
             DataParallelOptions{.comm = comm});
   try {
     check_replicas(t.session(), *comm, "before the broadcast");
@@ -71,7 +71,7 @@ TEST(Ranks, BroadcastGivesEveryRankRankZerosParameters) {
   }
   broadcast_parameters(t.session(), *comm);
   check_replicas(t.session(), *comm, "after the broadcast");
-  Session seeded_like_rank0(SessionOptions{Device::cpu, false, 1, 0});
+  Session seeded_like_rank0(SessionOptions{.device = Device::cpu, .seed = 1});
   seeded_like_rank0.add(training_graph(mlp_loss(32), adam()));
   for (const auto& [name, b] : t.session().buffers()) {
     if (b.role != Role::parameter) continue;
@@ -83,7 +83,7 @@ TEST(Ranks, BroadcastGivesEveryRankRankZerosParameters) {
 // parameters change behind the trainer's back is named by the check on every rank.
 TEST(Ranks, ReplicasStayBitIdenticalAndADifferingRankIsNamed) {
   NEED_TWO_RANKS();
-  Trainer t(mlp_loss(32), adam(), SessionOptions{Device::cpu, false, 1, 0},
+  Trainer t(mlp_loss(32), adam(), SessionOptions{.device = Device::cpu, .seed = 1},
             DataParallelOptions{.comm = comm, .bucket_mb = 0.001, .check_replicas_every = 1});
   broadcast_parameters(t.session(), *comm);
   for (int step = 0; step < 5; ++step) {
@@ -112,7 +112,7 @@ TEST(Ranks, ReplicasStayBitIdenticalAndADifferingRankIsNamed) {
 // itself (the sum over ranks divided by their count).
 TEST(Ranks, InDoubleTwoRanksEqualOneProcessOfTwiceTheBatch) {
   NEED_TWO_RANKS();
-  const SessionOptions f64{Device::cpu, true, 1, 0};
+  const SessionOptions f64{.device = Device::cpu, .f64_oracle = true, .seed = 1};
   Trainer two(mlp_loss(32), adam(), f64, DataParallelOptions{.comm = comm, .bucket_mb = 0.001});
   Trainer one(mlp_loss(64), adam(), f64);
   broadcast_parameters(two.session(), *comm);

@@ -204,8 +204,8 @@ TEST(DataParallelTrainer, OneRankMatchesThePlainTrainer) {
   for (int k : {1, 2}) {
     SCOPED_TRACE("accumulation " + std::to_string(k));
     auto comm = make_single_communicator();
-    Trainer plain(gpt_loss, adamw_clipped(k), SessionOptions{Device::cpu, false, 3, 0});
-    Trainer parallel(gpt_loss, adamw_clipped(k), SessionOptions{Device::cpu, false, 3, 0},
+    Trainer plain(gpt_loss, adamw_clipped(k), SessionOptions{.device = Device::cpu, .seed = 3});
+    Trainer parallel(gpt_loss, adamw_clipped(k), SessionOptions{.device = Device::cpu, .seed = 3},
                      DataParallelOptions{.comm = comm.get(), .bucket_mb = 0.01});
     for (int step = 0; step < 6; ++step) {
       feed_gpt(plain.session(), step);

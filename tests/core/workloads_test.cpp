@@ -185,7 +185,7 @@ TEST(Workloads, CiScaleForwardAndBackwardAreFinite) {
     for (NodeId id : g.parameters()) ps.push_back(g.tensor(id));
     auto gs = grad(w.loss, ps);
     for (size_t i = 0; i < ps.size(); ++i) g.output("grad." + g.node(ps[i].id).name, gs[i]);
-    Session s(SessionOptions{Device::cpu, false, 3, 0});
+    Session s(SessionOptions{.device = Device::cpu, .seed = 3});
     s.add(g);
     auto v = models::synthetic_inputs(w, info.id, 5);
     for (auto& [n, x] : v.floats) s.set(n, std::span<const double>(x));

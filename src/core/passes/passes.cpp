@@ -8,6 +8,7 @@
 #include <map>
 #include <stdexcept>
 
+#include "graph/internal.h"
 #include "graph/op_table.h"
 
 namespace meganeura {
@@ -52,14 +53,14 @@ class Rewriter {
       case Op::parameter: r = dst_.parameter(n.name, n.type.shape, n.init, n.type.dtype).id; break;
       case Op::state: r = dst_.state(n.name, n.type.shape, n.init, n.type.dtype).id; break;
       case Op::constant: r = dst_.constant(n.const_data, n.type.shape, n.type.dtype).id; break;
-      default: r = dst_.add_node(n.op, n.attrs, mapped(n.inputs), n.type, n.name).id;
+      default: r = graph_internal::add_node(dst_, n.op, n.attrs, mapped(n.inputs), n.type, n.name).id;
     }
     return map_[id] = r;
   }
   // Adds a node standing for `id` of the source, with inputs given as source ids.
   NodeId replace(NodeId id, Op op, Attrs attrs, const std::vector<NodeId>& inputs) {
     const Node& n = src_.node(id);
-    return map_[id] = dst_.add_node(op, std::move(attrs), mapped(inputs), n.type, n.name).id;
+    return map_[id] = graph_internal::add_node(dst_, op, std::move(attrs), mapped(inputs), n.type, n.name).id;
   }
   Graph& graph() { return dst_; }
   void bind(NodeId id, NodeId to) { map_[id] = to; }
@@ -431,7 +432,9 @@ class Fuser {
     const NodeId multi = r.replace(id, Op::fused_elementwise, a, p.leaves);
     for (size_t k = 0; k < parts.size(); ++k) {
       const Node& h = g_.node(parts[k]);
-      r.bind(parts[k], r.graph().add_node(Op::fused_output, AxisAttrs{int64_t(k + 1)}, {multi}, h.type, h.name).id);
+      r.bind(
+          parts[k],
+          graph_internal::add_node(r.graph(), Op::fused_output, AxisAttrs{int64_t(k + 1)}, {multi}, h.type, h.name).id);
     }
     if (stats) stats->fused++, stats->multi_outputs += uint32_t(parts.size());
   }

@@ -1,5 +1,3 @@
-#include "backend/vulkan/vulkan_backend.h"
-
 #include <algorithm>
 #include <cstring>
 #include <map>
@@ -11,6 +9,7 @@
 #include "backend/vulkan/memory.h"
 #include "backend/vulkan/pipelines.h"
 #include "graph/op_table.h"
+#include "meganeura/vulkan.h"
 
 namespace meganeura {
 namespace {
