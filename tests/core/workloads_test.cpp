@@ -20,7 +20,7 @@ namespace meganeura {
 namespace {
 namespace fs = std::filesystem;
 
-// Published parameter counts (BENCH.md / the model cards); 0.5% is the agreed tolerance.
+// Published parameter counts (the model cards); 0.5% is the agreed tolerance.
 TEST(Workloads, FullScaleParameterCountsMatchThePublishedModels) {
   const std::map<std::string, double> published = {
       {"smollm2", 134.5e6}, {"smolvla", 99.85e6}, {"unet", 10.93e6}, {"resnet50", 25.53e6}, {"whisper", 8.21e6}};
