@@ -91,10 +91,7 @@ int run_bench(const BenchArgs& a) {
     Graph g;
     models::Workload w = models::build_workload(g, a.workload, scale);
     g.output("loss", w.loss);
-    std::vector<Tensor> ps;
-    for (NodeId id : g.parameters()) ps.push_back(g.tensor(id));
-    auto gs = grad(w.loss, ps);
-    for (size_t i = 0; i < ps.size(); ++i) g.output("grad." + g.node(ps[i].id).name, gs[i]);
+    output_parameter_gradients(g, w.loss);
     Session s(so);
     s.add(g);
     return s;
@@ -130,10 +127,7 @@ int run_bench(const BenchArgs& a) {
     Graph g;
     models::Workload w = models::build_workload(g, a.workload, scale);
     g.output("loss", w.loss);
-    std::vector<Tensor> ps;
-    for (NodeId id : g.parameters()) ps.push_back(g.tensor(id));
-    auto gs = grad(w.loss, ps);
-    for (size_t i = 0; i < ps.size(); ++i) g.output("grad." + g.node(ps[i].id).name, gs[i]);
+    output_parameter_gradients(g, w.loss);
     Session s(so);
     s.add(g);
     feed(s, w, a.workload);

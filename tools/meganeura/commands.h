@@ -19,6 +19,9 @@ void add_profile_command(CLI::App& app);
 // The session options every command starts from. The environment is read here, in the tool,
 // never by the library: MEGANEURA_VULKAN_VALIDATION=1 switches the Khronos validation layer on.
 SessionOptions base_session_options();
+// Adds the gradient of `loss` with respect to every parameter of `g` as the output
+// "grad.<parameter name>": the names `run --dump` writes and the reference scripts read.
+void output_parameter_gradients(Graph& g, Tensor loss);
 // Lends the energy commands the dispatches of our compiled training steps.
 energy::EnergyCliHooks energy_hooks();
 

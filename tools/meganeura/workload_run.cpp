@@ -35,15 +35,19 @@ void set_inputs_from_file(Session& s, const models::Workload& w, const std::stri
   }
 }
 
+void output_parameter_gradients(Graph& g, Tensor loss) {
+  std::vector<Tensor> params;
+  for (NodeId id : g.parameters()) params.push_back(g.tensor(id));
+  const std::vector<Tensor> grads = grad(loss, params);
+  for (size_t i = 0; i < params.size(); ++i) g.output("grad." + g.node(params[i].id).name, grads[i]);
+}
+
 RunOutcome run_workload(const WorkloadRunOptions& o) {
   Graph g;
   models::Workload w = models::build_workload(g, o.workload, o.scale);
   for (auto& [name, t] : w.outputs) g.output(name, t);
   g.output("loss", w.loss);
-  std::vector<Tensor> params;
-  for (NodeId id : g.parameters()) params.push_back(g.tensor(id));
-  auto grads = grad(w.loss, params);
-  for (size_t i = 0; i < params.size(); ++i) g.output("grad." + g.node(params[i].id).name, grads[i]);
+  output_parameter_gradients(g, w.loss);
   SessionOptions so = base_session_options();
   so.device = o.device;
   so.seed = o.seed;

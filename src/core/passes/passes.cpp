@@ -48,13 +48,16 @@ class Rewriter {
   NodeId copy(NodeId id) {
     const Node& n = src_.node(id);
     NodeId r = 0;
-    switch (n.op) {
-      case Op::input: r = dst_.input(n.name, n.type.shape, n.type.dtype).id; break;
-      case Op::parameter: r = dst_.parameter(n.name, n.type.shape, n.init, n.type.dtype).id; break;
-      case Op::state: r = dst_.state(n.name, n.type.shape, n.init, n.type.dtype).id; break;
-      case Op::constant: r = dst_.constant(n.const_data, n.type.shape, n.type.dtype).id; break;
-      default: r = graph_internal::add_node(dst_, n.op, n.attrs, mapped(n.inputs), n.type, n.name).id;
-    }
+    if (n.op == Op::input)
+      r = dst_.input(n.name, n.type.shape, n.type.dtype).id;
+    else if (n.op == Op::parameter)
+      r = dst_.parameter(n.name, n.type.shape, n.init, n.type.dtype).id;
+    else if (n.op == Op::state)
+      r = dst_.state(n.name, n.type.shape, n.init, n.type.dtype).id;
+    else if (n.op == Op::constant)
+      r = dst_.constant(n.const_data, n.type.shape, n.type.dtype).id;
+    else
+      r = graph_internal::add_node(dst_, n.op, n.attrs, mapped(n.inputs), n.type, n.name).id;
     return map_[id] = r;
   }
   // Adds a node standing for `id` of the source, with inputs given as source ids.

@@ -264,34 +264,36 @@ void fused(const Dispatch& d, const KernelLaunch& l, const std::vector<Arg>& in,
   const T* src[kFusedMaxInputs + 2] = {};
   const Arg& out = outs.at(0);
   T* y = out.as<T>();
-  switch (d.op) {
-    case Op::fused_elementwise: {
-      for (size_t i = 0; i < in.size(); ++i) src[i] = in[i].as<T>();
-      T* dst[kFusedMaxOutputs] = {};
-      for (size_t k = 0; k < outs.size() && k < kFusedMaxOutputs; ++k) dst[k] = outs[k].as<T>();
-      evaluate<T>(std::get<FusedAttrs>(d.attrs).code, l.push, src, dst);
-      return;
-    }
-    case Op::fused_reduce: {
-      for (size_t i = 0; i < in.size(); ++i) src[i] = in[i].as<T>();
-      fused_reduce<T>(std::get<FusedAttrs>(d.attrs), l.push, src, out.as<T>());
-      return;
-    }
-    case Op::matmul_epilogue: {
-      const auto& a = std::get<FusedAttrs>(d.attrs);
-      matmul<T>(l.push, in[0], in[1], out);
-      src[0] = out.as<T>();  // the product, read before each block is overwritten
-      for (size_t i = 2; i < in.size(); ++i) src[i - 1] = in[i].as<T>();
-      evaluate<T>(a.code, l.push, src, &y);
-      return;
-    }
-    case Op::norm:
-      norm<T>(l.push, in[0].as<T>(), in.size() > 1 ? in[1].as<T>() : nullptr, in.size() > 2 ? in[2].as<T>() : nullptr,
-              out.as<T>());
-      return;
-    case Op::softmax_scaled: softmax_scaled<T>(l.push, in[0].as<T>(), out.as<T>()); return;
-    default: kernel_error(d.op, "not a fused op");
+  if (d.op == Op::fused_elementwise) {
+    for (size_t i = 0; i < in.size(); ++i) src[i] = in[i].as<T>();
+    T* dst[kFusedMaxOutputs] = {};
+    for (size_t k = 0; k < outs.size() && k < kFusedMaxOutputs; ++k) dst[k] = outs[k].as<T>();
+    evaluate<T>(std::get<FusedAttrs>(d.attrs).code, l.push, src, dst);
+    return;
   }
+  if (d.op == Op::fused_reduce) {
+    for (size_t i = 0; i < in.size(); ++i) src[i] = in[i].as<T>();
+    fused_reduce<T>(std::get<FusedAttrs>(d.attrs), l.push, src, out.as<T>());
+    return;
+  }
+  if (d.op == Op::matmul_epilogue) {
+    const auto& a = std::get<FusedAttrs>(d.attrs);
+    matmul<T>(l.push, in[0], in[1], out);
+    src[0] = out.as<T>();  // the product, read before each block is overwritten
+    for (size_t i = 2; i < in.size(); ++i) src[i - 1] = in[i].as<T>();
+    evaluate<T>(a.code, l.push, src, &y);
+    return;
+  }
+  if (d.op == Op::norm) {
+    norm<T>(l.push, in[0].as<T>(), in.size() > 1 ? in[1].as<T>() : nullptr, in.size() > 2 ? in[2].as<T>() : nullptr,
+            out.as<T>());
+    return;
+  }
+  if (d.op == Op::softmax_scaled) {
+    softmax_scaled<T>(l.push, in[0].as<T>(), out.as<T>());
+    return;
+  }
+  kernel_error(d.op, "not a fused op");
 }
 
 template void fused<float>(const Dispatch&, const KernelLaunch&, const std::vector<Arg>&, const std::vector<Arg>&);

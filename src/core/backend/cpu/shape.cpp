@@ -60,119 +60,114 @@ void movement(const Dispatch& d, const KernelLaunch& l, const std::vector<Arg>& 
   const T* x = in[0].as<T>();
   T* y = out.as<T>();
   const PushConstants& p = l.push;
-  switch (d.op) {
-    case Op::reshape:
-      if (x != y) std::memmove(y, x, size_t(p.get(ElementwiseLayout::kNumel)) * sizeof(T));
-      return;
-    case Op::permute: {
-      const Movement m(p);
-      int64_t st[push::kMaxRank];
-      for (int64_t i = 0; i < m.rank; ++i) st[i] = m.in_st[m.param[i]];
-      strided_copy(x, y, m.out, m.rank, st, 0);
-      return;
-    }
-    case Op::slice: {
-      const Movement m(p);
-      int64_t base = 0;
-      for (int64_t i = 0; i < m.rank; ++i) base += m.param[i] * m.in_st[i];
-      strided_copy(x, y, m.out, m.rank, m.in_st, base);
-      return;
-    }
-    case Op::broadcast_to: {
-      const Broadcast bc(p);
-      strided_copy(x, y, bc.ext, bc.rank, bc.stride[0], 0);
-      return;
-    }
-    case Op::pad: {
-      const Movement m(p);
-      int64_t n_out = 1, n = 1;
-      for (int64_t i = 0; i < m.rank; ++i) {
-        n_out *= m.out[i];
-        n *= m.in[i];
-      }
-      std::fill(y, y + n_out, T(0));
-      int64_t base = 0;
-      for (int64_t i = 0; i < m.rank; ++i) base += m.param[i] * m.out_st[i];
-      // Scatter: walk the input, write at the shifted output position.
-      for (int64_t i = 0; i < n; ++i) {
-        int64_t rem = i, off = base;
-        for (int64_t k = m.rank - 1; k >= 0; --k) {
-          off += (rem % m.in[k]) * m.out_st[k];
-          rem /= m.in[k];
-        }
-        y[off] = x[i];
-      }
-      return;
-    }
-    case Op::concat: {
-      const int64_t outer = p.get(push::kConcatOuter), inner = p.get(push::kConcatInner);
-      const size_t inputs = p.get(push::kConcatInputs);
-      int64_t out_row = 0;
-      for (size_t k = 0; k < inputs; ++k) out_row += int64_t(p.get(push::kConcatLens + k)) * inner;
-      int64_t off = 0;
-      for (size_t k = 0; k < inputs; ++k) {
-        const int64_t row = int64_t(p.get(push::kConcatLens + k)) * inner;
-        const T* src = in[k].as<T>();
-        for (int64_t o = 0; o < outer; ++o) std::memcpy(y + o * out_row + off, src + o * row, size_t(row) * sizeof(T));
-        off += row;
-      }
-      return;
-    }
-    default: kernel_error(d.op, "not a movement op");
+  if (d.op == Op::reshape) {
+    if (x != y) std::memmove(y, x, size_t(p.get(ElementwiseLayout::kNumel)) * sizeof(T));
+    return;
   }
+  if (d.op == Op::permute) {
+    const Movement m(p);
+    int64_t st[push::kMaxRank];
+    for (int64_t i = 0; i < m.rank; ++i) st[i] = m.in_st[m.param[i]];
+    strided_copy(x, y, m.out, m.rank, st, 0);
+    return;
+  }
+  if (d.op == Op::slice) {
+    const Movement m(p);
+    int64_t base = 0;
+    for (int64_t i = 0; i < m.rank; ++i) base += m.param[i] * m.in_st[i];
+    strided_copy(x, y, m.out, m.rank, m.in_st, base);
+    return;
+  }
+  if (d.op == Op::broadcast_to) {
+    const Broadcast bc(p);
+    strided_copy(x, y, bc.ext, bc.rank, bc.stride[0], 0);
+    return;
+  }
+  if (d.op == Op::pad) {
+    const Movement m(p);
+    int64_t n_out = 1, n = 1;
+    for (int64_t i = 0; i < m.rank; ++i) {
+      n_out *= m.out[i];
+      n *= m.in[i];
+    }
+    std::fill(y, y + n_out, T(0));
+    int64_t base = 0;
+    for (int64_t i = 0; i < m.rank; ++i) base += m.param[i] * m.out_st[i];
+    // Scatter: walk the input, write at the shifted output position.
+    for (int64_t i = 0; i < n; ++i) {
+      int64_t rem = i, off = base;
+      for (int64_t k = m.rank - 1; k >= 0; --k) {
+        off += (rem % m.in[k]) * m.out_st[k];
+        rem /= m.in[k];
+      }
+      y[off] = x[i];
+    }
+    return;
+  }
+  if (d.op == Op::concat) {
+    const int64_t outer = p.get(push::kConcatOuter), inner = p.get(push::kConcatInner);
+    const size_t inputs = p.get(push::kConcatInputs);
+    int64_t out_row = 0;
+    for (size_t k = 0; k < inputs; ++k) out_row += int64_t(p.get(push::kConcatLens + k)) * inner;
+    int64_t off = 0;
+    for (size_t k = 0; k < inputs; ++k) {
+      const int64_t row = int64_t(p.get(push::kConcatLens + k)) * inner;
+      const T* src = in[k].as<T>();
+      for (int64_t o = 0; o < outer; ++o) std::memcpy(y + o * out_row + off, src + o * row, size_t(row) * sizeof(T));
+      off += row;
+    }
+    return;
+  }
+  kernel_error(d.op, "not a movement op");
 }
 
 template <class T>
 void index(const Dispatch& d, const KernelLaunch& l, const std::vector<Arg>& in, const Arg& out) {
   const int64_t rows = l.push.get(push::kIndexRows), dim = l.push.get(push::kIndexWidth),
                 n = l.push.get(push::kIndexCount);
-  switch (d.op) {
-    case Op::embedding: {
-      const T* table = in[0].as<T>();
-      const int32_t* ids = in[1].as<int32_t>();
-      for (int64_t i = 0; i < n; ++i) {
-        if (ids[i] < 0 || ids[i] >= rows) {
-          kernel_error(d.op, "id " + std::to_string(ids[i]) + " at position " + std::to_string(i) +
-                                 " out of range [0, " + std::to_string(rows) + ")");
-        }
-        std::memcpy(out.as<T>() + i * dim, table + int64_t(ids[i]) * dim, size_t(dim) * sizeof(T));
+  if (d.op == Op::embedding) {
+    const T* table = in[0].as<T>();
+    const int32_t* ids = in[1].as<int32_t>();
+    for (int64_t i = 0; i < n; ++i) {
+      if (ids[i] < 0 || ids[i] >= rows) {
+        kernel_error(d.op, "id " + std::to_string(ids[i]) + " at position " + std::to_string(i) + " out of range [0, " +
+                               std::to_string(rows) + ")");
       }
-      return;
+      std::memcpy(out.as<T>() + i * dim, table + int64_t(ids[i]) * dim, size_t(dim) * sizeof(T));
     }
-    case Op::embedding_backward: {
-      T* g = out.as<T>();
-      std::fill(g, g + rows * dim, T(0));
-      const int32_t* ids = in[1].as<int32_t>();
-      for (int64_t i = 0; i < n; ++i) {  // sequential: deterministic accumulation order
-        if (ids[i] < 0 || ids[i] >= rows) kernel_error(d.op, "id " + std::to_string(ids[i]) + " out of range");
-        const T* src = in[0].as<T>() + i * dim;
-        T* dst = g + int64_t(ids[i]) * dim;
-        for (int64_t j = 0; j < dim; ++j) dst[j] += src[j];
-      }
-      return;
-    }
-    case Op::one_hot: {
-      const int64_t ignore = std::get<OneHotAttrs>(d.attrs).ignore_index, classes = dim;
-      T* y = out.as<T>();
-      std::fill(y, y + n * classes, T(0));
-      const int32_t* ids = in[0].as<int32_t>();
-      for (int64_t i = 0; i < n; ++i) {
-        if (ids[i] == ignore) continue;
-        if (ids[i] < 0 || ids[i] >= classes) {
-          kernel_error(d.op, "class " + std::to_string(ids[i]) + " at position " + std::to_string(i) +
-                                 " out of range [0, " + std::to_string(classes) + ")");
-        }
-        y[i * classes + ids[i]] = T(1);
-      }
-      return;
-    }
-    case Op::where:
-    case Op::gather:
-    case Op::gather_backward:
-    case Op::softmax_cross_entropy:
-    case Op::softmax_cross_entropy_backward: return workload_index<T>(d, l, in, out);
-    default: kernel_error(d.op, "not an index op");
+    return;
   }
+  if (d.op == Op::embedding_backward) {
+    T* g = out.as<T>();
+    std::fill(g, g + rows * dim, T(0));
+    const int32_t* ids = in[1].as<int32_t>();
+    for (int64_t i = 0; i < n; ++i) {  // sequential: deterministic accumulation order
+      if (ids[i] < 0 || ids[i] >= rows) kernel_error(d.op, "id " + std::to_string(ids[i]) + " out of range");
+      const T* src = in[0].as<T>() + i * dim;
+      T* dst = g + int64_t(ids[i]) * dim;
+      for (int64_t j = 0; j < dim; ++j) dst[j] += src[j];
+    }
+    return;
+  }
+  if (d.op == Op::one_hot) {
+    const int64_t ignore = std::get<OneHotAttrs>(d.attrs).ignore_index, classes = dim;
+    T* y = out.as<T>();
+    std::fill(y, y + n * classes, T(0));
+    const int32_t* ids = in[0].as<int32_t>();
+    for (int64_t i = 0; i < n; ++i) {
+      if (ids[i] == ignore) continue;
+      if (ids[i] < 0 || ids[i] >= classes) {
+        kernel_error(d.op, "class " + std::to_string(ids[i]) + " at position " + std::to_string(i) +
+                               " out of range [0, " + std::to_string(classes) + ")");
+      }
+      y[i * classes + ids[i]] = T(1);
+    }
+    return;
+  }
+  if (d.op == Op::where || d.op == Op::gather || d.op == Op::gather_backward || d.op == Op::softmax_cross_entropy ||
+      d.op == Op::softmax_cross_entropy_backward)
+    return workload_index<T>(d, l, in, out);
+  kernel_error(d.op, "not an index op");
 }
 
 // A scalar step counter as stored (f32, f64 in the oracle, or i32), exactly.
@@ -189,74 +184,72 @@ void sequence(const Dispatch& d, const KernelLaunch& l, const std::vector<Arg>& 
   T* y = out.as<T>();
   const int64_t rows = l.push.get(push::kSeqRows), len = l.push.get(push::kSeqLen),
                 positions = l.push.get(push::kSeqPositions);
-  switch (d.op) {
-    case Op::rope: {
-      const auto& a = std::get<RopeAttrs>(d.attrs);
-      const int64_t dim = len, seq = positions, half = dim / 2;
-      const double sign = a.inverse ? -1.0 : 1.0;
-      std::vector<double> cs(size_t(seq * half)), sn(size_t(seq * half));  // per (position, pair)
-      for (int64_t pos = 0; pos < seq; ++pos) {
+  if (d.op == Op::rope) {
+    const auto& a = std::get<RopeAttrs>(d.attrs);
+    const int64_t dim = len, seq = positions, half = dim / 2;
+    const double sign = a.inverse ? -1.0 : 1.0;
+    std::vector<double> cs(size_t(seq * half)), sn(size_t(seq * half));  // per (position, pair)
+    for (int64_t pos = 0; pos < seq; ++pos) {
+      for (int64_t i = 0; i < half; ++i) {
+        const double angle = sign * double(pos) * std::pow(a.theta, -2.0 * double(i) / double(dim));
+        cs[size_t(pos * half + i)] = std::cos(angle);
+        sn[size_t(pos * half + i)] = std::sin(angle);
+      }
+    }
+    parallel_for(rows, (rows * dim > kParallelMin) ? 1 : INT64_MAX, [&](int64_t lo, int64_t hi) {
+      for (int64_t r = lo; r < hi; ++r) {
+        const double* c = cs.data() + (r % seq) * half;
+        const double* sv = sn.data() + (r % seq) * half;
+        const T* xr = x + r * dim;
+        T* yr = y + r * dim;
         for (int64_t i = 0; i < half; ++i) {
-          const double angle = sign * double(pos) * std::pow(a.theta, -2.0 * double(i) / double(dim));
-          cs[size_t(pos * half + i)] = std::cos(angle);
-          sn[size_t(pos * half + i)] = std::sin(angle);
+          const double x1 = double(xr[i]), x2 = double(xr[i + half]);
+          yr[i] = T(x1 * c[i] - x2 * sv[i]);
+          yr[i + half] = T(x2 * c[i] + x1 * sv[i]);
         }
       }
-      parallel_for(rows, (rows * dim > kParallelMin) ? 1 : INT64_MAX, [&](int64_t lo, int64_t hi) {
-        for (int64_t r = lo; r < hi; ++r) {
-          const double* c = cs.data() + (r % seq) * half;
-          const double* sv = sn.data() + (r % seq) * half;
-          const T* xr = x + r * dim;
-          T* yr = y + r * dim;
-          for (int64_t i = 0; i < half; ++i) {
-            const double x1 = double(xr[i]), x2 = double(xr[i + half]);
-            yr[i] = T(x1 * c[i] - x2 * sv[i]);
-            yr[i + half] = T(x2 * c[i] + x1 * sv[i]);
-          }
-        }
-      });
-      return;
-    }
-    case Op::causal_mask: {
-      const T fill = T(std::get<MaskAttrs>(d.attrs).fill);
-      const int64_t sk = len, sq = positions, offset = sk - sq;
-      parallel_for(rows, (rows * sk > kParallelMin) ? 1 : INT64_MAX, [&](int64_t begin_, int64_t end_) {
-        for (int64_t r = begin_; r < end_; ++r) {
-          const int64_t i = r % sq;
-          for (int64_t j = 0; j < sk; ++j) y[r * sk + j] = j > i + offset ? fill : x[r * sk + j];
-        }
-      });
-      return;
-    }
-    case Op::lr_schedule: {
-      const auto& a = std::get<ScheduleAttrs>(d.attrs);
-      const double t = counter_value(in[0]) + 1;  // the step being taken, counting from 1
-      double lr = a.base_lr;
-      if (a.warmup > 0 && t <= double(a.warmup)) {
-        lr = a.base_lr * t / double(a.warmup);
-      } else if (a.total > 0) {
-        const double progress = std::min(1.0, (t - double(a.warmup)) / double(a.total - a.warmup));
-        lr = a.min_lr + (a.base_lr - a.min_lr) * 0.5 * (1 + std::cos(std::numbers::pi * progress));
-      }
-      y[0] = T(lr);
-      return;
-    }
-    case Op::bias_correction: {
-      const auto& a = std::get<BiasCorrectionAttrs>(d.attrs);
-      const double t = counter_value(in[0]) + 1;
-      // 1 - beta^t as -expm1(t ln beta): no cancellation when beta^t is close to 1.
-      const double c = a.beta > 0 ? -std::expm1(t * std::log(a.beta)) : 1.0;
-      y[0] = T(std::pow(c, a.power));
-      return;
-    }
-    case Op::increment: {
-      const int32_t n = in[0].as<int32_t>()[0];
-      if (n == INT32_MAX) kernel_error(d.op, "counter overflows i32");
-      out.as<int32_t>()[0] = n + 1;
-      return;
-    }
-    default: kernel_error(d.op, "not a sequence op");
+    });
+    return;
   }
+  if (d.op == Op::causal_mask) {
+    const T fill = T(std::get<MaskAttrs>(d.attrs).fill);
+    const int64_t sk = len, sq = positions, offset = sk - sq;
+    parallel_for(rows, (rows * sk > kParallelMin) ? 1 : INT64_MAX, [&](int64_t begin_, int64_t end_) {
+      for (int64_t r = begin_; r < end_; ++r) {
+        const int64_t i = r % sq;
+        for (int64_t j = 0; j < sk; ++j) y[r * sk + j] = j > i + offset ? fill : x[r * sk + j];
+      }
+    });
+    return;
+  }
+  if (d.op == Op::lr_schedule) {
+    const auto& a = std::get<ScheduleAttrs>(d.attrs);
+    const double t = counter_value(in[0]) + 1;  // the step being taken, counting from 1
+    double lr = a.base_lr;
+    if (a.warmup > 0 && t <= double(a.warmup)) {
+      lr = a.base_lr * t / double(a.warmup);
+    } else if (a.total > 0) {
+      const double progress = std::min(1.0, (t - double(a.warmup)) / double(a.total - a.warmup));
+      lr = a.min_lr + (a.base_lr - a.min_lr) * 0.5 * (1 + std::cos(std::numbers::pi * progress));
+    }
+    y[0] = T(lr);
+    return;
+  }
+  if (d.op == Op::bias_correction) {
+    const auto& a = std::get<BiasCorrectionAttrs>(d.attrs);
+    const double t = counter_value(in[0]) + 1;
+    // 1 - beta^t as -expm1(t ln beta): no cancellation when beta^t is close to 1.
+    const double c = a.beta > 0 ? -std::expm1(t * std::log(a.beta)) : 1.0;
+    y[0] = T(std::pow(c, a.power));
+    return;
+  }
+  if (d.op == Op::increment) {
+    const int32_t n = in[0].as<int32_t>()[0];
+    if (n == INT32_MAX) kernel_error(d.op, "counter overflows i32");
+    out.as<int32_t>()[0] = n + 1;
+    return;
+  }
+  kernel_error(d.op, "not a sequence op");
 }
 
 template void movement<float>(const Dispatch&, const KernelLaunch&, const std::vector<Arg>&, const Arg&);

@@ -128,14 +128,11 @@ void cross_entropy_kernel(const Dispatch& d, const KernelLaunch& l, const std::v
 
 template <class T>
 void workload_index(const Dispatch& d, const KernelLaunch& l, const std::vector<Arg>& in, const Arg& out) {
-  switch (d.op) {
-    case Op::where: return where_kernel<T>(l, in, out);
-    case Op::gather:
-    case Op::gather_backward: return gather_kernel<T>(d, l, in, out);
-    case Op::softmax_cross_entropy:
-    case Op::softmax_cross_entropy_backward: return cross_entropy_kernel<T>(d, l, in, out);
-    default: kernel_error(d.op, "not a workload index op");
-  }
+  if (d.op == Op::where) return where_kernel<T>(l, in, out);
+  if (d.op == Op::gather || d.op == Op::gather_backward) return gather_kernel<T>(d, l, in, out);
+  if (d.op == Op::softmax_cross_entropy || d.op == Op::softmax_cross_entropy_backward)
+    return cross_entropy_kernel<T>(d, l, in, out);
+  kernel_error(d.op, "not a workload index op");
 }
 
 template void workload_index<float>(const Dispatch&, const KernelLaunch&, const std::vector<Arg>&, const Arg&);

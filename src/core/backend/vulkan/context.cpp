@@ -49,8 +49,10 @@ std::string type_name(VkPhysicalDeviceType t) {
     case VK_PHYSICAL_DEVICE_TYPE_INTEGRATED_GPU: return "integrated";
     case VK_PHYSICAL_DEVICE_TYPE_VIRTUAL_GPU: return "virtual";
     case VK_PHYSICAL_DEVICE_TYPE_CPU: return "cpu";
-    default: return "other";
+    case VK_PHYSICAL_DEVICE_TYPE_OTHER:
+    case VK_PHYSICAL_DEVICE_TYPE_MAX_ENUM: break;
   }
+  return "other";  // also any value a newer driver reports
 }
 
 int type_rank(const std::string& t) {

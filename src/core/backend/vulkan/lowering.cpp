@@ -438,38 +438,32 @@ class Lowerer {
     Shape sh = os;
     std::vector<int64_t> st, lo(os.size(), 0), hi(os.begin(), os.end());
     int64_t base = 0;
-    switch (d.op) {
-      case Op::reshape:
-        if (same_memory(d.reads[0], d.write())) return;
-        sh = {int64_t(numel_of(d.write()))};
-        st = {1};
-        lo = {0};
-        hi = sh;
-        break;
-      case Op::permute: {
-        const auto& perm = std::get<PermuteAttrs>(d.attrs).perm;
-        auto xst = strides_of(xs);
-        for (size_t i = 0; i < perm.size(); ++i) st.push_back(xst[size_t(perm[i])]);
-        break;
+    if (d.op == Op::reshape) {
+      if (same_memory(d.reads[0], d.write())) return;
+      sh = {int64_t(numel_of(d.write()))};
+      st = {1};
+      lo = {0};
+      hi = sh;
+    } else if (d.op == Op::permute) {
+      const auto& perm = std::get<PermuteAttrs>(d.attrs).perm;
+      auto xst = strides_of(xs);
+      for (size_t i = 0; i < perm.size(); ++i) st.push_back(xst[size_t(perm[i])]);
+    } else if (d.op == Op::slice) {
+      const auto& s = std::get<SliceAttrs>(d.attrs);
+      st = strides_of(xs);
+      for (size_t i = 0; i < st.size(); ++i) base += s.starts[i] * st[i];
+    } else if (d.op == Op::broadcast_to) {
+      st = broadcast_strides(xs, os);
+    } else if (d.op == Op::pad) {
+      const auto& p = std::get<PadAttrs>(d.attrs);
+      st = strides_of(xs);
+      for (size_t i = 0; i < st.size(); ++i) {
+        lo[i] = p.before[i];
+        hi[i] = p.before[i] + xs[i];
+        base -= p.before[i] * st[i];
       }
-      case Op::slice: {
-        const auto& s = std::get<SliceAttrs>(d.attrs);
-        st = strides_of(xs);
-        for (size_t i = 0; i < st.size(); ++i) base += s.starts[i] * st[i];
-        break;
-      }
-      case Op::broadcast_to: st = broadcast_strides(xs, os); break;
-      case Op::pad: {
-        const auto& p = std::get<PadAttrs>(d.attrs);
-        st = strides_of(xs);
-        for (size_t i = 0; i < st.size(); ++i) {
-          lo[i] = p.before[i];
-          hi[i] = p.before[i] + xs[i];
-          base -= p.before[i] * st[i];
-        }
-        break;
-      }
-      default: unsupported(d.op, "not a movement op");
+    } else {
+      unsupported(d.op, "not a movement op");
     }
     if (d.op != Op::pad) collapse(sh, {&st}), lo.assign(sh.size(), 0), hi.assign(sh.begin(), sh.end());
     if (sh.size() > kMaxRank) unsupported(d.op, "more than 6 non-mergeable axes");
