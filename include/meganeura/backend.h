@@ -64,7 +64,7 @@ struct VulkanDeviceInfo {
   bool portability_subset = false;
   uint64_t max_storage_buffer_range = 0, min_storage_buffer_offset_alignment = 0;
   uint64_t max_memory_allocation_size = 0;
-  uint32_t max_workgroup_invocations = 0, max_workgroup_count[3] = {0, 0, 0};
+  uint32_t max_workgroup_invocations = 0, max_workgroup_size_x = 0, max_workgroup_count[3] = {0, 0, 0};
   uint32_t max_shared_memory = 0, max_push_constants = 0;
   uint32_t max_storage_buffers_per_stage = 0;
   double timestamp_period_ns = 0;
@@ -97,6 +97,12 @@ struct VulkanOptions {
   // Split one run's submission into this many command buffers (sharing a queue with rendering).
   int chunks = 1;
   const VulkanExternalDevice* external = nullptr;
+  // The GEMM and convolution kernels: chosen by the device's type (automatic: shared-memory
+  // tiles on GPUs, direct register blocks on CPU-emulated devices) or forced, so that tests run
+  // both families on any device and benchmarks compare them with the first GEMM kernel
+  // (naive: matmul only; convolutions then take the shared-memory tiles).
+  enum class Kernels : uint8_t { automatic, shared_memory, direct, naive };
+  Kernels kernels = Kernels::automatic;
 };
 std::unique_ptr<Backend> make_vulkan_backend(const VulkanOptions& options = {});
 

@@ -6,6 +6,7 @@
 #include <stdexcept>
 #include <string>
 
+#include "backend/vulkan/lower_gemm.h"
 #include "graph/op_table.h"
 #include "meganeura/schedule.h"
 
@@ -313,90 +314,9 @@ class Lowerer {
     out.push_back(std::move(l));
   }
 
-  void matmul(const Dispatch& d, Launch l, std::vector<Launch>& out) {
-    const auto& a = std::get<MatmulAttrs>(d.attrs);
-    const Shape &as = shape(d.reads[0]), &bs = shape(d.reads[1]), &cs = shape(d.write());
-    uint64_t m = uint64_t(cs[cs.size() - 2]), n = uint64_t(cs.back());
-    const uint64_t k = uint64_t(a.trans_a ? as[as.size() - 2] : as.back());
-    uint64_t batch = numel_of(d.write()) / std::max<uint64_t>(m * n, 1);
-    const bool a_batched = as.size() > 2, b_batched = bs.size() > 2;
-    uint64_t sa = a_batched ? m * k : 0, sb = b_batched ? k * n : 0, sc = m * n;
-    if (a_batched && !b_batched && !a.trans_a) {  // shared weights: one tall GEMM
-      m *= batch;
-      batch = 1;
-      sa = sb = sc = 0;
-    }
-    Push pc{l};
-    pc.u(m);
-    pc.u(n);
-    pc.u(k);
-    pc.u(a.trans_a);
-    pc.u(a.trans_b);
-    pc.u(uint64_t(as.back()));
-    pc.u(uint64_t(bs.back()));
-    pc.u(sa);
-    pc.u(sb);
-    pc.u(sc);
-    const uint32_t t = dc_.tile_mn, tt = 4;
-    l.spec = {(t / tt) * (t / tt), t, t, dc_.tile_k};
-    l.bindings[0] = d.reads[0];
-    l.bindings[1] = d.reads[1];
-    l.bindings[2] = d.write();
-    l.groups[0] = uint32_t((n + t - 1) / t);
-    l.groups[1] = uint32_t((m + t - 1) / t);
+  void matmul(const Dispatch& d, Launch l, std::vector<Launch>& out) { lower_matmul(p_, d, dc_, std::move(l), out); }
 
-    l.groups[2] = uint32_t(batch);
-    if (l.groups[1] > dc_.max_groups_y || l.groups[2] > dc_.max_groups_z || l.groups[0] > dc_.max_groups_x) {
-      unsupported(d.op, "the product is larger than the device's dispatch grid");
-    }
-    out.push_back(std::move(l));
-  }
-
-  void conv(const Dispatch& d, Launch l, std::vector<Launch>& out) {
-    const auto& a = std::get<ConvAttrs>(d.attrs);
-    Shape x, w, y;
-    uint32_t code = 0;
-    if (d.op == Op::conv2d) {
-      x = shape(d.reads[0]);
-      w = shape(d.reads[1]);
-      y = shape(d.write());
-      code = 0;
-    } else if (d.op == Op::conv2d_backward_input) {
-      x = shape(d.write());
-      w = shape(d.reads[1]);
-      y = shape(d.reads[0]);
-      code = 1;
-    } else {
-      x = shape(d.reads[0]);
-      w = shape(d.write());
-      y = shape(d.reads[1]);
-      code = 2;
-    }
-    Push pc{l};
-    pc.u(numel_of(d.write()));
-    pc.u(code);
-    pc.u(uint64_t(x[0]));
-    pc.u(uint64_t(x[1]));
-    pc.u(uint64_t(x[2]));
-    pc.u(uint64_t(x[3]));
-    pc.u(uint64_t(w[0]));
-    pc.u(uint64_t(w[2]));
-    pc.u(uint64_t(w[3]));
-    pc.u(uint64_t(y[2]));
-    pc.u(uint64_t(y[3]));
-    pc.u(uint64_t(a.groups));
-    pc.i(a.stride[0]);
-    pc.i(a.stride[1]);
-    pc.i(a.pad[0]);
-    pc.i(a.pad[1]);
-    pc.i(a.dilation[0]);
-    pc.i(a.dilation[1]);
-    l.bindings[0] = d.reads[0];
-    l.bindings[1] = d.reads[1];
-    l.bindings[2] = d.write();
-    elementwise_grid(l, numel_of(d.write()), dc_);
-    out.push_back(std::move(l));
-  }
+  void conv(const Dispatch& d, Launch l, std::vector<Launch>& out) { lower_conv(p_, d, dc_, std::move(l), out); }
 
   void pool(const Dispatch& d, Launch l, std::vector<Launch>& out) {
     Push pc{l};
@@ -771,7 +691,8 @@ class Lowerer {
   // The fused ops: push words and kernel variant from the core schedule; bindings 0-7 the
   // program's inputs, 8 the output, 9 the code, 10 and 11 a multi-output program's outputs 1
   // and 2.
-  void fused(const Dispatch& d, const KernelLaunch& k, Launch l, Launch rows, Launch mm, std::vector<Launch>& out) {
+  void fused(const Dispatch& d, const KernelLaunch& k, Launch l, Launch rows, Launch /*matmul*/,
+             std::vector<Launch>& out) {
     wide_operands(d, k, l, 0);
     l.spec = {dc_.workgroup};
     if (d.op == Op::norm || d.op == Op::softmax_scaled) {
@@ -835,19 +756,8 @@ class Lowerer {
       out.push_back(std::move(l));
       return;
     }
-    // matmul_epilogue: the GEMM into the output, then the program in place over it (input 0 is
-    // the product; input k >= 1 is the node's input k + 1).
-    Dispatch product = d;
-    product.op = Op::matmul;
-    product.attrs = a.matmul;
-    product.reads = {d.reads[0], d.reads[1]};
-    mm.reads = product.reads;
-    matmul(product, std::move(mm), out);
-    l.bindings[0] = d.write();
-    for (size_t i = 2; i < d.reads.size(); ++i) l.bindings[i - 1] = d.reads[i];
-    l.barrier_before = true;
-    elementwise_grid(l, numel_of(d.write()), dc_);
-    out.push_back(std::move(l));
+    // matmul_epilogue: the program runs on the GEMM's results before they are stored.
+    lower_matmul_epilogue(p_, d, dc_, std::move(l), out);
   }
 
   const Program& p_;
@@ -857,12 +767,12 @@ class Lowerer {
 
 }  // namespace
 
-DeviceClass device_class(const VulkanDeviceInfo& info) {
+DeviceClass device_class(const VulkanDeviceInfo& info, VulkanOptions::Kernels kernels) {
   DeviceClass dc;
-  if (info.type == "cpu") {
+  const bool cpu = info.type == "cpu";
+  if (cpu) {
     // A CPU-emulated device runs a workgroup per thread: smaller groups keep all cores busy.
     dc.workgroup = 64;
-    dc.tile_mn = 32;
   }
   dc.workgroup = std::min(dc.workgroup, std::max<uint32_t>(info.max_workgroup_invocations, 64));
   // Wide rows also on CPU-emulated devices: the interpreter's loops run per element, and
@@ -872,6 +782,14 @@ DeviceClass device_class(const VulkanDeviceInfo& info) {
   dc.max_groups_x = info.max_workgroup_count[0];
   dc.max_groups_y = info.max_workgroup_count[1];
   dc.max_groups_z = info.max_workgroup_count[2];
+  dc.max_workgroup = std::min(info.max_workgroup_invocations,
+                              info.max_workgroup_size_x ? info.max_workgroup_size_x : info.max_workgroup_invocations);
+  dc.max_shared_memory = info.max_shared_memory;
+  dc.max_binding_bytes = info.max_storage_buffer_range;
+  // Lavapipe leaves every loop of an invocation after 65,535 iterations in all: half of that.
+  // Elsewhere a bound that keeps an invocation well below a display watchdog's seconds.
+  dc.loop_budget = cpu ? 32768 : uint64_t(1) << 20;
+  gemm_device_class(dc, info, kernels);
   return dc;
 }
 

@@ -49,14 +49,33 @@ constexpr uint32_t kAttentionMaxHead = 128;
 // a workgroup's tree and barriers cost more than a short serial loop.
 constexpr uint32_t kSerialRowMax = 256, kSerialRowsMin = 64;
 
+// The GEMM kernels (shaders/gemm.glsl): shared-memory tiles (GPUs), direct register blocks
+// (CPU-emulated devices), or the first GEMM kernel (comparisons only).
+enum class GemmFamily : uint8_t { shared_memory, direct, naive };
+// A BM x BN block of C per workgroup, TM x TN results per invocation (multiples of 4); the
+// shared-memory kernels stage BK-deep slices.
+struct GemmTiles {
+  uint32_t bm = 64, bn = 64, bk = 16, tm = 8, tn = 4;
+};
+
 // Tile and workgroup choices for a class of device (not for one driver).
 struct DeviceClass {
-  uint32_t workgroup = 256;            // elementwise and reductions
-  uint32_t row_workgroup = 256;        // the fused kernels' workgroup-per-row reductions
-  uint32_t tile_mn = 64, tile_k = 16;  // matmul tiles (4x4 register blocks per invocation)
+  uint32_t workgroup = 256;      // elementwise and reductions
+  uint32_t row_workgroup = 256;  // the fused kernels' workgroup-per-row reductions
+  GemmFamily gemm = GemmFamily::shared_memory;
+  // Tiles, largest first: a product takes the first that makes at least gemm_fill workgroups
+  // (else the last, and splits K). Convolutions gather one operand, which favours other shapes.
+  std::vector<GemmTiles> gemm_tiles, conv_tiles;
+  uint32_t gemm_fill = 256;      // workgroups that keep the device busy: K is split below it
+  uint64_t loop_budget = 32768;  // loop iterations one invocation may run (lavapipe: half its limit)
+  uint32_t max_workgroup = 256;  // invocations per workgroup the device allows
+  uint32_t max_shared_memory = 16384;
+  uint64_t max_binding_bytes = uint64_t(1) << 27;
   uint32_t max_groups_x = 65535, max_groups_y = 65535, max_groups_z = 65535;
 };
-DeviceClass device_class(const VulkanDeviceInfo& info);
+// `kernels` forces a GEMM family (VulkanOptions::kernels); throws where the device cannot run it.
+DeviceClass device_class(const VulkanDeviceInfo& info,
+                         VulkanOptions::Kernels kernels = VulkanOptions::Kernels::automatic);
 
 std::vector<Launch> lower_program(const Program& p, const DeviceClass& dc);
 

@@ -26,6 +26,8 @@ enum class Kernel : uint8_t {
   rows,
   attention,
   workload,
+  matmul_fused,      // matmul with its epilogue program (wide layout)
+  matmul_reference,  // the first GEMM kernel, for comparisons
   count_
 };
 constexpr size_t kKernelCount = size_t(Kernel::count_);
@@ -39,7 +41,8 @@ std::span<const uint32_t> kernel_spirv(Kernel k);
 constexpr uint32_t kBindings = 3;
 constexpr uint32_t kWideBindings = 12;
 inline bool wide(Kernel k) {
-  return k == Kernel::fused || k == Kernel::rows || k == Kernel::attention || k == Kernel::workload;
+  return k == Kernel::fused || k == Kernel::rows || k == Kernel::attention || k == Kernel::workload ||
+         k == Kernel::matmul_fused;
 }
 inline uint32_t binding_count(Kernel k) { return wide(k) ? kWideBindings : kBindings; }
 constexpr uint32_t kPushBytes = 128;

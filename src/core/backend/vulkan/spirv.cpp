@@ -42,11 +42,18 @@ const uint32_t kAttention[] = {
 const uint32_t kWorkload[] = {
 #include "workload.spv.inc"
 };
+const uint32_t kMatmulFused[] = {
+#include "matmul_fused.spv.inc"
+};
+const uint32_t kMatmulReference[] = {
+#include "matmul_reference.spv.inc"
+};
 }  // namespace
 
 const char* kernel_name(Kernel k) {
-  static const char* names[] = {"pointwise", "reduce", "softmax", "matmul", "movement",  "index",   "sequence",
-                                "conv",      "pool",   "fused",   "rows",   "attention", "workload"};
+  static const char* names[] = {"pointwise", "reduce",    "softmax",  "matmul",       "movement",
+                                "index",     "sequence",  "conv",     "pool",         "fused",
+                                "rows",      "attention", "workload", "matmul_fused", "matmul_reference"};
   static_assert(sizeof(names) / sizeof(names[0]) == kKernelCount);
   return names[size_t(k)];
 }
@@ -66,6 +73,8 @@ std::span<const uint32_t> kernel_spirv(Kernel k) {
     case Kernel::rows: return kRows;
     case Kernel::attention: return kAttention;
     case Kernel::workload: return kWorkload;
+    case Kernel::matmul_fused: return kMatmulFused;
+    case Kernel::matmul_reference: return kMatmulReference;
     case Kernel::count_: break;
   }
   return {};
