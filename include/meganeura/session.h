@@ -37,6 +37,8 @@ struct SessionOptions {
   bool vulkan_profile = false;
   // Vulkan: the pipeline cache directory ("" = $XDG_CACHE_HOME/meganeura); "-" disables it.
   std::string vulkan_cache_dir;
+  // Vulkan: the GEMM and convolution kernels (VulkanOptions::kernels).
+  VulkanOptions::Kernels vulkan_kernels = VulkanOptions::Kernels::automatic;
 };
 
 // Sets `o` from a --device value: "cpu", "auto" (discrete GPU > integrated GPU > CPU backend),

@@ -38,6 +38,7 @@ VulkanOptions vulkan_options(const SessionOptions& o, const std::string& device)
   const char* env = std::getenv("MEGANEURA_VULKAN_VALIDATION");
   v.validation = o.vulkan_validation || (env && std::string(env) == "1");
   v.profile = o.vulkan_profile;
+  v.kernels = o.vulkan_kernels;
   v.pipeline_cache = o.vulkan_cache_dir != "-";
   if (v.pipeline_cache) v.cache_dir = o.vulkan_cache_dir;
   return v;

@@ -8,11 +8,12 @@
 #include <thread>
 #include <variant>
 
+#include "backend/vulkan/gemm_problem.h"
 #include "graph/op_table.h"
 #include "meganeura/schedule.h"
 
 namespace meganeura::vk {
-namespace {
+namespace gemm {
 
 [[noreturn]] void refuse(Op op, const std::string& why) {
   throw std::invalid_argument("[vulkan:" + std::string(op_name(op)) + "] " + why);
@@ -23,31 +24,11 @@ uint32_t u32(Op op, uint64_t v, const char* what) {
   return uint32_t(v);
 }
 
-uint64_t ceil_div(uint64_t a, uint64_t b) { return (a + b - 1) / b; }
+namespace {
 
-// Push words of the GEMM kernels: gemm_params.glsl (shared), matmul.comp, epilogue.glsl.
-constexpr size_t kM = 0, kN = 1, kK = 2, kLda = 3, kLdb = 4, kLdc = 5, kBatchA = 6, kBatchB = 7, kBatchC = 8,
-                 kKChunk = 9, kSplits = 10, kBatches = 11, kEpilogueLayout = 12;
-// conv.comp
-constexpr size_t kWorkspaceBase = 30;
-// conv.comp
-constexpr size_t kC = 3, kKH = 12, kPY = 16, kPX = 17, kDY = 18, kDX = 19, kMKK = 22, kMKW = 23, kMPix = 24, kMRow = 25,
-                 kPix = 26, kRow = 27, kShifts = 28, kTaps = 29, kPhase = 31;
-enum : uint32_t { kModeGemm = 0, kModeReduce = 1 };
-enum : uint32_t { kForward = 0, kInputGrad = 1, kWeightGrad = 2 };
 // A split keeps at least this much of K (its partial products cost a write and a read), and
 // the reduction sums at most this many splits.
 constexpr uint64_t kMinSplitK = 128, kMaxSplits = 64;
-
-// One GEMM as the kernels see it: C[batch] (m x n) = op(A)[batch] (m x k) op(B)[batch] (k x n).
-struct Problem {
-  Kernel kernel = Kernel::matmul;  // matmul, matmul_fused or conv
-  uint32_t operation = 0;          // conv.comp's pass
-  uint64_t m = 0, n = 0, k = 0, batches = 1;
-  bool a_along_k = true, b_along_n = true, vec_a = false, vec_b = false, vec_c = false;
-  uint32_t words[32] = {};  // the kernel's own push words; the shared ones are set on emission
-  uint64_t epilogue = 0;    // instructions of the fused program (0: none)
-};
 
 struct Split {
   GemmTiles t;
@@ -107,6 +88,8 @@ Split plan_split(const Problem& pr, const DeviceClass& dc, Op op) {
   return s;
 }
 
+}  // namespace
+
 void flat_grid(Launch& l, uint64_t groups, const DeviceClass& dc, Op op) {
   const uint64_t x = std::min<uint64_t>(std::max<uint64_t>(groups, 1), dc.max_groups_x);
   const uint64_t y = ceil_div(std::max<uint64_t>(groups, 1), x);
@@ -116,10 +99,8 @@ void flat_grid(Launch& l, uint64_t groups, const DeviceClass& dc, Op op) {
   l.groups[2] = 1;
 }
 
-// The GEMM launch and, when K is split, the reduction of its partial products, which go to
-// the workspace from element `workspace` on. Returns the elements it used there.
 uint64_t emit(const Problem& pr, const DeviceClass& dc, Op op, Launch base, std::vector<Launch>& out,
-              uint64_t workspace = 0) {
+              uint64_t workspace) {
   const Split s = plan_split(pr, dc, op);
   const bool wide = pr.kernel == Kernel::matmul_fused;
   base.kernel = pr.kernel;
@@ -161,6 +142,13 @@ uint64_t emit(const Problem& pr, const DeviceClass& dc, Op op, Launch base, std:
   out.push_back(std::move(r));
   return (workspace_bytes(pr, s.splits) / 4 + 3) / 4 * 4;  // the next part starts aligned for vec4s
 }
+
+}  // namespace gemm
+
+namespace {
+
+using namespace gemm;
+constexpr size_t kEpilogueLayout = 12;  // epilogue.glsl: the schedule's elementwise layout
 
 // The first GEMM kernel (matmul_reference.comp), for comparisons: its own push layout.
 void emit_reference(const Problem& pr, bool trans_a, bool trans_b, const DeviceClass& dc, Op op, Launch l,
@@ -213,144 +201,6 @@ Problem matmul_problem(const Program& p, const Dispatch& d, const MatmulAttrs& a
   pr.vec_b = ldb % 4 == 0 && sb % 4 == 0 && (a.trans_b ? pr.k : pr.n) % 4 == 0;
   pr.vec_c = pr.n % 4 == 0 && sc % 4 == 0;
   return pr;
-}
-
-// A 1x1 convolution with stride 1 and no padding over images of 4k pixels: per image a
-// matmul with vec4 loads on both sides (forward: W X[n]; input gradient: W^T dY[n]).
-bool pointwise_conv(const Dispatch& d, const ConvAttrs& a, const Shape& w, const Shape& y) {
-  return d.op != Op::conv2d_backward_weight && a.groups == 1 && w[2] == 1 && w[3] == 1 && a.stride[0] == 1 &&
-         a.stride[1] == 1 && a.pad[0] == 0 && a.pad[1] == 0 && (y[2] * y[3]) % 4 == 0;
-}
-
-Problem pointwise_problem(const Dispatch& d, const Shape& x, const Shape& w) {
-  const uint64_t nb = uint64_t(x[0]), c = uint64_t(x[1]), hw = uint64_t(x[2] * x[3]), o = uint64_t(w[0]);
-  const bool forward = d.op == Op::conv2d;
-  Problem pr;
-  pr.m = forward ? o : c;
-  pr.n = hw;
-  pr.k = forward ? c : o;
-  pr.batches = nb;
-  pr.a_along_k = forward;  // W is [o][c]: op(A) = W (forward) or W^T
-  pr.vec_a = c % 4 == 0;
-  pr.vec_b = pr.vec_c = true;
-  const uint64_t words[] = {c, hw, hw, 0, pr.k * hw, pr.m * hw};  // lda, ldb, ldc, batch strides
-  for (size_t i = 0; i < std::size(words); ++i) pr.words[kLda + i] = u32(d.op, words[i], "a stride");
-  return pr;
-}
-
-void set_divisor(Problem& pr, size_t word, size_t shift_word, int byte, uint64_t d, Op op) {
-  const FastDivisor f = fast_divisor(u32(op, d, "a size"));
-  pr.words[word] = f.multiplier;
-  pr.words[shift_word] |= f.shift << (8 * byte);
-}
-
-// The implicit GEMMs of conv.comp: rows, columns and K per pass (see its header).
-// The words every pass shares: sizes, then kernel, stride, padding, dilation and group sizes.
-Problem conv_base(const Dispatch& d, const ConvAttrs& a, const Shape& x, const Shape& w, const Shape& y) {
-  Problem pr;
-  pr.kernel = Kernel::conv;
-  pr.batches = uint64_t(a.groups);
-  pr.b_along_n = false;
-  const int64_t words[] = {x[1],
-                           x[2],
-                           x[3],
-                           w[0],
-                           y[2],
-                           y[3],
-                           -1,
-                           -1,
-                           -1,
-                           w[2],
-                           w[3],
-                           a.stride[0],
-                           a.stride[1],
-                           a.pad[0],
-                           a.pad[1],
-                           a.dilation[0],
-                           a.dilation[1],
-                           x[1] / a.groups,
-                           w[0] / a.groups};
-  for (size_t i = 0; i < std::size(words); ++i) {
-    if (words[i] == -1) continue;  // the shared words 9-11
-    if (words[i] < 0) refuse(d.op, "negative padding, stride or dilation");
-    pr.words[kC + i] = u32(d.op, uint64_t(words[i]), "a size");
-  }
-  return pr;
-}
-
-void set_divisors(Problem& pr, uint64_t taps, uint64_t tap_row, uint64_t pix, uint64_t row, Op op) {
-  set_divisor(pr, kMKK, kShifts, 0, std::max<uint64_t>(taps, 1), op);
-  set_divisor(pr, kMKW, kShifts, 1, std::max<uint64_t>(tap_row, 1), op);
-  set_divisor(pr, kMPix, kShifts, 2, std::max<uint64_t>(pix, 1), op);
-  set_divisor(pr, kMRow, kShifts, 3, std::max<uint64_t>(row, 1), op);
-  pr.words[kPix] = u32(op, pix, "a size");
-  pr.words[kRow] = u32(op, row, "a size");
-}
-
-// The input pixels r, r + s, ... of one stride phase along an axis, and the taps that reach
-// them: i = i0 + step t for t < taps, moving the output pixel by `shift` per tap; the first
-// output pixel is c0 + y' for the phase's pixel y'.
-struct PhaseAxis {
-  uint64_t pixels = 0, i0 = 0, step = 1, taps = 0, shift = 1;
-  int64_t c0 = 0;
-};
-PhaseAxis phase_axis(int64_t r, int64_t stride, int64_t dilation, int64_t pad, int64_t kernel, int64_t size) {
-  PhaseAxis p;
-  p.pixels = r < size ? uint64_t((size - r + stride - 1) / stride) : 0;
-  const int64_t g = std::gcd(dilation, stride);
-  p.step = uint64_t(stride / g);
-  p.shift = uint64_t(dilation / g);
-  for (int64_t i = 0; i < std::min<int64_t>(kernel, stride / g); ++i) {
-    if (((i * dilation - r - pad) % stride + stride) % stride != 0) continue;
-    p.i0 = uint64_t(i);
-    p.taps = uint64_t((kernel - i + stride / g - 1) / (stride / g));
-    p.c0 = (r + pad - i * dilation) / stride;
-    break;
-  }
-  return p;
-}
-
-// The implicit GEMMs of conv.comp (see its header): one for the forward pass and the weight
-// gradient, one per stride phase for the input gradient.
-std::vector<Problem> conv_problems(const Dispatch& d, const ConvAttrs& a, const Shape& x, const Shape& w,
-                                   const Shape& y) {
-  const uint64_t nb = uint64_t(x[0]), kh = uint64_t(w[2]), kw = uint64_t(w[3]), oh = uint64_t(y[2]),
-                 ow = uint64_t(y[3]);
-  const uint64_t cg = uint64_t(x[1] / a.groups), og = uint64_t(w[0] / a.groups);
-  Problem pr = conv_base(d, a, x, w, y);
-  if (d.op != Op::conv2d_backward_input) {
-    const bool forward = d.op == Op::conv2d;
-    pr.operation = forward ? kForward : kWeightGrad;
-    pr.m = forward ? nb * oh * ow : cg * kh * kw;
-    pr.n = og;
-    pr.k = forward ? cg * kh * kw : nb * oh * ow;
-    pr.vec_b = forward ? pr.k % 4 == 0 : (oh * ow) % 4 == 0;
-    set_divisors(pr, kh * kw, kw, oh * ow, ow, d.op);
-    return {pr};
-  }
-  std::vector<Problem> phases;
-  pr.operation = kInputGrad;
-  pr.n = cg;
-  for (int64_t ry = 0; ry < a.stride[0]; ++ry) {
-    for (int64_t rx = 0; rx < a.stride[1]; ++rx) {
-      const PhaseAxis py = phase_axis(ry, a.stride[0], a.dilation[0], a.pad[0], int64_t(kh), x[2]);
-      const PhaseAxis px = phase_axis(rx, a.stride[1], a.dilation[1], a.pad[1], int64_t(kw), x[3]);
-      const uint64_t bytes[] = {uint64_t(ry), uint64_t(rx), py.taps, px.taps, py.i0, px.i0, py.step, px.step};
-      if (*std::max_element(std::begin(bytes), std::end(bytes)) > 255) refuse(d.op, "strides or kernels above 255");
-      Problem ph = pr;
-      ph.m = nb * py.pixels * px.pixels;
-      ph.k = og * py.taps * px.taps;
-      ph.words[kPY] = uint32_t(int32_t(py.c0));
-      ph.words[kPX] = uint32_t(int32_t(px.c0));
-      ph.words[kDY] = uint32_t(py.shift);
-      ph.words[kDX] = uint32_t(px.shift);
-      ph.words[kTaps] = uint32_t(py.i0 | px.i0 << 8 | py.step << 16 | px.step << 24);
-      ph.words[kPhase] = uint32_t(ry | rx << 8 | py.taps << 16 | px.taps << 24);
-      set_divisors(ph, py.taps * px.taps, px.taps, py.pixels * px.pixels, px.pixels, d.op);
-      if (ph.m) phases.push_back(ph);
-    }
-  }
-  return phases;
 }
 
 // GEMM tiles for a device class, within its workgroup and shared-memory limits.
@@ -429,30 +279,6 @@ void lower_matmul_epilogue(const Program& p, const Dispatch& d, const DeviceClas
   base.bindings[9] = kCodeBinding;
   if (pr.m * pr.n * pr.batches == 0) return;
   emit(pr, dc, d.op, std::move(base), out);
-}
-
-void lower_conv(const Program& p, const Dispatch& d, const DeviceClass& dc, Launch base, std::vector<Launch>& out) {
-  const auto& a = std::get<ConvAttrs>(d.attrs);
-  auto shape = [&](uint32_t t) -> const Shape& { return p.tensors[t].type.shape; };
-  const Shape& x = d.op == Op::conv2d_backward_input ? shape(d.write()) : shape(d.reads[0]);
-  const Shape& w = d.op == Op::conv2d_backward_weight ? shape(d.write()) : shape(d.reads[1]);
-  const Shape& y = d.op == Op::conv2d                  ? shape(d.write())
-                   : d.op == Op::conv2d_backward_input ? shape(d.reads[0])
-                                                       : shape(d.reads[1]);
-  if (x.size() != 4 || w.size() != 4 || y.size() != 4) refuse(d.op, "convolutions over 4-D tensors only");
-  if (a.groups < 1 || x[1] % a.groups || w[0] % a.groups || a.stride[0] < 1 || a.stride[1] < 1)
-    refuse(d.op, "groups must divide the channels and strides be positive");
-  base.bindings[0] = d.reads[0];
-  base.bindings[1] = d.reads[1];
-  base.bindings[2] = d.write();
-  if (numel(x) * numel(w) * numel(y) == 0) return;
-  if (pointwise_conv(d, a, w, y)) {
-    std::swap(base.bindings[0], base.bindings[1]);  // A: the weights; B: x or dY
-    emit(pointwise_problem(d, x, w), dc, d.op, std::move(base), out);
-    return;
-  }
-  uint64_t workspace = 0;  // the input gradient's phases run together: disjoint workspace parts
-  for (const Problem& pr : conv_problems(d, a, x, w, y)) workspace += emit(pr, dc, d.op, base, out, workspace);
 }
 
 void gemm_device_class(DeviceClass& dc, const VulkanDeviceInfo& info, VulkanOptions::Kernels kernels) {

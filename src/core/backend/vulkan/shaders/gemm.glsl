@@ -2,7 +2,8 @@
 // op(A)[batch] op(B)[batch] over K, optionally split into K chunks whose partial products a
 // second launch (MODE_REDUCE) sums in a fixed order.
 //
-// The including kernel includes gemm_params.glsl, then defines, before including this file:
+// The including kernel includes gemm_params.glsl, then defines, before including this file
+// (and optionally EXTRA_MODES, a function that runs its own modes, MODE > MODE_REDUCE):
 //   struct ARef; ARef a_ref(uint batch, uint row); vec4 a_quad(ARef r, uint k);
 //     A_ALONG_K: the quad is op(A)[row][k..k+3], else op(A)[row..row+3][k]
 //   struct BRef; BRef b_ref(uint batch, uint col); vec4 b_quad(BRef r, uint k);
@@ -207,6 +208,12 @@ void main() {
     reduce_splits();
     return;
   }
+#ifdef EXTRA_MODES
+  if (MODE > MODE_REDUCE) {  // the kernel's own modes
+    EXTRA_MODES();
+    return;
+  }
+#endif
   const uint splits = pc.w[P_SPLITS];
   const uint batch = gl_WorkGroupID.z / splits, split = gl_WorkGroupID.z % splits;
   const uint kbeg = split * pc.w[P_KCHUNK];
