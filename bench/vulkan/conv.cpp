@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "backend/vulkan/vulkan_backend.h"
+#include "kernels_option.h"
 #include "meganeura/backend.h"
 #include "meganeura/program.h"
 
@@ -125,10 +126,6 @@ int main(int argc, char** argv) {
       return 2;
     }
   }
-  const std::map<std::string, VulkanOptions::Kernels> names = {{"auto", VulkanOptions::Kernels::automatic},
-                                                               {"naive", VulkanOptions::Kernels::naive},
-                                                               {"shared_memory", VulkanOptions::Kernels::shared_memory},
-                                                               {"direct", VulkanOptions::Kernels::direct}};
   nlohmann::json out = nlohmann::json::array();
   std::vector<VulkanDeviceInfo> devices;
   try {
@@ -142,7 +139,7 @@ int main(int argc, char** argv) {
       try {
         VulkanOptions o;
         o.device = std::to_string(d.index);
-        o.kernels = names.at(k);
+        o.kernels = bench::kernels_named(k);
         o.profile = true;
         const std::vector<Entry> entries = run(o, batch, reps);
         double flops = 0, ms = 0;

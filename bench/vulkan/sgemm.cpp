@@ -21,6 +21,7 @@
 #include <string>
 #include <vector>
 
+#include "kernels_option.h"
 #include "meganeura/backend.h"
 #include "meganeura/program.h"
 
@@ -88,21 +89,17 @@ struct Target {
 std::vector<Target> targets(const std::vector<std::string>& kernels, bool with_cpu) {
   std::vector<Target> t;
   if (with_cpu) t.push_back({"cpu", "", [] { return make_cpu_backend(); }});
-  const std::map<std::string, VulkanOptions::Kernels> names = {{"auto", VulkanOptions::Kernels::automatic},
-                                                               {"naive", VulkanOptions::Kernels::naive},
-                                                               {"shared_memory", VulkanOptions::Kernels::shared_memory},
-                                                               {"direct", VulkanOptions::Kernels::direct}};
   try {
     for (const auto& d : vulkan_devices()) {
       for (const std::string& k : kernels) {
         VulkanOptions o;
         o.device = std::to_string(d.index);
-        o.kernels = names.at(k);
+        o.kernels = bench::kernels_named(k);
         t.push_back({"vulkan:" + d.name, k, [o] { return make_vulkan_backend(o); }});
       }
     }
-  } catch (const std::out_of_range&) {
-    throw std::invalid_argument("--kernels takes auto, naive, shared_memory and direct");
+  } catch (const std::invalid_argument&) {
+    throw;
   } catch (const std::exception& e) {
     std::fprintf(stderr, "no Vulkan: %s\n", e.what());
   }

@@ -8,12 +8,12 @@
 #include <chrono>
 #include <cstdio>
 #include <iostream>
-#include <map>
 #include <nlohmann/json.hpp>
 #include <random>
 #include <string>
 #include <vector>
 
+#include "kernels_option.h"
 #include "meganeura/models.h"
 #include "meganeura/passes.h"
 #include "meganeura/session.h"
@@ -104,18 +104,17 @@ int main(int argc, char** argv) {
       return 2;
     }
   }
-  const std::map<std::string, VulkanOptions::Kernels> names = {{"auto", VulkanOptions::Kernels::automatic},
-                                                               {"naive", VulkanOptions::Kernels::naive},
-                                                               {"shared_memory", VulkanOptions::Kernels::shared_memory},
-                                                               {"direct", VulkanOptions::Kernels::direct}};
-  if (!names.count(kernels)) {
-    std::fprintf(stderr, "--kernels takes auto, naive, shared_memory or direct\n");
+  VulkanOptions::Kernels family;
+  try {
+    family = bench::kernels_named(kernels);
+  } catch (const std::invalid_argument& e) {
+    std::fprintf(stderr, "%s\n", e.what());
     return 2;
   }
   nlohmann::json out = nlohmann::json::object({{"model", "chargpt"}, {"kernels", kernels}});
   double with = 0, without = 0;
   for (bool passes : {true, false}) {
-    const Timing t = time_steps(passes, names.at(kernels), steps, warmup);
+    const Timing t = time_steps(passes, family, steps, warmup);
     const double med = median(t.ms);
     (passes ? with : without) = med;
     const char* mode = passes ? "with_passes" : "without_passes";

@@ -45,7 +45,7 @@ uint64_t epilogue_iterations(const Problem& pr) { return pr.epilogue ? 4 * (1 + 
 
 // The first tiles (largest first) that make enough workgroups to fill the device, else the smallest.
 GemmTiles choose_tiles(const Problem& pr, const DeviceClass& dc) {
-  const std::vector<GemmTiles>& choices = pr.kernel == Kernel::conv ? dc.conv_tiles : dc.gemm_tiles;
+  const std::vector<GemmTiles>& choices = dc.gemm_tiles;
   for (const GemmTiles& t : choices) {
     if (ceil_div(pr.n, t.bn) * ceil_div(pr.m, t.bm) * pr.batches >= dc.gemm_fill) return t;
   }
@@ -206,13 +206,10 @@ Problem matmul_problem(const Program& p, const Dispatch& d, const MatmulAttrs& a
 // GEMM tiles for a device class, within its workgroup and shared-memory limits.
 void gemm_tiles(DeviceClass& dc, const VulkanDeviceInfo& info) {
   if (dc.gemm == GemmFamily::direct) {
-    // Workgroups of one to a few SIMD batches of 8 (a workgroup runs on one core); large
-    // register blocks, since every load is a loop over the batch's lanes. A convolution's
-    // gathered rows cost four loads a quad: fewer rows, more columns per invocation.
+    // Workgroups of two SIMD batches of 8 (a workgroup runs on one core), 16 x 8 per invocation
+    // since every load is a loop over the batch's lanes (measured on lavapipe: 16 x 16 and
+    // 8 x 16 no faster, 8 x 4 and 8 x 8 slower); smaller blocks for small products.
     dc.gemm_tiles = {{.bm = 32, .bn = 64, .bk = 4, .tm = 16, .tn = 8},
-                     {.bm = 16, .bn = 32, .bk = 4, .tm = 8, .tn = 8},
-                     {.bm = 8, .bn = 16, .bk = 4, .tm = 4, .tn = 4}};
-    dc.conv_tiles = {{.bm = 32, .bn = 64, .bk = 4, .tm = 8, .tn = 16},
                      {.bm = 16, .bn = 32, .bk = 4, .tm = 8, .tn = 8},
                      {.bm = 8, .bn = 16, .bk = 4, .tm = 4, .tn = 4}};
     return;
@@ -235,7 +232,7 @@ void gemm_tiles(DeviceClass& dc, const VulkanDeviceInfo& info) {
     throw std::invalid_argument("[vulkan] " + info.name +
                                 "'s workgroup or shared-memory limits are below the GEMM kernels' smallest tiles");
   }
-  dc.gemm_tiles = dc.conv_tiles = tiles;
+  dc.gemm_tiles = tiles;
 }
 
 }  // namespace

@@ -64,8 +64,8 @@ struct DeviceClass {
   uint32_t row_workgroup = 256;  // the fused kernels' workgroup-per-row reductions
   GemmFamily gemm = GemmFamily::shared_memory;
   // Tiles, largest first: a product takes the first that makes at least gemm_fill workgroups
-  // (else the last, and splits K). Convolutions gather one operand, which favours other shapes.
-  std::vector<GemmTiles> gemm_tiles, conv_tiles;
+  // (else the last, and splits K).
+  std::vector<GemmTiles> gemm_tiles;
   uint32_t gemm_fill = 256;      // workgroups that keep the device busy: K is split below it
   uint64_t loop_budget = 32768;  // loop iterations one invocation may run (lavapipe: half its limit)
   uint32_t max_workgroup = 256;  // invocations per workgroup the device allows
