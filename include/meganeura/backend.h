@@ -64,7 +64,7 @@ struct VulkanDeviceInfo {
   bool portability_subset = false;
   uint64_t max_storage_buffer_range = 0, min_storage_buffer_offset_alignment = 0;
   uint64_t max_memory_allocation_size = 0;
-  uint32_t max_workgroup_invocations = 0, max_workgroup_count[3] = {0, 0, 0};
+  uint32_t max_workgroup_invocations = 0, max_workgroup_count[3] = {0, 0, 0}, max_workgroup_size[3] = {0, 0, 0};
   uint32_t max_shared_memory = 0, max_push_constants = 0;
   uint32_t max_storage_buffers_per_stage = 0;
   double timestamp_period_ns = 0;
