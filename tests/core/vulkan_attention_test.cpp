@@ -55,9 +55,7 @@ TEST_P(VulkanAttention, MatchesF64Oracle) {
   const AttentionCase& c = GetParam();
   Graph g = attention_graph(c);
   Session oracle(SessionOptions{Device::cpu, true, 1, 0});
-  PlanOptions f64;
-  f64.float_dtype = DType::f64;
-  oracle.add(plan(g, f64));
+  testing_vulkan::add_f64_oracle(oracle, g);
   Session gpu(testing_vulkan::vulkan_options());
   gpu.add(g);
   std::mt19937 rng(11);

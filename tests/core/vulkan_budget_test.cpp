@@ -130,7 +130,8 @@ TEST(VulkanLoopBudget, LaunchOverTheBudgetIsRefusedNamingTheOp) {
     FAIL() << "a launch over the loop budget was accepted";
   } catch (const std::invalid_argument& e) {
     const std::string m = e.what();
-    EXPECT_NE(m.find("[vulkan:norm] a launch of the rows kernel plans"), std::string::npos) << m;
+    EXPECT_NE(m.find("[vulkan:norm] a launch of the rows"), std::string::npos) << m;  // or its subgroup variant
+    EXPECT_NE(m.find("kernel plans 35"), std::string::npos) << m;  // 3 passes of 11,719 steps and more
     EXPECT_NE(m.find("above the device's budget of 32768"), std::string::npos) << m;
   }
   // The same program on a device class with the default budget is accepted.

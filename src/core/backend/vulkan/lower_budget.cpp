@@ -53,6 +53,8 @@ uint64_t primitive_loop_bound(const Launch& l) {
     case Kernel::index:
     case Kernel::pool:
     case Kernel::rows:
+    case Kernel::rows_subgroup:
+    case Kernel::reduce_subgroup:
     case Kernel::attention:
     case Kernel::workload:
     case Kernel::count_: return Launch::kUnplanned;

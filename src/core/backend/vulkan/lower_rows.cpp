@@ -9,6 +9,16 @@
 namespace meganeura::vk::detail {
 namespace {
 
+// Elements per lane up to which a row takes one subgroup.
+constexpr uint32_t kRowsPerLane = 32;
+
+// The device's subgroup size when its subgroup variants apply to workgroups of `wg` (0: not).
+uint32_t subgroup_width(const DeviceClass& dc, uint32_t wg) {
+  const uint32_t sg = dc.subgroup_size;
+  const bool power_of_two = sg && (sg & (sg - 1)) == 0;
+  return dc.subgroup_arithmetic && power_of_two && sg >= 4 && sg <= wg ? sg : 0;
+}
+
 // Where a split reduction's kernel takes its workspace and its mode.
 struct SplitLayout {
   uint32_t slot;     // the workspace's binding
@@ -77,13 +87,15 @@ void lower_reduce(const Context& c, const Dispatch& d, Launch l, Launch soft, st
   if (keep.size() > kMaxRank || red.size() > kMaxRank) unsupported(d.op, "more than 6 non-mergeable axes");
   const uint64_t outputs = uint64_t(numel(keep)), count = uint64_t(numel(red));
   const uint32_t wg = c.dc.workgroup;
-  // Short reductions over many outputs: one invocation each, a compensated serial sum (error
-  // bounded independently of the length); long ones: a workgroup each with a tree, split into
-  // pieces when one workgroup's walk is too long.
+  // Short reductions over many outputs: one subgroup each where the device has subgroup
+  // arithmetic, else one invocation each, a compensated serial sum (error bounded
+  // independently of the length); long ones: a workgroup each with a tree, split into pieces
+  // when one workgroup's walk is too long.
   const bool serial = count <= kSerialRowMax && outputs >= kSerialRowsMin;
+  const uint32_t sg = subgroup_width(c.dc, wg);
   const uint64_t walk = loop(red.size());  // the reduced layout's rank per element
   const uint64_t chunks = serial ? 1 : reduction_chunks(outputs, count, wg, walk, c.dc);
-  enum : uint32_t { kWorkgroup, kSerial, kPartial, kCombine };
+  enum : uint32_t { kWorkgroup, kSerial, kPartial, kCombine, kBySubgroup };
   Push pc{l};
   pc.u(outputs);
   pc.u(count);
@@ -91,7 +103,7 @@ void lower_reduce(const Context& c, const Dispatch& d, Launch l, Launch soft, st
   pc.u(d.op == Op::mean);
   pc.u(keep.size());
   pc.u(red.size());
-  pc.u(serial ? kSerial : chunks > 1 ? kPartial : kWorkgroup);
+  pc.u(serial ? (sg ? kBySubgroup : kSerial) : chunks > 1 ? kPartial : kWorkgroup);
   pc.u(chunks);
   pc.array(keep);
   pc.array(keep_st);
@@ -100,6 +112,13 @@ void lower_reduce(const Context& c, const Dispatch& d, Launch l, Launch soft, st
   l.bindings[0] = d.reads[0];
   l.bindings[1] = d.write();
   l.spec = {wg};
+  if (serial && sg) {
+    l.kernel = Kernel::reduce_subgroup;
+    grid(l, ceil_div(outputs, wg / sg), c.dc);
+    l.loop_iterations = loop(keep.size()) + nest(ceil_div(count, sg), walk);
+    out.push_back(std::move(l));
+    return;
+  }
   if (serial) {
     grid(l, ceil_div(outputs, wg), c.dc);
     l.loop_iterations = loop(keep.size()) + nest(count, walk);
@@ -128,14 +147,26 @@ void lower_rows(const Context& c, const Dispatch& d, const KernelLaunch& k, Laun
     rows.push[kPushFill] = fbits(a.fill);
   }
   const uint32_t n_rows = k.push.get(push::kRows), len = k.push.get(push::kLen);
-  if (len <= kSerialRowMax && n_rows >= kSerialRowsMin) {
-    rows.push[kPushSerial] = 1;
+  const uint32_t sg = subgroup_width(c.dc, c.dc.workgroup);
+  enum : uint32_t { kByWorkgroup, kByInvocation, kBySubgroup };
+  // Three passes over a row (the mean or maximum, the sum, the write), each with a reduction.
+  if (sg && len <= kRowsPerLane * sg && n_rows >= kSerialRowsMin) {  // a subgroup per row
+    rows.kernel = Kernel::rows_subgroup;
+    rows.push[kPushSerial] = kBySubgroup;
+    rows.spec = {c.dc.workgroup};
+    grid(rows, ceil_div(n_rows, c.dc.workgroup / sg), c.dc);
+    rows.loop_iterations = 3 * strided(len, sg);
+  } else if (len <= kSerialRowMax && n_rows >= kSerialRowsMin) {  // an invocation per row
+    rows.push[kPushSerial] = kByInvocation;
     rows.spec = {c.dc.workgroup};
     grid(rows, ceil_div(n_rows, c.dc.workgroup), c.dc);
     rows.loop_iterations = 3 * loop(len);
-  } else {
+  } else {  // a workgroup per row: its reductions a tree over the invocations or the subgroups
+    const uint32_t wg = c.dc.row_workgroup, rsg = subgroup_width(c.dc, wg);
+    if (rsg) rows.kernel = Kernel::rows_subgroup;
+    rows.push[kPushSerial] = kByWorkgroup;
     grid(rows, n_rows, c.dc);
-    rows.loop_iterations = 3 * strided(len, c.dc.row_workgroup) + 3 * tree(c.dc.row_workgroup);
+    rows.loop_iterations = 3 * strided(len, wg) + 3 * (rsg ? tree(wg / rsg) : tree(wg));
   }
   out.push_back(std::move(rows));
 }

@@ -26,6 +26,8 @@ enum class Kernel : uint8_t {
   rows,
   attention,
   workload,
+  rows_subgroup,  // rows and reduce compiled with subgroup arithmetic, for devices that have it
+  reduce_subgroup,
   count_
 };
 constexpr size_t kKernelCount = size_t(Kernel::count_);
@@ -39,7 +41,8 @@ std::span<const uint32_t> kernel_spirv(Kernel k);
 constexpr uint32_t kBindings = 3;
 constexpr uint32_t kWideBindings = 12;
 inline bool wide(Kernel k) {
-  return k == Kernel::fused || k == Kernel::rows || k == Kernel::attention || k == Kernel::workload;
+  return k == Kernel::fused || k == Kernel::rows || k == Kernel::rows_subgroup || k == Kernel::attention ||
+         k == Kernel::workload;
 }
 inline uint32_t binding_count(Kernel k) { return wide(k) ? kWideBindings : kBindings; }
 constexpr uint32_t kPushBytes = 128;

@@ -36,6 +36,12 @@ const uint32_t kFused[] = {
 const uint32_t kRows[] = {
 #include "rows.spv.inc"
 };
+const uint32_t kRowsSubgroup[] = {
+#include "rows_subgroup.spv.inc"
+};
+const uint32_t kReduceSubgroup[] = {
+#include "reduce_subgroup.spv.inc"
+};
 const uint32_t kAttention[] = {
 #include "attention.spv.inc"
 };
@@ -45,8 +51,9 @@ const uint32_t kWorkload[] = {
 }  // namespace
 
 const char* kernel_name(Kernel k) {
-  static const char* names[] = {"pointwise", "reduce", "softmax", "matmul", "movement",  "index",   "sequence",
-                                "conv",      "pool",   "fused",   "rows",   "attention", "workload"};
+  static const char* names[] = {"pointwise", "reduce",    "softmax",  "matmul",        "movement",
+                                "index",     "sequence",  "conv",     "pool",          "fused",
+                                "rows",      "attention", "workload", "rows_subgroup", "reduce_subgroup"};
   static_assert(sizeof(names) / sizeof(names[0]) == kKernelCount);
   return names[size_t(k)];
 }
@@ -66,6 +73,8 @@ std::span<const uint32_t> kernel_spirv(Kernel k) {
     case Kernel::rows: return kRows;
     case Kernel::attention: return kAttention;
     case Kernel::workload: return kWorkload;
+    case Kernel::rows_subgroup: return kRowsSubgroup;
+    case Kernel::reduce_subgroup: return kReduceSubgroup;
     case Kernel::count_: break;
   }
   return {};

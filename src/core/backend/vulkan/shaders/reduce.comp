@@ -1,16 +1,22 @@
 #version 450
+#ifdef SUBGROUP
+#extension GL_KHR_shader_subgroup_basic : require
+#extension GL_KHR_shader_subgroup_arithmetic : require
+#endif
 // Sum, mean and max over any set of axes: one workgroup per output element, each invocation
 // accumulates a strided share with Kahan compensation, then a shared-memory tree combines the
 // partial results (pairwise, so error grows with log n rather than n). Long reductions split
 // into `chunks` pieces: a workgroup per (output, piece) writes its partial result to the
-// workspace, then a workgroup per output combines them.
+// workspace, then a workgroup per output combines them. Short reductions over many outputs:
+// one invocation per output, or in the SUBGROUP variant one subgroup per output (coalesced
+// lanes, compensated per lane, then subgroup arithmetic).
 #include "common.glsl"
 
 layout(std430, binding = 0) readonly buffer X { float x[]; };
 layout(std430, binding = 1) writeonly buffer Y { float y[]; };
 layout(std430, binding = 2) buffer W { float ws[]; };  // partial results of the pieces
 
-const uint WORKGROUP = 0, SERIAL = 1, PARTIAL = 2, COMBINE = 3;
+const uint WORKGROUP = 0, SERIAL = 1, PARTIAL = 2, COMBINE = 3, BY_SUBGROUP = 4;
 
 layout(push_constant) uniform P {
   uint outputs, count, is_max, is_mean;
@@ -46,10 +52,15 @@ float tree(float v) {
 }
 
 void main() {
-  const bool serial = pc.mode == SERIAL;
+  const bool serial = pc.mode == SERIAL, by_subgroup = pc.mode == BY_SUBGROUP;
   const uint chunks = pc.mode == PARTIAL || pc.mode == COMBINE ? pc.chunks : 1u;
-  const uint g = serial ? flat_index() : flat_group(), o = g / chunks, piece = g % chunks;
-  if (o >= pc.outputs) return;  // uniform per workgroup unless serial (which has no barriers)
+  uint g = serial ? flat_index() : flat_group(), lane = serial ? 0 : gl_LocalInvocationID.x;
+  uint step = serial ? 1 : gl_WorkGroupSize.x;
+#ifdef SUBGROUP
+  if (by_subgroup) g = flat_group() * gl_NumSubgroups + gl_SubgroupID, lane = gl_SubgroupInvocationID, step = gl_SubgroupSize;
+#endif
+  const uint o = g / chunks, piece = g % chunks;
+  if (o >= pc.outputs) return;  // uniform per workgroup (or subgroup); serial has no barriers
   if (pc.mode == COMBINE) {
     float v = pc.is_max != 0 ? -1.0 / 0.0 : 0.0;
     for (uint c = gl_LocalInvocationID.x; c < chunks; c += gl_WorkGroupSize.x) {
@@ -62,8 +73,7 @@ void main() {
   uint base = base_of(o);
   const uint span = (pc.count + chunks - 1) / chunks, first = piece * span, last = min(pc.count, first + span);
   precise float acc = pc.is_max != 0 ? -1.0 / 0.0 : 0.0, comp = 0.0;
-  const uint step = serial ? 1 : gl_WorkGroupSize.x;
-  for (uint j = first + (serial ? 0 : gl_LocalInvocationID.x); j < last; j += step) {
+  for (uint j = first + lane; j < last; j += step) {
     uint off = base, r = j;
     for (int k = int(pc.red_rank) - 1; k >= 0; --k) {
       off += (r % pc.red_shape[k]) * pc.red_stride[k];
@@ -82,6 +92,13 @@ void main() {
     y[o] = pc.is_mean != 0 ? acc / float(pc.count) : acc;
     return;
   }
+#ifdef SUBGROUP
+  if (by_subgroup) {
+    const float r = pc.is_max != 0 ? subgroupMax(acc) : subgroupAdd(acc);
+    if (subgroupElect()) y[o] = pc.is_mean != 0 ? r / float(pc.count) : r;
+    return;
+  }
+#endif
   acc = tree(acc);
   if (gl_LocalInvocationID.x != 0) return;
   if (pc.mode == PARTIAL)
