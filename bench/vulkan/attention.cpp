@@ -10,6 +10,7 @@
 #include <cstdio>
 #include <functional>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -80,12 +81,17 @@ double time_attention(Backend& be, const Shape4& s, int reps) {
   return t[t.size() / 2];
 }
 
-}  // namespace
-
-int main(int argc, char** argv) {
+struct Options {
   Shape4 s;
   int reps = 3;
-  bool json = false, cpu = false, kv_given = false, keys_given = false;
+  bool json = false, cpu = false;
+};
+
+// The command line, or nothing after printing the usage.
+std::optional<Options> parse(int argc, char** argv) {
+  Options o;
+  Shape4& s = o.s;
+  bool kv_given = false, keys_given = false;
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
     auto next = [&]() -> int64_t {
@@ -109,29 +115,38 @@ int main(int argc, char** argv) {
     else if (a == "--dim")
       s.d = next();
     else if (a == "--reps")
-      reps = int(next());
+      o.reps = int(next());
     else if (a == "--causal")
       s.causal = true;
     else if (a == "--backward")
       s.backward = true;
     else if (a == "--cpu")
-      cpu = true;
+      o.cpu = true;
     else if (a == "--json")
-      json = true;
-    else {
-      std::fprintf(stderr,
-                   "usage: %s [--seq N] [--keys N] [--batch B] [--heads H] [--kv-heads H] [--dim D] [--causal] "
-                   "[--backward] [--reps N] [--cpu] [--json]\n",
-                   argv[0]);
-      return 2;
-    }
+      o.json = true;
+    else
+      s.b = -1;  // refused below
   }
   if (!keys_given) s.sk = s.sq;
   if (!kv_given) s.hkv = s.hq;
-  if (s.b < 1 || s.hq < 1 || s.hkv < 1 || s.hq % s.hkv || s.sq < 1 || s.sk < 1 || s.d < 1 || reps < 1) {
-    std::fprintf(stderr, "bench_vulkan_attention: sizes must be positive and --heads a multiple of --kv-heads\n");
-    return 2;
+  if (s.b < 1 || s.hq < 1 || s.hkv < 1 || s.hq % s.hkv || s.sq < 1 || s.sk < 1 || s.d < 1 || o.reps < 1) {
+    std::fprintf(stderr,
+                 "usage: %s [--seq N] [--keys N] [--batch B] [--heads H] [--kv-heads H] [--dim D] [--causal] "
+                 "[--backward] [--reps N] [--cpu] [--json] (sizes positive, --heads a multiple of --kv-heads)\n",
+                 argv[0]);
+    return std::nullopt;
   }
+  return o;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  const std::optional<Options> parsed = parse(argc, argv);
+  if (!parsed) return 2;
+  const Shape4& s = parsed->s;
+  const int reps = parsed->reps;
+  const bool json = parsed->json, cpu = parsed->cpu;
   struct Target {
     std::string label;
     std::function<std::unique_ptr<Backend>()> make;

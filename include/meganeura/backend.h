@@ -96,6 +96,9 @@ struct VulkanOptions {
   bool profile = false;
   // Split one run's submission into this many command buffers (sharing a queue with rendering).
   int chunks = 1;
+  // The kernel choices (tiles, workgroup sizes, the attention kernel) of a class of device other
+  // than the device's own: "" (its own), "gpu" or "cpu". The loop budget stays the device's.
+  std::string kernel_class;
   const VulkanExternalDevice* external = nullptr;
 };
 std::unique_ptr<Backend> make_vulkan_backend(const VulkanOptions& options = {});

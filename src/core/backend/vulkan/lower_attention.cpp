@@ -1,5 +1,6 @@
-// attention_fused and its backward (attention.comp): flash attention with tiles chosen per
-// launch to fit the device's shared memory and the loop budget.
+// attention_fused and its backward: flash attention with tiles chosen per launch to fit the
+// device's shared memory and the loop budget (attention.comp), or, on CPU-emulated devices, a
+// row per invocation (attention_rows.comp).
 #include <algorithm>
 #include <optional>
 #include <string>
@@ -73,6 +74,44 @@ std::optional<Tiles> choose_tiles(Mode m, const Dims& x, const DeviceClass& dc) 
   return best;
 }
 
+// attention_rows.comp's back-edges per row of the other side (its loops over the head) and per
+// launch besides them (loading and storing the head vectors).
+uint64_t per_other_row(Mode m, const Dims& x) {
+  switch (m) {
+    case kForward: return loop(x.d) + loop(x.dv) + 1;
+    case kGradQ: return 2 * loop(x.d) + loop(x.dv) + 1;
+    case kGradKV: return (2 * loop(x.d) + 2 * loop(x.dv) + 1) * (x.hq / x.hkv);
+    case kDelta: break;
+  }
+  return 0;
+}
+uint64_t per_launch(const Dims& x) { return 3 * loop(std::max(x.d, x.dv)) + 2 * loop(x.dv); }
+
+// A row per invocation, the other side in chunks small enough for the loop budget, a launch
+// each, every one after the last (they pass their running state on).
+void by_rows(const Dispatch& d, Mode m, const Dims& x, const DeviceClass& dc, const Launch& l,
+             std::vector<Launch>& chunks) {
+  const uint64_t other = m == kGradKV ? x.sq : x.sk, cost = per_other_row(m, x);
+  const uint64_t room = dc.loop_budget - std::min(dc.loop_budget, per_launch(x) + 64);
+  const uint64_t chunk = std::min(other, room / (cost + 1));
+  if (chunk == 0) unsupported(d.op, "one row of attention alone passes the device's loop budget");
+  const uint32_t wg = dc.workgroup;
+  const uint64_t heads = m == kGradKV ? x.b * x.hkv : x.b * x.hq, len = m == kGradKV ? x.sk : x.sq;
+  for (uint64_t first = 0; first < other; first += chunk) {
+    Launch c = l;
+    c.kernel = Kernel::attention_rows;
+    c.push[kPushMode] = m;
+    c.push[kPushChunkFirst] = uint32_t(first);
+    c.push[kPushChunkLast] = uint32_t(std::min(other, first + chunk));
+    c.push[kPushChunkFlags] = (first == 0 ? 1u : 0u) | (first + chunk >= other ? 2u : 0u);
+    c.spec = {wg, uint32_t(x.d), uint32_t(x.dv), 0, 0, m};
+    c.loop_iterations = per_launch(x) + nest(c.push[kPushChunkLast] - first, cost);
+    c.barrier_before = first > 0;
+    grid(c, heads * ceil_div(len, wg), dc);
+    chunks.push_back(std::move(c));
+  }
+}
+
 Launch tiled(const Dispatch& d, Mode m, const Dims& x, const DeviceClass& dc, Launch l) {
   const std::optional<Tiles> t = choose_tiles(m, x, dc);
   if (!t) {
@@ -105,11 +144,17 @@ void lower_attention(const Context& c, const Dispatch& d, const KernelLaunch& k,
   }
   l.push[kPushScale] = fbits(a.scale);
   l.push[kPushCausal] = a.causal ? 1 : 0;
+  const uint64_t rows = x.b * x.hq * x.sq;
   if (d.op == Op::attention_fused) {
-    out.push_back(tiled(d, kForward, x, c.dc, std::move(l)));
+    if (!c.dc.row_attention) return out.push_back(tiled(d, kForward, x, c.dc, std::move(l)));
+    std::vector<Launch> chunks;
+    by_rows(d, kForward, x, c.dc, l, chunks);
+    for (Launch& k : chunks) {
+      if (chunks.size() > 1) k.bindings[5] = kWorkspaceBinding, k.workspace_bytes = 2 * rows * 4;
+      out.push_back(std::move(k));
+    }
     return;
   }
-  const uint64_t rows = x.b * x.hq * x.sq;
   l.bindings[5] = kWorkspaceBinding;
   l.workspace_bytes = rows * 4;
   Launch delta = l;
@@ -118,10 +163,28 @@ void lower_attention(const Context& c, const Dispatch& d, const KernelLaunch& k,
   delta.loop_iterations = loop_bound(kDelta, x, {});
   grid(delta, ceil_div(rows, c.dc.workgroup), c.dc);
   out.push_back(std::move(delta));
-  Launch dq = tiled(d, kGradQ, x, c.dc, l);
-  dq.barrier_before = true;  // also orders the dK, dV launch after the shift
-  out.push_back(std::move(dq));
-  out.push_back(tiled(d, kGradKV, x, c.dc, std::move(l)));
+  if (!c.dc.row_attention) {
+    Launch dq = tiled(d, kGradQ, x, c.dc, l);
+    dq.barrier_before = true;  // also orders the dK, dV launch after the shift
+    out.push_back(std::move(dq));
+    out.push_back(tiled(d, kGradKV, x, c.dc, std::move(l)));
+    return;
+  }
+  // dQ's chunks and dK, dV's interleaved: a barrier before each pair orders both after their
+  // previous chunk (and the first after the shift).
+  std::vector<Launch> dq, dkv;
+  by_rows(d, kGradQ, x, c.dc, l, dq);
+  by_rows(d, kGradKV, x, c.dc, l, dkv);
+  for (size_t t = 0; t < std::max(dq.size(), dkv.size()); ++t) {
+    bool first = true;
+    for (std::vector<Launch>* side : {&dq, &dkv}) {
+      if (t >= side->size()) continue;
+      Launch& k = (*side)[t];
+      k.barrier_before = first;
+      first = false;
+      out.push_back(std::move(k));
+    }
+  }
 }
 
 }  // namespace meganeura::vk::detail

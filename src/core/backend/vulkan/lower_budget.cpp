@@ -56,6 +56,7 @@ uint64_t primitive_loop_bound(const Launch& l) {
     case Kernel::rows_subgroup:
     case Kernel::reduce_subgroup:
     case Kernel::attention:
+    case Kernel::attention_rows:
     case Kernel::workload:
     case Kernel::count_: return Launch::kUnplanned;
   }

@@ -44,31 +44,38 @@ void split(Launch l, SplitLayout s, uint64_t outputs, uint64_t chunks, const Dev
 
 }  // namespace
 
-void lower_reduce(const Context& c, const Dispatch& d, Launch l, Launch soft, std::vector<Launch>& out) {
+namespace {
+
+// softmax and log_softmax along one axis (softmax.comp): a workgroup per row.
+void lower_softmax(const Context& c, const Dispatch& d, Launch soft, std::vector<Launch>& out) {
   const Shape& xs = c.shape(d.reads[0]);
-  if (d.op == Op::softmax || d.op == Op::log_softmax) {
-    int64_t axis = std::get<AxisAttrs>(d.attrs).axis;
-    if (axis < 0) axis += int64_t(xs.size());
-    int64_t len = xs[size_t(axis)], inner = 1, outer = 1;
-    for (size_t i = 0; i < xs.size(); ++i) {
-      if (int64_t(i) < axis)
-        outer *= xs[i];
-      else if (int64_t(i) > axis)
-        inner *= xs[i];
-    }
-    Push pc{soft};
-    pc.u(uint64_t(outer * inner));
-    pc.u(uint64_t(len));
-    pc.u(uint64_t(inner));
-    pc.u(d.op == Op::log_softmax);
-    soft.bindings[0] = d.reads[0];
-    soft.bindings[1] = d.write();
-    soft.spec = {c.dc.workgroup};
-    grid(soft, uint64_t(outer * inner), c.dc);
-    soft.loop_iterations = 3 * strided(uint64_t(len), c.dc.workgroup) + 2 * tree(c.dc.workgroup);
-    out.push_back(std::move(soft));
-    return;
+  int64_t axis = std::get<AxisAttrs>(d.attrs).axis;
+  if (axis < 0) axis += int64_t(xs.size());
+  int64_t len = xs[size_t(axis)], inner = 1, outer = 1;
+  for (size_t i = 0; i < xs.size(); ++i) {
+    if (int64_t(i) < axis)
+      outer *= xs[i];
+    else if (int64_t(i) > axis)
+      inner *= xs[i];
   }
+  Push pc{soft};
+  pc.u(uint64_t(outer * inner));
+  pc.u(uint64_t(len));
+  pc.u(uint64_t(inner));
+  pc.u(d.op == Op::log_softmax);
+  soft.bindings[0] = d.reads[0];
+  soft.bindings[1] = d.write();
+  soft.spec = {c.dc.workgroup};
+  grid(soft, uint64_t(outer * inner), c.dc);
+  soft.loop_iterations = 3 * strided(uint64_t(len), c.dc.workgroup) + 2 * tree(c.dc.workgroup);
+  out.push_back(std::move(soft));
+}
+
+}  // namespace
+
+void lower_reduce(const Context& c, const Dispatch& d, Launch l, Launch soft, std::vector<Launch>& out) {
+  if (d.op == Op::softmax || d.op == Op::log_softmax) return lower_softmax(c, d, std::move(soft), out);
+  const Shape& xs = c.shape(d.reads[0]);
   auto axes = std::get<ReduceAttrs>(d.attrs).axes;
   for (auto& a : axes)
     if (a < 0) a += int64_t(xs.size());

@@ -638,9 +638,13 @@ void plan_loops(Launch& l) {
   if (l.loop_iterations == Launch::kUnplanned) l.loop_iterations = primitive_loop_bound(l);
 }
 
-DeviceClass device_class(const VulkanDeviceInfo& info) {
+DeviceClass device_class(const VulkanDeviceInfo& info, const std::string& kernel_class) {
+  if (!kernel_class.empty() && kernel_class != "gpu" && kernel_class != "cpu")
+    throw std::invalid_argument("[vulkan] kernel class '" + kernel_class + "': expected gpu or cpu");
   DeviceClass dc;
-  if (info.type == "cpu") {
+  const bool cpu = kernel_class.empty() ? info.type == "cpu" : kernel_class == "cpu";
+  dc.row_attention = cpu;
+  if (cpu) {
     // A CPU-emulated device runs a workgroup per thread: smaller groups keep all cores busy.
     dc.workgroup = 64;
     dc.tile_mn = 32;

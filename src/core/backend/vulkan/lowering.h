@@ -47,6 +47,9 @@ constexpr size_t kPushMode = 24, kPushCodeOffset = 25, kPushCodeLength = 26, kPu
 // the scatter-add's chunk of indices [first, last); attention: the mode, the scale's f32 bits
 // and the causal flag.
 constexpr size_t kPushIgnore = 25, kPushFirst = 26, kPushLast = 27, kPushScale = 25, kPushCausal = 26;
+// attention_rows: the chunk of the other side [first, last) and whether it is the first (1),
+// the last (2) or both.
+constexpr size_t kPushChunkFirst = 27, kPushChunkLast = 28, kPushChunkFlags = 29;
 // Attention keeps a head's vectors in registers: head dimensions up to this.
 constexpr uint32_t kAttentionMaxHead = 128;
 // Rows up to this long, when there are many, take one invocation each instead of a workgroup:
@@ -70,8 +73,14 @@ struct DeviceClass {
   uint32_t max_shared_memory = 16384;  // bytes per workgroup
   uint32_t subgroup_size = 0;          // 0: unknown
   bool subgroup_arithmetic = false;    // subgroupAdd/Max in compute shaders
+  // Attention a row per invocation (attention_rows.comp) instead of shared-memory tiles: a
+  // CPU-emulated device runs a workgroup's invocations as SIMD lanes, where a lockstep load is
+  // a broadcast and a tile load a gather.
+  bool row_attention = false;
 };
-DeviceClass device_class(const VulkanDeviceInfo& info);
+// The class of `info`'s device, or of the class `kernel_class` names ("gpu", "cpu"; "" its own)
+// with the device's limits and loop budget.
+DeviceClass device_class(const VulkanDeviceInfo& info, const std::string& kernel_class = "");
 
 // Lowers every dispatch; throws std::invalid_argument naming the op for a launch whose planned
 // loop iterations exceed dc.loop_budget or whose workgroup exceeds the device's limits.

@@ -28,6 +28,7 @@ enum class Kernel : uint8_t {
   workload,
   rows_subgroup,  // rows and reduce compiled with subgroup arithmetic, for devices that have it
   reduce_subgroup,
+  attention_rows,  // attention for CPU-emulated devices: a row per invocation, no shared tiles
   count_
 };
 constexpr size_t kKernelCount = size_t(Kernel::count_);
@@ -42,7 +43,7 @@ constexpr uint32_t kBindings = 3;
 constexpr uint32_t kWideBindings = 12;
 inline bool wide(Kernel k) {
   return k == Kernel::fused || k == Kernel::rows || k == Kernel::rows_subgroup || k == Kernel::attention ||
-         k == Kernel::workload;
+         k == Kernel::attention_rows || k == Kernel::workload;
 }
 inline uint32_t binding_count(Kernel k) { return wide(k) ? kWideBindings : kBindings; }
 constexpr uint32_t kPushBytes = 128;

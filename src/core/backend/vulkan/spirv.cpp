@@ -42,6 +42,9 @@ const uint32_t kRowsSubgroup[] = {
 const uint32_t kReduceSubgroup[] = {
 #include "reduce_subgroup.spv.inc"
 };
+const uint32_t kAttentionRows[] = {
+#include "attention_rows.spv.inc"
+};
 const uint32_t kAttention[] = {
 #include "attention.spv.inc"
 };
@@ -51,9 +54,9 @@ const uint32_t kWorkload[] = {
 }  // namespace
 
 const char* kernel_name(Kernel k) {
-  static const char* names[] = {"pointwise", "reduce",    "softmax",  "matmul",        "movement",
-                                "index",     "sequence",  "conv",     "pool",          "fused",
-                                "rows",      "attention", "workload", "rows_subgroup", "reduce_subgroup"};
+  static const char* names[] = {
+      "pointwise", "reduce", "softmax", "matmul",    "movement", "index",         "sequence",        "conv",
+      "pool",      "fused",  "rows",    "attention", "workload", "rows_subgroup", "reduce_subgroup", "attention_rows"};
   static_assert(sizeof(names) / sizeof(names[0]) == kKernelCount);
   return names[size_t(k)];
 }
@@ -75,6 +78,7 @@ std::span<const uint32_t> kernel_spirv(Kernel k) {
     case Kernel::workload: return kWorkload;
     case Kernel::rows_subgroup: return kRowsSubgroup;
     case Kernel::reduce_subgroup: return kReduceSubgroup;
+    case Kernel::attention_rows: return kAttentionRows;
     case Kernel::count_: break;
   }
   return {};

@@ -64,6 +64,17 @@ void load_transposed(uint at, uint stride, uint base, uint r0, uint nrows, uint 
   }
 }
 
+// acc[i][j] += sum over c < depth of smem[a + c * sa + ty * TM + i] * smem[b + c * sb + tx + TX * j]:
+// a register tile of a product of two transposed shared tiles.
+void products(uint a, uint sa, uint b, uint sb, uint depth, inout float acc[TM][TN]) {
+  [[dont_unroll]] for (uint c = 0; c < depth; ++c) {
+    float x[TM], z[TN];
+    [[unroll]] for (uint i = 0; i < TM; ++i) x[i] = smem[a + c * sa + ty * TM + i];
+    [[unroll]] for (uint j = 0; j < TN; ++j) z[j] = smem[b + c * sb + tx + TX * j];
+    [[unroll]] for (uint i = 0; i < TM; ++i) [[unroll]] for (uint j = 0; j < TN; ++j) acc[i][j] += x[i] * z[j];
+  }
+}
+
 void forward() {
   const uint b = pc.w[B], hq = pc.w[HQ], hkv = pc.w[HKV], sq = pc.w[SQ], sk = pc.w[SK];
   const uint blocks = (sq + BR - 1) / BR, g = flat_group(), bh = g / blocks, q0 = (g % blocks) * BR;
@@ -89,12 +100,7 @@ void forward() {
     barrier();
     float s[TM][TN];
     [[unroll]] for (uint i = 0; i < TM; ++i) [[unroll]] for (uint j = 0; j < TN; ++j) s[i][j] = 0.0;
-    [[dont_unroll]] for (uint c = 0; c < D; ++c) {
-      float a[TM], kc[TN];
-      [[unroll]] for (uint i = 0; i < TM; ++i) a[i] = smem[QS + c * RP + ty * TM + i];
-      [[unroll]] for (uint j = 0; j < TN; ++j) kc[j] = smem[KS + c * CP + tx + TX * j];
-      [[unroll]] for (uint i = 0; i < TM; ++i) [[unroll]] for (uint j = 0; j < TN; ++j) s[i][j] += a[i] * kc[j];
-    }
+    products(QS, RP, KS, CP, D, s);
     [[unroll]] for (uint i = 0; i < TM; ++i) {
       const int last = last_key(q0 + ty * TM + i);
       float mx = MASKED;
@@ -172,18 +178,8 @@ void grad_q() {
     barrier();
     float s[TM][TN], dp[TM][TN];
     [[unroll]] for (uint i = 0; i < TM; ++i) [[unroll]] for (uint j = 0; j < TN; ++j) s[i][j] = dp[i][j] = 0.0;
-    [[dont_unroll]] for (uint c = 0; c < D; ++c) {
-      float a[TM], x[TN];
-      [[unroll]] for (uint i = 0; i < TM; ++i) a[i] = smem[QS + c * RP + ty * TM + i];
-      [[unroll]] for (uint j = 0; j < TN; ++j) x[j] = smem[KS + c * CP + tx + TX * j];
-      [[unroll]] for (uint i = 0; i < TM; ++i) [[unroll]] for (uint j = 0; j < TN; ++j) s[i][j] += a[i] * x[j];
-    }
-    [[dont_unroll]] for (uint c = 0; c < DV; ++c) {
-      float a[TM], x[TN];
-      [[unroll]] for (uint i = 0; i < TM; ++i) a[i] = smem[OS + c * RP + ty * TM + i];
-      [[unroll]] for (uint j = 0; j < TN; ++j) x[j] = smem[VS + c * CP + tx + TX * j];
-      [[unroll]] for (uint i = 0; i < TM; ++i) [[unroll]] for (uint j = 0; j < TN; ++j) dp[i][j] += a[i] * x[j];
-    }
+    products(QS, RP, KS, CP, D, s);
+    products(OS, RP, VS, CP, DV, dp);
     [[unroll]] for (uint i = 0; i < TM; ++i) {
       const int last = last_key(q0 + ty * TM + i);
       [[unroll]] for (uint j = 0; j < TN; ++j) {
@@ -247,18 +243,8 @@ void grad_kv() {
       barrier();
       float s[TM][TN], dp[TM][TN];
       [[unroll]] for (uint i = 0; i < TM; ++i) [[unroll]] for (uint j = 0; j < TN; ++j) s[i][j] = dp[i][j] = 0.0;
-      [[dont_unroll]] for (uint c = 0; c < D; ++c) {
-        float a[TM], x[TN];
-        [[unroll]] for (uint i = 0; i < TM; ++i) a[i] = smem[KS + c * RP + ty * TM + i];
-        [[unroll]] for (uint j = 0; j < TN; ++j) x[j] = smem[QS + c * CP + tx + TX * j];
-        [[unroll]] for (uint i = 0; i < TM; ++i) [[unroll]] for (uint j = 0; j < TN; ++j) s[i][j] += a[i] * x[j];
-      }
-      [[dont_unroll]] for (uint c = 0; c < DV; ++c) {
-        float a[TM], x[TN];
-        [[unroll]] for (uint i = 0; i < TM; ++i) a[i] = smem[VS + c * RP + ty * TM + i];
-        [[unroll]] for (uint j = 0; j < TN; ++j) x[j] = smem[OS + c * CP + tx + TX * j];
-        [[unroll]] for (uint i = 0; i < TM; ++i) [[unroll]] for (uint j = 0; j < TN; ++j) dp[i][j] += a[i] * x[j];
-      }
+      products(KS, RP, QS, CP, D, s);
+      products(VS, RP, OS, CP, DV, dp);
       [[unroll]] for (uint i = 0; i < TM; ++i) {
         const int key = int(k0 + ty * TM + i);
         [[unroll]] for (uint j = 0; j < TN; ++j) {
