@@ -4,7 +4,9 @@
 // them: 2 (d + dv) per visible query-key pair forward, 2 (3 d + 2 dv) backward. A benchmark,
 // not a test.
 // Usage: bench_vulkan_attention [--seq N] [--keys N] [--batch B] [--heads H] [--kv-heads H]
-//          [--dim D] [--causal] [--backward] [--reps N] [--cpu] [--json]
+//          [--dim D] [--causal] [--backward] [--reps N] [--cpu] [--kernel-class gpu|cpu] [--json]
+// --kernel-class runs another device class's attention kernel (the tiles of attention.comp or
+// the rows of attention_rows.comp) on the devices.
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -85,6 +87,7 @@ struct Options {
   Shape4 s;
   int reps = 3;
   bool json = false, cpu = false;
+  std::string kernel_class;  // VulkanOptions::kernel_class
 };
 
 // The command line, or nothing after printing the usage.
@@ -124,16 +127,21 @@ std::optional<Options> parse(int argc, char** argv) {
       o.cpu = true;
     else if (a == "--json")
       o.json = true;
+    else if (a == "--kernel-class" && i + 1 < argc &&
+             (std::string(argv[i + 1]) == "gpu" || std::string(argv[i + 1]) == "cpu"))
+      o.kernel_class = argv[++i];
     else
       s.b = -1;  // refused below
   }
   if (!keys_given) s.sk = s.sq;
   if (!kv_given) s.hkv = s.hq;
   if (s.b < 1 || s.hq < 1 || s.hkv < 1 || s.hq % s.hkv || s.sq < 1 || s.sk < 1 || s.d < 1 || o.reps < 1) {
-    std::fprintf(stderr,
-                 "usage: %s [--seq N] [--keys N] [--batch B] [--heads H] [--kv-heads H] [--dim D] [--causal] "
-                 "[--backward] [--reps N] [--cpu] [--json] (sizes positive, --heads a multiple of --kv-heads)\n",
-                 argv[0]);
+    std::fprintf(
+        stderr,
+        "usage: %s [--seq N] [--keys N] [--batch B] [--heads H] [--kv-heads H] [--dim D] [--causal] "
+        "[--backward] [--reps N] [--cpu] [--kernel-class gpu|cpu] [--json] (sizes positive, --heads a multiple of "
+        "--kv-heads)\n",
+        argv[0]);
     return std::nullopt;
   }
   return o;
@@ -157,6 +165,7 @@ int main(int argc, char** argv) {
     for (const auto& d : vulkan_devices()) {
       VulkanOptions o;
       o.device = std::to_string(d.index);
+      o.kernel_class = parsed->kernel_class;
       targets.push_back({"vulkan:" + d.name, [o] { return make_vulkan_backend(o); }});
     }
   } catch (const std::exception& e) {

@@ -129,9 +129,10 @@ Launch tiled(const Dispatch& d, Mode m, const Dims& x, const DeviceClass& dc, La
 
 }  // namespace
 
-// The forward: one launch, a workgroup per block of query rows. The backward: each query row's
-// dO . O - dlse into the workspace, then (after a barrier) a launch for dQ over query blocks and
-// one for dK and dV over key blocks, which write disjoint parts of the output.
+// The forward: a workgroup per block of query rows (one launch, or a launch per chunk of keys).
+// The backward: each query row's dO . O - dlse into the workspace, then (after a barrier) the
+// launches for dQ over query blocks and for dK and dV over key blocks, which write disjoint
+// parts of the output.
 void lower_attention(const Context& c, const Dispatch& d, const KernelLaunch& k, Launch l, std::vector<Launch>& out) {
   wide_operands(d, k, l, 5);
   const auto& a = std::get<AttentionAttrs>(d.attrs);
@@ -146,7 +147,10 @@ void lower_attention(const Context& c, const Dispatch& d, const KernelLaunch& k,
   l.push[kPushCausal] = a.causal ? 1 : 0;
   const uint64_t rows = x.b * x.hq * x.sq;
   if (d.op == Op::attention_fused) {
-    if (!c.dc.row_attention) return out.push_back(tiled(d, kForward, x, c.dc, std::move(l)));
+    if (!c.dc.row_attention) {
+      out.push_back(tiled(d, kForward, x, c.dc, std::move(l)));
+      return;
+    }
     std::vector<Launch> chunks;
     by_rows(d, kForward, x, c.dc, l, chunks);
     for (Launch& k : chunks) {
