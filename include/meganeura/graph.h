@@ -32,97 +32,12 @@ struct TensorType {
   bool operator==(const TensorType&) const = default;
 };
 
-// ---- The op set: a small closed set of primitives (see op_table.h for each op's row). -----
+// ---- The op set: a small closed set of primitives, each declared once in its own file under
+// src/core/ops/ (its builder, gradient rule, cost and kernels); the build lists them here.
 enum class Op : uint8_t {
-  // leaves
-  input,
-  parameter,
-  state,
-  constant,
-  // unary elementwise
-  copy,
-  detach,
-  neg,
-  exp,
-  log,
-  sqrt,
-  rsqrt,
-  abs,
-  tanh,
-  sigmoid,
-  relu,
-  gelu_tanh,
-  gelu_erf,
-  silu,
-  affine,
-  cast,
-  sign,
-  positive_mask,
-  gelu_tanh_grad,
-  gelu_erf_grad,
-  clip_coef,
-  sin,
-  cos,
-  // binary elementwise with broadcasting
-  add,
-  sub,
-  mul,
-  div,
-  equal,
-  maximum,
-  less,
-  // reductions and normalisers
-  sum,
-  mean,
-  max,
-  softmax,
-  log_softmax,
-  // linear algebra and convolution
-  matmul,
-  conv2d,
-  conv2d_backward_input,
-  conv2d_backward_weight,
-  // pooling and resampling
-  max_pool2d,
-  max_pool2d_backward,
-  avg_pool2d,
-  avg_pool2d_backward,
-  upsample_nearest2x,
-  // movement
-  reshape,
-  permute,
-  slice,
-  pad,
-  concat,
-  broadcast_to,
-  // indexing
-  embedding,
-  embedding_backward,
-  one_hot,
-  where,
-  gather,
-  gather_backward,
-  softmax_cross_entropy,
-  softmax_cross_entropy_backward,
-  // sequence models
-  rope,
-  causal_mask,
-  attention_fused,
-  attention_fused_backward,
-  // optimisation
-  lr_schedule,
-  bias_correction,
-  increment,
-  // fused: created by rewrite passes (passes.h) from the primitives above; never built by
-  // models and never differentiated (the passes run after autodiff)
-  fused_elementwise,
-  fused_reduce,
-  matmul_epilogue,
-  norm,
-  softmax_scaled,
-  // secondary output `axis` (>= 1) of a multi-output fused_elementwise, its only input: planned
-  // as one more write of that node's dispatch, never dispatched itself
-  fused_output,
+#define MEGANEURA_X(name) name,
+#include "meganeura/op_list.inc"
+#undef MEGANEURA_X
   count_  // number of ops; keep last
 };
 constexpr size_t kOpCount = size_t(Op::count_);
@@ -357,35 +272,18 @@ class Graph {
 };
 
 // ---- Builders. All check their inputs and throw std::invalid_argument("[op] ...") -----
+// The plain elementwise ops, one builder each: neg exp log sqrt rsqrt abs tanh sigmoid relu
+// silu sin cos, sign and positive_mask (1 where x > 0, else 0); add sub mul div with
+// broadcasting, maximum (ties send the gradient to a), equal and less (1 where true, else 0).
+#include "meganeura/op_builders.inc"
 Tensor copy(Tensor x);
 Tensor detach(Tensor x);  // stop-gradient
-Tensor neg(Tensor x);
-Tensor exp(Tensor x);
-Tensor log(Tensor x);
-Tensor sqrt(Tensor x);
-Tensor rsqrt(Tensor x);
-Tensor abs(Tensor x);
-Tensor tanh(Tensor x);
-Tensor sigmoid(Tensor x);
-Tensor relu(Tensor x);
 Tensor gelu(Tensor x, bool tanh_approximation = false);
-Tensor silu(Tensor x);
 Tensor affine(Tensor x, double scale, double shift = 0);  // scale * x + shift
 Tensor cast(Tensor x, DType to);
-Tensor sign(Tensor x);
-Tensor positive_mask(Tensor x);                       // 1 where x > 0, else 0
 Tensor gelu_grad(Tensor x, bool tanh_approximation);  // d gelu / dx
 Tensor clip_coef(Tensor norm, double max_norm);       // min(1, max_norm / (norm + 1e-6))
-Tensor sin(Tensor x);
-Tensor cos(Tensor x);
 
-Tensor add(Tensor a, Tensor b);
-Tensor sub(Tensor a, Tensor b);
-Tensor mul(Tensor a, Tensor b);
-Tensor div(Tensor a, Tensor b);
-Tensor equal(Tensor a, Tensor b);    // 1 where equal, else 0
-Tensor maximum(Tensor a, Tensor b);  // elementwise; ties send the gradient to a
-Tensor less(Tensor a, Tensor b);     // 1 where a < b, else 0
 // cond != 0 ? a : b, all three broadcast together; cond is a float mask (from less, equal).
 Tensor where(Tensor cond, Tensor a, Tensor b);
 inline Tensor operator+(Tensor a, Tensor b) { return add(a, b); }

@@ -167,6 +167,21 @@ TEST(Forward, NormsAndActivations) {
   expect_close(r.eval(gelu(x, true)), gt, "gelu_tanh");
 }
 
+// softplus on both tails and between, in f32, against log(1 + e^x) in long double: relative
+// error within a few f32 ulps, also where the result is tiny (x = -60: 8.7e-27), which an
+// absolute tolerance would not see.
+TEST(Forward, Softplus) {
+  Harness r;
+  Tensor x = r.in("x", {7});
+  r.values["x"] = {-60, -16, -3.5, 0, 0.7, 19.5, 45};
+  const Vec got = r.eval(softplus(x));
+  for (size_t i = 0; i < got.size(); ++i) {
+    const long double v = r.values["x"][i];
+    const double want = double(std::log1p(std::exp(v)));
+    EXPECT_NEAR(got[i] / want, 1.0, 5e-7) << "softplus(" << double(v) << ") = " << got[i] << ", want " << want;
+  }
+}
+
 // Naive attention: per query head, keys/values of head h / (Hq/Hkv); causal aligned bottom-right.
 Vec naive_attention(const Vec& q, const Vec& k, const Vec& v, int64_t B, int64_t Hq, int64_t Hk, int64_t Sq, int64_t Sk,
                     int64_t D, bool causal) {

@@ -74,6 +74,7 @@ inline std::vector<Case> cases() {
   un(Op::gelu_tanh, [](Tensor x) { return gelu(x, true); });
   un(Op::gelu_erf, [](Tensor x) { return gelu(x, false); });
   un(Op::silu, [](Tensor x) { return silu(x); });
+  un(Op::softplus, [](Tensor x) { return softplus(x); });
   un(Op::affine, [](Tensor x) { return affine(x, -1.7, 0.3); });
   un(Op::cast, [](Tensor x) { return cast(x, DType::f32); });
   un(

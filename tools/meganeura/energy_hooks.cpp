@@ -23,9 +23,9 @@ energy::EnergyCliHooks energy_hooks() {
       const OpInfo& info = op_info(d.op);
       std::string kind = info.family == OpFamily::linalg || info.family == OpFamily::conv || d.op == Op::matmul_epilogue
                              ? "matmul"
-                         : info.family == OpFamily::optim  ? "optimizer"
-                         : info.family == OpFamily::reduce ? "reduce"
-                                                           : "elementwise";
+                         : info.family == OpFamily::optim || d.op == Op::clip_coef ? "optimizer"
+                         : info.family == OpFamily::reduce                         ? "reduce"
+                                                                                   : "elementwise";
       items.push_back(energy::WorkItem{std::string(info.name) + "_" + std::to_string(i), kind, d.flops, d.bytes, -1});
     }
     return items;

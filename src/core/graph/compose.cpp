@@ -1,9 +1,11 @@
 // User-level ops written as compositions of primitives: their gradients come for free and a
 // backend only has to implement the primitives (fusion passes may later match these patterns).
 #include <cmath>
+#include <numeric>
 #include <stdexcept>
 
 #include "meganeura/graph.h"
+#include "ops/op_def.h"
 
 namespace meganeura {
 
@@ -109,6 +111,64 @@ Tensor mse(Tensor pred, Tensor target) {
   }
   Tensor d = pred - target;
   return mean(d * d);
+}
+
+// ---- Thin conveniences over single primitives -----
+Tensor operator*(Tensor a, double s) { return affine(a, s, 0); }
+Tensor operator+(Tensor a, double s) { return affine(a, 1, s); }
+
+Tensor conv1d(Tensor x, Tensor w, int64_t stride, int64_t pad, int64_t dilation, int64_t groups) {
+  if (x.rank() != 3 || w.rank() != 3) {
+    throw std::invalid_argument("[conv1d] expects x [N,C,L] and w [O,C/groups,K], got " + shape_str(x.shape()) +
+                                " and " + shape_str(w.shape()));
+  }
+  Conv2dOptions o;
+  o.stride_w = stride;
+  o.pad_w = pad;
+  o.dilation_w = dilation;
+  o.groups = groups;
+  Tensor y = conv2d(reshape(x, {x.dim(0), x.dim(1), 1, x.dim(2)}), reshape(w, {w.dim(0), w.dim(1), 1, w.dim(2)}), o);
+  return reshape(y, {y.dim(0), y.dim(1), y.dim(3)});
+}
+
+Tensor global_avg_pool2d(Tensor x) {
+  if (x.rank() != 4) throw std::invalid_argument("[global_avg_pool2d] expects [N,C,H,W], got " + shape_str(x.shape()));
+  return mean(x, {2, 3});
+}
+
+Tensor transpose(Tensor x, int64_t a, int64_t b) {
+  std::vector<int64_t> perm(size_t(x.rank()));
+  std::iota(perm.begin(), perm.end(), 0);
+  std::swap(perm[size_t(ops::norm_axis(Op::permute, a, x.rank()))],
+            perm[size_t(ops::norm_axis(Op::permute, b, x.rank()))]);
+  return permute(x, perm);
+}
+
+Tensor slice_axis(Tensor x, int64_t axis, int64_t start, int64_t end) {
+  const int64_t a = ops::norm_axis(Op::slice, axis, x.rank());
+  std::vector<int64_t> s(size_t(x.rank()), 0);
+  Shape e = x.shape();
+  s[size_t(a)] = start;
+  e[size_t(a)] = end;
+  return slice(x, s, e);
+}
+
+Tensor sum_to(Tensor x, const Shape& shape) {
+  if (x.shape() == shape) return x;
+  const size_t lead = x.shape().size() - shape.size();
+  std::vector<int64_t> axes;
+  for (size_t i = 0; i < x.shape().size(); ++i) {
+    if (i < lead || (shape[i - lead] == 1 && x.shape()[i] != 1)) axes.push_back(int64_t(i));
+  }
+  Tensor s = axes.empty() ? x : sum(x, axes, true);
+  return reshape(s, shape);
+}
+
+Tensor arange(Graph& g, int64_t n, double start, double step, DType dtype) {
+  if (n < 0) throw std::invalid_argument("[arange] length must be non-negative, got " + std::to_string(n));
+  std::vector<double> values(static_cast<size_t>(n));
+  for (int64_t i = 0; i < n; ++i) values[size_t(i)] = start + double(i) * step;
+  return g.constant(std::move(values), {n}, dtype);
 }
 
 }  // namespace meganeura

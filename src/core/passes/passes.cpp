@@ -103,30 +103,12 @@ bool last_axis_keepdims_mean(const Node& n) {
 // Elementwise ops a fused program can evaluate (broadcast_to is the identity there: the
 // program broadcasts its inputs to the output shape anyway).
 bool is_pointwise(const Graph& g, const Node& n) {
-  const OpInfo& info = op_info(n.op);
-  bool ok = (info.family == OpFamily::unary && n.op != Op::cast) || info.family == OpFamily::binary ||
-            n.op == Op::clip_coef || n.op == Op::broadcast_to;
+  const ops::Elementwise& e = op_info(n.op).elementwise;
+  const bool ok = (e.unary() && n.op != Op::cast) || e.binary() || n.op == Op::broadcast_to;
   return ok && all_f32(g, n);
 }
 
-bool transcendental(Op op) {
-  switch (op) {
-    case Op::exp:
-    case Op::log:
-    case Op::sqrt:
-    case Op::rsqrt:
-    case Op::tanh:
-    case Op::sigmoid:
-    case Op::silu:
-    case Op::gelu_tanh:
-    case Op::gelu_erf:
-    case Op::gelu_tanh_grad:
-    case Op::gelu_erf_grad:
-    case Op::sin:
-    case Op::cos: return true;
-    default: return false;
-  }
-}
+bool transcendental(Op op) { return op_info(op).elementwise.transcendental; }
 
 bool contiguous_axes(const std::vector<int64_t>& axes) {
   for (size_t k = 1; k < axes.size(); ++k) {

@@ -90,102 +90,123 @@ void pool_words(PushConstants& p, const Dispatch& d, const Shape& xs, const Shap
   for (size_t i = 0; i < 12; ++i) p.set(push::kPool + i, u32(w[i], "pooling size"));
 }
 
+void concat_words(PushConstants& p, const Dispatch& d, const Shape& os, const std::vector<const Shape*>& ins) {
+  const int64_t axis = std::get<AxisAttrs>(d.attrs).axis;
+  if (ins.size() > push::kConcatMaxInputs) {
+    refuse(d.op, std::to_string(ins.size()) + " inputs for output " + shape_str(os) + " exceed the kernel's " +
+                     std::to_string(push::kConcatMaxInputs));
+  }
+  int64_t outer, inner;
+  split_axis(os, axis, outer, inner);
+  p.set(push::kConcatOuter, u32(outer, "rows"));
+  p.set(push::kConcatInner, u32(inner, "inner"));
+  p.set(push::kConcatInputs, uint32_t(ins.size()));
+  for (size_t k = 0; k < ins.size(); ++k) p.set(push::kConcatLens + k, u32(ins[k]->at(size_t(axis)), "length"));
+}
+
+// Operands of one primitive dispatch.
+struct Operands {
+  const Program& prog;
+  const Dispatch& d;
+  const Shape& out() const { return prog.tensors.at(d.write()).type.shape; }
+  const Shape& in(size_t k) const { return prog.tensors.at(d.reads.at(k)).type.shape; }
+};
+
+void pool_launch(PushConstants& p, const Operands& o) {
+  const Dispatch& d = o.d;
+  if (d.op == Op::max_pool2d_backward) return pool_words(p, d, o.out(), o.in(1));
+  if (d.op == Op::avg_pool2d_backward) return pool_words(p, d, o.out(), o.in(0));
+  pool_words(p, d, o.in(0), o.out());  // max_pool2d, avg_pool2d, upsample_nearest2x
+}
+
+void movement_launch(PushConstants& p, const Operands& o) {
+  const Dispatch& d = o.d;
+  if (d.op == Op::permute) return movement_words(p, d.op, o.in(0), o.out(), std::get<PermuteAttrs>(d.attrs).perm);
+  if (d.op == Op::slice) return movement_words(p, d.op, o.in(0), o.out(), std::get<SliceAttrs>(d.attrs).starts);
+  if (d.op == Op::pad) return movement_words(p, d.op, o.in(0), o.out(), std::get<PadAttrs>(d.attrs).before);
+  if (d.op == Op::broadcast_to) return (void)elementwise_layout(p, o.out(), {&o.in(0)});
+  if (d.op == Op::concat) {
+    std::vector<const Shape*> ins;
+    for (size_t k = 0; k < d.reads.size(); ++k) ins.push_back(&o.in(k));
+    return concat_words(p, d, o.out(), ins);
+  }
+  p.set(ElementwiseLayout::kNumel, u32(numel(o.out()), "elements"));  // reshape: a copy
+}
+
+void index_launch(PushConstants& p, const Operands& o) {
+  const Dispatch& d = o.d;
+  if (d.op == Op::embedding || d.op == Op::embedding_backward) {
+    const Shape& table = d.op == Op::embedding ? o.in(0) : o.out();
+    p.set(push::kIndexRows, u32(table.at(0), "rows"));
+    p.set(push::kIndexWidth, u32(table.at(1), "width"));
+    p.set(push::kIndexCount, u32(numel(o.in(1)), "ids"));
+  } else if (d.op == Op::one_hot) {
+    p.set(push::kIndexWidth, u32(std::get<OneHotAttrs>(d.attrs).classes, "classes"));
+    p.set(push::kIndexCount, u32(numel(o.in(0)), "ids"));
+  } else if (d.op == Op::where) {
+    elementwise_layout(p, o.out(), {&o.in(0), &o.in(1), &o.in(2)});
+  } else if (d.op == Op::gather || d.op == Op::gather_backward) {
+    const auto& a = std::get<GatherAttrs>(d.attrs);
+    int64_t outer, inner;
+    split_axis(o.out(), a.axis, outer, inner);
+    p.set(push::kIndexRows, u32(outer, "rows"));
+    p.set(push::kIndexWidth, u32(inner, "width"));
+    p.set(push::kIndexCount, u32(numel(o.in(1)), "indices"));
+    p.set(push::kIndexAxis, u32(a.size, "axis size"));
+  } else {  // softmax_cross_entropy and its backward
+    p.set(push::kIndexRows, u32(o.in(0).at(0), "rows"));
+    p.set(push::kIndexWidth, u32(o.in(0).at(1), "classes"));
+  }
+}
+
+void sequence_launch(PushConstants& p, const Operands& o) {
+  const Dispatch& d = o.d;
+  const Shape& os = o.out();
+  if (d.op == Op::rope || d.op == Op::causal_mask) {
+    if (os.size() < 2) refuse(d.op, "needs rank >= 2, got " + shape_str(os));
+    p.set(push::kSeqRows, u32(numel(os) / std::max<int64_t>(os.back(), 1), "rows"));
+    p.set(push::kSeqLen, u32(os.back(), "row length"));
+    p.set(push::kSeqPositions, u32(os[os.size() - 2], "positions"));
+  } else if (d.op == Op::attention_fused || d.op == Op::attention_fused_backward) {
+    const auto& a = std::get<AttentionAttrs>(d.attrs);
+    if (a.q.size() != 4 || a.k.size() != 4 || a.v.size() != 4) refuse(d.op, "expects [B, H, S, D] operands");
+    const int64_t w[7] = {a.q[0], a.q[1], a.k[1], a.q[2], a.k[2], a.q[3], a.v[3]};
+    for (size_t i = 0; i < 7; ++i) p.set(push::kAttention + i, u32(w[i], "attention size"));
+  } else {  // the optimizer's scalars
+    p.set(ElementwiseLayout::kNumel, u32(numel(os), "elements"));
+  }
+}
+
 }  // namespace
 
 void lower_primitive(const Program& prog, const Dispatch& d, KernelLaunch& l) {
   PushConstants& p = l.push;
-  const Shape& os = prog.tensors.at(d.write()).type.shape;
-  auto in_shape = [&](size_t k) -> const Shape& { return prog.tensors.at(d.reads.at(k)).type.shape; };
-  const OpFamily fam = op_info(d.op).family;
-  l.kernel =
-      std::string(fam == OpFamily::unary || fam == OpFamily::binary ? "elementwise." : "") + std::string(op_name(d.op));
-  linear(l, numel(os));
-  if (fam == OpFamily::binary) {
-    elementwise_layout(p, os, {&in_shape(0), &in_shape(1)});
-    if (in_shape(0) != os || in_shape(1) != os) l.kernel += ".broadcast";
-    return;
-  }
-  switch (d.op) {
-    case Op::sum:
-    case Op::mean:
-    case Op::max:
-    case Op::softmax:
-    case Op::log_softmax: reduce_words(p, d, in_shape(0), os); return;
-    case Op::max_pool2d:
-    case Op::avg_pool2d:
-    case Op::upsample_nearest2x: pool_words(p, d, in_shape(0), os); return;
-    case Op::max_pool2d_backward: pool_words(p, d, os, in_shape(1)); return;
-    case Op::avg_pool2d_backward: pool_words(p, d, os, in_shape(0)); return;
-    case Op::permute: movement_words(p, d.op, in_shape(0), os, std::get<PermuteAttrs>(d.attrs).perm); return;
-    case Op::slice: movement_words(p, d.op, in_shape(0), os, std::get<SliceAttrs>(d.attrs).starts); return;
-    case Op::pad: movement_words(p, d.op, in_shape(0), os, std::get<PadAttrs>(d.attrs).before); return;
-    case Op::broadcast_to: elementwise_layout(p, os, {&in_shape(0)}); return;
-    case Op::where: elementwise_layout(p, os, {&in_shape(0), &in_shape(1), &in_shape(2)}); return;
-    case Op::concat: {
-      const int64_t axis = std::get<AxisAttrs>(d.attrs).axis;
-      if (d.reads.size() > push::kConcatMaxInputs) {
-        refuse(d.op, std::to_string(d.reads.size()) + " inputs for output " + shape_str(os) + " exceed the kernel's " +
-                         std::to_string(push::kConcatMaxInputs));
-      }
-      int64_t outer, inner;
-      split_axis(os, axis, outer, inner);
-      p.set(push::kConcatOuter, u32(outer, "rows"));
-      p.set(push::kConcatInner, u32(inner, "inner"));
-      p.set(push::kConcatInputs, uint32_t(d.reads.size()));
-      for (size_t k = 0; k < d.reads.size(); ++k)
-        p.set(push::kConcatLens + k, u32(in_shape(k).at(size_t(axis)), "length"));
-      return;
-    }
-    case Op::embedding:
-    case Op::embedding_backward: {
-      const Shape& table = d.op == Op::embedding ? in_shape(0) : os;
-      p.set(push::kIndexRows, u32(table.at(0), "rows"));
-      p.set(push::kIndexWidth, u32(table.at(1), "width"));
-      p.set(push::kIndexCount, u32(numel(in_shape(1)), "ids"));
-      return;
-    }
-    case Op::one_hot:
-      p.set(push::kIndexWidth, u32(std::get<OneHotAttrs>(d.attrs).classes, "classes"));
-      p.set(push::kIndexCount, u32(numel(in_shape(0)), "ids"));
-      return;
-    case Op::gather:
-    case Op::gather_backward: {
-      const auto& a = std::get<GatherAttrs>(d.attrs);
-      int64_t outer, inner;
-      split_axis(os, a.axis, outer, inner);
-      p.set(push::kIndexRows, u32(outer, "rows"));
-      p.set(push::kIndexWidth, u32(inner, "width"));
-      p.set(push::kIndexCount, u32(numel(in_shape(1)), "indices"));
-      p.set(push::kIndexAxis, u32(a.size, "axis size"));
-      return;
-    }
-    case Op::softmax_cross_entropy:
-    case Op::softmax_cross_entropy_backward:
-      p.set(push::kIndexRows, u32(in_shape(0).at(0), "rows"));
-      p.set(push::kIndexWidth, u32(in_shape(0).at(1), "classes"));
-      return;
-    case Op::rope:
-    case Op::causal_mask: {
-      if (os.size() < 2) refuse(d.op, "needs rank >= 2, got " + shape_str(os));
-      p.set(push::kSeqRows, u32(numel(os) / std::max<int64_t>(os.back(), 1), "rows"));
-      p.set(push::kSeqLen, u32(os.back(), "row length"));
-      p.set(push::kSeqPositions, u32(os[os.size() - 2], "positions"));
-      return;
-    }
-    case Op::attention_fused:
-    case Op::attention_fused_backward: {
-      const auto& a = std::get<AttentionAttrs>(d.attrs);
-      if (a.q.size() != 4 || a.k.size() != 4 || a.v.size() != 4) refuse(d.op, "expects [B, H, S, D] operands");
-      const int64_t w[7] = {a.q[0], a.q[1], a.k[1], a.q[2], a.k[2], a.q[3], a.v[3]};
-      for (size_t i = 0; i < 7; ++i) p.set(push::kAttention + i, u32(w[i], "attention size"));
-      return;
-    }
-    default:  // unary ops, cast, clip_coef, reshape, the optimizer scalars: element count only
-      p.set(ElementwiseLayout::kNumel, u32(numel(os), "elements"));
+  const Operands o{prog, d};
+  const ops::Elementwise& e = op_info(d.op).elementwise;
+  l.kernel = std::string(e.unary() || e.binary() ? "elementwise." : "") + std::string(op_name(d.op));
+  linear(l, numel(o.out()));
+  switch (op_info(d.op).cpu) {
+    case CpuKernel::unary:
+    case CpuKernel::cast:
+      p.set(ElementwiseLayout::kNumel, u32(numel(o.out()), "elements"));
       if (d.op == Op::affine) {
         p.set_f64(ElementwiseLayout::kMasks, std::get<AffineAttrs>(d.attrs).scale);
         p.set_f64(ElementwiseLayout::kMasks + 2, std::get<AffineAttrs>(d.attrs).shift);
       }
+      return;
+    case CpuKernel::binary:
+      elementwise_layout(p, o.out(), {&o.in(0), &o.in(1)});
+      if (o.in(0) != o.out() || o.in(1) != o.out()) l.kernel += ".broadcast";
+      return;
+    case CpuKernel::reduce: return reduce_words(p, d, o.in(0), o.out());
+    case CpuKernel::pool: return pool_launch(p, o);
+    case CpuKernel::movement: return movement_launch(p, o);
+    case CpuKernel::index: return index_launch(p, o);
+    case CpuKernel::sequence: return sequence_launch(p, o);
+    case CpuKernel::linalg:
+    case CpuKernel::conv:
+    case CpuKernel::fused:
+    case CpuKernel::none: refuse(d.op, "is not a primitive the schedule lowers here");
   }
 }
 

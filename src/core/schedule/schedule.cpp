@@ -117,132 +117,149 @@ uint32_t fbits(float f) {
   return b;
 }
 
+void reduce_words(KernelLaunch& l, const FusedAttrs& a, const Shape& domain);
+
+// A fused program's launch: its inputs' broadcast layout over the output (or, for
+// fused_reduce, the domain) and, for matmul_epilogue, the GEMM's sizes.
+void lower_fused_program(const Program& p, const Dispatch& d, KernelLaunch& l) {
+  const auto& a = std::get<FusedAttrs>(d.attrs);
+  const Shape& os = p.tensors.at(d.write()).type.shape;
+  auto in_shape = [&](size_t k) -> const Shape& { return p.tensors.at(d.reads.at(k)).type.shape; };
+  std::vector<const Shape*> ins;
+  size_t first = 0;
+  if (d.op == Op::matmul_epilogue) {
+    ins.push_back(&os);  // the product, in the output buffer
+    first = 2;
+    matmul_words(l, a.matmul, in_shape(0), in_shape(1), os);
+  }
+  for (size_t k = first; k < d.reads.size(); ++k) ins.push_back(&in_shape(k));
+  const Shape& domain = d.op == Op::fused_reduce ? a.domain : os;
+  elementwise_layout(l.push, domain, ins);
+  l.kernel = std::string(op_name(d.op)) + "." + code_hash(d.attrs);
+  l.spec = {{"inputs", SpecConstant::u32, uint32_t(ins.size())},
+            {"code_length", SpecConstant::u32, uint32_t(a.code.size())}};
+  if (d.op == Op::fused_reduce) return reduce_words(l, a, domain);
+  if (d.op == Op::fused_elementwise) linear(l, numel(os));
+}
+
+// fused_reduce: [outer, len, inner] around contiguous axes; any other axes reduce as `len`
+// elements into each of outer (the outputs) with inner 1, and the CPU kernel walks them from
+// the extents and axis mask (a backend without that walk keeps those reductions primitive:
+// PassOptions::strided_reductions).
+void reduce_words(KernelLaunch& l, const FusedAttrs& a, const Shape& domain) {
+  int64_t outer = 1, len = 1, inner = 1;
+  bool contiguous = true;
+  for (size_t k = 1; k < a.axes.size(); ++k) contiguous &= a.axes[k] == a.axes[k - 1] + 1;
+  for (int64_t i = 0; i < int64_t(domain.size()); ++i) {
+    if (!contiguous)
+      (std::find(a.axes.begin(), a.axes.end(), i) != a.axes.end() ? len : outer) *= domain[size_t(i)];
+    else
+      (i < a.axes.front() ? outer : i <= a.axes.back() ? len : inner) *= domain[size_t(i)];
+  }
+  l.push.set(push::kReduceOuter, u32(outer, "rows"));
+  l.push.set(push::kReduceLen, u32(len, "reduced length"));
+  l.push.set(push::kReduceInner, u32(inner, "inner"));
+  l.push.set(push::kReduceKind, a.reduce == Op::sum ? 0 : a.reduce == Op::mean ? 1 : 2);
+  if (!contiguous) {  // as the primitive reductions over such axes
+    if (domain.size() > push::kMaxRank) {
+      throw std::invalid_argument("[schedule] fused_reduce over non-contiguous axes of a domain of rank " +
+                                  std::to_string(domain.size()) + " (at most " + std::to_string(push::kMaxRank) + ")");
+    }
+    uint32_t mask = 0;
+    for (int64_t ax : a.axes) mask |= 1u << ax;
+    l.push.set(push::kReduceRank, uint32_t(domain.size()));
+    l.push.set(push::kReduceAxes, mask);
+    for (size_t i = 0; i < domain.size(); ++i) l.push.set(push::kReduceExtents + i, u32(domain[i], "extent"));
+  }
+  linear(l, outer * inner);
+}
+
+// norm and softmax_scaled: one workgroup per row of the last axis.
+void lower_rows(const Dispatch& d, const Shape& os, KernelLaunch& l) {
+  const int64_t len = os.back();
+  l.push.set(push::kRows, u32(numel(os) / std::max<int64_t>(len, 1), "rows"));
+  l.push.set(push::kLen, u32(len, "row length"));
+  if (d.op == Op::norm) {
+    const auto& a = std::get<NormAttrs>(d.attrs);
+    l.kernel = a.center ? "norm.layer" : "norm.rms";
+    l.push.set(push::kNormGamma, d.reads.size() > 1);
+    l.push.set(push::kNormBeta, d.reads.size() > 2);
+    l.push.set(push::kNormCenter, a.center);
+    l.push.set_f64(push::kNormEps, a.eps);
+  } else {
+    const auto& a = std::get<SoftmaxAttrs>(d.attrs);
+    l.kernel = a.causal ? "softmax.scaled_causal" : "softmax.scaled";
+    l.push.set(push::kSoftmaxSq, os.size() >= 2 ? u32(os[os.size() - 2], "rows") : 1);
+    l.push.set(push::kSoftmaxCausal, a.causal);
+    l.push.set_f64(push::kSoftmaxScale, a.scale);
+    l.push.set_f64(push::kSoftmaxFill, a.fill);
+    l.spec = {{"scale", SpecConstant::f32, fbits(float(a.scale))}};
+  }
+  l.workgroup_size = {kGroup, 1, 1};
+  l.groups = {l.push.get(push::kRows), 1, 1};
+}
+
+void lower_fused(const Program& p, const Dispatch& d, KernelLaunch& l) {
+  if (d.op == Op::norm || d.op == Op::softmax_scaled) return lower_rows(d, p.tensors.at(d.write()).type.shape, l);
+  lower_fused_program(p, d, l);
+}
+
+void lower_matmul(const Program& p, const Dispatch& d, KernelLaunch& l) {
+  const auto& a = std::get<MatmulAttrs>(d.attrs);
+  l.kernel = std::string("gemm.") + (a.trans_a ? 't' : 'n') + (a.trans_b ? 't' : 'n');
+  matmul_words(l, a, p.tensors.at(d.reads.at(0)).type.shape, p.tensors.at(d.reads.at(1)).type.shape,
+               p.tensors.at(d.write()).type.shape);
+}
+
+// The three convolutions, described by the forward convolution's (x, w, y) shapes.
+void lower_conv(const Program& p, const Dispatch& d, KernelLaunch& l, uint64_t elem) {
+  const auto& a = std::get<ConvAttrs>(d.attrs);
+  const Shape& os = p.tensors.at(d.write()).type.shape;
+  auto in_shape = [&](size_t k) -> const Shape& { return p.tensors.at(d.reads.at(k)).type.shape; };
+  const Shape& x = d.op == Op::conv2d_backward_input ? os : in_shape(0);
+  const Shape& w = d.op == Op::conv2d_backward_weight ? os : in_shape(1);
+  const Shape& y = d.op == Op::conv2d ? os : d.op == Op::conv2d_backward_input ? in_shape(0) : in_shape(1);
+  const int64_t words[] = {x[0], x[1], x[2], x[3], w[0], w[2], w[3], y[2], y[3], a.groups};
+  for (size_t i = 0; i < 10; ++i) l.push.set(push::kConv + i, u32(words[i], "convolution size"));
+  for (size_t i = 0; i < 2; ++i) {
+    l.push.set(push::kConvStride + i, u32(a.stride[i], "convolution stride"));
+    l.push.set(push::kConvPad + i, u32(a.pad[i], "convolution padding"));
+    l.push.set(push::kConvDilation + i, u32(a.dilation[i], "convolution dilation"));
+  }
+  const bool pointwise =
+      w[2] == 1 && w[3] == 1 && a.stride[0] == 1 && a.stride[1] == 1 && a.pad[0] == 0 && a.pad[1] == 0;
+  l.kernel = std::string(op_name(d.op)) + (pointwise ? ".direct" : ".im2col");
+  // the im2col matrix of one image and group: [C/groups * KH * KW, OH * OW]
+  if (!pointwise) l.workspace_bytes = uint64_t(x[1] / a.groups * w[2] * w[3] * y[2] * y[3]) * elem;
+  l.workgroup_size = {16, 16, 1};
+  l.groups = {u32((y[2] * y[3] + 15) / 16, "groups"), u32((w[0] + 15) / 16, "groups"), u32(x[0], "groups")};
+}
+
+KernelLaunch lower_dispatch(const Program& p, const Dispatch& d) {
+  KernelLaunch l;
+  switch (op_info(d.op).cpu) {
+    case CpuKernel::fused: lower_fused(p, d, l); break;
+    case CpuKernel::linalg: lower_matmul(p, d, l); break;
+    case CpuKernel::conv: lower_conv(p, d, l, dtype_size(p.float_dtype)); break;
+    case CpuKernel::unary:
+    case CpuKernel::cast:
+    case CpuKernel::binary:
+    case CpuKernel::reduce:
+    case CpuKernel::pool:
+    case CpuKernel::movement:
+    case CpuKernel::index:
+    case CpuKernel::sequence:
+    case CpuKernel::none: lower_primitive(p, d, l); break;
+  }
+  return l;
+}
+
 }  // namespace
 
 Schedule lower(const Program& p) {
   Schedule s;
-  const uint64_t elem = dtype_size(p.float_dtype);
   for (const Dispatch& d : p.dispatches) {
-    KernelLaunch l;
-    const ProgramTensor& out = p.tensors.at(d.write());
-    const Shape& os = out.type.shape;
-    auto in_shape = [&](size_t k) -> const Shape& { return p.tensors.at(d.reads.at(k)).type.shape; };
-    const std::string op(op_name(d.op));
-    switch (d.op) {
-      case Op::fused_elementwise:
-      case Op::matmul_epilogue:
-      case Op::fused_reduce: {
-        const auto& a = std::get<FusedAttrs>(d.attrs);
-        std::vector<const Shape*> ins;
-        size_t first = 0;
-        if (d.op == Op::matmul_epilogue) {
-          ins.push_back(&os);  // the product, in the output buffer
-          first = 2;
-          matmul_words(l, a.matmul, in_shape(0), in_shape(1), os);
-        }
-        for (size_t k = first; k < d.reads.size(); ++k) ins.push_back(&in_shape(k));
-        const Shape& domain = d.op == Op::fused_reduce ? a.domain : os;
-        elementwise_layout(l.push, domain, ins);
-        l.kernel = op + "." + code_hash(d.attrs);
-        l.spec = {{"inputs", SpecConstant::u32, uint32_t(ins.size())},
-                  {"code_length", SpecConstant::u32, uint32_t(a.code.size())}};
-        if (d.op == Op::fused_reduce) {
-          // [outer, len, inner] around contiguous axes; any other axes reduce as `len`
-          // elements into each of outer (the outputs) with inner 1, and the CPU kernel walks
-          // them from the extents and axis mask (a backend without that walk keeps those
-          // reductions primitive: PassOptions::strided_reductions).
-          int64_t outer = 1, len = 1, inner = 1;
-          bool contiguous = true;
-          for (size_t k = 1; k < a.axes.size(); ++k) contiguous &= a.axes[k] == a.axes[k - 1] + 1;
-          for (int64_t i = 0; i < int64_t(domain.size()); ++i) {
-            if (!contiguous)
-              (std::find(a.axes.begin(), a.axes.end(), i) != a.axes.end() ? len : outer) *= domain[size_t(i)];
-            else
-              (i < a.axes.front() ? outer : i <= a.axes.back() ? len : inner) *= domain[size_t(i)];
-          }
-          l.push.set(push::kReduceOuter, u32(outer, "rows"));
-          l.push.set(push::kReduceLen, u32(len, "reduced length"));
-          l.push.set(push::kReduceInner, u32(inner, "inner"));
-          l.push.set(push::kReduceKind, a.reduce == Op::sum ? 0 : a.reduce == Op::mean ? 1 : 2);
-          if (!contiguous) {  // as the primitive reductions over such axes
-            if (domain.size() > push::kMaxRank) {
-              throw std::invalid_argument("[schedule] fused_reduce over non-contiguous axes of a domain of rank " +
-                                          std::to_string(domain.size()) + " (at most " +
-                                          std::to_string(push::kMaxRank) + ")");
-            }
-            uint32_t mask = 0;
-            for (int64_t ax : a.axes) mask |= 1u << ax;
-            l.push.set(push::kReduceRank, uint32_t(domain.size()));
-            l.push.set(push::kReduceAxes, mask);
-            for (size_t i = 0; i < domain.size(); ++i) l.push.set(push::kReduceExtents + i, u32(domain[i], "extent"));
-          }
-          linear(l, outer * inner);
-        } else if (d.op == Op::fused_elementwise) {
-          linear(l, numel(os));
-        }
-        break;
-      }
-      case Op::norm: {
-        const auto& a = std::get<NormAttrs>(d.attrs);
-        const int64_t len = os.back();
-        l.kernel = a.center ? "norm.layer" : "norm.rms";
-        l.push.set(push::kRows, u32(numel(os) / std::max<int64_t>(len, 1), "rows"));
-        l.push.set(push::kLen, u32(len, "row length"));
-        l.push.set(push::kNormGamma, d.reads.size() > 1);
-        l.push.set(push::kNormBeta, d.reads.size() > 2);
-        l.push.set(push::kNormCenter, a.center);
-        l.push.set_f64(push::kNormEps, a.eps);
-        l.workgroup_size = {kGroup, 1, 1};
-        l.groups = {l.push.get(push::kRows), 1, 1};
-        break;
-      }
-      case Op::softmax_scaled: {
-        const auto& a = std::get<SoftmaxAttrs>(d.attrs);
-        const int64_t len = os.back();
-        l.kernel = a.causal ? "softmax.scaled_causal" : "softmax.scaled";
-        l.push.set(push::kRows, u32(numel(os) / std::max<int64_t>(len, 1), "rows"));
-        l.push.set(push::kLen, u32(len, "row length"));
-        l.push.set(push::kSoftmaxSq, os.size() >= 2 ? u32(os[os.size() - 2], "rows") : 1);
-        l.push.set(push::kSoftmaxCausal, a.causal);
-        l.push.set_f64(push::kSoftmaxScale, a.scale);
-        l.push.set_f64(push::kSoftmaxFill, a.fill);
-        l.spec = {{"scale", SpecConstant::f32, fbits(float(a.scale))}};
-        l.workgroup_size = {kGroup, 1, 1};
-        l.groups = {l.push.get(push::kRows), 1, 1};
-        break;
-      }
-      case Op::matmul: {
-        const auto& a = std::get<MatmulAttrs>(d.attrs);
-        l.kernel = std::string("gemm.") + (a.trans_a ? 't' : 'n') + (a.trans_b ? 't' : 'n');
-        matmul_words(l, a, in_shape(0), in_shape(1), os);
-        break;
-      }
-      case Op::conv2d:
-      case Op::conv2d_backward_input:
-      case Op::conv2d_backward_weight: {
-        const auto& a = std::get<ConvAttrs>(d.attrs);
-        // (x, w, y) shapes as the forward convolution sees them
-        const Shape& x = d.op == Op::conv2d ? in_shape(0) : d.op == Op::conv2d_backward_input ? os : in_shape(0);
-        const Shape& w = d.op == Op::conv2d_backward_weight ? os : in_shape(1);
-        const Shape& y = d.op == Op::conv2d ? os : d.op == Op::conv2d_backward_input ? in_shape(0) : in_shape(1);
-        const int64_t words[] = {x[0], x[1], x[2], x[3], w[0], w[2], w[3], y[2], y[3], a.groups};
-        for (size_t i = 0; i < 10; ++i) l.push.set(push::kConv + i, u32(words[i], "convolution size"));
-        for (size_t i = 0; i < 2; ++i) {
-          l.push.set(push::kConvStride + i, u32(a.stride[i], "convolution stride"));
-          l.push.set(push::kConvPad + i, u32(a.pad[i], "convolution padding"));
-          l.push.set(push::kConvDilation + i, u32(a.dilation[i], "convolution dilation"));
-        }
-        const bool pointwise =
-            w[2] == 1 && w[3] == 1 && a.stride[0] == 1 && a.stride[1] == 1 && a.pad[0] == 0 && a.pad[1] == 0;
-        l.kernel = op + (pointwise ? ".direct" : ".im2col");
-        // the im2col matrix of one image and group: [C/groups * KH * KW, OH * OW]
-        if (!pointwise) l.workspace_bytes = uint64_t(x[1] / a.groups * w[2] * w[3] * y[2] * y[3]) * elem;
-        l.workgroup_size = {16, 16, 1};
-        l.groups = {u32((y[2] * y[3] + 15) / 16, "groups"), u32((w[0] + 15) / 16, "groups"), u32(x[0], "groups")};
-        break;
-      }
-      default: lower_primitive(p, d, l);
-    }
+    KernelLaunch l = lower_dispatch(p, d);
     s.workspace_bytes = std::max(s.workspace_bytes, l.workspace_bytes);
     s.launches.push_back(std::move(l));
   }

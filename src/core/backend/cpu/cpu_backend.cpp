@@ -177,29 +177,19 @@ namespace cpu {
 template <class T>
 void execute(const Dispatch& d, const KernelLaunch& l, const std::vector<Arg>& in, const std::vector<Arg>& outs) {
   const Arg& out = outs[0];
-  switch (op_info(d.op).family) {
-    case OpFamily::fused: fused<T>(d, l, in, outs); break;
-    case OpFamily::unary:
-      if (d.op == Op::cast)
-        cast(l, in, out);
-      else
-        unary<T>(d, l, in, out);
-      break;
-    case OpFamily::binary: binary<T>(d, l, in, out); break;
-    case OpFamily::reduce: reduce<T>(d, l, in, out); break;
-    case OpFamily::linalg: linalg<T>(d, l, in, out); break;
-    case OpFamily::conv: conv<T>(d, l, in, out); break;
-    case OpFamily::pool: pool<T>(d, l, in, out); break;
-    case OpFamily::movement: movement<T>(d, l, in, out); break;
-    case OpFamily::index: index<T>(d, l, in, out); break;
-    case OpFamily::seq: sequence<T>(d, l, in, out); break;
-    case OpFamily::optim:
-      if (d.op == Op::clip_coef)
-        unary<T>(d, l, in, out);
-      else
-        sequence<T>(d, l, in, out);
-      break;
-    case OpFamily::leaf: kernel_error(d.op, "leaves are not dispatched");
+  switch (op_info(d.op).cpu) {
+    case CpuKernel::unary: return unary<T>(d, l, in, out);
+    case CpuKernel::cast: return cast(l, in, out);
+    case CpuKernel::binary: return binary<T>(d, l, in, out);
+    case CpuKernel::reduce: return reduce<T>(d, l, in, out);
+    case CpuKernel::linalg: return linalg<T>(d, l, in, out);
+    case CpuKernel::conv: return conv<T>(d, l, in, out);
+    case CpuKernel::pool: return pool<T>(d, l, in, out);
+    case CpuKernel::movement: return movement<T>(d, l, in, out);
+    case CpuKernel::index: return index<T>(d, l, in, out);
+    case CpuKernel::sequence: return sequence<T>(d, l, in, out);
+    case CpuKernel::fused: return fused<T>(d, l, in, outs);
+    case CpuKernel::none: kernel_error(d.op, "is not dispatched");
   }
 }
 

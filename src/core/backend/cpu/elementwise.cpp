@@ -52,8 +52,9 @@ void unary(const Dispatch& d, const KernelLaunch& l, const std::vector<Arg>& in,
   } else if (d.op == Op::clip_coef) {
     p0 = T(std::get<ClipAttrs>(d.attrs).max_norm);
   }
+  const auto loop = unary_loop<T>(d.op);
   parallel_for(n, (n > kParallelMin) ? 1 : INT64_MAX,
-               [&](int64_t lo, int64_t hi) { unary_loop<T>(d.op, p0, p1, x + lo, y + lo, hi - lo); });
+               [&](int64_t lo, int64_t hi) { loop(p0, p1, x + lo, y + lo, hi - lo); });
 }
 
 template <class T>
@@ -64,12 +65,9 @@ void binary(const Dispatch& d, const KernelLaunch& l, const std::vector<Arg>& in
   const Broadcast bc(l.push);
   const int64_t n = bc.numel;
   const int64_t min_parallel = n > kParallelMin ? 1 : INT64_MAX;
+  const auto loop = binary_loop<T>(d.op);
   if (bc.spans_all(0) && bc.spans_all(1)) {
-    with_binary_op<T>(d.op, [&](auto f) {
-      parallel_for(n, min_parallel, [&](int64_t lo, int64_t hi) {
-        for (int64_t i = lo; i < hi; ++i) y[i] = f(a[i], b[i]);
-      });
-    });
+    parallel_for(n, min_parallel, [&](int64_t lo, int64_t hi) { loop(a + lo, true, b + lo, true, y + lo, hi - lo); });
     return;
   }
   // General broadcasting: walk rows of the innermost (collapsed) dimension; each input's inner
@@ -80,23 +78,19 @@ void binary(const Dispatch& d, const KernelLaunch& l, const std::vector<Arg>& in
   const int64_t rank = bc.rank;
   const int64_t inner = rank ? os[rank - 1] : 1, rows = inner ? n / inner : 0;
   const int64_t ia = rank ? sa[rank - 1] : 0, ib = rank ? sb[rank - 1] : 0;
-  with_binary_op<T>(d.op, [&](auto f) {
-    parallel_for(rows, min_parallel, [&](int64_t lo, int64_t hi) {
-      for (int64_t r = lo; r < hi; ++r) {
-        int64_t oa = 0, ob = 0, rem = r;
-        for (int64_t k = rank - 2; k >= 0; --k) {
-          const int64_t idx = rem % os[k];
-          rem /= os[k];
-          oa += idx * sa[k];
-          ob += idx * sb[k];
-        }
-        T* yr = y + r * inner;
-        const T* ar = a + oa;
-        const T* br = b + ob;
-        binary_loop<T>(f, ar, ia != 0, br, ib != 0, yr, inner);
-        if (!ia && !ib) std::fill(yr, yr + inner, yr[0]);
+  parallel_for(rows, min_parallel, [&](int64_t lo, int64_t hi) {
+    for (int64_t r = lo; r < hi; ++r) {
+      int64_t oa = 0, ob = 0, rem = r;
+      for (int64_t k = rank - 2; k >= 0; --k) {
+        const int64_t idx = rem % os[k];
+        rem /= os[k];
+        oa += idx * sa[k];
+        ob += idx * sb[k];
       }
-    });
+      T* yr = y + r * inner;
+      loop(a + oa, ia != 0, b + ob, ib != 0, yr, inner);
+      if (!ia && !ib) std::fill(yr, yr + inner, yr[0]);
+    }
   });
 }
 

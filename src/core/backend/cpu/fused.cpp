@@ -20,12 +20,12 @@ constexpr int64_t kBlock = 256;  // elements evaluated per program step
 
 template <class T>
 void unary_block(const FusedInstr& f, const T* x, T* y, int64_t n) {  // y may be x
-  unary_loop<T>(f.op, T(f.a), T(f.b), x, y, n);
+  unary_loop<T>(f.op)(T(f.a), T(f.b), x, y, n);
 }
 
 template <class T>
 void binary_block(Op op, const T* a, bool va, const T* b, bool vb, T* y, int64_t n) {
-  with_binary_op<T>(op, [&](auto f) { binary_loop<T>(f, a, va, b, vb, y, n); });
+  binary_loop<T>(op)(a, va, b, vb, y, n);
 }
 
 // A fused program over the push block's (collapsed) domain; src[i] is input i.

@@ -1,6 +1,6 @@
 // CPU reference kernels, templated on the float type (float for strict f32, double for the
-// oracle). Each family entry point handles every op of its family; the backend routes by
-// op_info(op).family and the op table guarantees nothing is left unrouted.
+// oracle). The backend runs each op with the kernel routine its declaration names
+// (OpInfo::cpu, ops/op_def.h); each routine handles every op that names it.
 #pragma once
 
 #include <cstdint>
@@ -81,21 +81,6 @@ std::byte* workspace(Op op, size_t bytes);
 
 [[noreturn]] inline void kernel_error(Op op, const std::string& msg) {
   throw std::runtime_error("[cpu:" + std::string(op_name(op)) + "] " + msg);
-}
-
-// Instantiates `body` with the op as a compile-time functor, so the inner loops vectorise.
-template <class T, class Body>
-void with_binary_op(Op op, Body&& body) {
-  switch (op) {
-    case Op::add: return body([](T a, T b) { return a + b; });
-    case Op::sub: return body([](T a, T b) { return a - b; });
-    case Op::mul: return body([](T a, T b) { return a * b; });
-    case Op::div: return body([](T a, T b) { return a / b; });
-    case Op::equal: return body([](T a, T b) { return a == b ? T(1) : T(0); });
-    case Op::maximum: return body([](T a, T b) { return a < b ? b : a; });
-    case Op::less: return body([](T a, T b) { return a < b ? T(1) : T(0); });
-    default: kernel_error(op, "not a binary op");
-  }
 }
 
 // Elementwise loops parallelise above this many elements.

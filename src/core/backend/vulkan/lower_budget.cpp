@@ -34,10 +34,8 @@ uint64_t conv_bound(const Launch& l) {
 
 uint64_t primitive_loop_bound(const Launch& l) {
   switch (l.kernel) {
-    case Kernel::pointwise: {  // binary ops over a strided layout walk its rank
-      constexpr uint32_t kFirstBinary = 32;
-      return l.push[1] >= kFirstBinary && l.push[3] == 0 ? loop(l.push[2]) : 0;
-    }
+    case Kernel::pointwise:  // push: n, op, binary, rank, contiguous; binary ops over a strided layout walk its rank
+      return l.push[2] != 0 && l.push[4] == 0 ? loop(l.push[3]) : 0;
     case Kernel::movement: return l.push[2] != 0 ? 0 : loop(l.push[1]);  // concat copies rows
     case Kernel::sequence: {
       constexpr uint32_t kBiasCorrection = 3, kSeriesTerms = 8;  // expm1's Taylor series

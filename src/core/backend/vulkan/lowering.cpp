@@ -6,6 +6,7 @@
 #include <stdexcept>
 #include <string>
 
+#include "backend/vulkan/glsl_ops.h"
 #include "backend/vulkan/lowering_internal.h"
 #include "graph/op_table.h"
 #include "meganeura/schedule.h"
@@ -120,32 +121,10 @@ namespace {
 
 using namespace detail;
 
-uint32_t unary_code(Op op) {
-  switch (op) {
-    case Op::copy:
-    case Op::detach: return 0;
-    case Op::neg: return 1;
-    case Op::exp: return 2;
-    case Op::log: return 3;
-    case Op::sqrt: return 4;
-    case Op::rsqrt: return 5;
-    case Op::abs: return 6;
-    case Op::tanh: return 7;
-    case Op::sigmoid: return 8;
-    case Op::relu: return 9;
-    case Op::gelu_tanh: return 10;
-    case Op::gelu_erf: return 11;
-    case Op::silu: return 12;
-    case Op::affine: return 13;
-    case Op::sign: return 14;
-    case Op::positive_mask: return 15;
-    case Op::gelu_tanh_grad: return 16;
-    case Op::gelu_erf_grad: return 17;
-    case Op::clip_coef: return 18;
-    case Op::sin: return 21;
-    case Op::cos: return 22;
-    default: unsupported(op, "not a unary op");
-  }
+// The op code the shaders switch on (ops_generated.glsl: OP_<NAME>) is the op's own value.
+uint32_t op_code(Op op) {
+  if (!op_info(op).elementwise.unary() && !op_info(op).elementwise.binary()) unsupported(op, "not an elementwise op");
+  return uint32_t(op);
 }
 
 class Lowerer {
@@ -168,35 +147,23 @@ class Lowerer {
     const ProgramTensor& y = p_.tensors[d.write()];
     for (uint32_t r : d.reads) check_dtype(d, p_.tensors[r]);
     check_dtype(d, y);
-    switch (d.op) {
-      case Op::where:
-      case Op::gather:
-      case Op::gather_backward:
-      case Op::softmax_cross_entropy:
-      case Op::softmax_cross_entropy_backward:
-        return workload(d, schedule_.launches[index], make(Kernel::workload), out);
-      case Op::attention_fused:
-      case Op::attention_fused_backward: return attention(d, schedule_.launches[index], make(Kernel::attention), out);
-      default: break;
-    }
-    switch (op_info(d.op).family) {
-      case OpFamily::unary:
-      case OpFamily::optim:
-        if (d.op == Op::lr_schedule || d.op == Op::bias_correction || d.op == Op::increment) {
-          return sequence(d, make(Kernel::sequence), out);
-        }
-        return unary(d, make(Kernel::pointwise), out);
-      case OpFamily::binary: return binary(d, make(Kernel::pointwise), out);
-      case OpFamily::reduce: return reduce(d, make(Kernel::reduce), make(Kernel::softmax), out);
-      case OpFamily::linalg: return matmul(d, make(Kernel::matmul), out);
-      case OpFamily::conv: return conv(d, make(Kernel::conv), out);
-      case OpFamily::pool: return pool(d, make(Kernel::pool), out);
-      case OpFamily::movement: return movement(d, make(Kernel::movement), out);
-      case OpFamily::index: return index_op(d, make(Kernel::index), out);
-      case OpFamily::seq: return sequence(d, make(Kernel::sequence), out);
-      case OpFamily::fused:
-        return fused(d, schedule_.launches[index], make(Kernel::fused), make(Kernel::rows), make(Kernel::matmul), out);
-      case OpFamily::leaf: unsupported(d.op, "leaves are not dispatched");
+    const KernelLaunch& schedule = schedule_.launches[index];
+    switch (op_info(d.op).vulkan) {
+      case VkKernel::unary: return unary(d, make(Kernel::pointwise), out);
+      case VkKernel::binary: return binary(d, make(Kernel::pointwise), out);
+      case VkKernel::scalar: return sequence(d, make(Kernel::sequence), out);
+      case VkKernel::reduce: return reduce(d, make(Kernel::reduce), make(Kernel::softmax), out);
+      case VkKernel::matmul: return matmul(d, make(Kernel::matmul), out);
+      case VkKernel::conv: return conv(d, make(Kernel::conv), out);
+      case VkKernel::pool: return pool(d, make(Kernel::pool), out);
+      case VkKernel::movement: return movement(d, make(Kernel::movement), out);
+      case VkKernel::index: return index_op(d, make(Kernel::index), out);
+      case VkKernel::sequence: return sequence(d, make(Kernel::sequence), out);
+      case VkKernel::workload: return workload(d, schedule, make(Kernel::workload), out);
+      case VkKernel::attention: return attention(d, schedule, make(Kernel::attention), out);
+      case VkKernel::fused:
+        return fused(d, schedule, make(Kernel::fused), make(Kernel::rows), make(Kernel::matmul), out);
+      case VkKernel::none: unsupported(d.op, "is not dispatched");
     }
     (void)y;
   }
@@ -218,9 +185,9 @@ class Lowerer {
     if (d.op == Op::cast) {
       DType from = p_.tensors[d.reads[0]].stored, to = p_.tensors[d.write()].stored;
       bool fi = dtype_is_float(from), ti = dtype_is_float(to);
-      code = fi == ti ? 0 : fi ? 19 : 20;
+      code = fi == ti ? op_code(Op::copy) : fi ? kGlslF32ToI32 : kGlslI32ToF32;
     } else {
-      code = unary_code(d.op);
+      code = op_code(d.op);
       if (d.op == Op::affine) {
         p0 = std::get<AffineAttrs>(d.attrs).scale;
         p1 = std::get<AffineAttrs>(d.attrs).shift;
@@ -233,6 +200,7 @@ class Lowerer {
     Push pc{l};
     pc.u(n);
     pc.u(code);
+    pc.u(0);  // not binary
     pc.u(0);
     pc.u(1);
     pc.f(p0);
@@ -250,8 +218,7 @@ class Lowerer {
   }
 
   void binary(const Dispatch& d, Launch l, std::vector<Launch>& out) {
-    static const Op ops[] = {Op::add, Op::sub, Op::mul, Op::div, Op::equal, Op::maximum, Op::less};
-    uint32_t code = 32 + uint32_t(std::find(std::begin(ops), std::end(ops), d.op) - std::begin(ops));
+    const uint32_t code = op_code(d.op);
     Shape os = shape(d.write());
     auto sa = broadcast_strides(shape(d.reads[0]), os), sb = broadcast_strides(shape(d.reads[1]), os);
     const bool contiguous = shape(d.reads[0]) == os && shape(d.reads[1]) == os;
@@ -261,6 +228,7 @@ class Lowerer {
     Push pc{l};
     pc.u(n);
     pc.u(code);
+    pc.u(1);  // binary
     pc.u(os.size());
     pc.u(contiguous);
     pc.f(0);
@@ -561,18 +529,14 @@ class Lowerer {
   }
 
   static std::vector<uint32_t> encode(const Dispatch& d, const std::vector<FusedInstr>& code) {
-    static const Op binary_ops[] = {Op::add, Op::sub, Op::mul, Op::div, Op::equal, Op::maximum, Op::less};
     std::vector<uint32_t> w;
     for (const FusedInstr& f : code) {
       uint32_t op = 0;
-      if (f.kind == FusedInstr::unary) {
-        op = unary_code(f.op);
-      } else if (f.kind == FusedInstr::binary) {
-        auto it = std::find(std::begin(binary_ops), std::end(binary_ops), f.op);
-        if (it == std::end(binary_ops))
-          unsupported(d.op, "binary op " + std::string(op_name(f.op)) + " in a fused program");
-        op = 32 + uint32_t(it - std::begin(binary_ops));
-      }
+      if (f.kind == FusedInstr::unary && !op_info(f.op).elementwise.unary())
+        unsupported(d.op, "unary instruction " + std::string(op_name(f.op)) + " in a fused program");
+      if (f.kind == FusedInstr::binary && !op_info(f.op).elementwise.binary())
+        unsupported(d.op, "binary instruction " + std::string(op_name(f.op)) + " in a fused program");
+      if (f.kind == FusedInstr::unary || f.kind == FusedInstr::binary) op = op_code(f.op);
       if (f.kind == FusedInstr::store || f.kind == FusedInstr::load) {
         if (f.index >= kFusedMaxOutputs) unsupported(d.op, "a fused program names output " + std::to_string(f.index));
       }

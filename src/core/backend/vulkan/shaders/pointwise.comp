@@ -11,7 +11,7 @@ layout(std430, binding = 2) writeonly buffer Y { uint y[]; };
 #include "ops.glsl"
 
 layout(push_constant) uniform P {
-  uint n, op, rank, contiguous;
+  uint n, op, binary, rank, contiguous;
   float p0, p1;
   uint shape[6];
   uint sa[6];
@@ -21,10 +21,10 @@ layout(push_constant) uniform P {
 void main() {
   uint i = flat_index();
   if (i >= pc.n) return;
-  if (pc.op < ADD) {
+  if (pc.binary == 0) {
     uint w = a[i];
-    if (pc.op == F32_TO_I32) y[i] = uint(int(trunc(uintBitsToFloat(w))));
-    else if (pc.op == I32_TO_F32) y[i] = floatBitsToUint(float(int(w)));
+    if (pc.op == OP_F32_TO_I32) y[i] = uint(int(trunc(uintBitsToFloat(w))));
+    else if (pc.op == OP_I32_TO_F32) y[i] = floatBitsToUint(float(int(w)));
     else y[i] = floatBitsToUint(unary_op(pc.op, uintBitsToFloat(w), pc.p0, pc.p1));
     return;
   }

@@ -1,0 +1,18 @@
+// equal: 1 where a == b, else 0 (zero gradient).
+#include "ops/op_def.h"
+
+namespace meganeura::ops {
+namespace {
+
+struct Equal {
+  template <class T>
+  static T f(T a, T b) {
+    return a == b ? T(1) : T(0);
+  }
+};
+
+}  // namespace
+}  // namespace meganeura::ops
+
+MEGANEURA_BINARY_BUILDER(equal)
+MEGANEURA_BINARY_OP(equal, Equal, .grad = GradKind::none, .glsl = "a == b ? 1.0 : 0.0")
