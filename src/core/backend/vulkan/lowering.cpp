@@ -122,6 +122,7 @@ namespace {
 using namespace detail;
 
 // The op code the shaders switch on (ops_generated.glsl: OP_<NAME>) is the op's own value.
+static_assert(kOpCount <= 256, "a fused instruction (fused.comp) carries its op code in 8 bits");
 uint32_t op_code(Op op) {
   if (!op_info(op).elementwise.unary() && !op_info(op).elementwise.binary()) unsupported(op, "not an elementwise op");
   return uint32_t(op);

@@ -88,8 +88,11 @@ void lower_fused_reduce(const Context& c, const Dispatch& d, const KernelLaunch&
 // the launch's push words and specialisation as the shader reads them; Launch::kUnplanned for
 // any other kernel (its lowering plans it).
 uint64_t primitive_loop_bound(const Launch& l);
+// Bytes of shared memory one workgroup of the launch declares, as its shader declares them
+// (the specialisation sets the sizes).
+uint64_t shared_memory_bytes(const Launch& l);
 // Throws, naming the op, for a launch left unplanned, over the loop budget, or with a
-// workgroup beyond the device's limits.
+// workgroup or shared memory beyond the device's limits.
 void check_launch(const Dispatch& d, const Launch& l, const DeviceClass& dc);
 
 // Loop back-edges of one evaluation of the launch's fused program (fused.comp's evaluate): its

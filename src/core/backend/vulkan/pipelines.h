@@ -33,7 +33,14 @@ enum class Kernel : uint8_t {
 };
 constexpr size_t kKernelCount = size_t(Kernel::count_);
 const char* kernel_name(Kernel k);
+// A kernel's SPIR-V. Its storage buffers are decorated Aliased: the lowering binds one buffer
+// to several bindings (an output written in place over an input, unused slots repeating an
+// input), which SPIR-V leaves undefined unless the declarations are Aliased, and glslang
+// writes no such decoration for GLSL buffers (which GLSL lets alias unless `restrict`).
 std::span<const uint32_t> kernel_spirv(Kernel k);
+// `words` with every storage buffer variable not already decorated Aliased or Restrict
+// decorated Aliased; throws std::invalid_argument for a malformed module.
+std::vector<uint32_t> with_aliased_buffers(std::span<const uint32_t> words);
 
 // Two pipeline layouts, both with a 128-byte push block: kBindings storage buffers for the
 // primitive kernels, kWideBindings for the fused ones (eight inputs, the output, the code, the

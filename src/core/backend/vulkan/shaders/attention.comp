@@ -149,7 +149,7 @@ void forward() {
       const uint col = tx + TX * j;
       if (col < DV) y[r * DV + col] = total > 0.0 ? acc[i][j] / total : 0.0;
     }
-    if (tx == 0u) y[rows * DV + r] = total > 0.0 ? m[i] + log(total) : uintBitsToFloat(0xff800000u);
+    if (tx == 0u) y[rows * DV + r] = total > 0.0 ? m[i] + log(total) : uintBitsToFloat(NEG_INF_BITS);
   }
 }
 

@@ -86,7 +86,7 @@ void forward() {
     return;
   }
   for (uint c = 0; c < DV; ++c) y[r * DV + c] = l > 0.0 ? acc[c] / l : 0.0;
-  y[rows * DV + r] = l > 0.0 ? m + log(l) : uintBitsToFloat(0xff800000u);
+  y[rows * DV + r] = l > 0.0 ? m + log(l) : uintBitsToFloat(NEG_INF_BITS);
 }
 
 // dQ_i = scale * sum_j P_ij (dP_ij - (dO_i . O_i - dlse_i)) K_j.

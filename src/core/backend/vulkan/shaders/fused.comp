@@ -112,7 +112,7 @@ void main() {
   const uint r = g / chunks, piece = g % chunks;
   if (r >= outer * inner) return;  // uniform over the workgroup
   if (mode == REDUCE_COMBINE) {
-    float v = is_max ? uintBitsToFloat(0xff800000u) : 0.0;
+    float v = is_max ? LOWEST : 0.0;
     for (uint c = lid; c < chunks; c += wg) v = is_max ? max(v, ws[r * chunks + c]) : v + ws[r * chunks + c];
     v = tree(v, is_max, lid, wg);
     if (lid == 0) y[r] = kind == 1u ? v / float(len) : v;
@@ -121,7 +121,7 @@ void main() {
   uint base = (r / inner) * len * inner + r % inner;
   const uint first = mode == REDUCE_PARTIAL ? piece * pc.w[SPAN] : 0u;
   const uint last = mode == REDUCE_PARTIAL ? min(len, first + pc.w[SPAN]) : len;
-  precise float acc = is_max ? uintBitsToFloat(0xff800000u) : 0.0, comp = 0.0;
+  precise float acc = is_max ? LOWEST : 0.0, comp = 0.0;
   for (uint j = first + lid; j < last; j += wg) {
     float v = evaluate(base + j * inner);
     if (is_max) {

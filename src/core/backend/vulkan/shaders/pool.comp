@@ -18,12 +18,12 @@ layout(push_constant) uniform P {
 // First maximum of window (oy, ox) in plane p in row-major order, as a flat index (or -1).
 int window_argmax(uint p, uint oy, uint ox) {
   int y0 = int(oy) * pc.sy - pc.py, x0 = int(ox) * pc.sx - pc.px;
-  float best = -1.0 / 0.0;
+  float best = 0.0;
   int arg = -1;
   for (int i = max(y0, 0); i < min(y0 + int(pc.kh), int(pc.h)); ++i)
     for (int j = max(x0, 0); j < min(x0 + int(pc.kw), int(pc.w)); ++j) {
       int idx = (int(p) * int(pc.h) + i) * int(pc.w) + j;
-      if (a[idx] > best) { best = a[idx]; arg = idx; }
+      if (arg < 0 || a[idx] > best) { best = a[idx]; arg = idx; }
     }
   return arg;
 }
@@ -40,7 +40,7 @@ void main() {
     uint ox = e % pc.ow, oy = (e / pc.ow) % pc.oh, p = e / (pc.ow * pc.oh);
     if (pc.op == MAX) {
       int arg = window_argmax(p, oy, ox);
-      y[e] = arg >= 0 ? a[arg] : -1.0 / 0.0;
+      y[e] = arg >= 0 ? a[arg] : uintBitsToFloat(NEG_INF_BITS);
       return;
     }
     int y0 = int(oy) * pc.sy - pc.py, x0 = int(ox) * pc.sx - pc.px;

@@ -62,7 +62,7 @@ void main() {
   const uint o = g / chunks, piece = g % chunks;
   if (o >= pc.outputs) return;  // uniform per workgroup (or subgroup); serial has no barriers
   if (pc.mode == COMBINE) {
-    float v = pc.is_max != 0 ? -1.0 / 0.0 : 0.0;
+    float v = pc.is_max != 0 ? LOWEST : 0.0;
     for (uint c = gl_LocalInvocationID.x; c < chunks; c += gl_WorkGroupSize.x) {
       v = pc.is_max != 0 ? max(v, ws[o * chunks + c]) : v + ws[o * chunks + c];
     }
@@ -72,7 +72,7 @@ void main() {
   }
   uint base = base_of(o);
   const uint span = (pc.count + chunks - 1) / chunks, first = piece * span, last = min(pc.count, first + span);
-  precise float acc = pc.is_max != 0 ? -1.0 / 0.0 : 0.0, comp = 0.0;
+  precise float acc = pc.is_max != 0 ? LOWEST : 0.0, comp = 0.0;
   for (uint j = first + lane; j < last; j += step) {
     uint off = base, r = j;
     for (int k = int(pc.red_rank) - 1; k >= 0; --k) {

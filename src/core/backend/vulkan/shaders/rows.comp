@@ -62,7 +62,7 @@ void row_of(uint row, uint lane, uint step, uint how) {
   float scale = uintBitsToFloat(pc.w[EPS_OR_SCALE]), fill = uintBitsToFloat(pc.w[FILL]);
   uint sq = pc.w[SOFTMAX_SQ], visible = len;
   if (pc.w[SOFTMAX_CAUSAL] != 0u) visible = min(len, row % sq + (len - sq) + 1);
-  float m = visible < len ? fill : uintBitsToFloat(0xff800000u);
+  float m = visible < len ? fill : LOWEST;
   for (uint j = lane; j < visible; j += step) m = max(m, x[base + j] * scale);
   m = row_reduce(m, true, how);
   const float masked = exp_shifted(fill - m);

@@ -35,7 +35,7 @@ float nan_() { return uintBitsToFloat(0x7fc00000u); }
 // max and log-sum-exp of logits row r, over the workgroup.
 float row_lse(uint base, uint c) {
   uint lid = gl_LocalInvocationID.x, wg = gl_WorkGroupSize.x;
-  float m = uintBitsToFloat(0xff800000u);
+  float m = LOWEST;
   for (uint j = lid; j < c; j += wg) m = max(m, in0[base + j]);
   m = group_max(m);
   float s = 0.0;
