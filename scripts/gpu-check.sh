@@ -1,10 +1,10 @@
 #!/bin/sh
 # The Vulkan check for a machine with a GPU: lists the devices, runs the Vulkan parity tests,
-# the SGEMM benchmark (256-4096^3), ResNet-50's convolutions and the chargpt profile, reports per
-# kernel family (GEMM, convolution) the achieved TFLOP/s and share of the device's f32 peak,
-# and writes JSON plus summary.txt and summary.json to OUTDIR, within 8 minutes. Needs only a POSIX shell, the folder that
-# scripts/pack-gpu-check.sh fills (it runs the binaries through the folder's own dynamic loader
-# and libraries) and the machine's Vulkan driver. Where no Vulkan device for a GPU is found, the
+# the SGEMM benchmark (256-4096^3), ResNet-50's convolutions, attention at sequence 2048 and the
+# chargpt profile, reports per kernel family (GEMM, convolution) the achieved TFLOP/s and share
+# of the device's f32 peak, and writes JSON plus summary.txt and summary.json to OUTDIR, within
+# 8 minutes. Needs only a POSIX shell, the folder that scripts/pack-gpu-check.sh fills (it runs
+# the binaries through the folder's own dynamic loader and libraries) and the machine's Vulkan driver. Where no Vulkan device for a GPU is found, the
 # summary says what was found: ICD files, the loader's messages, nvidia-smi.
 #
 # Usage: gpu-check.sh [options] OUTDIR
@@ -255,6 +255,8 @@ write_json() {  # status, then the summary as JSON
     printf '  "families": {"gemm": {"n": %s, "tflops": %s, "fraction_of_peak": %s}, "conv": {"batch": %s, "tflops": %s, "fraction_of_peak": %s}},\n' \
       "${gemm_n:-null}" "${gemm_tflops:-null}" "${gemm_fraction:-null}" "${conv_batch:-null}" "${conv_tflops:-null}" \
       "${conv_fraction:-null}"
+    printf '  "attention_forward_2048": {"heads": %s, "gflops": %s, "fraction_of_peak": %s},\n' "${att_heads:-null}" \
+      "${att_gflops:-null}" "${att_fraction:-null}"
     printf '  "profile": {"dispatches_per_step": %s, "barriers_per_step": %s, "barriers_per_dispatch": %s, "step_ms": %s},\n' \
       "${p_disp:-null}" "${p_barr:-null}" "${p_bpd:-null}" "${p_ms:-null}"
     printf '  "gates": {"reference": %s, "results": {%s}},\n' "$(json_str "${gate_reference:-not run}")" "${gates_json:-}"
@@ -487,6 +489,31 @@ family "GEMM, SGEMM ${gemm_n:-?}^3" "$gemm_gflops" 50
 gemm_tflops=$fam_tflops gemm_fraction=$fam_fraction
 family "convolution, ResNet-50's at batch $conv_batch (forward and both gradients)" "$conv_gflops" 30
 conv_tflops=$fam_tflops conv_fraction=$fam_fraction
+
+# ---- Attention -------------------------------------------------------------------------
+# The fused attention forward at sequence 2048 (batch 1, head dimension 64, not causal; 16
+# heads, 2 in quick mode) on the chosen device: TFLOP/s and the share of its peak f32 (the
+# target on a data-centre GPU is 40%).
+if [ "$quick" = 1 ]; then att_heads=2 att_reps=1; else att_heads=16 att_reps=5; fi
+limited 120 "$out/attention.json" "$out/attention.stderr.txt" run_bin bench_vulkan_attention --seq 2048 \
+  --heads "$att_heads" --dim 64 --reps "$att_reps" --json
+rc=$?
+att_gflops=$(awk -v d="vulkan:$dev_name" '
+  /^  {$/ {b = ""; g = ""}
+  /^    "backend":/ {sub(/^    "backend": "/, ""); sub(/",?$/, ""); b = $0}
+  /^    "gflops":/ {sub(/^    "gflops": /, ""); sub(/,$/, ""); g = $0}
+  /^  },?$/ {if (b == d && g != "") print g}
+' "$out/attention.json" 2>/dev/null | head -n 1)
+att_fraction=""
+if [ "$rc" != 0 ] || [ -z "$att_gflops" ]; then
+  failed_steps="$failed_steps attention"
+  note "attention forward (seq 2048): failed (exit $rc$(why "$rc")): $(tail -n 1 "$out/attention.stderr.txt" 2>/dev/null)"
+elif [ -n "$peak" ]; then
+  att_fraction=$(awk -v g="$att_gflops" -v p="$peak" 'BEGIN {printf "%.3f", g / p}')
+  note "attention forward (seq 2048, $att_heads heads of 64) on $dev_name: $(awk -v g="$att_gflops" 'BEGIN {printf "%.3f", g / 1000}') TFLOP/s = $(awk -v f="$att_fraction" 'BEGIN {printf "%.1f", 100 * f}')% of its peak f32 $peak GFLOP/s ($peak_source); the target is 40%"
+else
+  note "attention forward (seq 2048, $att_heads heads of 64) on $dev_name: $(awk -v g="$att_gflops" 'BEGIN {printf "%.3f", g / 1000}') TFLOP/s; peak f32: unknown (--peak-gflops N gives it)"
+fi
 
 # ---- Workloads against PyTorch CUDA -----------------------------------------------------
 # Full scale, five samples after one warm-up, with the time that is left: our Vulkan backend

@@ -367,7 +367,7 @@ TEST(VulkanGemmPlan, WorkloadLaunchesStayWithinTheDeviceLimits) {
   VulkanDeviceInfo cpu;
   cpu.name = "lavapipe-like";
   cpu.type = "cpu";
-  cpu.max_workgroup_invocations = cpu.max_workgroup_size_x = 1024;
+  cpu.max_workgroup_invocations = cpu.max_workgroup_size[0] = 1024;
   cpu.max_shared_memory = 32768;
   cpu.max_storage_buffer_range = uint64_t(1) << 27;
   cpu.max_memory_allocation_size = uint64_t(1) << 31;
@@ -404,7 +404,7 @@ TEST(VulkanGemmPlan, WorkloadLaunchesStayWithinTheDeviceLimits) {
           EXPECT_GT(l.loop_iterations, 0u) << what;
         }
         EXPECT_LE(l.loop_iterations, dc.loop_budget) << what;
-        EXPECT_LE(l.spec[0], dc.max_workgroup) << what;
+        EXPECT_LE(l.spec[0], dc.max_workgroup()) << what;
         EXPECT_LE(l.workspace_bytes, info.max_storage_buffer_range) << what;
       }
       EXPECT_GT(gemms, 0u) << w.id;

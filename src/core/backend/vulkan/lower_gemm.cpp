@@ -226,7 +226,7 @@ void gemm_tiles(DeviceClass& dc, const VulkanDeviceInfo& info) {
     while (t.bk > 4 && shared_bytes(t) > info.max_shared_memory) t.bk /= 2;
   }
   std::erase_if(tiles, [&](const GemmTiles& t) {
-    return shared_bytes(t) > info.max_shared_memory || (t.bm / t.tm) * (t.bn / t.tn) > dc.max_workgroup;
+    return shared_bytes(t) > info.max_shared_memory || (t.bm / t.tm) * (t.bn / t.tn) > dc.max_workgroup();
   });
   if (tiles.empty()) {
     throw std::invalid_argument("[vulkan] " + info.name +
