@@ -1,6 +1,6 @@
 #!/usr/bin/python3
 """Times one workload on both sides in one run: `meganeura bench --json` and the PyTorch
-reference (eager, BENCH.md protocol: 5 warm-ups, at least 20 samples, median and IQR, raw
+reference (eager, the protocol of docs/bench-core.md: 5 warm-ups, at least 20 samples, median and IQR, raw
 samples kept), prints ours / PyTorch ratios and writes bench/results/<workload>-<scale>.json
 with the machine, both versions and the BLAS PyTorch loaded.
 

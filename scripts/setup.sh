@@ -10,8 +10,11 @@ packages=(
   libgtest-dev libbenchmark-dev nlohmann-json3-dev libcli11-dev libfmt-dev
   libcurl4-openssl-dev libssl-dev libtomlplusplus-dev libre2-dev libeigen3-dev libopenblas-dev libdnnl-dev zlib1g-dev
   libvulkan-dev glslc spirv-tools mesa-vulkan-drivers vulkan-validationlayers
+  libopenmpi-dev openmpi-bin
   python3 python3-numpy python3-aiosmtpd python3-torch
+  python3-dev pybind11-dev python3-pytest
   clang-15 libfuzzer-15-dev llvm-15
+  clang-format universal-ctags
 )
 missing=()
 for p in "${packages[@]}"; do

@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Sets everything up, builds, and runs the whole test suite. Then, in CI (CI=true) or with
+# Sets everything up, builds, and runs the whole test suite (ctest, then the Python package's
+# pytest suite, whose exit status counts like ctest's). Then, in CI (CI=true) or with
 # MEGANEURA_SANITIZED=1, it builds the suite again with clang, AddressSanitizer and
 # UndefinedBehaviorSanitizer in build-san, runs it, and fuzzes every parser briefly with the
 # same build (scripts/fuzz.sh, MEGANEURA_FUZZ_SECONDS per target, default 20).
@@ -9,11 +10,32 @@ root=$(cd "$(dirname "$0")/.." && pwd)
 build="$root/build"
 t0=$SECONDS
 "$root/scripts/setup.sh" "$build"
+"$root/scripts/check-code.sh"
 cd "$build"
 # The op table with each op's gradient-check status (the checks themselves run under ctest).
 ./bin/core_grad_check_test --gtest_filter=GradCheck.EveryOpIsCovered --gtest_brief=1 | grep -E '^(op |[a-z0-9_]+ +(leaf|vjp|zero|backward-only) )'
 ctest --output-on-failure -j "$(nproc)" --timeout 900 2>&1 | tee ctest.log
 echo "test: suite: $(grep -E 'tests passed' ctest.log) ($((SECONDS - t0)) s)"
+
+# The Python package (python/tests) against this build, with Debian's python3 and pytest; every
+# public function and method must be called at least once (--api-coverage). The module is
+# skipped by the build when pybind11 or Python's headers are missing, which CI does not accept.
+t_py=$SECONDS
+if compgen -G "$build/python/meganeura/_meganeura*.so" >/dev/null; then
+  set +e
+  MEGANEURA_BUILD="$build" /usr/bin/python3 -m pytest "$root/python/tests" -q -p no:cacheprovider --api-coverage \
+    2>&1 | tee pytest.log
+  py_status=${PIPESTATUS[0]}
+  set -e
+  summary=$(grep -E '^[0-9]+ (passed|failed|errors?|skipped)|^no tests ran' pytest.log | tail -1)
+  echo "test: python: ${summary:-no summary (exit status $py_status)}; $(grep -E '^api coverage' pytest.log) ($((SECONDS - t_py)) s)"
+  [ "$py_status" -eq 0 ] || exit "$py_status"
+elif [ "${CI:-}" = "true" ]; then
+  echo "test: python: the module was not built (see the 'Python module' line of cmake's output)" >&2
+  exit 1
+else
+  echo "test: python: skipped, the module was not built (pybind11-dev or python3-dev missing)"
+fi
 
 sanitized=${MEGANEURA_SANITIZED:-}
 [ -z "$sanitized" ] && [ "${CI:-}" = "true" ] && sanitized=1
@@ -25,7 +47,9 @@ fi
 # One clang build serves both: MEGANEURA_FUZZ instruments every library for ASan, UBSan and
 # libFuzzer's coverage, and the test suite is built against those libraries. Kept small for
 # two CI cores: -O1 and line tables only (enough for the sanitizers' stack traces), no
-# benchmarks; -fno-sanitize-recover=all comes from the top-level CMakeLists.
+# benchmarks and no Python module (its tests ran above; an instrumented extension would need the
+# sanitizer runtimes preloaded into python3); -fno-sanitize-recover=all comes from the top-level
+# CMakeLists.
 t1=$SECONDS
 san="$root/build-san"
 werror=OFF
@@ -36,7 +60,7 @@ flags="-O1 -gline-tables-only -DNDEBUG"
 cmake -S "$root" -B "$san" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DMEGANEURA_WERROR=$werror \
   -DCMAKE_CXX_COMPILER=clang++-15 -DCMAKE_C_COMPILER=clang-15 \
   -DCMAKE_CXX_FLAGS_RELWITHDEBINFO="$flags" -DCMAKE_C_FLAGS_RELWITHDEBINFO="$flags" \
-  -DMEGANEURA_BENCH=OFF -DMEGANEURA_FUZZ=ON "${launcher[@]}" >/dev/null
+  -DMEGANEURA_BENCH=OFF -DMEGANEURA_FUZZ=ON -DMEGANEURA_PYTHON=OFF "${launcher[@]}" >/dev/null
 cmake --build "$san" -j "$(nproc)"
 t2=$SECONDS
 # Every report fails its test: ASan and UBSan stop at the first one, and leaks count

@@ -5,8 +5,6 @@
 // (spawn + wait, floor_wrapper.c), shows what one extra process costs on this machine.
 //
 //   gpualert_overhead [--runs N] [--json FILE] [--state-dir DIR]
-#include <fcntl.h>
-#include <spawn.h>
 #include <sys/mman.h>
 #include <sys/utsname.h>
 #include <sys/wait.h>
@@ -22,31 +20,25 @@
 #include <thread>
 #include <vector>
 
-extern char** environ;
+#include "common/process.h"
 
 namespace {
 
 double run_once(const std::vector<std::string>& args) {
-  std::vector<char*> argv;
-  for (const auto& a : args) argv.push_back(const_cast<char*>(a.c_str()));
-  argv.push_back(nullptr);
-  posix_spawn_file_actions_t fa;
-  posix_spawn_file_actions_init(&fa);
-  posix_spawn_file_actions_addopen(&fa, STDOUT_FILENO, "/dev/null", O_WRONLY, 0);
-  posix_spawn_file_actions_addopen(&fa, STDERR_FILENO, "/dev/null", O_WRONLY, 0);
-  posix_spawn_file_actions_addopen(&fa, STDIN_FILENO, "/dev/null", O_RDONLY, 0);
+  namespace common = meganeura::common;
+  common::SpawnOptions o{
+      .argv = args, .in = {.path = "/dev/null"}, .out = {.path = "/dev/null"}, .err = {.path = "/dev/null"}};
   auto t0 = std::chrono::steady_clock::now();
   pid_t pid = 0;
-  if (posix_spawn(&pid, argv[0], &fa, nullptr, argv.data(), environ) != 0) {
-    std::fprintf(stderr, "cannot run %s\n", argv[0]);
+  if (common::spawn(o, &pid) != 0) {
+    std::fprintf(stderr, "cannot run %s\n", args[0].c_str());
     std::exit(1);
   }
   int status = 0;
   waitpid(pid, &status, 0);
   auto t1 = std::chrono::steady_clock::now();
-  posix_spawn_file_actions_destroy(&fa);
   if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) {
-    std::fprintf(stderr, "%s failed (status %d)\n", argv[0], status);
+    std::fprintf(stderr, "%s failed (status %d)\n", args[0].c_str(), status);
     std::exit(1);
   }
   return std::chrono::duration<double, std::milli>(t1 - t0).count();

@@ -22,6 +22,7 @@
 #include "backend/cpu/onednn_conv.h"
 #include "backend/cpu/openmp.h"
 #include "backend/cpu/parallel.h"
+#include "graph/internal.h"
 #include "meganeura/session.h"
 
 using namespace meganeura;

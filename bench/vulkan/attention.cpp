@@ -16,6 +16,7 @@
 #include <string>
 #include <vector>
 
+#include "graph/internal.h"
 #include "meganeura/backend.h"
 #include "meganeura/program.h"
 

@@ -15,10 +15,11 @@
 #include <string>
 #include <vector>
 
-#include "backend/vulkan/vulkan_backend.h"
+#include "graph/internal.h"
 #include "kernels_option.h"
 #include "meganeura/backend.h"
 #include "meganeura/program.h"
+#include "meganeura/vulkan.h"
 
 using namespace meganeura;
 

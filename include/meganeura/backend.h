@@ -5,7 +5,9 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <memory>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -26,6 +28,13 @@ class Backend {
   virtual void write(const std::string& buffer, const void* data, size_t bytes) = 0;
   virtual void read(const std::string& buffer, void* data, size_t bytes) const = 0;
   virtual void run(size_t program) = 0;
+  // Runs `program` and calls `reached(k)` once dispatch `marks[k]` (non-decreasing) and every
+  // dispatch before it have completed: between dispatches where the backend can stop there
+  // (CPU), so the caller overlaps work with the rest of the run; otherwise after the run.
+  virtual void run_marked(size_t program, std::span<const uint32_t> marks, const std::function<void(size_t)>& reached) {
+    run(program);
+    for (size_t k = 0; k < marks.size(); ++k) reached(k);
+  }
   // The rewrite passes whose fused ops this backend has kernels for; Session::add(const Graph&)
   // runs only these.
   virtual PassOptions passes() const { return {}; }

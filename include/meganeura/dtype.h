@@ -58,4 +58,8 @@ constexpr bool dtype_is_float(DType t) {
   return t == DType::f32 || t == DType::f16 || t == DType::bf16 || t == DType::f64;
 }
 
+// Converts n values from one storage dtype to another (f16/bf16 round to nearest even, floats
+// to integers truncate): what crosses the API is converted to each buffer's stored type.
+void convert_values(DType from, const void* src, DType to, void* dst, int64_t n);
+
 }  // namespace meganeura

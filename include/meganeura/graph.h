@@ -215,6 +215,10 @@ struct Node {
 };
 
 class Graph;
+struct Tensor;
+namespace graph_internal {  // src/core/graph/internal.h
+Tensor add_node(Graph& g, Op op, Attrs attrs, std::vector<NodeId> inputs, TensorType type, std::string name);
+}
 
 // A handle to one node's output: what builders take and return.
 struct Tensor {
@@ -241,11 +245,7 @@ class Graph {
   // At the end of each step, `state` takes the value `value` (same type).
   void assign(Tensor state, Tensor value);
 
-  // Appends a node after checking its type; used by the builders.
-  Tensor add_node(Op op, Attrs attrs, std::vector<NodeId> inputs, TensorType type, std::string name = {});
-
   const Node& node(NodeId id) const { return nodes_.at(id); }
-  Node& node(NodeId id) { return nodes_.at(id); }
   size_t size() const { return nodes_.size(); }
   Tensor tensor(NodeId id) { return Tensor{this, id}; }
 
@@ -260,6 +260,7 @@ class Graph {
   uint64_t hash() const;  // of the canonical JSON
 
  private:
+  friend Tensor graph_internal::add_node(Graph&, Op, Attrs, std::vector<NodeId>, TensorType, std::string);
   Tensor leaf(Op op, const std::string& name, Shape shape, DType dtype, Init init);
   // A deque: appending never moves existing nodes, so a `const Node&` held by a builder or a
   // vjp rule stays valid while it appends more (a vector here caused dangling references).
@@ -310,17 +311,13 @@ struct Conv2dOptions {
 };
 // x: [N, C, H, W], w: [O, C/groups, KH, KW] -> [N, O, OH, OW]
 Tensor conv2d(Tensor x, Tensor w, const Conv2dOptions& o = {});
-Tensor conv2d_backward_input(Tensor dy, Tensor w, const ConvAttrs& a);
-Tensor conv2d_backward_weight(Tensor x, Tensor dy, const ConvAttrs& a);
 // x: [N, C, L], w: [O, C/groups, K]; lowered to conv2d over a unit height.
 Tensor conv1d(Tensor x, Tensor w, int64_t stride = 1, int64_t pad = 0, int64_t dilation = 1, int64_t groups = 1);
 
 Tensor max_pool2d(Tensor x, int64_t kernel, int64_t stride, int64_t pad = 0);
-Tensor max_pool2d_backward(Tensor x, Tensor dy, const PoolAttrs& a);
 Tensor avg_pool2d(Tensor x, int64_t kernel, int64_t stride, int64_t pad = 0);  // pads count
-Tensor avg_pool2d_backward(Tensor dy, const PoolAttrs& a);
-Tensor global_avg_pool2d(Tensor x);   // [N, C, H, W] -> [N, C]
-Tensor upsample_nearest2x(Tensor x);  // [N, C, H, W] -> [N, C, 2H, 2W]
+Tensor global_avg_pool2d(Tensor x);                                            // [N, C, H, W] -> [N, C]
+Tensor upsample_nearest2x(Tensor x);                                           // [N, C, H, W] -> [N, C, 2H, 2W]
 
 Tensor reshape(Tensor x, Shape shape);  // one dimension may be -1
 Tensor permute(Tensor x, std::vector<int64_t> perm);
@@ -332,16 +329,13 @@ Tensor concat(std::vector<Tensor> xs, int64_t axis);
 Tensor broadcast_to(Tensor x, Shape shape);
 Tensor sum_to(Tensor x, const Shape& shape);  // reverses broadcasting
 
-Tensor embedding(Tensor table, Tensor ids);                          // table [V, D], ids i32 [...] -> [..., D]
-Tensor embedding_backward(Tensor dy, Tensor ids, int64_t num_rows);  // scatter-add
+Tensor embedding(Tensor table, Tensor ids);  // table [V, D], ids i32 [...] -> [..., D]
 Tensor one_hot(Tensor ids, int64_t classes, int64_t ignore_index = -100);
 // Selects entries along `axis` by i32 indices [n]: the output has n there (index_select).
 Tensor gather(Tensor x, int64_t axis, Tensor indices);
-Tensor gather_backward(Tensor dy, Tensor indices, int64_t axis, int64_t size);  // scatter-add
 // Mean token cross-entropy in one op: logits [N, C], targets i32 [N] -> scalar. Its backward
 // is (softmax - target) * g / count in one [N, C] tensor: no one-hot, no log-softmax copy.
 Tensor softmax_cross_entropy(Tensor logits, Tensor targets, int64_t ignore_index = -100);
-Tensor softmax_cross_entropy_backward(Tensor logits, Tensor targets, Tensor g, int64_t ignore_index);
 // start, start + step, ... (n values) as a constant.
 Tensor arange(Graph& g, int64_t n, double start = 0, double step = 1, DType dtype = DType::f32);
 
@@ -349,19 +343,6 @@ Tensor arange(Graph& g, int64_t n, double start = 0, double step = 1, DType dtyp
 Tensor rope(Tensor x, double theta = 10000, bool inverse = false);
 // Sets entries above the diagonal of the last two axes (aligned to the bottom right) to fill.
 Tensor causal_mask(Tensor x, double fill = -1e30);
-Tensor lr_schedule(Tensor step, const ScheduleAttrs& a);  // step: f32 or i32 scalar; output f32
-// (1 - beta^(step+1))^power in double, rounded once to f32: no cancellation for beta near 1.
-Tensor bias_correction(Tensor step, double beta, double power);
-Tensor increment(Tensor counter);  // i32 scalar + 1, exact (an f32 counter stops at 2^24)
-
-// Attention in query tiles with the row log-sum-exp saved for backward, never a full score
-// matrix: one dispatch whose 1-D output packs [out (B*Hq*Sq*Dv) | lse (B*Hq*Sq)] (one tensor
-// per dispatch today; a multi-output dispatch would write the two separately). The backward
-// recomputes each tile's probabilities from the saved lse and packs [dq | dk | dv].
-// attention() uses it for long sequences; call it directly only to test it.
-Tensor attention_fused_packed(Tensor q, Tensor k, Tensor v, bool causal, double scale);
-Tensor attention_fused_backward(Tensor q, Tensor k, Tensor v, Tensor packed, Tensor grad_packed,
-                                const AttentionAttrs& a);
 
 // ---- Compositions (user-level ops built from primitives) -----
 Tensor layer_norm(Tensor x, std::optional<Tensor> gamma, std::optional<Tensor> beta, double eps = 1e-5);

@@ -39,7 +39,7 @@ inline constexpr uint64_t kMaxHeaderBytes = 100ull << 20;
 // Most tensors in one file (real checkpoints hold hundreds to a few tens of thousands).
 inline constexpr size_t kMaxTensorCount = 1u << 18;
 // Most dimensions of one tensor.
-inline constexpr size_t kMaxRank = 64;
+inline constexpr size_t kMaxFileRank = 64;
 // Deepest nesting of JSON arrays and objects in the header (a valid header needs 3).
 inline constexpr size_t kMaxHeaderNesting = 64;
 

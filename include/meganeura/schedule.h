@@ -39,9 +39,9 @@ struct PushConstants {
 
 // Push-constant layout of the broadcasting elementwise kernels (fused_elementwise, the
 // epilogue of matmul_epilogue, the domain of fused_reduce): dimensions of size 1 dropped and
-// neighbours merged where every input agrees on broadcasting, at most kMaxRank remaining.
+// neighbours merged where every input agrees on broadcasting, at most kMaxDims remaining.
 struct ElementwiseLayout {
-  static constexpr size_t kMaxRank = 6;
+  static constexpr size_t kMaxDims = 6;  // collapsed dimensions of a broadcast
   static constexpr size_t kNumel = 0, kRank = 1, kExtents = 2, kMasks = 8, kInputs = 10;
   // word kMasks + i / 4, bit (i % 4) * 8 + dim: input i spans that (collapsed) dimension
 };
@@ -49,7 +49,7 @@ namespace push {  // word indices of the other kernels' blocks (every size a ker
 // Unary ops, cast, clip_coef, reshape and the optimizer scalars: ElementwiseLayout::kNumel
 // (output elements). Binary ops, where and broadcast_to: the full ElementwiseLayout (inputs in
 // read order), required to fit. affine: scale and shift (f64) at kMasks and kMasks + 2.
-constexpr size_t kMaxRank = 8;  // the movement ops and non-contiguous reductions
+constexpr size_t kMaxRank = 8;  // the one rank limit of the kernels: movement ops, non-contiguous reductions
 // fused_reduce and the primitive reductions: rows before the reduced axes, the reduced length,
 // elements after. Primitive kinds: 0 sum, 1 mean, 2 max, 3 softmax, 4 log_softmax (the last
 // two over their axis). kReduceCount: input elements per output (mean's divisor); a reduction

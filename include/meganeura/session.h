@@ -5,6 +5,7 @@
 
 #include <cstdint>
 #include <filesystem>
+#include <functional>
 #include <map>
 #include <memory>
 #include <set>
@@ -20,23 +21,21 @@ namespace meganeura {
 enum class Device : uint8_t { cpu, vulkan, automatic };
 Device parse_device(const std::string& s);  // "cpu" | "vulkan" | "auto"
 
+// Set with designated initialisers: SessionOptions{.device = Device::vulkan, .seed = 3}.
 struct SessionOptions {
-  // Positional form kept for brevity at call sites: {device, f64_oracle, seed, threads}.
-  SessionOptions(Device d = Device::cpu, bool oracle = false, uint64_t s = 0, int t = 0)
-      : device(d), f64_oracle(oracle), seed(s), threads(t) {}
   Device device = Device::cpu;
   bool f64_oracle = false;  // plan every float tensor in double (reference backend only)
   uint64_t seed = 0;        // parameter initialisation
   int threads = 0;
   // Vulkan: a device index or name substring ("" = the best of any type, lavapipe included).
-  std::string vulkan_device;
-  // Vulkan: the Khronos validation layer on; any message fails the call that caused it. Also
-  // switched on by MEGANEURA_VULKAN_VALIDATION=1.
+  std::string vulkan_device{};
+  // Vulkan: the Khronos validation layer on; any message fails the call that caused it (the
+  // tools also switch it on for MEGANEURA_VULKAN_VALIDATION=1).
   bool vulkan_validation = false;
   // Vulkan: time every dispatch with timestamp queries (see vulkan_profile()).
   bool vulkan_profile = false;
   // Vulkan: the pipeline cache directory ("" = $XDG_CACHE_HOME/meganeura); "-" disables it.
-  std::string vulkan_cache_dir;
+  std::string vulkan_cache_dir{};
   // Vulkan: the GEMM and convolution kernels (VulkanOptions::kernels).
   VulkanOptions::Kernels vulkan_kernels = VulkanOptions::Kernels::automatic;
 };
@@ -72,6 +71,9 @@ class Session {
   float scalar(const std::string& name) const;
 
   void run(size_t program = 0);
+  // run(), calling `reached(k)` once dispatch `marks[k]` (non-decreasing) has completed
+  // (Backend::run_marked): data-parallel training starts reducing gradients there.
+  void run(size_t program, std::span<const uint32_t> marks, const std::function<void(size_t)>& reached);
 
   // Parameters, states and constants receive their initial values when first needed: by
   // run(), or by a read of that buffer. A set() or write_raw() before then replaces them, so
@@ -83,6 +85,7 @@ class Session {
   const std::map<std::string, ExternalBuffer>& buffers() const { return buffers_; }
   // Raw bytes as stored (checkpointing).
   std::vector<std::byte> read_raw(const std::string& name) const;
+  void read_raw(const std::string& name, std::span<std::byte> into) const;  // exactly the buffer's bytes
   void write_raw(const std::string& name, std::span<const std::byte> bytes);
 
  private:

@@ -7,6 +7,7 @@
 #include <memory>
 
 #include "meganeura/autodiff.h"
+#include "meganeura/distributed.h"
 #include "meganeura/optim.h"
 #include "meganeura/session.h"
 
@@ -19,24 +20,51 @@ using LossFn = std::function<Tensor(Graph& g)>;
 // the optimizer update. What Trainer runs, and what cost models read.
 Graph training_graph(const LossFn& build, const OptimizerConfig& optimizer);
 
+namespace distributed {
+class GradientReducer;
+}
+
+// Data-parallel training (distributed.h). The step is split into a "grad" program (forward,
+// backward; the gradients are its outputs, or accumulators with accumulation > 1) and an
+// "apply" program (the optimizer). The gradients are summed over the ranks in buckets of about
+// `bucket_mb`, each started as soon as the grad program has written it (the dispatch after
+// which it is complete comes from the program's order), and divided by the rank count before
+// "apply" runs. With accumulation, only the last micro-step of an update reduces.
+struct DataParallelOptions {
+  Communicator* comm = nullptr;  // null: this process alone
+  double bucket_mb = 25;
+  // > 0: compare the parameters' hashes across ranks after every k-th update (check_replicas).
+  int check_replicas_every = 0;
+  // A hash of whatever else every rank must agree on (data seed, steps); compared at start
+  // together with the training graphs.
+  uint64_t agreement = 0;
+};
+
 class Trainer {
  public:
-  Trainer(const LossFn& build, const OptimizerConfig& optimizer, const SessionOptions& session = {});
+  Trainer(const LossFn& build, const OptimizerConfig& optimizer, const SessionOptions& session = {},
+          const DataParallelOptions& parallel = {});
+  ~Trainer();
 
   // One micro-step on the inputs already set in session(): forward, backward, and the update
-  // when `accumulation` micro-steps have been taken. Returns the micro-batch loss.
+  // when `accumulation` micro-steps have been taken. Returns the micro-batch loss (data-parallel:
+  // averaged over the ranks, the loss of the global micro-batch).
   float step();
   Session& session() { return session_; }
   const Graph& graph() const { return graph_; }
   int64_t updates() const;  // optimizer updates taken (the optim.step state)
   const OptimizerConfig& config() const { return config_; }
+  // Data-parallel: the communication so far (empty when single-process).
+  CommProfile comm_profile() const;
 
  private:
+  void build_data_parallel(const LossFn& build, const DataParallelOptions& parallel);
   OptimizerConfig config_;
   Graph graph_;
   Session session_;
   size_t grad_program_ = 0, apply_program_ = 0;
   int micro_ = 0;
+  std::unique_ptr<distributed::GradientReducer> reducer_;
 };
 
 }  // namespace meganeura

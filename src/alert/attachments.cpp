@@ -78,91 +78,47 @@ std::string read_head_tail(const std::filesystem::path& path, uint64_t offset, u
          tail;
 }
 
-AttachmentPlan collect_attachments(const AttachConfig& config, const AttachRequest& req) {
-  AttachmentPlan plan;
-  uint64_t used = 0;
-  std::set<std::string> seen;
+namespace {
 
-  // Fits one file into the per-file and remaining total budgets; returns false with a reason.
-  auto add_file = [&](const std::filesystem::path& path, uint64_t offset, const std::string& name, bool always_text) {
-    std::error_code ec;
-    auto canonical = std::filesystem::weakly_canonical(path, ec).string();
-    if (!seen.insert(canonical.empty() ? path.string() : canonical).second) return;
-    struct stat st {};
-    if (stat(path.c_str(), &st) != 0) {
-      plan.skipped.push_back({path.string(), 0, fmt::format("cannot read: {}", std::strerror(errno))});
-      return;
-    }
-    auto size = static_cast<uint64_t>(st.st_size);
-    if (!S_ISREG(st.st_mode)) {
-      plan.skipped.push_back({path.string(), size, "not a regular file"});
-      return;
-    }
-    uint64_t remaining = config.max_total > used ? config.max_total - used : 0;
-    uint64_t budget = std::min(config.max_file, remaining);
-    if (budget < 1024) {
-      plan.skipped.push_back(
-          {path.string(), size, fmt::format("total attachment budget {} used up", format_size(config.max_total))});
-      return;
-    }
-    std::string data;
-    bool truncated = false;
-    try {
-      // Text compresses well: read up to 8x the budget and let gzip bring it under.
-      data = read_head_tail(path, offset, budget * 8, truncated);
-    } catch (const std::exception& e) {
-      plan.skipped.push_back({path.string(), size, fmt::format("cannot read: {}", e.what())});
-      return;
-    }
-    bool binary = !always_text && looks_binary(data);
-    auto mask = [&] {
-      if (!binary && req.redact != nullptr) req.redact->apply(data);
-    };
-    mask();
-    if (binary && truncated) {
-      plan.skipped.push_back({path.string(), size,
-                              fmt::format("binary file over the per-file budget of {}", format_size(config.max_file))});
-      return;
-    }
-    AttachmentBlob blob{name, binary ? "application/octet-stream" : "text/plain; charset=utf-8", {}};
-    bool compressed = data.size() > kCompressAbove;
-    std::string payload = compressed ? gzip_compress(data) : data;
-    // Cut further until the compressed result fits (noisy logs compress less).
-    uint64_t raw_budget = budget * 8;
-    while (payload.size() > budget && !binary && raw_budget > 4096) {
-      raw_budget = raw_budget * budget / payload.size() * 9 / 10;
-      data = read_head_tail(path, offset, raw_budget, truncated);
-      mask();
-      payload = compressed ? gzip_compress(data) : data;
-    }
-    if (payload.size() > budget) {
-      plan.skipped.push_back({path.string(), size,
-                              fmt::format("{} after compression, over the budget of {}", format_size(payload.size()),
-                                          format_size(budget))});
-      return;
-    }
-    if (compressed) {
-      blob.name += ".gz";
-      blob.content_type = "application/gzip";
-    }
-    blob.data = std::move(payload);
-    used += blob.data.size();
-    plan.attached.push_back(
-        {path.string(), blob.name, size - std::min(size, offset), blob.data.size(), truncated, compressed});
-    plan.blobs.push_back(std::move(blob));
-  };
+// One file on its way into the plan: where it is, what it will be called, and what was read.
+struct Candidate {
+  std::filesystem::path path{};
+  uint64_t offset = 0;  // bytes at the start that are not the file's own (the log's header)
+  std::string name{};
+  uint64_t size = 0;
+  uint64_t budget = 0;  // what its attachment may take, per file and of the total left
+  std::string data{};
+  bool truncated = false;
+  bool binary = false;
+  bool compressed = false;
+};
 
-  add_file(req.log_path, req.log_body_offset, "output.log", true);
+// Fills a plan file by file, each within the per-file budget and what is left of the total.
+class Collector {
+ public:
+  Collector(const AttachConfig& config, const AttachRequest& req) : config_(config), req_(req) {}
 
-  for (const auto& pattern : config.globs) {
+  AttachmentPlan run() && {
+    add_file(req_.log_path, req_.log_body_offset, "output.log", true);
+    for (const auto& pattern : config_.globs) add_glob(pattern);
+    if (config_.default_outputs) add_default_outputs();
+    return std::move(plan_);
+  }
+
+ private:
+  void skip(std::string what, uint64_t size, std::string reason) {
+    plan_.skipped.push_back({std::move(what), size, std::move(reason)});
+  }
+
+  void add_glob(const std::string& pattern) {
     std::filesystem::path p = pattern;
-    std::string full = p.is_absolute() ? pattern : (req.cwd / p).string();
+    std::string full = p.is_absolute() ? pattern : (req_.cwd / p).string();
     glob_t g{};
     int rc = glob(full.c_str(), GLOB_NOSORT | GLOB_BRACE | GLOB_TILDE, nullptr, &g);
     if (rc == GLOB_NOMATCH) {
-      plan.skipped.push_back({pattern, 0, "no file matches this pattern"});
+      skip(pattern, 0, "no file matches this pattern");
     } else if (rc != 0) {
-      plan.skipped.push_back({pattern, 0, "cannot expand this pattern"});
+      skip(pattern, 0, "cannot expand this pattern");
     } else {
       for (size_t i = 0; i < g.gl_pathc; ++i) {
         std::filesystem::path f = g.gl_pathv[i];
@@ -172,27 +128,124 @@ AttachmentPlan collect_attachments(const AttachConfig& config, const AttachReque
     globfree(&g);
   }
 
-  if (config.default_outputs) {
+  // Output-like files in the working directory written during the job.
+  void add_default_outputs() {
     std::error_code ec;
     size_t count = 0;
-    for (const auto& entry : std::filesystem::directory_iterator(req.cwd, ec)) {
+    for (const auto& entry : std::filesystem::directory_iterator(req_.cwd, ec)) {
       if (!entry.is_regular_file(ec)) continue;
       if (!kOutputExtensions.count(entry.path().extension().string())) continue;
       struct stat st {};
       if (stat(entry.path().c_str(), &st) != 0) continue;
-      if (!modified_since(st.st_mtim, req.start_reference)) continue;
-      if (entry.path().parent_path() == req.job_dir) continue;
+      if (!modified_since(st.st_mtim, req_.start_reference)) continue;
+      if (entry.path().parent_path() == req_.job_dir) continue;
       if (++count > kMaxDefaultOutputs) {
-        plan.skipped.push_back({entry.path().string(), static_cast<uint64_t>(st.st_size),
-                                fmt::format("more than {} output files written; attach it with "
-                                            "--attach",
-                                            kMaxDefaultOutputs)});
+        skip(entry.path().string(), static_cast<uint64_t>(st.st_size),
+             fmt::format("more than {} output files written; attach it with --attach", kMaxDefaultOutputs));
         continue;
       }
       add_file(entry.path(), 0, entry.path().filename().string(), false);
     }
   }
-  return plan;
+
+  void add_file(const std::filesystem::path& path, uint64_t offset, const std::string& name, bool always_text) {
+    Candidate c{.path = path, .offset = offset, .name = name};
+    if (!admit(c) || !read(c, always_text)) return;
+    std::string payload = shrink(c);
+    if (payload.size() > c.budget) {
+      skip(path.string(), c.size,
+           fmt::format("{} after compression, over the budget of {}", format_size(payload.size()),
+                       format_size(c.budget)));
+      return;
+    }
+    record(c, std::move(payload));
+  }
+
+  // Once per file, a regular file, and budget left for it.
+  bool admit(Candidate& c) {
+    std::error_code ec;
+    auto canonical = std::filesystem::weakly_canonical(c.path, ec).string();
+    if (!seen_.insert(canonical.empty() ? c.path.string() : canonical).second) return false;
+    struct stat st {};
+    if (stat(c.path.c_str(), &st) != 0) {
+      skip(c.path.string(), 0, fmt::format("cannot read: {}", std::strerror(errno)));
+      return false;
+    }
+    c.size = static_cast<uint64_t>(st.st_size);
+    if (!S_ISREG(st.st_mode)) {
+      skip(c.path.string(), c.size, "not a regular file");
+      return false;
+    }
+    uint64_t remaining = config_.max_total > used_ ? config_.max_total - used_ : 0;
+    c.budget = std::min(config_.max_file, remaining);
+    if (c.budget < 1024) {
+      skip(c.path.string(), c.size, fmt::format("total attachment budget {} used up", format_size(config_.max_total)));
+      return false;
+    }
+    return true;
+  }
+
+  bool read(Candidate& c, bool always_text) {
+    try {
+      // Text compresses well: read up to 8x the budget and let gzip bring it under.
+      c.data = read_head_tail(c.path, c.offset, c.budget * 8, c.truncated);
+    } catch (const std::exception& e) {
+      skip(c.path.string(), c.size, fmt::format("cannot read: {}", e.what()));
+      return false;
+    }
+    c.binary = !always_text && looks_binary(c.data);
+    mask(c);
+    if (c.binary && c.truncated) {
+      skip(c.path.string(), c.size,
+           fmt::format("binary file over the per-file budget of {}", format_size(config_.max_file)));
+      return false;
+    }
+    return true;
+  }
+
+  void mask(Candidate& c) const {
+    if (!c.binary && req_.redact != nullptr) req_.redact->apply(c.data);
+  }
+
+  // Compresses what is large, and cuts text further until the result fits (noisy logs
+  // compress less).
+  std::string shrink(Candidate& c) const {
+    c.compressed = c.data.size() > kCompressAbove;
+    std::string payload = c.compressed ? gzip_compress(c.data) : c.data;
+    uint64_t raw_budget = c.budget * 8;
+    while (payload.size() > c.budget && !c.binary && raw_budget > 4096) {
+      raw_budget = raw_budget * c.budget / payload.size() * 9 / 10;
+      c.data = read_head_tail(c.path, c.offset, raw_budget, c.truncated);
+      mask(c);
+      payload = c.compressed ? gzip_compress(c.data) : c.data;
+    }
+    return payload;
+  }
+
+  void record(const Candidate& c, std::string payload) {
+    AttachmentBlob blob{c.name, c.binary ? "application/octet-stream" : "text/plain; charset=utf-8", {}};
+    if (c.compressed) {
+      blob.name += ".gz";
+      blob.content_type = "application/gzip";
+    }
+    blob.data = std::move(payload);
+    used_ += blob.data.size();
+    plan_.attached.push_back(
+        {c.path.string(), blob.name, c.size - std::min(c.size, c.offset), blob.data.size(), c.truncated, c.compressed});
+    plan_.blobs.push_back(std::move(blob));
+  }
+
+  const AttachConfig& config_;
+  const AttachRequest& req_;
+  AttachmentPlan plan_;
+  uint64_t used_ = 0;
+  std::set<std::string> seen_;
+};
+
+}  // namespace
+
+AttachmentPlan collect_attachments(const AttachConfig& config, const AttachRequest& req) {
+  return Collector(config, req).run();
 }
 
 }  // namespace meganeura::alert

@@ -33,22 +33,49 @@ struct RuleHits {
   Evidence last;
 };
 
-// Where tracebacks start, and where a launcher reported a failed child (torchrun's
-// ChildFailedError, a CalledProcessError): such a traceback only points at an earlier one.
+// Where tracebacks start, and what says that a traceback is not how the job ended: a
+// launcher's report of a failed child (torchrun's ChildFailedError, a CalledProcessError)
+// only points at an earlier traceback, and so does a chained exception ("During handling of
+// the above exception, ...").
 struct Landmarks {
   static constexpr size_t kKept = 64;
   std::vector<uint64_t> tracebacks;  // the last kKept, in order
   std::vector<uint64_t> launchers;
+  std::vector<uint64_t> chained;
   static void note(std::vector<uint64_t>& v, uint64_t line) {
     if (!v.empty() && v.back() == line) return;
     if (v.size() == kKept) v.erase(v.begin());
     v.push_back(line);
   }
+  static bool any_in(const std::vector<uint64_t>& v, uint64_t from, uint64_t to) {
+    return std::any_of(v.begin(), v.end(), [&](uint64_t l) { return l >= from && l < to; });
+  }
 };
 
-constexpr std::string_view kTracebackPattern = R"(Traceback \(most recent call last\))";
-constexpr std::string_view kLauncherPattern =
-    R"(ChildFailedError|CalledProcessError|ProcessExitedException|ProcessRaisedException|exits with return code)";
+// Lines that are not about how a job ended, whatever failure word they contain.
+enum class Marker {
+  kTraceback = -1,
+  kLauncher = -2,
+  kChained = -3,
+  kIgnored = -4,  // "Exception ignored in ...": Python reports it and goes on
+  kSetting = -5,  // a setting, a threshold, a retry policy, a success or status message
+  kFailure = -6,  // words that make a line about a failure after all
+};
+
+constexpr std::pair<std::string_view, Marker> kMarkers[] = {
+    {R"(Traceback \(most recent call last\))", Marker::kTraceback},
+    {R"(ChildFailedError|CalledProcessError|ProcessExitedException|ProcessRaisedException|exits with return code)",
+     Marker::kLauncher},
+    {R"(During handling of the above exception|The above exception was the direct cause)", Marker::kChained},
+    {R"(^Exception ignored in)", Marker::kIgnored},
+    {R"((?i)\bthreshold|\bretry\b|\bretries\b|\bretrying\b|will retry|attempting to recover|\bpolicy\b|\(ok\)|)"
+     R"(\bsuccessfully\b|\bsucceeded\b|^\s*[\w.-]+\s*[=:]\s*(true|false|none|null|[-+]?[\d.]+\s*[kmgt]?i?b?)\s*,?\s*$|)"
+     R"(^\s*Namespace\(|^\s*--[\w-]+[ =])",
+     Marker::kSetting},
+    {R"((?i)error|exception|fatal|fail|abort|kill|traceback|panic|cannot|can't|could not|unable|denied|exitcode|)"
+     R"(signal|segmentation|core dumped)",
+     Marker::kFailure},
+};
 
 // Reads lines from a plain or gzip file (gzread handles both transparently).
 class LineReader {
@@ -110,17 +137,49 @@ std::optional<int> effective_signal(const SystemFacts& f, bool& from_shell) {
   return std::nullopt;
 }
 
+// What one pass over the output gathered.
+struct Scan {
+  explicit Scan(size_t rules) : hits(rules) {}
+  std::vector<RuleHits> hits;
+  Landmarks marks;
+  Evidence last_line;
+  uint64_t lines = 0;
+  // An "Exception ignored in" report: 1 until its traceback starts, 2 inside it. Its lines
+  // are not evidence; it ends with the exception line (the first one not indented).
+  int ignored_block = 0;
+  std::vector<int> matched;  // reused for every line
+};
+
 void note_last_line(std::string_view line, uint64_t number, Evidence& last) {
   if (line.find_first_not_of(" \t\r") == std::string_view::npos) return;
   last.line = number;
   last.text.assign(line.substr(0, kMaxEvidenceChars));
 }
 
+// Advances the "Exception ignored in" state for this line; true when the line belongs to
+// such a report.
+bool in_ignored_report(Scan& s, bool starts_report, bool traceback_header, std::string_view line) {
+  if (starts_report) {
+    s.ignored_block = 1;
+    return true;
+  }
+  if (s.ignored_block == 1) {
+    if (traceback_header) s.ignored_block = 2;
+    return true;
+  }
+  if (s.ignored_block == 2) {
+    const bool frame = !line.empty() && (line[0] == ' ' || line[0] == '\t');
+    if (!frame) s.ignored_block = 0;  // the report's exception line, its last
+    return true;
+  }
+  return false;
+}
+
 }  // namespace
 
 struct Classifier::Impl {
   std::vector<Rule> rules;
-  mutable std::vector<int> set_index_to_rule;  // -1, -2: the traceback and launcher landmarks
+  mutable std::vector<int> set_index_to_rule;  // negative: a Marker
   mutable std::unique_ptr<RE2::Set> set;
   mutable std::once_flag compiled;
 
@@ -138,54 +197,150 @@ struct Classifier::Impl {
         throw std::logic_error(fmt::format("[gpualert] rule '{}': bad pattern: {}", r.id, err));
       set_index_to_rule.push_back(static_cast<int>(i));
     }
-    for (auto [pattern, index] : {std::pair{kTracebackPattern, -1}, std::pair{kLauncherPattern, -2}}) {
-      if (set->Add(pattern, nullptr) < 0) throw std::logic_error("[gpualert] bad landmark pattern");
-      set_index_to_rule.push_back(index);
+    for (const auto& [pattern, marker] : kMarkers) {
+      std::string err;
+      if (set->Add(pattern, &err) < 0) throw std::logic_error("[gpualert] bad landmark pattern: " + err);
+      set_index_to_rule.push_back(static_cast<int>(marker));
     }
     if (!set->Compile()) throw std::logic_error("[gpualert] cannot compile the rule set");
   }
 
-  void scan_line(std::string_view line, uint64_t number, std::vector<RuleHits>& hits, Landmarks& marks,
-                 std::vector<int>& matched) const {
+  void scan_line(std::string_view line, uint64_t number, Scan& s) const {
     std::call_once(compiled, [this] { compile(); });
-    matched.clear();
-    if (!set->Match(line, &matched)) return;
-    for (int m : matched) {
+    s.matched.clear();
+    set->Match(line, &s.matched);
+    bool has[7] = {};
+    for (int m : s.matched) {
       const int index = set_index_to_rule[static_cast<size_t>(m)];
-      if (index < 0) {
-        Landmarks::note(index == -1 ? marks.tracebacks : marks.launchers, number);
-        continue;
-      }
-      auto& h = hits[static_cast<size_t>(index)];
-      Evidence ev{number, std::string(line.substr(0, kMaxEvidenceChars))};
-      if (h.first.size() < kEvidencePerRule - 1) h.first.push_back(ev);
-      h.last = std::move(ev);
-      ++h.count;
+      if (index < 0) has[-index] = true;
+    }
+    const bool traceback = has[-static_cast<int>(Marker::kTraceback)];
+    if (in_ignored_report(s, has[-static_cast<int>(Marker::kIgnored)], traceback, line)) return;
+    if (traceback) Landmarks::note(s.marks.tracebacks, number);
+    if (has[-static_cast<int>(Marker::kLauncher)]) Landmarks::note(s.marks.launchers, number);
+    if (has[-static_cast<int>(Marker::kChained)]) Landmarks::note(s.marks.chained, number);
+    note_last_line(line, number, s.last_line);
+    // A setting ("oom_retry: 3"), a threshold or a success line names a failure it did not have.
+    if (has[-static_cast<int>(Marker::kSetting)] && !has[-static_cast<int>(Marker::kFailure)]) return;
+    for (int m : s.matched) {
+      const int index = set_index_to_rule[static_cast<size_t>(m)];
+      if (index >= 0) record_hit(s.hits[static_cast<size_t>(index)], line, number);
     }
   }
 
-  // Where the end of the output starts: the first line of the last traceback (of the one
-  // before it when the last one is a launcher's report of a failed child; the whole log
-  // when there is no other), or the kTailLines-th line from the end, whichever comes first.
+  static void record_hit(RuleHits& h, std::string_view line, uint64_t number) {
+    Evidence ev{number, std::string(line.substr(0, kMaxEvidenceChars))};
+    if (h.first.size() < kEvidencePerRule - 1) h.first.push_back(ev);
+    h.last = std::move(ev);
+    ++h.count;
+  }
+
+  // Where the end of the output starts: the first line of the last traceback, or the
+  // kTailLines-th line from the end, whichever comes first. A traceback that is a launcher's
+  // report of a failed child, or an exception raised while handling another, extends the end
+  // back to the traceback before it (to the top of the log when there is none).
   static uint64_t tail_start(const Landmarks& marks, uint64_t lines) {
     uint64_t start = lines > kTailLines ? lines - kTailLines + 1 : 1;
     const auto& tb = marks.tracebacks;
     for (size_t k = tb.size(); k-- > 0;) {
       start = std::min(start, tb[k]);
+      const uint64_t previous = k > 0 ? tb[k - 1] : 0;
       const uint64_t next = k + 1 < tb.size() ? tb[k + 1] : UINT64_MAX;
-      bool launcher = std::any_of(marks.launchers.begin(), marks.launchers.end(),
-                                  [&](uint64_t l) { return l >= tb[k] && l < next; });
-      if (!launcher) break;
-      if (k == 0) return 1;  // only a launcher's report: the cause is anywhere before it
+      const bool points_back =
+          Landmarks::any_in(marks.launchers, tb[k], next) || Landmarks::any_in(marks.chained, previous, tb[k]);
+      if (!points_back) break;
+      if (k == 0) return 1;
     }
     return start;
   }
 
-  Classification decide(const std::vector<RuleHits>& hits, const Landmarks& marks, const Evidence& last_line,
-                        uint64_t lines, const SystemFacts& f) const;
-  std::optional<Classification> pick(const std::vector<RuleHits>& hits, const Evidence& last_line, const SystemFacts& f,
-                                     std::optional<uint64_t> tail) const;
+  Classification decide(const Scan& s, const SystemFacts& f) const;
+  std::optional<Classification> pick(const Scan& s, const SystemFacts& f, std::optional<uint64_t> tail) const;
 };
+
+namespace {
+
+// What the system's own evidence says for one rule.
+struct FactMatch {
+  bool matched = false;
+  std::vector<Evidence> evidence;
+};
+
+FactMatch match_fact(Fact fact, const SystemFacts& f, bool failed, bool by_any_signal) {
+  FactMatch m;
+  std::vector<std::string> hw_events, app_events;
+  for (const auto& e : f.gpu_events) (is_application_xid(xid_of(e)) ? app_events : hw_events).push_back(e);
+  switch (fact) {
+    case Fact::kNone: break;
+    case Fact::kHangKilled: m.matched = f.hang_killed; break;
+    case Fact::kTerminated: m.matched = f.terminated_by_request; break;
+    case Fact::kGpuEvent:
+      m.matched = !hw_events.empty();
+      for (const auto& e : hw_events) m.evidence.push_back({0, "NVML: " + e});
+      break;
+    case Fact::kGpuAppEvent:
+      m.matched = !app_events.empty();
+      for (const auto& e : app_events) m.evidence.push_back({0, "NVML: " + e + " (raised by the application)"});
+      break;
+    case Fact::kOomKill:
+      m.matched = f.cgroup_oom_kills > 0 || !f.kernel_oom.empty();
+      if (f.cgroup_oom_kills > 0)
+        m.evidence.push_back({0, fmt::format("cgroup memory.events: oom_kill +{}", f.cgroup_oom_kills)});
+      for (const auto& k : f.kernel_oom) m.evidence.push_back({0, "kernel: " + k});
+      break;
+    case Fact::kAnySignal: m.matched = by_any_signal; break;
+    case Fact::kExitZero: m.matched = !failed; break;
+    case Fact::kAlways: m.matched = true; break;
+  }
+  return m;
+}
+
+// How the rule matched, for the evidence and the confidence.
+struct RuleMatch {
+  const Rule* rule;
+  const RuleHits* hits;
+  FactMatch fact;
+  std::optional<int> sig;
+  bool from_shell;
+  bool by_signal;
+  bool by_text;
+  bool whole_log;  // the second pass: the text matched only before the end of the output
+};
+
+std::vector<Evidence> gather_evidence(const RuleMatch& m, const SystemFacts& f, const Evidence& last_line) {
+  const Rule& r = *m.rule;
+  std::vector<Evidence> ev = m.fact.evidence;
+  if (m.sig && (m.by_signal || r.fact == Fact::kAnySignal || r.fact == Fact::kTerminated))
+    ev.push_back({0, m.from_shell
+                         ? fmt::format("exit status {} (a child died by {})", *f.exit_code, signal_name(*m.sig))
+                         : fmt::format("terminated by {}", signal_name(*m.sig))});
+  if (r.fact == Fact::kTerminated && f.terminated_by_request)
+    ev.push_back({0, "gpualert received SIGTERM/SIGHUP or the timeout expired"});
+  if (r.fact == Fact::kHangKilled && m.fact.matched)
+    ev.push_back({0, "no output for the --hang-after period; ended by gpualert"});
+  for (const auto& e : m.hits->first) ev.push_back(e);
+  if (m.hits->count > m.hits->first.size()) ev.push_back(m.hits->last);
+  // Generic outcomes point at how the output ended and what the status was.
+  if (r.pattern.empty() || r.id == "traceback" || r.id == "runtime_error") {
+    if (!m.sig && f.exit_code) ev.push_back({0, fmt::format("exit status {}", *f.exit_code)});
+    if (last_line.line != 0 && (ev.empty() || ev.back().line != last_line.line)) ev.push_back(last_line);
+  }
+  return ev;
+}
+
+// Agreement between independent sources raises confidence; a lone status lowers it.
+double confidence_of(const RuleMatch& m) {
+  const Rule& r = *m.rule;
+  double conf = r.confidence;
+  if ((m.by_text && (m.by_signal || m.fact.matched)) && r.fact != Fact::kAlways)
+    conf = std::min(0.99, conf + 0.04);
+  else if (!m.by_text && m.by_signal && m.from_shell)
+    conf -= 0.1;
+  if (m.whole_log && m.by_text && !m.fact.matched && !m.by_signal && !r.pattern.empty()) conf *= kEarlyEvidenceFactor;
+  return conf;
+}
+
+}  // namespace
 
 Classifier::Classifier() : impl_(std::make_unique<Impl>()) { impl_->rules = rule_table(); }
 
@@ -203,132 +358,65 @@ std::vector<ClassInfo> Classifier::classes() {
 
 // First the end of the output, the death signal and the system's evidence about this job;
 // only when they name nothing specific, the whole log (earlier lines are context).
-Classification Classifier::Impl::decide(const std::vector<RuleHits>& hits, const Landmarks& marks,
-                                        const Evidence& last_line, uint64_t lines, const SystemFacts& f) const {
-  if (auto c = pick(hits, last_line, f, tail_start(marks, lines))) return *c;
-  if (auto c = pick(hits, last_line, f, std::nullopt)) return *c;
+Classification Classifier::Impl::decide(const Scan& s, const SystemFacts& f) const {
+  if (auto c = pick(s, f, tail_start(s.marks, s.lines))) return *c;
+  if (auto c = pick(s, f, std::nullopt)) return *c;
   throw std::logic_error("[gpualert] the rule table has no catch-all");
 }
 
 // With `tail`, a rule matches by text only when it matched at or after that line, and the
 // generic outcomes (exit 0, unknown) wait for the second, whole-log pass. Death by a signal
 // is decisive in both: an interrupted Python prints a traceback on its way out.
-std::optional<Classification> Classifier::Impl::pick(const std::vector<RuleHits>& hits, const Evidence& last_line,
-                                                     const SystemFacts& f, std::optional<uint64_t> tail) const {
+std::optional<Classification> Classifier::Impl::pick(const Scan& s, const SystemFacts& f,
+                                                     std::optional<uint64_t> tail) const {
   bool from_shell = false;
   const std::optional<int> sig = effective_signal(f, from_shell);
   const bool failed = f.signal.has_value() || (f.exit_code && *f.exit_code != 0);
-  const bool oom = f.cgroup_oom_kills > 0 || !f.kernel_oom.empty();
-  std::vector<std::string> hw_events, app_events;
-  for (const auto& e : f.gpu_events) (is_application_xid(xid_of(e)) ? app_events : hw_events).push_back(e);
-
   for (size_t i = 0; i < rules.size(); ++i) {
     const Rule& r = rules[i];
     if (r.when == When::kFailed && !failed) continue;
+    const RuleHits& h = s.hits[i];
+    RuleMatch m{&r, &h, match_fact(r.fact, f, failed, sig.has_value()), sig, from_shell, false, false, !tail};
+    m.by_signal = sig && std::find(r.signals.begin(), r.signals.end(), *sig) != r.signals.end();
+    m.by_text = h.count > 0 && (!tail || h.last.line >= *tail);
     const bool generic = r.fact == Fact::kExitZero || r.fact == Fact::kAlways;
-    bool fact = false;
-    std::vector<Evidence> fact_evidence;
-    switch (r.fact) {
-      case Fact::kNone: break;
-      case Fact::kHangKilled: fact = f.hang_killed; break;
-      case Fact::kTerminated: fact = f.terminated_by_request; break;
-      case Fact::kGpuEvent:
-        fact = !hw_events.empty();
-        for (const auto& e : hw_events) fact_evidence.push_back({0, "NVML: " + e});
-        break;
-      case Fact::kGpuAppEvent:
-        fact = !app_events.empty();
-        for (const auto& e : app_events) fact_evidence.push_back({0, "NVML: " + e + " (raised by the application)"});
-        break;
-      case Fact::kOomKill:
-        fact = oom;
-        if (f.cgroup_oom_kills > 0)
-          fact_evidence.push_back({0, fmt::format("cgroup memory.events: oom_kill +{}", f.cgroup_oom_kills)});
-        for (const auto& k : f.kernel_oom) fact_evidence.push_back({0, "kernel: " + k});
-        break;
-      case Fact::kAnySignal: fact = sig.has_value(); break;
-      case Fact::kExitZero: fact = !failed; break;
-      case Fact::kAlways: fact = true; break;
-    }
-    bool by_signal = sig && std::find(r.signals.begin(), r.signals.end(), *sig) != r.signals.end();
-    const RuleHits& h = hits[i];
-    bool by_text = h.count > 0 && (!tail || h.last.line >= *tail);
-    if (tail && generic) fact = false;
-    if (!(fact || by_signal || by_text)) continue;
-
-    Classification c;
-    c.id = std::string(r.id);
-    c.label = std::string(r.label);
-    c.remedy = std::string(r.remedy);
-    c.evidence = fact_evidence;
-    if (sig && (by_signal || r.fact == Fact::kAnySignal || r.fact == Fact::kTerminated))
-      c.evidence.push_back({0, from_shell
-                                   ? fmt::format("exit status {} (a child died by {})", *f.exit_code, signal_name(*sig))
-                                   : fmt::format("terminated by {}", signal_name(*sig))});
-    if (r.fact == Fact::kTerminated && f.terminated_by_request)
-      c.evidence.push_back({0, "gpualert received SIGTERM/SIGHUP or the timeout expired"});
-    if (r.fact == Fact::kHangKilled && fact)
-      c.evidence.push_back({0, "no output for the --hang-after period; ended by gpualert"});
-    for (const auto& e : h.first) c.evidence.push_back(e);
-    if (h.count > h.first.size()) c.evidence.push_back(h.last);
-    // Generic outcomes point at how the output ended and what the status was.
-    if (r.pattern.empty() || r.id == "traceback" || r.id == "runtime_error") {
-      if (!sig && f.exit_code) c.evidence.push_back({0, fmt::format("exit status {}", *f.exit_code)});
-      if (last_line.line != 0 && (c.evidence.empty() || c.evidence.back().line != last_line.line))
-        c.evidence.push_back(last_line);
-    }
-    // Agreement between independent sources raises confidence; a lone status lowers it.
-    double conf = r.confidence;
-    if ((by_text && (by_signal || fact)) && r.fact != Fact::kAlways)
-      conf = std::min(0.99, conf + 0.04);
-    else if (!by_text && by_signal && from_shell)
-      conf -= 0.1;
-    if (!tail && by_text && !fact && !by_signal && !r.pattern.empty()) conf *= kEarlyEvidenceFactor;
-    c.confidence = conf;
-    return c;
+    if (tail && generic) m.fact.matched = false;
+    if (!(m.fact.matched || m.by_signal || m.by_text)) continue;
+    return Classification{std::string(r.id), std::string(r.label), std::string(r.remedy), confidence_of(m),
+                          gather_evidence(m, f, s.last_line)};
   }
   return std::nullopt;
 }
 
 Classification Classifier::classify_text(std::string_view body, const SystemFacts& facts) const {
-  std::vector<RuleHits> hits(impl_->rules.size());
-  Landmarks marks;
-  std::vector<int> matched;
-  uint64_t number = 0;
+  Scan s(impl_->rules.size());
   bool line_ended = true;
-  Evidence last;
   // Pieces exactly as LineReader cuts them, so a file and its text classify alike.
   while (!body.empty()) {
     size_t nl = body.find('\n');
     const size_t len = std::min(nl == std::string_view::npos ? body.size() : nl, kMaxLogLineBytes);
     std::string_view line = body.substr(0, len);
-    if (line_ended) ++number;
-    impl_->scan_line(line, number, hits, marks, matched);
-    note_last_line(line, number, last);
+    if (line_ended) ++s.lines;
+    impl_->scan_line(line, s.lines, s);
     // A piece of exactly the limit leaves its '\n' for the next (empty) piece, as the reader does.
     line_ended = len == nl && len < kMaxLogLineBytes;
     body.remove_prefix(line_ended ? len + 1 : len);
   }
-  return impl_->decide(hits, marks, last, number, facts);
+  return impl_->decide(s, facts);
 }
 
 Classification Classifier::classify_file(const std::filesystem::path& log, uint64_t body_offset,
                                          const SystemFacts& facts) const {
-  std::vector<RuleHits> hits(impl_->rules.size());
-  Landmarks marks;
-  std::vector<int> matched;
+  Scan s(impl_->rules.size());
   LineReader reader(log, body_offset);
   std::string line;
-  uint64_t number = 0;
   bool line_ended = true, ended = true;
-  Evidence last;
   while (reader.next(line, ended)) {
-    if (line_ended) ++number;
-    impl_->scan_line(line, number, hits, marks, matched);
-    note_last_line(line, number, last);
+    if (line_ended) ++s.lines;
+    impl_->scan_line(line, s.lines, s);
     line_ended = ended;
   }
-  return impl_->decide(hits, marks, last, number, facts);
+  return impl_->decide(s, facts);
 }
 
 }  // namespace meganeura::alert

@@ -53,7 +53,11 @@ bool get_bool(const toml::table& t, std::string_view path, const std::filesystem
 double get_duration(const toml::table& t, std::string_view path, const std::filesystem::path& file, double fallback) {
   const toml::node* n = t.at_path(path).node();
   if (n == nullptr) return fallback;
-  if (auto d = n->value<double>()) return *d;
+  if (auto d = n->value<double>()) {
+    if (!(*d >= 0 && *d <= kMaxDurationSeconds))
+      bad(file, path, fmt::format("expected a duration from 0 to {} seconds", kMaxDurationSeconds));
+    return *d;
+  }
   if (auto s = n->value<std::string>()) {
     try {
       return parse_duration(*s);
@@ -223,72 +227,81 @@ std::filesystem::path default_config_path() {
   return fmt::format("/nonexistent/gpualert-{}/config.toml", geteuid());
 }
 
-Config load_config(const std::optional<std::filesystem::path>& explicit_path) {
-  Config c;
-  c.state_dir = default_state_dir();
-  std::filesystem::path path = explicit_path.value_or(default_config_path());
-  std::error_code ec;
-  bool exists = std::filesystem::exists(path, ec);
-  bool grace_set = false, notify_set = false;
-  if (explicit_path && !exists)
-    throw std::runtime_error(fmt::format("[gpualert] config '{}' does not exist", path.string()));
-  if (exists) {
-    auto text = read_file(path.string(), 0, kMaxConfigBytes + 1);
-    if (!text) throw std::runtime_error(fmt::format("[gpualert] config '{}' cannot be read", path.string()));
-    if (text->size() > kMaxConfigBytes)
-      throw std::runtime_error(
-          fmt::format("[gpualert] config '{}' is larger than the limit of {} bytes (kMaxConfigBytes)", path.string(),
-                      kMaxConfigBytes));
-    AsciiToml ascii = ascii_toml(*text);
-    if (ascii.bad_line != 0)
-      throw std::runtime_error(
-          fmt::format("[gpualert] config '{}' line {}: {}", path.string(), ascii.bad_line, ascii.why));
-    toml::table t;
-    try {
-      t = toml::parse(ascii.text, path.string());
-    } catch (const toml::parse_error& e) {
-      throw std::runtime_error(
-          fmt::format("[gpualert] config '{}' line {}: {}", path.string(), e.source().begin.line, e.description()));
-    }
-    check_known_keys(t, path);
-    // A webhook or ntfy URL is a credential too: whoever has it can post to the channel.
-    bool has_secret = false;
-    for (const char* key : {"smtp.password", "webhook.token", "webhook.ntfy_token", "webhook.url", "webhook.ntfy_url"})
-      has_secret |= t.at_path(key).node() != nullptr;
-    struct stat st {};
-    if (has_secret && stat(path.c_str(), &st) == 0 && (st.st_mode & 077) != 0)
-      throw std::runtime_error(
-          fmt::format("[gpualert] config '{}' holds a secret but is readable by group or others "
-                      "(mode {:o}); run: chmod 600 {}",
-                      path.string(), st.st_mode & 0777, shell_quote(path.string())));
-    c.file = path;
-    c.smtp.url = get_string(t, "smtp", "url", path, "");
-    c.smtp.from = get_string(t, "smtp", "from", path, "");
-    c.smtp.to = get_list(t, "smtp.to", path);
-    c.smtp.username = get_string(t, "smtp", "username", path, "");
-    c.smtp.password = get_string(t, "smtp", "password", path, "");
-    c.smtp.tls = get_string(t, "smtp", "tls", path, "auto");
-    c.smtp.ca_file = get_string(t, "smtp", "ca_file", path, "");
-    c.smtp.insecure = get_bool(t, "smtp.insecure", path, false);
-    c.webhook.url = get_string(t, "webhook", "url", path, "");
-    c.webhook.ntfy_url = get_string(t, "webhook", "ntfy_url", path, "");
-    c.webhook.token = get_string(t, "webhook", "token", path, "");
-    c.webhook.ntfy_token = get_string(t, "webhook", "ntfy_token", path, "");
-    c.attach.globs = get_list(t, "attach.globs", path);
-    c.attach.default_outputs = get_bool(t, "attach.default_outputs", path, true);
-    c.attach.max_file = get_size(t, "attach.max_file", path, c.attach.max_file);
-    c.attach.max_total = get_size(t, "attach.max_total", path, c.attach.max_total);
-    auto sd = get_string(t, "run", "state_dir", path, "");
-    if (!sd.empty()) c.state_dir = sd;
-    grace_set = t.at_path("run.grace").node() != nullptr;
-    notify_set = t.at_path("run.notify_timeout").node() != nullptr;
-    c.grace_s = get_duration(t, "run.grace", path, c.grace_s);
-    c.notify_timeout_s = get_duration(t, "run.notify_timeout", path, c.notify_timeout_s);
-    c.notify_on_success = get_bool(t, "run.notify_on_success", path, true);
-    c.redact = get_list(t, "run.redact", path);
-    c.notes.push_back("file: " + path.string());
+namespace {
+
+std::runtime_error config_error(const std::filesystem::path& path, const std::string& what) {
+  return std::runtime_error(fmt::format("[gpualert] config '{}' {}", path.string(), what));
+}
+
+// The file as a TOML table: readable, within the size limit, ASCII, well-formed, and with
+// known keys only.
+toml::table parse_config_file(const std::filesystem::path& path) {
+  auto text = read_file(path.string(), 0, kMaxConfigBytes + 1);
+  if (!text) throw config_error(path, "cannot be read");
+  if (text->size() > kMaxConfigBytes)
+    throw config_error(path, fmt::format("is larger than the limit of {} bytes (kMaxConfigBytes)", kMaxConfigBytes));
+  AsciiToml ascii = ascii_toml(*text);
+  if (ascii.bad_line != 0) throw config_error(path, fmt::format("line {}: {}", ascii.bad_line, ascii.why));
+  toml::table t;
+  try {
+    t = toml::parse(ascii.text, path.string());
+  } catch (const toml::parse_error& e) {
+    throw config_error(path, fmt::format("line {}: {}", e.source().begin.line, e.description()));
   }
-  // Environment overrides the file.
+  check_known_keys(t, path);
+  return t;
+}
+
+// A webhook or ntfy URL is a credential too: whoever has it can post to the channel.
+void check_secret_permissions(const toml::table& t, const std::filesystem::path& path) {
+  bool has_secret = false;
+  for (const char* key : {"smtp.password", "webhook.token", "webhook.ntfy_token", "webhook.url", "webhook.ntfy_url"})
+    has_secret |= t.at_path(key).node() != nullptr;
+  struct stat st {};
+  if (has_secret && stat(path.c_str(), &st) == 0 && (st.st_mode & 077) != 0)
+    throw config_error(path, fmt::format("holds a secret but is readable by group or others "
+                                         "(mode {:o}); run: chmod 600 {}",
+                                         st.st_mode & 0777, shell_quote(path.string())));
+}
+
+// Which of the settings that have a Slurm default the file set itself.
+struct ExplicitSettings {
+  bool grace = false;
+  bool notify_timeout = false;
+};
+
+ExplicitSettings apply_file(Config& c, const toml::table& t, const std::filesystem::path& path) {
+  c.file = path;
+  c.smtp.url = get_string(t, "smtp", "url", path, "");
+  c.smtp.from = get_string(t, "smtp", "from", path, "");
+  c.smtp.to = get_list(t, "smtp.to", path);
+  c.smtp.username = get_string(t, "smtp", "username", path, "");
+  c.smtp.password = get_string(t, "smtp", "password", path, "");
+  c.smtp.tls = get_string(t, "smtp", "tls", path, "auto");
+  c.smtp.ca_file = get_string(t, "smtp", "ca_file", path, "");
+  c.smtp.insecure = get_bool(t, "smtp.insecure", path, false);
+  c.webhook.url = get_string(t, "webhook", "url", path, "");
+  c.webhook.ntfy_url = get_string(t, "webhook", "ntfy_url", path, "");
+  c.webhook.token = get_string(t, "webhook", "token", path, "");
+  c.webhook.ntfy_token = get_string(t, "webhook", "ntfy_token", path, "");
+  c.attach.globs = get_list(t, "attach.globs", path);
+  c.attach.default_outputs = get_bool(t, "attach.default_outputs", path, true);
+  c.attach.max_file = get_size(t, "attach.max_file", path, c.attach.max_file);
+  c.attach.max_total = get_size(t, "attach.max_total", path, c.attach.max_total);
+  auto sd = get_string(t, "run", "state_dir", path, "");
+  if (!sd.empty()) c.state_dir = sd;
+  c.grace_s = get_duration(t, "run.grace", path, c.grace_s);
+  c.notify_timeout_s = get_duration(t, "run.notify_timeout", path, c.notify_timeout_s);
+  if (c.notify_timeout_s <= 0) bad(path, "run.notify_timeout", "must be positive");
+  c.notify_on_success = get_bool(t, "run.notify_on_success", path, true);
+  c.redact = get_list(t, "run.redact", path);
+  c.notes.push_back("file: " + path.string());
+  return {.grace = t.at_path("run.grace").node() != nullptr,
+          .notify_timeout = t.at_path("run.notify_timeout").node() != nullptr};
+}
+
+// The environment overrides the file.
+void apply_environment(Config& c) {
   if (auto v = env("GPUALERT_SMTP_URL")) c.smtp.url = *v;
   if (auto v = env("GPUALERT_SMTP_FROM")) c.smtp.from = *v;
   if (auto v = env("GPUALERT_TO")) c.smtp.to = split_list(*v);
@@ -300,6 +313,9 @@ Config load_config(const std::optional<std::filesystem::path>& explicit_path) {
   if (auto v = env("GPUALERT_WEBHOOK_TOKEN")) c.webhook.token = *v;
   if (auto v = env("GPUALERT_NTFY_TOKEN")) c.webhook.ntfy_token = *v;
   if (auto v = env("GPUALERT_STATE_DIR")) c.state_dir = *v;
+}
+
+void check_smtp(Config& c) {
   if (c.smtp.tls != "auto" && c.smtp.tls != "require" && c.smtp.tls != "none" && c.smtp.tls != "insecure")
     throw std::runtime_error(
         fmt::format("[gpualert] smtp.tls must be auto, require, none or insecure, not '{}'", c.smtp.tls));
@@ -309,17 +325,39 @@ Config load_config(const std::optional<std::filesystem::path>& explicit_path) {
   if (!c.smtp.url.empty() && c.smtp.to.empty())
     c.notes.push_back("warning: smtp.url is set but there are no recipients (smtp.to)");
   if (c.smtp.from.empty()) c.smtp.from = fmt::format("gpualert@{}", hostname());
-  // Under Slurm, a cancelled or timed-out job gets SIGTERM and, KillWait (30 s by default)
-  // later, SIGKILL for every process: the grace period and the notification must both fit
-  // inside it, with room left to classify and write the report.
-  if (env("SLURM_JOB_ID")) {
-    if (!grace_set) c.grace_s = kSlurmGraceS;
-    if (!notify_set) c.notify_timeout_s = kSlurmNotifyTimeoutS;
-    c.notes.push_back(
-        fmt::format("under Slurm: grace {} s + notification {} s fit in KillWait "
-                    "(30 s by default)",
-                    c.grace_s, c.notify_timeout_s));
+}
+
+// Under Slurm, a cancelled or timed-out job gets SIGTERM and, KillWait (30 s by default)
+// later, SIGKILL for every process: the grace period and the notification must both fit
+// inside it, with room left to classify and write the report.
+void fit_slurm_kill_wait(Config& c, const ExplicitSettings& set) {
+  if (!env("SLURM_JOB_ID")) return;
+  if (!set.grace) c.grace_s = kSlurmGraceS;
+  if (!set.notify_timeout) c.notify_timeout_s = kSlurmNotifyTimeoutS;
+  c.notes.push_back(
+      fmt::format("under Slurm: grace {} s + notification {} s fit in KillWait "
+                  "(30 s by default)",
+                  c.grace_s, c.notify_timeout_s));
+}
+
+}  // namespace
+
+Config load_config(const std::optional<std::filesystem::path>& explicit_path) {
+  Config c;
+  c.state_dir = default_state_dir();
+  std::filesystem::path path = explicit_path.value_or(default_config_path());
+  std::error_code ec;
+  bool exists = std::filesystem::exists(path, ec);
+  if (explicit_path && !exists) throw config_error(path, "does not exist");
+  ExplicitSettings set;
+  if (exists) {
+    toml::table t = parse_config_file(path);
+    check_secret_permissions(t, path);
+    set = apply_file(c, t, path);
   }
+  apply_environment(c);
+  check_smtp(c);
+  fit_slurm_kill_wait(c, set);
   return c;
 }
 

@@ -4,9 +4,11 @@
 //
 // labels.tsv: file <TAB> class <TAB> status <TAB> facts <TAB> split, where status is
 // "exit:N" or "signal:NAME", facts is "-" or a comma list of recorded system evidence
-// ("oom_kill", "xid:79", "ecc"), split is "train" or "heldout". Lines starting with '#'
-// are comments. An optional sixth column names where the log came from; it is required
-// for the split "public" (failure output as people posted it in public bug reports).
+// ("oom_kill", "xid:79", "ecc"), split names the part of the corpus the log belongs to
+// ("train"/"heldout" in-house, "public", "tune"/"heldout" in the field corpus). Lines
+// starting with '#' are comments. An optional sixth column names where the log came from;
+// it is required for the split "public" and, with `require_source`, for every log (failure
+// output as people posted it in public bug reports).
 #pragma once
 
 #include <filesystem>
@@ -42,16 +44,19 @@ struct EvalResult {
   double macro_f1 = 0;
   size_t total = 0;
   size_t correct = 0;
-  std::vector<std::string> mistakes;                            // "file: expected X, got Y"
+  std::vector<std::string> mistakes;  // "file: expected X, got Y"
+  size_t status_exact = 0;            // replays whose wrapper exit status was the recorded one
+  std::vector<std::string> status_mismatches;
   std::map<std::string, std::map<std::string, int>> confusion;  // expected -> predicted -> count
+  double accuracy() const { return total ? double(correct) / double(total) : 0; }
 };
 
-std::vector<LabelledLog> read_labels(const std::filesystem::path& labels_file);
+std::vector<LabelledLog> read_labels(const std::filesystem::path& labels_file, bool require_source = false);
 
 // `self_exe` is the gpualert program (its hidden `replay` command is the child).
-// `split` selects "train", "heldout" or "" for all.
+// `split` selects one split ("train", "heldout", "tune", ...) or "" for all.
 EvalResult evaluate_corpus(const std::filesystem::path& corpus_dir, const std::string& self_exe,
-                           const std::string& split);
+                           const std::string& split, bool require_source = false);
 
 // Per-class scores, the confusion matrix (rows: expected class, columns: predicted), the
 // summary line and the mistakes.

@@ -5,6 +5,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 #include <fstream>
@@ -163,7 +164,49 @@ void LogStore::write_at(const char* data, size_t size, uint64_t offset) {
   }
 }
 
-std::string LogStore::memory_tail() const { return tail_; }
+namespace {
+
+// The last at most `limit` bytes of `kept`, starting at a line.
+std::string latest(const std::string& kept, size_t limit) {
+  if (kept.size() <= limit) return kept;
+  size_t cut = kept.find('\n', kept.size() - limit);
+  return cut == std::string::npos ? kept.substr(kept.size() - limit) : kept.substr(cut + 1);
+}
+
+}  // namespace
+
+std::string LogStore::memory_tail() const { return latest(tail_, kMemoryTail); }
+
+std::string LogStore::recent_output() const { return latest(recent_, kMemoryTail); }
+
+std::vector<std::string> LogStore::last_lines(size_t count) const {
+  std::vector<std::string> lines;
+  size_t end = recent_.size();
+  while (lines.size() < count && end > 0) {
+    const size_t stop = recent_[end - 1] == '\n' ? end - 1 : end;  // a long line's piece has none
+    const size_t nl = stop > 0 ? recent_.rfind('\n', stop - 1) : std::string::npos;
+    const size_t start = nl == std::string::npos ? 0 : nl + 1;
+    lines.emplace_back(recent_, start, stop - start);
+    end = start;
+  }
+  std::reverse(lines.begin(), lines.end());
+  return lines;
+}
+
+namespace {
+
+// Appends `line` and keeps at most `limit` bytes of whole lines; the copy is cut only when
+// twice the limit is reached, so keeping the tail costs a constant per byte.
+void keep_latest(std::string& kept, const std::string& line, size_t limit, uint64_t* dropped) {
+  kept += line;
+  if (kept.size() <= 2 * limit) return;
+  size_t cut = kept.find('\n', kept.size() - limit);
+  cut = cut == std::string::npos ? kept.size() - limit : cut + 1;
+  if (dropped != nullptr) *dropped += cut;
+  kept.erase(0, cut);
+}
+
+}  // namespace
 
 void LogStore::flush_line(bool newline) {
   if (newline) line_.push_back('\n');
@@ -173,16 +216,9 @@ void LogStore::flush_line(bool newline) {
     if (line_.size() < written_len_)
       io(ftruncate(fd_, static_cast<off_t>(line_start_ + line_.size())) == 0, "truncate");
   }
-  if (!error_.empty()) {
-    // The file stopped: keep the latest lines where the report can still use them.
-    tail_ += line_;
-    if (tail_.size() > kMemoryTail) {
-      size_t cut = tail_.find('\n', tail_.size() - kMemoryTail);
-      cut = cut == std::string::npos ? tail_.size() - kMemoryTail : cut + 1;
-      lost_bytes_ += cut;
-      tail_.erase(0, cut);
-    }
-  }
+  // The file may stop (disk full): the latest lines stay where the report can use them.
+  if (!error_.empty()) keep_latest(tail_, line_, kMemoryTail, &lost_bytes_);
+  keep_latest(recent_, line_, kMemoryTail, nullptr);
   line_start_ += line_.size();
   line_.clear();
   cursor_ = 0;

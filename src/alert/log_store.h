@@ -13,6 +13,7 @@
 #include <filesystem>
 #include <string>
 #include <string_view>
+#include <vector>
 
 namespace meganeura::alert {
 
@@ -53,6 +54,10 @@ class LogStore {
   // Complete lines seen after the file stopped, at most kMemoryTail bytes (the latest).
   std::string memory_tail() const;
   static constexpr size_t kMemoryTail = 256 * 1024;
+  // The latest complete lines whether or not the file could be written: at most
+  // kMemoryTail bytes, so the end of the job can be shown and classified without the file.
+  std::string recent_output() const;
+  std::vector<std::string> last_lines(size_t count) const;
   uint64_t body_offset() const { return body_offset_; }
   uint64_t bytes_written() const { return line_start_ + line_.size(); }
   // The log's mtime right after its header was written, before the job started: the
@@ -81,6 +86,7 @@ class LogStore {
   std::string error_;
   std::string tail_;         // complete lines after the file stopped (bounded)
   uint64_t lost_bytes_ = 0;  // bytes of complete lines dropped from tail_
+  std::string recent_;       // the latest complete lines (bounded)
 };
 
 // Splits a log file into the child's output, skipping gpualert's own header when present.

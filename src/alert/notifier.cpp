@@ -239,142 +239,219 @@ std::string entry_signature(const nlohmann::json& meta, const std::string& paylo
   return hex;
 }
 
-FlushResult flush_outbox(const Outbox& outbox, const Config& config, const FlushOptions& options) {
-  static const bool kInit = curl_global_init(CURL_GLOBAL_DEFAULT) == CURLE_OK;
-  FlushResult result;
-  if (!kInit) {
-    result.messages.push_back("cannot initialise libcurl");
-    return result;
+namespace {
+
+bool is_requested(const FlushOptions& options, const std::string& id) {
+  return std::find(options.only.begin(), options.only.end(), id) != options.only.end();
+}
+
+// Holds the lock on one outbox entry: a flush started by another run never sends the same
+// message twice.
+class EntryLock {
+ public:
+  explicit EntryLock(const std::filesystem::path& dir) : fd_(open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC)) {
+    locked_ = fd_ >= 0 && flock(fd_, LOCK_EX | LOCK_NB) == 0;
   }
-  auto entries = outbox.list();
-  // Requested entries first, the backlog after them.
-  std::stable_partition(entries.begin(), entries.end(), [&](const OutboxEntry& e) {
-    return std::find(options.only.begin(), options.only.end(), e.id) != options.only.end();
-  });
+  ~EntryLock() {
+    if (fd_ >= 0) close(fd_);
+  }
+  EntryLock(const EntryLock&) = delete;
+  EntryLock& operator=(const EntryLock&) = delete;
+  bool gone() const { return fd_ < 0; }
+  bool locked() const { return locked_; }
+
+ private:
+  int fd_;
+  bool locked_ = false;
+};
+
+// What one attempt at one entry came to.
+struct Outcome {
+  Delivery delivery{};
+  bool delivered = false;  // to at least one recipient
+  int attempts = 0;        // counting this one
+  int permanent = 0;       // refusals for good, counting this one
+  std::string give_up_reason{};
+};
+
+Outcome judge(const OutboxEntry& entry, Delivery d) {
+  Outcome o{.delivery = std::move(d)};
+  const Delivery& dd = o.delivery;
+  o.delivered = dd.error.empty() || !dd.rejected.empty();
+  o.attempts = entry.meta.value("attempts", 0) + 1;
+  o.permanent = entry.meta.value("permanent_failures", 0) + (dd.permanent ? 1 : 0);
+  double age = wall_now() - entry.meta.value("created_epoch", wall_now());
+  if (!dd.rejected.empty())
+    o.give_up_reason = dd.error;
+  else if (!o.delivered && o.permanent >= kMaxPermanentAttempts)
+    o.give_up_reason = fmt::format("refused {} times for good: {}", o.permanent, dd.error);
+  else if (!o.delivered && o.attempts >= kMaxAttempts)
+    o.give_up_reason = fmt::format("{} attempts failed, last: {}", o.attempts, dd.error);
+  else if (!o.delivered && age >= kMaxAgeS)
+    o.give_up_reason = fmt::format("undelivered for {}, last: {}", format_duration(age), dd.error);
+  return o;
+}
+
+// One flush: sign what this run handed over, group by destination, then one worker per
+// destination sends its entries in order until the deadline.
+class Flush {
+ public:
+  Flush(const Outbox& outbox, const Config& config, const FlushOptions& options)
+      : outbox_(outbox), config_(config), options_(options), deadline_(mono_now() + options.timeout_s) {}
+
+  FlushResult run() {
+    auto entries = outbox_.list();
+    // Requested entries first, the backlog after them.
+    std::stable_partition(entries.begin(), entries.end(),
+                          [&](const OutboxEntry& e) { return is_requested(options_, e.id); });
+    sign_handed_over(entries);
+    const auto groups = by_destination(entries);  // outlives the workers
+    std::vector<std::thread> workers;
+    for (const auto& [key, list] : groups) {
+      workers.emplace_back([this, &list = list] {
+        for (const OutboxEntry* e : list) send_one(*e);
+      });
+    }
+    for (auto& w : workers) w.join();
+    return std::move(result_);
+  }
+
+ private:
   // Entries handed over by the run that queued them are signed with the credential they
   // will carry; any other entry that would carry a credential must bear a valid signature.
   // A message planted in the outbox (its own destination) never receives a secret.
-  for (auto& entry : entries) {
-    if (std::find(options.only.begin(), options.only.end(), entry.id) == options.only.end() ||
-        entry.meta.contains("signature"))
-      continue;
-    const std::string& key = credential_for(entry.meta, config);
-    if (key.empty()) continue;
-    try {
-      entry.meta["signature"] = entry_signature(entry.meta, outbox.payload(entry), key);
-      outbox.write_meta(entry);
-    } catch (const std::exception& e) {
-      result.messages.push_back(fmt::format("{}: cannot sign: {}", entry.id, e.what()));
+  void sign_handed_over(std::vector<OutboxEntry>& entries) {
+    for (auto& entry : entries) {
+      if (!is_requested(options_, entry.id) || entry.meta.contains("signature")) continue;
+      const std::string& key = credential_for(entry.meta, config_);
+      if (key.empty()) continue;
+      try {
+        entry.meta["signature"] = entry_signature(entry.meta, outbox_.payload(entry), key);
+        outbox_.write_meta(entry);
+      } catch (const std::exception& e) {
+        result_.messages.push_back(fmt::format("{}: cannot sign: {}", entry.id, e.what()));
+      }
     }
   }
-  const double deadline = mono_now() + options.timeout_s;
-  // One worker per destination; each sends its entries in order until the deadline.
-  std::map<std::string, std::vector<const OutboxEntry*>> by_destination;
-  for (const auto& entry : entries) {
-    bool requested = std::find(options.only.begin(), options.only.end(), entry.id) != options.only.end();
-    if (options.only_these && !requested) continue;
-    std::string key = entry.meta.value("channel", "?") + " " +
-                      (entry.meta.contains("smtp") ? entry.meta["smtp"].value("url", "") : entry.meta.value("url", ""));
-    by_destination[key].push_back(&entry);
+
+  std::map<std::string, std::vector<const OutboxEntry*>> by_destination(const std::vector<OutboxEntry>& entries) {
+    std::map<std::string, std::vector<const OutboxEntry*>> groups;
+    for (const auto& entry : entries) {
+      if (options_.only_these && !is_requested(options_, entry.id)) continue;
+      const auto& m = entry.meta;
+      std::string key =
+          m.value("channel", "?") + " " + (m.contains("smtp") ? m["smtp"].value("url", "") : m.value("url", ""));
+      groups[key].push_back(&entry);
+    }
+    return groups;
   }
-  std::mutex mu;
-  auto send_one = [&](const OutboxEntry& entry) {
-    auto note = [&](auto&& fn) {
-      std::lock_guard<std::mutex> lock(mu);
-      fn();
-    };
-    double left = deadline - mono_now();
+
+  void send_one(const OutboxEntry& entry) {
+    double left = deadline_ - mono_now();
     if (left < 0.2) {
       note([&] {
-        result.messages.push_back(fmt::format("{}: not tried, out of time", entry.id));
-        ++result.failed;
+        result_.messages.push_back(fmt::format("{}: not tried, out of time", entry.id));
+        ++result_.failed;
       });
       return;
     }
-    // A lock per entry: a flush started by another run never sends the same message twice.
-    int fd = open(entry.dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-    if (fd < 0) return;  // removed meanwhile
-    if (flock(fd, LOCK_EX | LOCK_NB) != 0) {
-      close(fd);
-      note([&] { ++result.busy; });
+    EntryLock lock(entry.dir);
+    if (lock.gone()) return;  // removed meanwhile
+    if (!lock.locked()) {
+      note([&] { ++result_.busy; });
       return;
     }
-    if (!std::filesystem::exists(entry.dir / "payload")) {
-      close(fd);
-      return;  // sent by another process between list() and flock()
-    }
-    Delivery d;
+    if (!std::filesystem::exists(entry.dir / "payload")) return;  // sent by another process between list() and flock()
+    Outcome o = judge(entry, attempt(entry, left));
+    settle(entry, o);
+    report(entry, o);
+  }
+
+  Delivery attempt(const OutboxEntry& entry, double left) const {
     try {
-      std::string payload = outbox.payload(entry);
-      const std::string& key = credential_for(entry.meta, config);
+      std::string payload = outbox_.payload(entry);
+      const std::string& key = credential_for(entry.meta, config_);
       if (!key.empty() && entry.meta.value("signature", "") != entry_signature(entry.meta, payload, key))
-        d = {
+        return {
             "refused: not signed with the current credential for this channel (queued by someone "
             "else, or with other credentials); not sent",
             true};
-      else
-        d = send_entry(entry.meta, payload, config, left);
+      return send_entry(entry.meta, payload, config_, left);
     } catch (const std::exception& e) {
-      d = {e.what()};
+      return {e.what()};
     }
-    std::string what =
-        fmt::format("{} {} ({})", entry.meta.value("channel", "?"), entry.id, entry.meta.value("subject", ""));
-    const bool delivered = d.error.empty() || !d.rejected.empty();
-    int attempts = entry.meta.value("attempts", 0) + 1;
-    int permanent = entry.meta.value("permanent_failures", 0) + (d.permanent ? 1 : 0);
-    double age = wall_now() - entry.meta.value("created_epoch", wall_now());
-    std::string give_up_reason;
-    if (!d.rejected.empty())
-      give_up_reason = d.error;
-    else if (!delivered && permanent >= kMaxPermanentAttempts)
-      give_up_reason = fmt::format("refused {} times for good: {}", permanent, d.error);
-    else if (!delivered && attempts >= kMaxAttempts)
-      give_up_reason = fmt::format("{} attempts failed, last: {}", attempts, d.error);
-    else if (!delivered && age >= kMaxAgeS)
-      give_up_reason = fmt::format("undelivered for {}, last: {}", format_duration(age), d.error);
+  }
+
+  // Sent: removed. Given up: moved aside with the reason (what was refused, when part of it
+  // was delivered). Otherwise the failure is recorded for the next flush.
+  void settle(const OutboxEntry& entry, Outcome& o) const {
+    Delivery& d = o.delivery;
     try {
       if (d.error.empty()) {
-        outbox.remove(entry);
-      } else if (!give_up_reason.empty()) {
+        outbox_.remove(entry);
+      } else if (!o.give_up_reason.empty()) {
         OutboxEntry rest = entry;
         if (!d.rejected.empty() && rest.meta.contains("smtp")) {
           rest.meta["smtp"]["to"] = d.rejected;
           rest.meta["partial"] = true;
         }
-        rest.meta["attempts"] = attempts;
-        rest.meta["permanent_failures"] = permanent;
-        outbox.give_up(rest, give_up_reason);
+        rest.meta["attempts"] = o.attempts;
+        rest.meta["permanent_failures"] = o.permanent;
+        outbox_.give_up(rest, o.give_up_reason);
       } else {
         OutboxEntry updated = entry;
-        updated.meta["permanent_failures"] = permanent;
-        outbox.record_failure(updated, d.error);
+        updated.meta["permanent_failures"] = o.permanent;
+        outbox_.record_failure(updated, d.error);
       }
     } catch (const std::exception& e) {
       d.error += fmt::format(" (and the outbox could not be updated: {})", e.what());
     }
+  }
+
+  void report(const OutboxEntry& entry, const Outcome& o) {
+    std::string what =
+        fmt::format("{} {} ({})", entry.meta.value("channel", "?"), entry.id, entry.meta.value("subject", ""));
+    const Delivery& d = o.delivery;
     note([&] {
       if (d.error.empty()) {
-        ++result.sent;
-        result.messages.push_back("sent: " + what);
-      } else if (!give_up_reason.empty()) {
-        delivered ? ++result.sent : ++result.failed;
-        ++result.given_up;
-        result.messages.push_back(fmt::format("{}gave up: {}: {}", delivered ? "sent, " : "", what, give_up_reason));
+        ++result_.sent;
+        result_.messages.push_back("sent: " + what);
+      } else if (!o.give_up_reason.empty()) {
+        o.delivered ? ++result_.sent : ++result_.failed;
+        ++result_.given_up;
+        result_.messages.push_back(
+            fmt::format("{}gave up: {}: {}", o.delivered ? "sent, " : "", what, o.give_up_reason));
       } else {
-        ++result.failed;
-        result.messages.push_back(fmt::format("failed: {}: {}", what, d.error));
+        ++result_.failed;
+        result_.messages.push_back(fmt::format("failed: {}: {}", what, d.error));
       }
     });
-    close(fd);
-  };
-  std::vector<std::thread> workers;
-  for (const auto& [key, list] : by_destination) {
-    workers.emplace_back([&send_one, &list = list] {
-      for (const OutboxEntry* e : list) send_one(*e);
-    });
   }
-  for (auto& w : workers) w.join();
-  return result;
+
+  template <class Fn>
+  void note(Fn&& fn) {
+    std::lock_guard<std::mutex> lock(mu_);
+    fn();
+  }
+
+  const Outbox& outbox_;
+  const Config& config_;
+  const FlushOptions& options_;
+  const double deadline_;
+  std::mutex mu_;
+  FlushResult result_;
+};
+
+}  // namespace
+
+FlushResult flush_outbox(const Outbox& outbox, const Config& config, const FlushOptions& options) {
+  static const bool kInit = curl_global_init(CURL_GLOBAL_DEFAULT) == CURLE_OK;
+  if (!kInit) {
+    FlushResult result;
+    result.messages.push_back("cannot initialise libcurl");
+    return result;
+  }
+  return Flush(outbox, config, options).run();
 }
 
 }  // namespace meganeura::alert

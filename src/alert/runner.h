@@ -19,7 +19,7 @@ inline constexpr int kExitCannotStart = 125;
 
 struct RunOptions {
   std::vector<std::string> argv;
-  Config config;
+  Config config{};
   std::optional<std::filesystem::path> config_path;  // handed to the sender process
   std::optional<double> timeout_s;
   std::optional<double> hang_after_s;

@@ -4,11 +4,8 @@
 #include <fmt/format.h>
 #include <poll.h>
 #include <pty.h>
-#include <sched.h>
 #include <signal.h>
 #include <sys/ioctl.h>
-#include <sys/mman.h>
-#include <sys/prctl.h>
 #include <sys/wait.h>
 #include <termios.h>
 #include <unistd.h>
@@ -22,6 +19,7 @@
 #include <string_view>
 
 #include "alert/util.h"
+#include "common/process.h"
 
 extern char** environ;
 
@@ -133,354 +131,346 @@ struct SignalGuard {
   SignalGuard& operator=(const SignalGuard&) = delete;
 };
 
-struct SpawnArgs {
-  const char* slave_name;
-  bool stdin_is_tty;
-  char* const* argv;
-  char* const* envp;
-  pid_t parent;
-  int error;  // written by the child when exec fails (the memory is shared)
-};
-
-// Runs in the new process, on its own stack, sharing our memory until exec (vfork
-// semantics): only system calls here, no allocation. Not instrumented by AddressSanitizer:
-// its frames would poison the shadow of a stack that is unmapped at exec without unwinding,
-// and the next job's stack, mapped at the same address, would start out poisoned.
-extern "C" __attribute__((no_sanitize("address"))) int child_main(void* raw) {
-  auto* a = static_cast<SpawnArgs*>(raw);
-  // The job ends with its monitor: a SIGKILLed wrapper must not leave it running unobserved.
-  prctl(PR_SET_PDEATHSIG, SIGKILL);
-  if (getppid() != a->parent) _exit(127);  // the monitor died before the line above
-  struct sigaction dfl {};
-  dfl.sa_handler = SIG_DFL;
-  for (int s : kForwarded) sigaction(s, &dfl, nullptr);
-  for (int s : {SIGCHLD, SIGWINCH, SIGPIPE, SIGTSTP, SIGCONT, SIGTTIN, SIGTTOU, SIGXFSZ}) sigaction(s, &dfl, nullptr);
-  // A session leader that opens a terminal makes it its controlling terminal.
-  if (setsid() < 0) {
-    a->error = errno;
-    _exit(127);
-  }
-  int fd = open(a->slave_name, O_RDWR);
-  if (fd < 0) {
-    a->error = errno;
-    _exit(127);
-  }
-  dup2(fd, STDOUT_FILENO);
-  dup2(fd, STDERR_FILENO);
-  if (a->stdin_is_tty) dup2(fd, STDIN_FILENO);
-  if (fd > STDERR_FILENO) close(fd);
-  sigset_t none;
-  sigemptyset(&none);
-  sigprocmask(SIG_SETMASK, &none, nullptr);
-  execvpe(a->argv[0], a->argv, a->envp);
-  a->error = errno;
-  _exit(127);
-}
-
-// Starts the child with clone(CLONE_VM | CLONE_VFORK), as posix_spawn does (no page-table
-// copy, which matters on virtual machines where every page fault is expensive), but with
-// room to set the parent-death signal. Returns 0 or the errno of the failed start.
-int spawn_child(const char* slave_name, bool stdin_is_tty, const std::vector<char*>& argv,
-                const std::vector<std::string>& env_remove, pid_t* pid) {
-  std::vector<char*> envp;
+// The environment without the variables the job must not see.
+std::vector<std::string> job_environment(const std::vector<std::string>& env_remove) {
+  std::vector<std::string> out;
   for (char** e = environ; *e != nullptr; ++e) {
     std::string_view entry = *e;
     bool drop = false;
     for (const auto& name : env_remove)
       drop |= entry.size() > name.size() && entry.compare(0, name.size(), name) == 0 && entry[name.size()] == '=';
-    if (!drop) envp.push_back(*e);
+    if (!drop) out.emplace_back(entry);
   }
-  envp.push_back(nullptr);
-  SpawnArgs args{slave_name, stdin_is_tty, argv.data(), envp.data(), getpid(), 0};
-  constexpr size_t kStack = 64 * 1024;
-  void* stack = mmap(nullptr, kStack, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_STACK, -1, 0);
-  if (stack == MAP_FAILED) return errno;
-  // No handler of ours may run in the child before exec.
-  sigset_t all, old;
-  sigfillset(&all);
-  pthread_sigmask(SIG_SETMASK, &all, &old);
-  pid_t p = clone(child_main, static_cast<char*>(stack) + kStack, CLONE_VM | CLONE_VFORK | SIGCHLD, &args);
-  int clone_errno = errno;
-  pthread_sigmask(SIG_SETMASK, &old, nullptr);
-  munmap(stack, kStack);
-  if (p < 0) return clone_errno;
-  if (args.error != 0) {
-    waitpid(p, nullptr, 0);
-    return args.error;
-  }
-  *pid = p;
-  return 0;
+  return out;
 }
 
-bool echo_allowed(const SupervisorOptions& o) { return o.echo; }
+// One supervised run: the pseudo-terminal, the child and the loop that serves them.
+class Supervision {
+ public:
+  Supervision(const SupervisorOptions& options, LogStore& log)
+      : o_(options), log_(log), stdin_is_tty_(isatty(STDIN_FILENO) == 1), echo_(options.echo) {}
+
+  ChildOutcome run() {
+    open_terminal();
+    SignalGuard guard;
+    // Started in the background ('&'), we neither touch the terminal nor read from it (that
+    // would stop us with SIGTTOU/SIGTTIN) until a shell brings us to the foreground.
+    foreground_ = stdin_is_tty_ && in_foreground(STDIN_FILENO);
+    if (foreground_) raw_.emplace(STDIN_FILENO);
+    if (!start_child()) return out_;
+    if (o_.on_started) o_.on_started(pid_);
+    while (!child_done_) step();
+    // After a forced ending nothing of the job may outlive it, including grandchildren that
+    // ignored SIGTERM or escaped the direct child's death.
+    if (ending_forced_) kill(-pid_, SIGKILL);
+    close(master_);
+    log_.finish();
+    out_.end_time = wall_now();
+    return out_;
+  }
+
+ private:
+  // A pseudo-terminal with the user's settings and size, without output processing (the
+  // child's "\n" stays "\n" in the log and the terminal).
+  void open_terminal() {
+    termios tio{};
+    winsize ws{};
+    termios* tio_ptr = nullptr;
+    winsize* ws_ptr = nullptr;
+    if (stdin_is_tty_ && tcgetattr(STDIN_FILENO, &tio) == 0) tio_ptr = &tio;
+    if (ioctl(STDOUT_FILENO, TIOCGWINSZ, &ws) == 0 || ioctl(STDIN_FILENO, TIOCGWINSZ, &ws) == 0) ws_ptr = &ws;
+    if (openpty(&master_, &slave_, nullptr, tio_ptr, ws_ptr) != 0)
+      throw std::runtime_error(fmt::format("[gpualert] cannot open a pseudo-terminal: {}", std::strerror(errno)));
+    termios slave_tio{};
+    if (tcgetattr(slave_, &slave_tio) == 0) {
+      slave_tio.c_oflag &= ~static_cast<tcflag_t>(OPOST);
+      if (!stdin_is_tty_) slave_tio.c_lflag &= ~static_cast<tcflag_t>(ECHO);
+      tcsetattr(slave_, TCSANOW, &slave_tio);
+    }
+    set_nonblocking_cloexec(master_);
+    fcntl(slave_, F_SETFD, FD_CLOEXEC);
+    char name[256] = {};
+    if (ttyname_r(slave_, name, sizeof name) != 0) {
+      close(master_);
+      close(slave_);
+      throw std::runtime_error("[gpualert] cannot name the pseudo-terminal");
+    }
+    slave_name_ = name;
+  }
+
+  // The child leads a session of its own with the pseudo-terminal as its controlling
+  // terminal, and dies with us: a SIGKILLed wrapper must not leave it running unobserved.
+  // A command that cannot be executed ends as a shell reports it: 127 or 126, with the reason.
+  bool start_child() {
+    out_.start_time = wall_now();
+    t0_ = last_output_ = last_sync_ = last_tick_ = mono_now();
+    common::SpawnOptions so{.argv = o_.argv,
+                            .search_path = true,
+                            .env = job_environment(o_.env_remove),
+                            .new_session = true,
+                            .terminal = slave_name_,
+                            .terminal_for_stdin = stdin_is_tty_,
+                            .die_with_parent = true};
+    const int spawn_error = common::spawn(so, &pid_);
+    close(slave_);
+    if (spawn_error == 0) {
+      out_.child_pid = pid_;
+      return true;
+    }
+    std::string msg = fmt::format("gpualert: {}: {}\n", o_.argv[0], std::strerror(spawn_error));
+    log_.append(msg);
+    if (o_.echo) [[maybe_unused]]
+      auto n = write(STDERR_FILENO, msg.data(), msg.size());
+    close(master_);
+    log_.finish();
+    out_.exit_code = spawn_error == ENOENT ? 127 : 126;
+    out_.exit_status = *out_.exit_code;
+    out_.end_time = wall_now();
+    return false;
+  }
+
+  // One turn of the loop: wait for output, input or a signal (at most 200 ms, less when a
+  // deadline is nearer), serve what came, then look at the child and the clocks.
+  void step() {
+    Polled p = wait_for_events();
+    if (p.master >= 0 && (p.fds[p.master].revents & ~POLLOUT) != 0) {
+      drain_master();
+      hang_reported_ = false;
+    }
+    if (p.input >= 0 && p.fds[p.input].revents != 0) read_input();
+    forward_input();
+    if (p.fds[0].revents != 0) handle_signals();
+    if (child_done_) return;
+    check_child();
+    if (child_done_) return;
+    check_clocks(mono_now());
+  }
+
+  struct Polled {
+    std::array<pollfd, 3> fds{};
+    int master = -1, input = -1;  // slots in fds, -1 when not polled
+  };
+
+  Polled wait_for_events() {
+    const double now = mono_now();
+    double wait_s = 0.2;
+    if (o_.timeout_s && !out_.timed_out) wait_s = std::min(wait_s, std::max(0.0, t0_ + *o_.timeout_s - now));
+    if (kill_at_) wait_s = std::min(wait_s, std::max(0.0, *kill_at_ - now));
+    Polled p;
+    nfds_t n = 0;
+    p.fds[n++] = {g_signal_pipe[0], POLLIN, 0};
+    if (master_open_) {
+      p.master = static_cast<int>(n);
+      // Keystrokes the job has not taken yet wait here; the loop never blocks on them.
+      const short events = pending_input_.empty() ? POLLIN : static_cast<short>(POLLIN | POLLOUT);
+      p.fds[n++] = {master_, events, 0};
+    }
+    if (stdin_open_ && foreground_ && pending_input_.empty()) {
+      p.input = static_cast<int>(n);
+      p.fds[n++] = {STDIN_FILENO, POLLIN, 0};
+    }
+    const int rc = poll(p.fds.data(), n, static_cast<int>(wait_s * 1000) + 1);
+    if (rc < 0 && errno != EINTR) throw std::runtime_error(fmt::format("[gpualert] poll: {}", std::strerror(errno)));
+    return p;
+  }
+
+  void drain_master() {
+    while (master_open_) {
+      const ssize_t n = read(master_, buf_.data(), buf_.size());
+      if (n > 0) {
+        log_.append({buf_.data(), static_cast<size_t>(n)});
+        if (echo_) {
+          try {
+            write_fully(STDOUT_FILENO, buf_.data(), static_cast<size_t>(n));
+          } catch (const std::exception&) {
+            echo_ = false;  // our stdout went away; keep recording
+          }
+        }
+        last_output_ = mono_now();
+        continue;
+      }
+      if (n < 0 && errno == EINTR) continue;
+      if (n < 0 && errno == EAGAIN) return;
+      master_open_ = false;  // EIO: every writer closed the terminal
+    }
+  }
+
+  // Output the child wrote just before it ended can still be on its way through the
+  // terminal's buffers: read until every writer is gone (EIO) or nothing more comes for a
+  // moment, at most a second (a grandchild may keep the terminal open and busy).
+  void drain_after_exit() {
+    const double until = mono_now() + 1.0;
+    drain_master();
+    while (master_open_ && mono_now() < until) {
+      pollfd p{master_, POLLIN, 0};
+      if (poll(&p, 1, 50) <= 0) return;
+      drain_master();
+    }
+  }
+
+  void read_input() {
+    const ssize_t n = read(STDIN_FILENO, buf_.data(), buf_.size());
+    if (n > 0)
+      pending_input_.assign(buf_.data(), static_cast<size_t>(n));
+    else if (n == 0 || (errno != EINTR && errno != EAGAIN))
+      stdin_open_ = false;
+  }
+
+  // A job that does not read its input fills the terminal's input queue; what does not fit
+  // stays pending (and stdin unread) instead of stalling output, timeouts and signals.
+  void forward_input() {
+    if (pending_input_.empty() || !master_open_) return;
+    const ssize_t n = write(master_, pending_input_.data(), pending_input_.size());
+    if (n > 0) {
+      pending_input_.erase(0, static_cast<size_t>(n));
+    } else if (n < 0 && errno != EAGAIN && errno != EINTR) {
+      pending_input_.clear();
+      stdin_open_ = false;
+    }
+  }
+
+  void handle_signals() {
+    unsigned char sigs[64];
+    const ssize_t n = read(g_signal_pipe[0], sigs, sizeof sigs);
+    for (ssize_t i = 0; i < n; ++i) handle_signal(sigs[i]);
+  }
+
+  void handle_signal(int sig) {
+    switch (sig) {
+      case SIGCHLD: return;  // handled by waitpid in check_child
+      case SIGTSTP: suspend(true); return;
+      case SIGCONT: continue_job(); return;
+      case SIGWINCH: {
+        winsize w{};
+        if (ioctl(STDOUT_FILENO, TIOCGWINSZ, &w) == 0) ioctl(master_, TIOCSWINSZ, &w);
+        return;
+      }
+      case SIGTERM:
+      case SIGHUP:
+        out_.received_signal = sig;
+        begin_termination(sig);
+        return;
+      case SIGINT:
+      case SIGQUIT:
+        out_.received_signal = sig;
+        kill(-pid_, sig);
+        return;
+      default: kill(-pid_, sig);  // SIGUSR1, SIGUSR2: forwarded as they are
+    }
+  }
+
+  void begin_termination(int sig) {
+    kill(-pid_, sig);
+    ending_forced_ = true;
+    if (!kill_at_) kill_at_ = mono_now() + o_.grace_s;
+  }
+
+  // Job control as a shell sees it: SIGCONT (fg, bg, kill -CONT) continues the job; back in
+  // the foreground the terminal is raw again and our input flows to the job.
+  void continue_job() {
+    foreground_ = stdin_is_tty_ && in_foreground(STDIN_FILENO);
+    if (foreground_ && !raw_) raw_.emplace(STDIN_FILENO);
+    kill(-pid_, SIGCONT);
+    last_output_ = mono_now();  // time spent stopped is not silence
+  }
+
+  // Ctrl-Z or SIGTSTP: the job stops (SIGSTOP, which its own session cannot drop), the
+  // terminal gets its settings back, and we stop until continued. `stop_job` is false when the
+  // job already stopped by itself. We do not wait for the job's stop: a shell in the middle of
+  // vfork() stops only once its child has, which may be after we continue it.
+  void suspend(bool stop_job) {
+    if (stop_job) {
+      kill(-pid_, SIGSTOP);
+      own_stop_unreported_ = true;
+    }
+    drain_master();
+    raw_.reset();
+    kill(getpid(), SIGSTOP);
+    continue_job();
+  }
+
+  void check_child() {
+    int status = 0;
+    const pid_t r = waitpid(pid_, &status, WNOHANG | WUNTRACED);
+    if (r != pid_) return;
+    if (WIFSTOPPED(status)) {
+      if (own_stop_unreported_) {
+        // The stop we asked for, reported late: we already run again, so must the job.
+        own_stop_unreported_ = false;
+        kill(-pid_, SIGCONT);
+      } else {
+        suspend(false);  // stopped from elsewhere: we stop with it, as its shell would
+      }
+      return;
+    }
+    child_done_ = true;
+    drain_after_exit();
+    if (WIFEXITED(status)) {
+      out_.exit_code = WEXITSTATUS(status);
+      out_.exit_status = *out_.exit_code;
+    } else if (WIFSIGNALED(status)) {
+      out_.term_signal = WTERMSIG(status);
+      out_.exit_status = 128 + *out_.term_signal;
+    }
+  }
+
+  // The timeout, the grace period's end, a hang, the periodic sync and the caller's tick.
+  void check_clocks(double now) {
+    if (o_.timeout_s && !out_.timed_out && now - t0_ >= *o_.timeout_s) {
+      out_.timed_out = true;
+      begin_termination(SIGTERM);
+    }
+    if (kill_at_ && now >= *kill_at_ && !out_.killed_after_grace) {
+      out_.killed_after_grace = true;
+      kill(-pid_, SIGKILL);
+    }
+    if (o_.hang_after_s && !hang_reported_ && now - last_output_ >= *o_.hang_after_s &&
+        (!o_.gpus_idle || o_.gpus_idle())) {
+      hang_reported_ = true;
+      out_.hang_detected = true;
+      if (o_.on_hang) o_.on_hang(now - last_output_);
+      if (o_.kill_on_hang && !ending_forced_) {
+        out_.hang_killed = true;
+        begin_termination(SIGTERM);
+      }
+    }
+    if (now - last_sync_ >= o_.sync_interval_s) {
+      log_.sync();
+      last_sync_ = now;
+    }
+    if (o_.on_tick && now - last_tick_ >= 0.2) {
+      o_.on_tick();
+      last_tick_ = now;
+    }
+  }
+
+  const SupervisorOptions& o_;
+  LogStore& log_;
+  ChildOutcome out_;
+  const bool stdin_is_tty_;
+  int master_ = -1, slave_ = -1;
+  std::string slave_name_;
+  pid_t pid_ = 0;
+  bool echo_;
+  bool stdin_open_ = stdin_is_tty_;
+  bool foreground_ = false;
+  bool child_done_ = false;
+  bool master_open_ = true;
+  bool ending_forced_ = false;        // timeout, hang kill, SIGTERM/SIGHUP: clean up the group
+  bool own_stop_unreported_ = false;  // the job's report of our SIGSTOP is still to come
+  bool hang_reported_ = false;
+  std::optional<RawTerminal> raw_;
+  double t0_ = 0, last_output_ = 0, last_sync_ = 0, last_tick_ = 0;
+  std::optional<double> kill_at_;  // when the group gets SIGKILL
+  std::string pending_input_;      // read from our stdin, not yet accepted by the job's terminal
+  std::array<char, 65536> buf_;    // not zeroed: 16 fewer page faults at start-up; reads fill it
+};
 
 }  // namespace
 
 ChildOutcome supervise(const SupervisorOptions& options, LogStore& log) {
   if (options.argv.empty()) throw std::invalid_argument("[gpualert] no command given");
-  ChildOutcome out;
-  const bool stdin_is_tty = isatty(STDIN_FILENO) == 1;
-
-  termios tio{};
-  winsize ws{};
-  termios* tio_ptr = nullptr;
-  winsize* ws_ptr = nullptr;
-  if (stdin_is_tty && tcgetattr(STDIN_FILENO, &tio) == 0) tio_ptr = &tio;
-  if (ioctl(STDOUT_FILENO, TIOCGWINSZ, &ws) == 0 || ioctl(STDIN_FILENO, TIOCGWINSZ, &ws) == 0) ws_ptr = &ws;
-  int master = -1, slave = -1;
-  if (openpty(&master, &slave, nullptr, tio_ptr, ws_ptr) != 0)
-    throw std::runtime_error(fmt::format("[gpualert] cannot open a pseudo-terminal: {}", std::strerror(errno)));
-  // No output post-processing: the child's "\n" stays "\n" in the log and the terminal.
-  termios slave_tio{};
-  if (tcgetattr(slave, &slave_tio) == 0) {
-    slave_tio.c_oflag &= ~static_cast<tcflag_t>(OPOST);
-    if (!stdin_is_tty) slave_tio.c_lflag &= ~static_cast<tcflag_t>(ECHO);
-    tcsetattr(slave, TCSANOW, &slave_tio);
-  }
-
-  std::vector<std::string> args = options.argv;
-  std::vector<char*> argv;
-  for (auto& a : args) argv.push_back(a.data());
-  argv.push_back(nullptr);
-
-  SignalGuard guard;
-  // Started in the background ('&'), we neither touch the terminal nor read from it (that
-  // would stop us with SIGTTOU/SIGTTIN) until a shell brings us to the foreground.
-  bool foreground = stdin_is_tty && in_foreground(STDIN_FILENO);
-  std::optional<RawTerminal> raw;
-  if (foreground) raw.emplace(STDIN_FILENO);
-
-  set_nonblocking_cloexec(master);
-  fcntl(slave, F_SETFD, FD_CLOEXEC);
-  char slave_name[256] = {};
-  if (ttyname_r(slave, slave_name, sizeof slave_name) != 0) {
-    close(master);
-    close(slave);
-    throw std::runtime_error("[gpualert] cannot name the pseudo-terminal");
-  }
-  out.start_time = wall_now();
-  const double t0 = mono_now();
-  pid_t pid = 0;
-  int spawn_error = spawn_child(slave_name, stdin_is_tty, argv, options.env_remove, &pid);
-  close(slave);
-  if (spawn_error != 0) {
-    // Same wording and statuses as a shell, so the outcome reads the same.
-    std::string msg = fmt::format("gpualert: {}: {}\n", options.argv[0], std::strerror(spawn_error));
-    log.append(msg);
-    if (echo_allowed(options)) [[maybe_unused]]
-      auto n = write(STDERR_FILENO, msg.data(), msg.size());
-    close(master);
-    log.finish();
-    out.exit_code = spawn_error == ENOENT ? 127 : 126;
-    out.exit_status = *out.exit_code;
-    out.end_time = wall_now();
-    return out;
-  }
-  out.child_pid = pid;
-  if (options.on_started) options.on_started(pid);
-
-  bool echo = options.echo;
-  bool stdin_open = stdin_is_tty;
-  bool child_done = false;
-  bool master_open = true;
-  double last_output = t0;
-  double last_sync = t0;
-  double last_tick = t0;
-  std::optional<double> kill_at;  // when the group gets SIGKILL
-  bool ending_forced = false;     // timeout, hang kill, SIGTERM/SIGHUP: clean up the group
-  std::array<char, 65536> buf;    // not zeroed: 16 fewer page faults at start-up; reads fill it
-
-  auto begin_termination = [&](int sig) {
-    kill(-pid, sig);
-    ending_forced = true;
-    if (!kill_at) kill_at = mono_now() + options.grace_s;
-  };
-  auto drain_master = [&]() {
-    while (master_open) {
-      ssize_t n = read(master, buf.data(), buf.size());
-      if (n > 0) {
-        log.append({buf.data(), static_cast<size_t>(n)});
-        if (echo) {
-          try {
-            write_fully(STDOUT_FILENO, buf.data(), static_cast<size_t>(n));
-          } catch (const std::exception&) {
-            echo = false;  // our stdout went away; keep recording
-          }
-        }
-        last_output = mono_now();
-        continue;
-      }
-      if (n < 0 && errno == EINTR) continue;
-      if (n < 0 && errno == EAGAIN) return;
-      master_open = false;  // EIO: every writer closed the terminal
-    }
-  };
-
-  int status = 0;
-  auto record_end = [&] {
-    child_done = true;
-    // Everything the child wrote before exiting is already in the terminal buffer.
-    drain_master();
-    if (WIFEXITED(status)) {
-      out.exit_code = WEXITSTATUS(status);
-      out.exit_status = *out.exit_code;
-    } else if (WIFSIGNALED(status)) {
-      out.term_signal = WTERMSIG(status);
-      out.exit_status = 128 + *out.term_signal;
-    }
-  };
-  // Job control as a shell sees it: SIGCONT (fg, bg, kill -CONT) continues the job; back
-  // in the foreground the terminal is raw again and our input flows to the job.
-  auto continue_job = [&] {
-    foreground = stdin_is_tty && in_foreground(STDIN_FILENO);
-    if (foreground && !raw) raw.emplace(STDIN_FILENO);
-    kill(-pid, SIGCONT);
-    last_output = mono_now();  // time spent stopped is not silence
-  };
-  // Ctrl-Z or SIGTSTP: the job stops (SIGSTOP, which its own session cannot drop), the
-  // terminal gets its settings back, and we stop until continued. `stop_job` is false when
-  // the job already stopped by itself. We do not wait for the job's stop: a shell in the
-  // middle of vfork() stops only once its child has, which may be after we continue it.
-  bool own_stop_unreported = false;  // the job's report of our SIGSTOP is still to come
-  auto suspend = [&](bool stop_job) {
-    if (stop_job) {
-      kill(-pid, SIGSTOP);
-      own_stop_unreported = true;
-    }
-    drain_master();
-    raw.reset();
-    kill(getpid(), SIGSTOP);
-    continue_job();
-  };
-
-  bool hang_reported = false;
-  std::string pending_input;  // read from our stdin, not yet accepted by the job's terminal
-  while (!child_done) {
-    double now = mono_now();
-    double wait_s = 0.2;
-    if (options.timeout_s && !out.timed_out) wait_s = std::min(wait_s, std::max(0.0, t0 + *options.timeout_s - now));
-    if (kill_at) wait_s = std::min(wait_s, std::max(0.0, *kill_at - now));
-    std::array<pollfd, 3> fds{};
-    nfds_t nfds = 0;
-    fds[nfds++] = {g_signal_pipe[0], POLLIN, 0};
-    int master_slot = -1, stdin_slot = -1;
-    if (master_open) {
-      master_slot = static_cast<int>(nfds);
-      // Keystrokes the job has not taken yet wait here; the loop never blocks on them.
-      short events = POLLIN;
-      if (!pending_input.empty()) events = static_cast<short>(events | POLLOUT);
-      fds[nfds++] = {master, events, 0};
-    }
-    if (stdin_open && foreground && pending_input.empty()) {
-      stdin_slot = static_cast<int>(nfds);
-      fds[nfds++] = {STDIN_FILENO, POLLIN, 0};
-    }
-    int rc = poll(fds.data(), nfds, static_cast<int>(wait_s * 1000) + 1);
-    if (rc < 0 && errno != EINTR) throw std::runtime_error(fmt::format("[gpualert] poll: {}", std::strerror(errno)));
-
-    if (master_slot >= 0 && (fds[master_slot].revents & ~POLLOUT) != 0) {
-      drain_master();
-      hang_reported = false;
-    }
-    if (stdin_slot >= 0 && fds[stdin_slot].revents != 0) {
-      ssize_t n = read(STDIN_FILENO, buf.data(), buf.size());
-      if (n > 0) {
-        pending_input.assign(buf.data(), static_cast<size_t>(n));
-      } else if (n == 0 || (errno != EINTR && errno != EAGAIN)) {
-        stdin_open = false;
-      }
-    }
-    // A job that does not read its input fills the terminal's input queue; what does not
-    // fit stays pending (and stdin unread) instead of stalling output, timeouts and signals.
-    if (!pending_input.empty() && master_open) {
-      ssize_t n = write(master, pending_input.data(), pending_input.size());
-      if (n > 0) {
-        pending_input.erase(0, static_cast<size_t>(n));
-      } else if (n < 0 && errno != EAGAIN && errno != EINTR) {
-        pending_input.clear();
-        stdin_open = false;
-      }
-    }
-    if (fds[0].revents != 0) {
-      unsigned char sigs[64];
-      ssize_t n = read(g_signal_pipe[0], sigs, sizeof sigs);
-      for (ssize_t i = 0; i < n; ++i) {
-        int sig = sigs[i];
-        if (sig == SIGCHLD) continue;  // handled by waitpid below
-        if (sig == SIGTSTP) {
-          suspend(true);
-          continue;
-        }
-        if (sig == SIGCONT) {
-          continue_job();
-          continue;
-        }
-        if (sig == SIGWINCH) {
-          winsize w{};
-          if (ioctl(STDOUT_FILENO, TIOCGWINSZ, &w) == 0) ioctl(master, TIOCSWINSZ, &w);
-          continue;
-        }
-        if (sig == SIGTERM || sig == SIGHUP) {
-          out.received_signal = sig;
-          begin_termination(sig);
-        } else {
-          if (sig == SIGINT || sig == SIGQUIT) out.received_signal = sig;
-          kill(-pid, sig);
-        }
-      }
-    }
-
-    if (child_done) break;
-    pid_t r = waitpid(pid, &status, WNOHANG | WUNTRACED);
-    if (r == pid && WIFSTOPPED(status)) {
-      if (own_stop_unreported) {
-        // The stop we asked for, reported late: we already run again, so must the job.
-        own_stop_unreported = false;
-        kill(-pid, SIGCONT);
-      } else {
-        suspend(false);  // stopped from elsewhere: we stop with it, as its shell would
-      }
-    } else if (r == pid) {
-      record_end();
-      break;
-    }
-
-    now = mono_now();
-    if (options.timeout_s && !out.timed_out && now - t0 >= *options.timeout_s) {
-      out.timed_out = true;
-      begin_termination(SIGTERM);
-    }
-    if (kill_at && now >= *kill_at && !out.killed_after_grace) {
-      out.killed_after_grace = true;
-      kill(-pid, SIGKILL);
-    }
-    if (options.hang_after_s && !hang_reported && now - last_output >= *options.hang_after_s &&
-        (!options.gpus_idle || options.gpus_idle())) {
-      hang_reported = true;
-      out.hang_detected = true;
-      if (options.on_hang) options.on_hang(now - last_output);
-      if (options.kill_on_hang && !ending_forced) {
-        out.hang_killed = true;
-        begin_termination(SIGTERM);
-      }
-    }
-    if (now - last_sync >= options.sync_interval_s) {
-      log.sync();
-      last_sync = now;
-    }
-    if (options.on_tick && now - last_tick >= 0.2) {
-      options.on_tick();
-      last_tick = now;
-    }
-  }
-
-  // After a forced ending nothing of the job may outlive it, including grandchildren that
-  // ignored SIGTERM or escaped the direct child's death.
-  if (ending_forced) kill(-pid, SIGKILL);
-  close(master);
-  log.finish();
-  out.end_time = wall_now();
-  return out;
+  return Supervision(options, log).run();
 }
 
 }  // namespace meganeura::alert

@@ -21,25 +21,25 @@
 namespace meganeura::alert {
 
 struct SupervisorOptions {
-  std::vector<std::string> argv;
-  std::optional<double> timeout_s;
+  std::vector<std::string> argv{};
+  std::optional<double> timeout_s{};
   double grace_s = 30;
-  std::optional<double> hang_after_s;
+  std::optional<double> hang_after_s{};
   bool kill_on_hang = false;
   bool echo = true;  // copy the child's output to our stdout as it arrives
   // Environment variables the child must not see (gpualert's own secrets).
-  std::vector<std::string> env_remove;
+  std::vector<std::string> env_remove{};
   double sync_interval_s = 2;
   // Extra hang condition (GPU utilisation near zero); absent means "no GPU evidence".
-  std::function<bool()> gpus_idle;
+  std::function<bool()> gpus_idle{};
   // Called from the supervision loop when a hang is detected; must not block.
-  std::function<void(double silent_s)> on_hang;
+  std::function<void(double silent_s)> on_hang{};
   // Called from the supervision loop roughly every 200 ms (reaping helpers, etc.).
-  std::function<void()> on_tick;
+  std::function<void()> on_tick{};
   // Called once the child runs (with its pid, which is also its session and process group
   // id), before the first wait: work placed here (starting samplers, compiling the rules)
   // overlaps the child's own start-up.
-  std::function<void(long child_pid)> on_started;
+  std::function<void(long child_pid)> on_started{};
 };
 
 struct ChildOutcome {

@@ -2,7 +2,6 @@
 
 #include <fcntl.h>
 #include <fmt/format.h>
-#include <spawn.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -16,9 +15,8 @@
 #include <stdexcept>
 
 #include "alert/util.h"
+#include "common/process.h"
 #include "energy/meter.h"
-
-extern char** environ;
 
 namespace meganeura::alert {
 
@@ -196,27 +194,12 @@ struct Telemetry::State {
     }
     std::vector<std::string> args = {helper_exe, "--interval", fmt::format("{:.3f}", interval_s)};
     if (!library.empty()) args.insert(args.end(), {"--nvml-library", library});
-    std::vector<char*> argv;
-    for (auto& a : args) argv.push_back(a.data());
-    argv.push_back(nullptr);
-    posix_spawn_file_actions_t fa;
-    posix_spawn_file_actions_init(&fa);
-    posix_spawn_file_actions_adddup2(&fa, to_helper[0], STDIN_FILENO);
-    posix_spawn_file_actions_adddup2(&fa, from_helper[1], STDOUT_FILENO);
-    posix_spawn_file_actions_addopen(&fa, STDERR_FILENO, "/dev/null", O_WRONLY, 0);
-    posix_spawnattr_t attr;
-    posix_spawnattr_init(&attr);
-    sigset_t defaults, none;
-    sigemptyset(&defaults);
-    for (int sig : {SIGTERM, SIGINT, SIGHUP, SIGQUIT, SIGPIPE, SIGCHLD}) sigaddset(&defaults, sig);
-    sigemptyset(&none);
-    posix_spawnattr_setsigdefault(&attr, &defaults);
-    posix_spawnattr_setsigmask(&attr, &none);
-    posix_spawnattr_setpgroup(&attr, 0);
-    posix_spawnattr_setflags(&attr, POSIX_SPAWN_SETPGROUP | POSIX_SPAWN_SETSIGDEF | POSIX_SPAWN_SETSIGMASK);
-    int rc = posix_spawn(&helper, helper_exe.c_str(), &fa, &attr, argv.data(), environ);
-    posix_spawn_file_actions_destroy(&fa);
-    posix_spawnattr_destroy(&attr);
+    const int rc = common::spawn({.argv = std::move(args),
+                                  .in = {to_helper[0], ""},
+                                  .out = {from_helper[1], ""},
+                                  .err = {-1, "/dev/null"},
+                                  .own_process_group = true},
+                                 &helper);
     close(to_helper[0]);
     close(from_helper[1]);
     if (rc != 0) {

@@ -46,8 +46,7 @@ nlohmann::json predict_program(const PredictOptions& o, const EnergyCliHooks& ho
   const double tokens = o.tokens_per_step > 0   ? o.tokens_per_step
                         : hooks.tokens_per_step ? hooks.tokens_per_step(o.program)
                                                 : 0;
-  const PhysicalPrediction p =
-      predict_work(work, dev, PhysicalParams::from_table(table), o.transformer.dtype, o.steps, tokens);
+  const PhysicalPrediction p = predict_work(work, dev, table.params(), o.transformer.dtype, o.steps, tokens);
   nlohmann::json j = prediction_json(p, o.grid_g_per_kwh, true);
   j["method"] = "physical";
   j["model"] = o.program;
@@ -57,6 +56,57 @@ nlohmann::json predict_program(const PredictOptions& o, const EnergyCliHooks& ho
   if (tokens <= 0) j["j_per_token"] = nullptr;  // the model has no tokens: no J/token, not 0
   j["hardware_table"] = table.origin();
   if (!o.svg.empty()) write_layer_svg(p, o.svg, o.program + " on " + dev.key + ": energy per layer");
+  return j;
+}
+
+}  // namespace
+
+namespace {
+
+nlohmann::json predict_reference(const PredictOptions& o) {
+  if (o.parallel.gpus > 1 && !o.efficiency) {
+    invalid(
+        "the reference model needs the measured --efficiency of a multi-GPU run (or use --gpu "
+        "with the physical model, which predicts it)");
+  }
+  if (o.parallel.gpus == 1 && o.parallel.strategy != Strategy::kBaseline) {
+    invalid("strategy " + strategy_name(o.parallel.strategy) + " needs --gpus of 2 or more");
+  }
+  if (o.parallel.gpus > 1 && o.parallel.strategy == Strategy::kBaseline) {
+    invalid("--gpus " + std::to_string(o.parallel.gpus) + " needs a strategy (dp, fsdp or tp)");
+  }
+  const TransformerConfig& t = o.transformer;
+  const ReferenceInputs in{t.layers,           t.hidden, t.batch, t.seq, t.tokens, o.efficiency.value_or(1.0),
+                           o.parallel.strategy};
+  const double kwh = reference_predict_kwh(in);
+  const auto x = reference_features(in);
+  // The published fit's held-out RMSE in ln space gives the interval.
+  return {{"energy_kwh", kwh},
+          {"interval_kwh", {kwh * std::exp(-0.253), kwh * std::exp(0.253)}},
+          {"ln_compute", x[1]},
+          {"ln_memory", x[2]},
+          {"efficiency", in.efficiency},
+          {"j_per_token", kwh * 3.6e6 / t.tokens},
+          {"co2_kg", kwh * o.grid_g_per_kwh / 1000}};
+}
+
+// The physical model on the table's device, with a warning for every way the run lies outside
+// the range the table's coefficients were fitted to.
+nlohmann::json predict_physical(const PredictOptions& o) {
+  const HardwareTable table = HardwareTable::load_default(o.hardware);
+  if (o.gpu.empty()) invalid("the physical model needs --gpu (one of: " + joined(table.keys()) + ")");
+  TransformerConfig t = o.transformer;
+  if (t.vocab < 0) t.vocab = o.family == "bert" ? 30522 : o.family == "gpt" ? 50257 : 0;
+  t.lm_head = o.family == "gpt";
+  const DeviceSpec& dev = table.find(o.gpu);
+  const PhysicalPrediction p = predict_transformer(t, o.parallel, dev, table.params());
+  nlohmann::json j = prediction_json(p, o.grid_g_per_kwh, false);
+  j["hardware_table"] = table.origin();
+  j["interval_ln"] = table.params().interval_ln;
+  j["warnings"] = range_warnings(table.fitted(), dev.key, t, o.parallel);
+  if (!o.svg.empty()) {
+    write_layer_svg(p, o.svg, fmt::format("{}x{} on {}: energy per layer", t.layers, t.hidden, dev.key));
+  }
   return j;
 }
 
@@ -72,48 +122,15 @@ nlohmann::json run_predict(const PredictOptions& o, const EnergyCliHooks& hooks)
   if (method != "reference" && method != "physical" && method != "both") {
     invalid("unknown --method '" + method + "' (expected reference, physical or both)");
   }
-  const bool want_ref = method != "physical", want_phys = method != "reference";
   nlohmann::json j;
   j["method"] = method;
-  if (want_ref) {
-    if (o.parallel.gpus > 1 && !o.efficiency) {
-      invalid(
-          "the reference model needs the measured --efficiency of a multi-GPU run (or use --gpu "
-          "with the physical model, which predicts it)");
-    }
-    if (o.parallel.gpus == 1 && o.parallel.strategy != Strategy::kBaseline) {
-      invalid("strategy " + strategy_name(o.parallel.strategy) + " needs --gpus of 2 or more");
-    }
-    if (o.parallel.gpus > 1 && o.parallel.strategy == Strategy::kBaseline) {
-      invalid("--gpus " + std::to_string(o.parallel.gpus) + " needs a strategy (dp, fsdp or tp)");
-    }
-    const TransformerConfig& t = o.transformer;
-    const ReferenceInputs in{t.layers,           t.hidden, t.batch, t.seq, t.tokens, o.efficiency.value_or(1.0),
-                             o.parallel.strategy};
-    const double kwh = reference_predict_kwh(in);
-    const auto x = reference_features(in);
-    // The published fit's held-out RMSE in ln space gives the interval.
-    j["reference"] = {{"energy_kwh", kwh},
-                      {"interval_kwh", {kwh * std::exp(-0.253), kwh * std::exp(0.253)}},
-                      {"ln_compute", x[1]},
-                      {"ln_memory", x[2]},
-                      {"efficiency", in.efficiency},
-                      {"j_per_token", kwh * 3.6e6 / t.tokens},
-                      {"co2_kg", kwh * o.grid_g_per_kwh / 1000}};
-    j["energy_kwh"] = kwh;
+  if (method != "physical") {
+    j["reference"] = predict_reference(o);
+    j["energy_kwh"] = j["reference"]["energy_kwh"];
   }
-  if (want_phys) {
-    const HardwareTable table = HardwareTable::load_default(o.hardware);
-    if (o.gpu.empty()) invalid("the physical model needs --gpu (one of: " + joined(table.keys()) + ")");
-    TransformerConfig t = o.transformer;
-    if (t.vocab < 0) t.vocab = o.family == "bert" ? 30522 : o.family == "gpt" ? 50257 : 0;
-    const DeviceSpec& dev = table.find(o.gpu);
-    const PhysicalPrediction p = predict_transformer(t, o.parallel, dev, PhysicalParams::from_table(table));
-    j["physical"] = prediction_json(p, o.grid_g_per_kwh, false);
-    j["physical"]["hardware_table"] = table.origin();
-    j["energy_kwh"] = p.kwh;  // the physical model leads when both run: it needs no measurement
-    if (!o.svg.empty())
-      write_layer_svg(p, o.svg, fmt::format("{}x{} on {}: energy per layer", t.layers, t.hidden, dev.key));
+  if (method != "reference") {
+    j["physical"] = predict_physical(o);
+    j["energy_kwh"] = j["physical"]["energy_kwh"];  // the physical model leads when both run: it needs no measurement
   }
   j["grid_g_per_kwh"] = o.grid_g_per_kwh;
   j["co2_kg"] = j["energy_kwh"].get<double>() * o.grid_g_per_kwh / 1000;
@@ -132,16 +149,20 @@ void print_predict(const nlohmann::json& j) {
   if (p) {
     const auto& x = *p;
     std::printf(
-        "physical model on %s x%d (%s): %.5g kWh [%.5g, %.5g], %.4g s, predicted efficiency %.3f,\n"
+        "physical model on %s x%d (%s, %s-bound): %.5g kWh [%.5g, %.5g], %.4g s, predicted efficiency %.3f,\n"
         "  %.4g kJ per device, %.4g kJ host, %.4g J/token, %.4g kg CO2 at %g g/kWh\n",
         x["device"].get<std::string>().c_str(), x["gpus"].get<int>(), x["strategy"].get<std::string>().c_str(),
-        x["energy_kwh"].get<double>(), x["interval_kwh"][0].get<double>(), x["interval_kwh"][1].get<double>(),
-        x["time_s"].get<double>(), x["efficiency"].get<double>(), x["energy_per_device_j"].get<double>() / 1e3,
-        x["host_energy_j"].get<double>() / 1e3, x["j_per_token"].is_number() ? x["j_per_token"].get<double>() : NAN,
-        x["co2_kg"].get<double>(), x["grid_g_per_kwh"].get<double>());
+        x["bound"].get<std::string>().c_str(), x["energy_kwh"].get<double>(), x["interval_kwh"][0].get<double>(),
+        x["interval_kwh"][1].get<double>(), x["time_s"].get<double>(), x["efficiency"].get<double>(),
+        x["energy_per_device_j"].get<double>() / 1e3, x["host_energy_j"].get<double>() / 1e3,
+        x["j_per_token"].is_number() ? x["j_per_token"].get<double>() : NAN, x["co2_kg"].get<double>(),
+        x["grid_g_per_kwh"].get<double>());
     for (const auto& l : x["layers"]) {
       std::printf("  %-12s %12.4g s %12.4g J\n", l["name"].get<std::string>().c_str(), l["time_s"].get<double>(),
                   l["energy_j"].get<double>());
+    }
+    for (const auto& w : x.value("warnings", nlohmann::json::array())) {
+      std::printf("warning: %s\n", w.get<std::string>().c_str());
     }
   }
 }
@@ -150,7 +171,9 @@ void add_predict(CLI::App& energy, const EnergyCliHooks& hooks) {
   auto o = std::make_shared<PredictOptions>();
   o->transformer.vocab = -1;  // unset: the family decides
   CLI::App* c = energy.add_subcommand("predict", "Predict a training run's time and energy before it starts");
-  c->add_option("--family", o->family, "Transformer family for defaults: bert, gpt or none")->capture_default_str();
+  c->add_option("--family", o->family,
+                "Transformer family: bert (classifier head), gpt (language-model head, GPT-2 vocabulary) or none")
+      ->capture_default_str();
   c->add_option("--method", o->method, "reference, physical or both (default: from the flags given)");
   c->add_option("--layers", o->transformer.layers, "Transformer layers (L)");
   c->add_option("--hidden", o->transformer.hidden, "Hidden size (d)");
@@ -195,6 +218,41 @@ void add_predict(CLI::App& energy, const EnergyCliHooks& hooks) {
   });
 }
 
+void print_fit(const nlohmann::json& j) {
+  auto num = [](const nlohmann::json& v) { return v.is_number() ? v.get<double>() : NAN; };
+  if (j["evaluation"] == "leave_one_gpu_out") {
+    const auto& p = j["leave_one_gpu_out_pooled"];
+    std::printf("each GPU predicted from the others: R2 %.3f, RMSE %.3f (ln), MAPE %.1f%% over %d runs of %d GPUs\n",
+                num(j["heldout_r2"]), num(j["heldout_rmse_ln"]), num(j["heldout_mape"]), p["fitted"].value("n", 0),
+                p.value("gpus", 0));
+  }
+  std::printf("%zu runs, %d group-disjoint folds\n", j["rows"].get<size_t>(), j["folds"].get<int>());
+  auto row = [&](const std::string& name, const nlohmann::json& h, const char* r2, const char* rmse, const char* mape) {
+    std::printf("%-28s %10.3f %12.3f %10.1f %6d\n", name.c_str(), num(h[r2]), num(h[rmse]), num(h[mape]),
+                h.value("n", 0));
+  };
+  std::printf("%-28s %10s %12s %10s %6s\n", "held out", "R2 (ln)", "RMSE (ln)", "MAPE %", "n");
+  for (const char* m : {"reference", "physical", "physical_defaults"}) {
+    row(m, j["heldout"][m], "heldout_r2", "heldout_rmse_ln", "heldout_mape");
+  }
+  for (const auto& g : j["leave_one_gpu_out"]) {
+    row("gpu out: " + g["gpu"].get<std::string>(), g["fitted"], "heldout_r2", "heldout_rmse_ln", "heldout_mape");
+    row("  defaults", g["defaults"], "heldout_r2", "heldout_rmse_ln", "heldout_mape");
+  }
+  if (!j["leave_one_gpu_out"].empty()) {
+    const auto& p = j["leave_one_gpu_out_pooled"];
+    row("gpu out: pooled", p["fitted"], "heldout_r2", "heldout_rmse_ln", "heldout_mape");
+    row("  defaults", p["defaults"], "heldout_r2", "heldout_rmse_ln", "heldout_mape");
+    std::printf("interval (90%% of held-out GPUs' runs): x/ %.3g\n", std::exp(num(p["interval_ln"])));
+  }
+  if (j.contains("test")) {
+    row("test: fitted", j["test"], "test_r2", "test_rmse_ln", "test_mape");
+    row("test: defaults", j["test"]["defaults"], "heldout_r2", "heldout_rmse_ln", "heldout_mape");
+  }
+  for (const auto& n : j["notes"]) std::printf("note: %s\n", n.get<std::string>().c_str());
+  std::printf("wrote %s and %s\n", j["json_path"].get<std::string>().c_str(), j["svg_path"].get<std::string>().c_str());
+}
+
 void add_fit(CLI::App& energy) {
   auto o = std::make_shared<FitOptions>();
   CLI::App* c = energy.add_subcommand("fit", "Fit the reference and physical models to measured runs");
@@ -206,6 +264,8 @@ void add_fit(CLI::App& energy) {
   c->add_option("--test", o->test_csv, "Fit on DATA, score on this CSV (e.g. a GPU not in DATA)");
   c->add_option("--min-gpu-runs", o->min_gpu_runs, "Leave-one-GPU-out for GPUs with at least this many runs")
       ->capture_default_str();
+  c->add_flag("--leave-one-gpu-out", o->leave_one_gpu_out,
+              "Lead with the leave-one-GPU-out evaluation: each GPU predicted from the others and its table entry");
   c->add_option("--out", o->out, "Output prefix for OUT.json and OUT.svg (default: DATA.fit)");
   c->add_option("--hardware", o->hardware, "Hardware table (default: user copy, else the shipped one)");
   c->add_flag("--save", o->save, "Store the fitted physical coefficients in the user hardware table");
@@ -214,30 +274,9 @@ void add_fit(CLI::App& energy) {
     const nlohmann::json j = run_fit(*o);
     if (o->json) {
       std::printf("%s\n", j.dump(2).c_str());
-      return;
+    } else {
+      print_fit(j);
     }
-    std::printf("%zu runs, %d group-disjoint folds\n", j["rows"].get<size_t>(), j["folds"].get<int>());
-    auto num = [](const nlohmann::json& v) { return v.is_number() ? v.get<double>() : NAN; };
-    auto row = [&](const std::string& name, const nlohmann::json& h, const char* r2, const char* rmse,
-                   const char* mape) {
-      std::printf("%-28s %10.3f %12.3f %10.1f %6d\n", name.c_str(), num(h[r2]), num(h[rmse]), num(h[mape]),
-                  h.value("n", 0));
-    };
-    std::printf("%-28s %10s %12s %10s %6s\n", "held out", "R2 (ln)", "RMSE (ln)", "MAPE %", "n");
-    for (const char* m : {"reference", "physical", "physical_defaults"}) {
-      row(m, j["heldout"][m], "heldout_r2", "heldout_rmse_ln", "heldout_mape");
-    }
-    for (const auto& g : j["leave_one_gpu_out"]) {
-      row("gpu out: " + g["gpu"].get<std::string>(), g["fitted"], "heldout_r2", "heldout_rmse_ln", "heldout_mape");
-      row("  defaults", g["defaults"], "heldout_r2", "heldout_rmse_ln", "heldout_mape");
-    }
-    if (j.contains("test")) {
-      row("test: fitted", j["test"], "test_r2", "test_rmse_ln", "test_mape");
-      row("test: defaults", j["test"]["defaults"], "heldout_r2", "heldout_rmse_ln", "heldout_mape");
-    }
-    for (const auto& n : j["notes"]) std::printf("note: %s\n", n.get<std::string>().c_str());
-    std::printf("wrote %s and %s\n", j["json_path"].get<std::string>().c_str(),
-                j["svg_path"].get<std::string>().c_str());
   });
 }
 
@@ -290,8 +329,11 @@ void add_hardware(CLI::App& energy) {
       const DeviceSpec& d = t.find(k);
       std::string peaks;
       for (const auto& [dt, v] : d.peak_tflops) peaks += fmt::format(" {}={:g}", dt, v);
-      std::printf("%-12s %-28s %6.0f GB/s %4.0f-%3.0f W  link %g GB/s  TFLOP/s:%s\n", k.c_str(), d.name.c_str(),
-                  d.memory_bandwidth_gbs, d.idle_w, d.max_w, d.link_gbs, peaks.c_str());
+      const std::string clocks =
+          d.boost_clock_mhz > 0 ? fmt::format("{:.0f}-{:.0f} MHz", d.base_clock_mhz, d.boost_clock_mhz) : "no clocks";
+      std::printf("%-12s %-30s %6.0f GB/s %4.0f GB %4.0f-%3.0f W  %-14s link %g GB/s  TFLOP/s:%s\n", k.c_str(),
+                  d.name.c_str(), d.memory_bandwidth_gbs, d.memory_gb, d.idle_w, d.max_w, clocks.c_str(), d.link_gbs,
+                  peaks.c_str());
     }
   });
 }

@@ -56,7 +56,9 @@ struct FitOptions {
   int vocab = 30522;
   std::string test_csv;   // --test: fit on `csv`, score on this file
   int min_gpu_runs = 15;  // leave-one-GPU-out for GPUs with at least this many runs
-  std::string out;        // output prefix; default: next to the CSV
+  // Lead the report with the leave-one-GPU-out evaluation (needs two such GPUs).
+  bool leave_one_gpu_out = false;
+  std::string out;  // output prefix; default: next to the CSV
   std::string hardware;
   bool save = false;  // write fitted physical knobs to the user table
   bool json = false;

@@ -151,6 +151,7 @@ TransformerConfig RunRecord::transformer() const {
   c.tokens = tokens;
   c.grad_accum = grad_accum;
   c.dtype = dtype;
+  c.lm_head = lm_head;
   return c;
 }
 
@@ -161,13 +162,12 @@ ReferenceInputs RunRecord::reference_inputs() const {
   return {layers, hidden, batch, seq, tokens, efficiency.value_or(1.0), strategy};
 }
 
-Dataset parse_runs_csv(const std::string& text, const std::string& origin, int default_vocab) {
-  std::istringstream in(text);
-  std::string line;
-  if (!std::getline(in, line)) throw std::runtime_error("[energy] " + origin + ": empty file");
-  if (line.rfind("\xEF\xBB\xBF", 0) == 0) line.erase(0, 3);  // spreadsheet exports start with a BOM
-  const std::vector<std::string> header = split_csv_line(line);
-  std::map<std::string, std::pair<int, std::string>> columns;  // id -> (index, header text)
+namespace {
+
+using Columns = std::map<std::string, std::pair<int, std::string>>;  // id -> (index, header text)
+
+Columns map_columns(const std::vector<std::string>& header, const std::string& origin) {
+  Columns columns;
   for (const Field& f : fields()) {
     for (size_t i = 0; i < header.size() && !columns.count(f.id); ++i) {
       const std::string h = lower_trim(header[i]);
@@ -184,6 +184,82 @@ Dataset parse_runs_csv(const std::string& text, const std::string& origin, int d
   if (!columns.count("seq") && !columns.count("max_length")) {
     throw std::runtime_error("[energy] " + origin + ": missing column 'seq_len_batch' or 'max_length'");
   }
+  return columns;
+}
+
+// The model and its batch: sizes, family, sequence length, precision.
+void read_shape(RunRecord& rec, const RowReader& r, const Columns& columns, int default_vocab) {
+  rec.layers = r.count("layers", "layers");
+  rec.hidden = r.count("hidden", "hidden size");
+  if (r.has("heads")) rec.heads = r.count("heads", "heads");
+  if (r.has("ff")) rec.ff = r.count("ff", "ff");
+  // GPT-family rows train a language-model head and, without a vocab column, get the GPT-2
+  // BPE vocabulary.
+  rec.lm_head = lower_trim(r.text("arch")) == "gpt";
+  rec.vocab = r.has("vocab") ? r.count("vocab", "vocab") : rec.lm_head ? 50257 : default_vocab;
+  rec.batch = r.positive("batch", "batch size");
+  // An empty seq cell falls back to max_length only where that column exists.
+  rec.seq = r.has("seq") || !columns.count("max_length") ? r.positive("seq", "sequence length")
+                                                         : r.positive("max_length", "max_length");
+  if (r.has("grad_accum")) rec.grad_accum = r.count("grad_accum", "grad_accum");
+  if (r.has("dtype")) {
+    rec.dtype = lower_trim(r.text("dtype"));
+    try {
+      dtype_bytes(rec.dtype);
+    } catch (const std::invalid_argument& e) {
+      r.fail("dtype", e.what());
+    }
+  } else if (r.has("fp16")) {
+    rec.dtype = r.flag("fp16") ? "fp16" : "fp32";
+  }
+}
+
+// What was measured: tokens, duration, energy and parallel efficiency.
+void read_outcome(RunRecord& rec, const RowReader& r) {
+  rec.tokens = r.positive("tokens", "tokens");
+  if (r.has("duration")) rec.duration_s = r.positive("duration", "duration");
+  rec.energy_kwh = r.positive("energy", "energy");
+  if (r.has("efficiency")) {
+    const double e = r.positive("efficiency", "efficiency");
+    if (e > 1.5) r.fail("efficiency", "efficiency must be at most 1.5, got " + r.text("efficiency"));
+    rec.efficiency = e;
+  } else if (rec.gpus == 1) {
+    rec.efficiency = 1.0;
+  }
+}
+
+RunRecord read_record(const RowReader& r, int row, const Columns& columns, int default_vocab) {
+  RunRecord rec;
+  rec.row = row;
+  rec.gpu = r.text("gpu");
+  if (rec.gpu.empty()) r.fail("gpu", "empty GPU name");
+  try {
+    rec.strategy = parse_strategy(r.text("strategy"));
+  } catch (const std::invalid_argument& e) {
+    r.fail("strategy", e.what());
+  }
+  rec.gpus = r.count("gpus", "gpus");
+  read_shape(rec, r, columns, default_vocab);
+  read_outcome(rec, r);
+  if (rec.gpus > 1 && rec.strategy == Strategy::kBaseline) {
+    r.fail("strategy", "baseline with " + std::to_string(rec.gpus) + " GPUs");
+  }
+  // Configuration family: every parallel variant and GPU of one workload lands together.
+  rec.group = r.has("group") ? r.text("group")
+                             : std::to_string(rec.layers) + "x" + std::to_string(rec.hidden) + "/b" + r.text("batch") +
+                                   "/s" + (r.has("seq") ? r.text("seq") : r.text("max_length"));
+  return rec;
+}
+
+}  // namespace
+
+Dataset parse_runs_csv(const std::string& text, const std::string& origin, int default_vocab) {
+  std::istringstream in(text);
+  std::string line;
+  if (!std::getline(in, line)) throw std::runtime_error("[energy] " + origin + ": empty file");
+  if (line.rfind("\xEF\xBB\xBF", 0) == 0) line.erase(0, 3);  // spreadsheet exports start with a BOM
+  const std::vector<std::string> header = split_csv_line(line);
+  const Columns columns = map_columns(header, origin);
   Dataset data;
   int row = 0;
   while (std::getline(in, line)) {
@@ -195,58 +271,7 @@ Dataset parse_runs_csv(const std::string& text, const std::string& origin, int d
                                std::to_string(cells.size()) + " cells but the header has " +
                                std::to_string(header.size()));
     }
-    RowReader r(origin, row, cells, columns);
-    RunRecord rec;
-    rec.row = row;
-    rec.gpu = r.text("gpu");
-    if (rec.gpu.empty()) r.fail("gpu", "empty GPU name");
-    try {
-      rec.strategy = parse_strategy(r.text("strategy"));
-    } catch (const std::invalid_argument& e) {
-      r.fail("strategy", e.what());
-    }
-    rec.gpus = r.count("gpus", "gpus");
-    rec.layers = r.count("layers", "layers");
-    rec.hidden = r.count("hidden", "hidden size");
-    if (r.has("heads")) rec.heads = r.count("heads", "heads");
-    if (r.has("ff")) rec.ff = r.count("ff", "ff");
-    // Without a vocab column, GPT-family rows get the GPT-2 BPE vocabulary.
-    rec.vocab = r.has("vocab")                        ? r.count("vocab", "vocab")
-                : lower_trim(r.text("arch")) == "gpt" ? 50257
-                                                      : default_vocab;
-    rec.batch = r.positive("batch", "batch size");
-    // An empty seq cell falls back to max_length only where that column exists.
-    rec.seq = r.has("seq") || !columns.count("max_length") ? r.positive("seq", "sequence length")
-                                                           : r.positive("max_length", "max_length");
-    if (r.has("grad_accum")) rec.grad_accum = r.count("grad_accum", "grad_accum");
-    if (r.has("dtype")) {
-      rec.dtype = lower_trim(r.text("dtype"));
-      try {
-        dtype_bytes(rec.dtype);
-      } catch (const std::invalid_argument& e) {
-        r.fail("dtype", e.what());
-      }
-    } else if (r.has("fp16")) {
-      rec.dtype = r.flag("fp16") ? "fp16" : "fp32";
-    }
-    rec.tokens = r.positive("tokens", "tokens");
-    if (r.has("duration")) rec.duration_s = r.positive("duration", "duration");
-    rec.energy_kwh = r.positive("energy", "energy");
-    if (r.has("efficiency")) {
-      const double e = r.positive("efficiency", "efficiency");
-      if (e > 1.5) r.fail("efficiency", "efficiency must be at most 1.5, got " + r.text("efficiency"));
-      rec.efficiency = e;
-    } else if (rec.gpus == 1) {
-      rec.efficiency = 1.0;
-    }
-    if (rec.gpus > 1 && rec.strategy == Strategy::kBaseline) {
-      r.fail("strategy", "baseline with " + std::to_string(rec.gpus) + " GPUs");
-    }
-    // Configuration family: every parallel variant and GPU of one workload lands together.
-    rec.group = r.has("group") ? r.text("group")
-                               : std::to_string(rec.layers) + "x" + std::to_string(rec.hidden) + "/b" +
-                                     r.text("batch") + "/s" + (r.has("seq") ? r.text("seq") : r.text("max_length"));
-    data.records.push_back(std::move(rec));
+    data.records.push_back(read_record(RowReader(origin, row, cells, columns), row, columns, default_vocab));
   }
   if (data.records.empty()) throw std::runtime_error("[energy] " + origin + ": no data rows");
   return data;

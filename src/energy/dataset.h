@@ -26,6 +26,7 @@ struct RunRecord {
   double batch = 0, seq = 0;
   int grad_accum = 1;
   std::string dtype = "fp32";
+  bool lm_head = false;  // GPT-family rows (the arch or family column) train a language-model head
   double tokens = 0;
   std::optional<double> duration_s;
   double energy_kwh = 0;

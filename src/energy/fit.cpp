@@ -142,15 +142,15 @@ ReferenceFit fit_reference(const std::vector<RunRecord>& records) {
 
 namespace {
 
-// The physical model is linear in eight time coefficients over time features, and, given the
-// time, linear in five power coefficients over energy features (see physical_model.h).
-constexpr int kTime = 8, kEnergy = 6;
+// The physical model is linear in nine time coefficients over time features, and, given the
+// time, linear in six power coefficients over energy features (see physical_model.h).
+constexpr int kTime = 9, kEnergy = 6;
 using TimeVec = std::array<double, kTime>;
 using EnergyVec = std::array<double, kEnergy>;
 
 // Efficiencies are bounded by the datasheet: 1/efficiency >= 1 for compute, memory and link.
-constexpr TimeVec kTimeLower = {0, 0, 0, 1, 1, 0, 1, 0};
-constexpr std::array<bool, kTime> kBusy = {false, false, false, true, true, true, true, false};
+constexpr TimeVec kTimeLower = {0, 0, 0, 0, 1, 1, 0, 1, 0};
+constexpr std::array<bool, kTime> kBusy = {false, false, false, false, true, true, true, true, false};
 // Ridge strengths tried by the inner cross-validation; infinity keeps the defaults exactly, so
 // a fit that does not carry over to the inner held-out folds shrinks all the way back to them.
 constexpr double kLambdas[] = {1e-4, 1e-2, 1, 100, 1e4, INFINITY};
@@ -168,6 +168,7 @@ TimeVec time_features(const RunFeatures& f) {
   return {1.0,
           f.steps,
           f.steps * f.dispatches,
+          f.steps * f.optimizer_tensors,
           f.steps * f.compute_s,
           f.steps * f.memory_s,
           f.steps * f.comm_sharded_s,
@@ -179,6 +180,7 @@ TimeVec time_coefficients(const PhysicalParams& p) {
   return {p.startup_s,
           p.step_overhead_s,
           p.dispatch_overhead_s,
+          p.optimizer_tensor_s,
           1 / p.compute_efficiency,
           1 / p.memory_efficiency,
           (1 - p.comm_overlap) / p.link_efficiency,
@@ -190,11 +192,12 @@ void set_time(PhysicalParams& p, const TimeVec& t) {
   p.startup_s = t[0];
   p.step_overhead_s = t[1];
   p.dispatch_overhead_s = t[2];
-  p.compute_efficiency = 1 / t[3];
-  p.memory_efficiency = 1 / t[4];
-  p.link_efficiency = 1 / t[6];
-  p.comm_overlap = 1 - t[5] / t[6];  // below 0: DP/FSDP collectives cost more than their link time
-  p.link_latency_s = t[7];
+  p.optimizer_tensor_s = t[3];
+  p.compute_efficiency = 1 / t[4];
+  p.memory_efficiency = 1 / t[5];
+  p.link_efficiency = 1 / t[7];
+  p.comm_overlap = 1 - t[6] / t[7];  // below 0: DP/FSDP collectives cost more than their link time
+  p.link_latency_s = t[8];
 }
 
 EnergyVec energy_coefficients(const PhysicalParams& p) {
@@ -406,7 +409,7 @@ PhysicalFit fit_physical(const std::vector<RunRecord>& records, const HardwareTa
   const std::vector<Design> d = designs_of(records, table);
   std::vector<int> all(records.size());
   for (size_t i = 0; i < all.size(); ++i) all[i] = int(i);
-  const PhysicalParams defaults = PhysicalParams::from_table(table);
+  const PhysicalParams defaults = table.params();
   if (lambda_time < 0 || lambda_energy < 0) std::tie(lambda_time, lambda_energy) = choose_lambdas(d, all, defaults, by);
   const FitDetail fd = fit_on(d, all, defaults, lambda_time, lambda_energy);
   PhysicalFit fit;
@@ -455,7 +458,7 @@ CrossValidation cross_validate(const std::vector<RunRecord>& records, const Hard
   if (split.size() < 2) fail("cross-validation needs at least two configuration families");
   CrossValidation cv;
   cv.folds = int(split.size());
-  const PhysicalParams defaults = PhysicalParams::from_table(table);
+  const PhysicalParams defaults = table.params();
   cv.reference_pred_kwh.assign(records.size(), NAN);
   cv.physical_pred_kwh.assign(records.size(), NAN);
   std::vector<double> ref_meas, ref_pred, phy_meas, phy_pred, def_pred;
@@ -501,13 +504,35 @@ CrossValidation cross_validate(const std::vector<RunRecord>& records, const Hard
   return cv;
 }
 
-std::vector<GpuHeldOut> leave_one_gpu_out(const std::vector<RunRecord>& records, const HardwareTable& table,
-                                          int min_runs) {
+namespace {
+
+// Fits on every GPU but `gpu` and scores `test` (that GPU's runs); appends the held-out energies.
+GpuHeldOut hold_out_gpu(const std::vector<Design>& d, const std::string& gpu, const std::vector<int>& test,
+                        const std::vector<int>& train, const PhysicalParams& defaults, std::vector<double>& meas,
+                        std::vector<double>& fitted, std::vector<double>& def) {
+  const auto [lt, le] = choose_lambdas(d, train, defaults, FoldBy::kGpu);
+  const PhysicalParams p = fit_on(d, train, defaults, lt, le).params;
+  std::vector<double> m, f, e;
+  for (int i : test) {
+    m.push_back(d[i].joules);
+    f.push_back(predict_j(d[i], p));
+    e.push_back(predict_j(d[i], defaults));
+  }
+  meas.insert(meas.end(), m.begin(), m.end());
+  fitted.insert(fitted.end(), f.begin(), f.end());
+  def.insert(def.end(), e.begin(), e.end());
+  return {gpu, score(m, f), score(m, e), int(train.size()), lt, le};
+}
+
+}  // namespace
+
+LeaveOneGpuOut leave_one_gpu_out(const std::vector<RunRecord>& records, const HardwareTable& table, int min_runs) {
   const std::vector<Design> d = designs_of(records, table);
   std::map<std::string, std::vector<int>> by_gpu;
-  for (size_t i = 0; i < records.size(); ++i) by_gpu[table.find(records[i].gpu).key].push_back(int(i));
-  const PhysicalParams defaults = PhysicalParams::from_table(table);
-  std::vector<GpuHeldOut> out;
+  for (size_t i = 0; i < records.size(); ++i) by_gpu[d[i].gpu].push_back(int(i));
+  const PhysicalParams& defaults = table.params();
+  LeaveOneGpuOut out;
+  std::vector<double> meas, fitted, def;
   for (const auto& [gpu, test] : by_gpu) {
     if (int(test.size()) < min_runs) continue;
     std::vector<int> train;
@@ -515,17 +540,48 @@ std::vector<GpuHeldOut> leave_one_gpu_out(const std::vector<RunRecord>& records,
       if (other != gpu) train.insert(train.end(), rows.begin(), rows.end());
     }
     if (train.size() < 5) continue;
-    const auto [lt, le] = choose_lambdas(d, train, defaults, FoldBy::kGpu);
-    const PhysicalParams p = fit_on(d, train, defaults, lt, le).params;
-    std::vector<double> meas, fitted, def;
-    for (int i : test) {
-      meas.push_back(d[i].joules);
-      fitted.push_back(predict_j(d[i], p));
-      def.push_back(predict_j(d[i], defaults));
-    }
-    out.push_back({gpu, score(meas, fitted), score(meas, def), int(train.size()), lt, le});
+    out.gpus.push_back(hold_out_gpu(d, gpu, test, train, defaults, meas, fitted, def));
   }
+  out.pooled = score(meas, fitted);
+  out.pooled_defaults = score(meas, def);
+  out.interval_ln = interval_ln_q90(meas, fitted);
   return out;
+}
+
+double interval_ln_q90(const std::vector<double>& measured, const std::vector<double>& predicted) {
+  std::vector<double> r;
+  for (size_t i = 0; i < measured.size(); ++i) {
+    r.push_back(std::abs(std::log(std::max(predicted[i], 1e-300) / measured[i])));
+  }
+  if (r.empty()) return NAN;
+  std::sort(r.begin(), r.end());
+  // Linear interpolation between order statistics, as numpy's default quantile.
+  const double pos = 0.9 * double(r.size() - 1);
+  const size_t lo = size_t(pos);
+  const double frac = pos - double(lo);
+  return lo + 1 < r.size() ? r[lo] * (1 - frac) + r[lo + 1] * frac : r[lo];
+}
+
+FittedRange fitted_range(const std::vector<RunRecord>& records, const HardwareTable& table) {
+  FittedRange r;
+  std::set<std::string> gpus, strategies;
+  bool first = true;
+  for (const RunRecord& x : records) {
+    const TransformerConfig c = x.transformer().resolved();
+    const double params = model_parameters(c), tokens = c.batch * c.seq;
+    gpus.insert(table.find(x.gpu).key);
+    strategies.insert(strategy_name(x.strategy));
+    r.min_parameters = first ? params : std::min(r.min_parameters, params);
+    r.max_parameters = first ? params : std::max(r.max_parameters, params);
+    r.min_tokens_per_step = first ? tokens : std::min(r.min_tokens_per_step, tokens);
+    r.max_tokens_per_step = first ? tokens : std::max(r.max_tokens_per_step, tokens);
+    r.min_gpus = first ? x.gpus : std::min(r.min_gpus, x.gpus);
+    r.max_gpus = first ? x.gpus : std::max(r.max_gpus, x.gpus);
+    first = false;
+  }
+  r.gpus.assign(gpus.begin(), gpus.end());
+  r.strategies.assign(strategies.begin(), strategies.end());
+  return r;
 }
 
 }  // namespace meganeura::energy

@@ -56,6 +56,12 @@ struct GpuHeldOut {
   double lambda_time = 0, lambda_energy = 0;  // chosen by the inner GPU-disjoint folds
 };
 
+struct LeaveOneGpuOut {
+  std::vector<GpuHeldOut> gpus;
+  HeldOut pooled, pooled_defaults;  // over every held-out run of every GPU left out
+  double interval_ln = NAN;         // 90th percentile of |ln(predicted / measured)| over those runs
+};
+
 struct CrossValidation {
   int folds = 0;
   HeldOut reference;
@@ -99,9 +105,17 @@ double predict_physical_kwh(const RunRecord& r, const HardwareTable& table, cons
 // assigned to folds round-robin in sorted order; k = min(folds, number of groups)).
 CrossValidation cross_validate(const std::vector<RunRecord>& records, const HardwareTable& table, int folds = 5);
 
-// For every GPU with at least `min_runs` runs: fit on the other GPUs, score on this one.
-std::vector<GpuHeldOut> leave_one_gpu_out(const std::vector<RunRecord>& records, const HardwareTable& table,
-                                          int min_runs = 15);
+// For every GPU with at least `min_runs` runs: fit on the other GPUs, score on this one; and
+// the same pooled over all of them.
+LeaveOneGpuOut leave_one_gpu_out(const std::vector<RunRecord>& records, const HardwareTable& table, int min_runs = 15);
+
+// 90th percentile of |ln(predicted / measured)|: the half-width of an interval holding 90% of
+// those runs. NaN without runs.
+double interval_ln_q90(const std::vector<double>& measured, const std::vector<double>& predicted);
+
+// The range the records cover (GPUs by table key, model sizes, tokens per step, GPU counts,
+// strategies), for the table's [fitted] section.
+FittedRange fitted_range(const std::vector<RunRecord>& records, const HardwareTable& table);
 
 HeldOut score(const std::vector<double>& measured_kwh, const std::vector<double>& predicted_kwh);
 

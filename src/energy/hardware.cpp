@@ -11,6 +11,7 @@
 #include <fstream>
 #include <sstream>
 #include <stdexcept>
+#include <tuple>
 
 namespace meganeura::energy {
 namespace fs = std::filesystem;
@@ -47,6 +48,27 @@ std::string text(const toml::table& t, const std::string& key) {
   return t.get(key) ? t.get(key)->value_or(std::string()) : std::string();
 }
 
+// The clock range (both clocks or neither) and the tensor-core flag, checked against the peaks.
+void parse_clocks(DeviceSpec& d, const toml::table& t, const std::string& origin) {
+  if (t.get("base_clock_mhz") || t.get("boost_clock_mhz")) {
+    d.base_clock_mhz = number(t, "base_clock_mhz", origin, d.key);
+    d.boost_clock_mhz = number(t, "boost_clock_mhz", origin, d.key);
+    if (!(d.base_clock_mhz > 0) || d.base_clock_mhz > d.boost_clock_mhz) {
+      bad(origin, d.key + ".base_clock_mhz must be positive and at most boost_clock_mhz");
+    }
+  }
+  if (const toml::node* n = t.get("tensor_cores")) {
+    if (!n->is_boolean()) bad(origin, d.key + ".tensor_cores must be true or false");
+    d.tensor_cores = n->value_or(true);
+  }
+  if (d.tensor_cores) {
+    const double fp32 = d.peak_tflops.count("fp32") ? d.peak_tflops.at("fp32") : 0;
+    double half = 0;
+    for (const char* dt : {"fp16", "bf16"}) half = std::max(half, d.peak_tflops.count(dt) ? d.peak_tflops.at(dt) : 0.0);
+    if (!(half > fp32)) bad(origin, d.key + " lists tensor cores but no fp16/bf16 matrix rate above its fp32 rate");
+  }
+}
+
 DeviceSpec parse_device(const std::string& key, const toml::table& t, const std::string& origin) {
   DeviceSpec d;
   d.key = key;
@@ -74,14 +96,74 @@ DeviceSpec parse_device(const std::string& key, const toml::table& t, const std:
   d.pcie_gbs = number(t, "pcie_gbs", origin, key, false, d.link_gbs);
   if (t.get("e_flop_pj")) d.e_flop_pj = number(t, "e_flop_pj", origin, key);
   if (t.get("e_byte_pj")) d.e_byte_pj = number(t, "e_byte_pj", origin, key);
+  parse_clocks(d, t, origin);
   if (const toml::table* src = t.get_as<toml::table>("source")) {
     for (const auto& [field, v] : *src) d.sources[std::string(field.str())] = v.value_or(std::string());
   }
   // A number without a citation is a number nobody can check.
-  for (const char* field : {"peak_tflops", "memory_bandwidth_gbs", "max_w", "idle_w", "link_gbs"}) {
+  std::vector<std::string> cited = {"peak_tflops", "memory_bandwidth_gbs", "max_w", "idle_w", "link_gbs"};
+  if (d.base_clock_mhz > 0) cited.insert(cited.end(), {"base_clock_mhz", "boost_clock_mhz"});
+  for (const std::string& field : cited) {
     if (!d.sources.count(field)) bad(origin, key + " has no source for '" + field + "'");
   }
   return d;
+}
+
+double knob_value(const toml::table& t, const ParamKnob& k, double current, const std::string& origin) {
+  const toml::node* n = t.get(k.key);
+  if (!n) return current;
+  const std::optional<double> v = n->value<double>();
+  if (!v || !std::isfinite(*v) || (!k.signed_value && *v < 0)) {
+    bad(origin, std::string(k.section) + "." + k.key + " must be a number" + (k.signed_value ? "" : " >= 0"));
+  }
+  return *v * k.unit;
+}
+
+// The [model] and [host] sections: every knob is optional, an absent one keeps its default.
+void parse_params(PhysicalParams& p, const toml::table& root, const std::string& origin) {
+  for (const std::string section : {"model", "host"}) {
+    const toml::node* n = root.get(section);
+    if (!n) continue;
+    if (!n->as_table()) bad(origin, "[" + section + "] must be a table");
+    for (const ParamKnob& k : param_knobs()) {
+      if (section == k.section) p.*k.member = knob_value(*n->as_table(), k, p.*k.member, origin);
+    }
+  }
+  const auto fraction = [](double x) { return x > 0 && x <= 1; };
+  if (!fraction(p.compute_efficiency) || !fraction(p.memory_efficiency) || !fraction(p.link_efficiency) ||
+      p.comm_overlap > 1) {
+    bad(origin, "[model] efficiencies must be in (0, 1] and comm_overlap at most 1");
+  }
+}
+
+std::vector<std::string> text_list(const toml::table& t, const char* key) {
+  std::vector<std::string> out;
+  if (const toml::array* a = t.get_as<toml::array>(key)) {
+    for (const toml::node& n : *a) out.push_back(n.value_or(std::string()));
+  }
+  return out;
+}
+
+// A [low, high] pair of numbers; {0, 0} when absent.
+std::pair<double, double> number_pair(const toml::table& t, const char* key, const std::string& origin) {
+  const toml::array* a = t.get_as<toml::array>(key);
+  if (!a) return {0, 0};
+  const std::optional<double> lo = a->size() == 2 ? (*a)[0].value<double>() : std::nullopt;
+  const std::optional<double> hi = a->size() == 2 ? (*a)[1].value<double>() : std::nullopt;
+  if (!lo || !hi || !(*lo >= 0) || !(*hi >= *lo)) bad(origin, std::string("fitted.") + key + " must be [low, high]");
+  return {*lo, *hi};
+}
+
+FittedRange parse_fitted(const toml::table& t, const std::string& origin) {
+  FittedRange r;
+  r.gpus = text_list(t, "gpus");
+  r.strategies = text_list(t, "strategies");
+  std::tie(r.min_parameters, r.max_parameters) = number_pair(t, "parameters", origin);
+  std::tie(r.min_tokens_per_step, r.max_tokens_per_step) = number_pair(t, "tokens_per_step", origin);
+  const auto [g0, g1] = number_pair(t, "gpu_count", origin);
+  r.min_gpus = int(g0), r.max_gpus = int(g1);
+  r.source = text(t, "source");
+  return r;
 }
 
 std::string read_file(const std::string& path) {
@@ -111,6 +193,10 @@ double DeviceSpec::joules_per_flop(const std::string& dtype) const {
   return 0.7 * (max_w - idle_w) / peak_flops(dtype);
 }
 
+double DeviceSpec::sustained_clock_ratio() const {
+  return base_clock_mhz > 0 && boost_clock_mhz > 0 ? base_clock_mhz / boost_clock_mhz : 1.0;
+}
+
 double DeviceSpec::joules_per_byte() const {
   if (e_byte_pj) return *e_byte_pj * 1e-12;
   return 0.3 * (max_w - idle_w) / (memory_bandwidth_gbs * 1e9);
@@ -127,39 +213,15 @@ HardwareTable HardwareTable::parse(const std::string& content, const std::string
   }
   HardwareTable table;
   table.origin_ = origin;
+  parse_params(table.params_, root, origin);
+  if (const toml::node* n = root.get("fitted")) {
+    if (!n->as_table()) bad(origin, "[fitted] must be a table");
+    table.fitted_ = parse_fitted(*n->as_table(), origin);
+  }
   for (const auto& [k, v] : root) {
     const std::string key(k.str());
-    const toml::table* t = v.as_table();
-    if (key == "host") {
-      if (!t) bad(origin, "[host] must be a table");
-      table.host_.power_w = number(*t, "power_w", origin, "host");
-      table.host_.rank_power_w = number(*t, "rank_power_w", origin, "host", false, table.host_.rank_power_w);
-    } else if (key == "model") {
-      if (!t) bad(origin, "[model] must be a table");
-      ModelDefaults& m = table.model_;
-      m.compute_efficiency = number(*t, "compute_efficiency", origin, "model", false, m.compute_efficiency);
-      m.memory_efficiency = number(*t, "memory_efficiency", origin, "model", false, m.memory_efficiency);
-      m.link_efficiency = number(*t, "link_efficiency", origin, "model", false, m.link_efficiency);
-      m.dispatch_overhead_us = number(*t, "dispatch_overhead_us", origin, "model", false, m.dispatch_overhead_us);
-      m.step_overhead_ms = number(*t, "step_overhead_ms", origin, "model", false, m.step_overhead_ms);
-      m.comm_overlap = number(*t, "comm_overlap", origin, "model", false, m.comm_overlap);
-      m.link_latency_us = number(*t, "link_latency_us", origin, "model", false, m.link_latency_us);
-      m.busy_fraction = number(*t, "busy_fraction", origin, "model", false, m.busy_fraction);
-      m.startup_s = number(*t, "startup_s", origin, "model", false, m.startup_s);
-      m.fixed_power_fraction = number(*t, "fixed_power_fraction", origin, "model", false, m.fixed_power_fraction);
-      m.idle_scale = number(*t, "idle_scale", origin, "model", false, m.idle_scale);
-      m.dynamic_scale = number(*t, "dynamic_scale", origin, "model", false, m.dynamic_scale);
-      m.interval_ln = number(*t, "interval_ln", origin, "model", false, m.interval_ln);
-      if (m.compute_efficiency <= 0 || m.compute_efficiency > 1 || m.memory_efficiency <= 0 ||
-          m.memory_efficiency > 1 || m.link_efficiency <= 0 || m.link_efficiency > 1 || m.comm_overlap > 1 ||
-          m.startup_s < 0 || m.fixed_power_fraction < 0) {
-        bad(origin,
-            "[model] efficiencies must be in (0, 1], comm_overlap at most 1, startup_s and "
-            "fixed_power_fraction non-negative");
-      }
-    } else if (t) {
-      table.devices_.push_back(parse_device(key, *t, origin));
-    }
+    if (key == "host" || key == "model" || key == "fitted") continue;
+    if (const toml::table* t = v.as_table()) table.devices_.push_back(parse_device(key, *t, origin));
   }
   if (table.devices_.empty()) bad(origin, "no devices");
   return table;
@@ -291,30 +353,29 @@ void write_device_coefficients(const std::string& path, const std::string& devic
   save_table(path, root);
 }
 
-void write_model_params(const std::string& path, const ModelDefaults& model, double host_power_w, double rank_power_w,
+void write_model_params(const std::string& path, const PhysicalParams& params, const FittedRange& range,
                         const std::string& source) {
   toml::table root = parse_for_update(path);
-  if (!root.get_as<toml::table>("model")) root.insert_or_assign("model", toml::table{});
-  if (!root.get_as<toml::table>("host")) root.insert_or_assign("host", toml::table{});
-  toml::table& m = *root.get_as<toml::table>("model");
-  m.insert_or_assign("compute_efficiency", model.compute_efficiency);
-  m.insert_or_assign("memory_efficiency", model.memory_efficiency);
-  m.insert_or_assign("link_efficiency", model.link_efficiency);
-  m.insert_or_assign("dispatch_overhead_us", model.dispatch_overhead_us);
-  m.insert_or_assign("step_overhead_ms", model.step_overhead_ms);
-  m.insert_or_assign("comm_overlap", model.comm_overlap);
-  m.insert_or_assign("link_latency_us", model.link_latency_us);
-  m.insert_or_assign("busy_fraction", model.busy_fraction);
-  m.insert_or_assign("startup_s", model.startup_s);
-  m.insert_or_assign("fixed_power_fraction", model.fixed_power_fraction);
-  m.insert_or_assign("idle_scale", model.idle_scale);
-  m.insert_or_assign("dynamic_scale", model.dynamic_scale);
-  m.insert_or_assign("interval_ln", model.interval_ln);
-  m.insert_or_assign("source", source);
-  toml::table& h = *root.get_as<toml::table>("host");
-  h.insert_or_assign("power_w", host_power_w);
-  h.insert_or_assign("rank_power_w", rank_power_w);
-  h.insert_or_assign("source", source);
+  for (const char* section : {"model", "host", "fitted"}) {
+    if (!root.get_as<toml::table>(section)) root.insert_or_assign(section, toml::table{});
+  }
+  for (const ParamKnob& k : param_knobs()) {
+    root.get_as<toml::table>(k.section)->insert_or_assign(k.key, params.*k.member / k.unit);
+  }
+  root.get_as<toml::table>("model")->insert_or_assign("source", source);
+  root.get_as<toml::table>("host")->insert_or_assign("source", source);
+  toml::table& f = *root.get_as<toml::table>("fitted");
+  const auto list = [](const std::vector<std::string>& v) {
+    toml::array a;
+    for (const std::string& s : v) a.push_back(s);
+    return a;
+  };
+  f.insert_or_assign("gpus", list(range.gpus));
+  f.insert_or_assign("parameters", toml::array{range.min_parameters, range.max_parameters});
+  f.insert_or_assign("tokens_per_step", toml::array{range.min_tokens_per_step, range.max_tokens_per_step});
+  f.insert_or_assign("gpu_count", toml::array{double(range.min_gpus), double(range.max_gpus)});
+  f.insert_or_assign("strategies", list(range.strategies));
+  f.insert_or_assign("source", source);
   save_table(path, root);
 }
 

@@ -9,6 +9,8 @@
 #include <string>
 #include <vector>
 
+#include "energy/params.h"
+
 namespace meganeura::energy {
 
 struct DeviceSpec {
@@ -24,6 +26,11 @@ struct DeviceSpec {
   std::string link;
   double link_gbs = 0;  // per direction, between GPUs of one node
   double pcie_gbs = 0;
+  // Clock range: the boost clock the peaks are quoted at, and the base clock the board holds
+  // within its power limit. 0 when the table gives none.
+  double base_clock_mhz = 0;
+  double boost_clock_mhz = 0;
+  bool tensor_cores = true;         // the half-precision peaks are matrix-unit (tensor/matrix core) rates
   std::optional<double> e_flop_pj;  // calibrated; derived from powers when absent
   std::optional<double> e_byte_pj;
   std::map<std::string, std::string> sources;  // field -> citation
@@ -36,29 +43,9 @@ struct DeviceSpec {
   // draws exactly max power: 70% to arithmetic, 30% to memory traffic.
   double joules_per_flop(const std::string& dtype) const;
   double joules_per_byte() const;
-};
-
-struct HostSpec {
-  double power_w = 0;        // CPU + DRAM of one node
-  double rank_power_w = 30;  // added per GPU: the process driving it (a busy core, data loading)
-};
-
-// Knobs of the time model that are not properties of one device (see docs/energy.md).
-struct ModelDefaults {
-  double compute_efficiency = 0.45;
-  double memory_efficiency = 0.75;
-  double link_efficiency = 0.7;
-  double dispatch_overhead_us = 20.0;
-  double step_overhead_ms = 8.0;
-  double comm_overlap = 0.3;
-  double link_latency_us = 100.0;
-  double busy_fraction = 0.3;
-  double startup_s = 10.0;            // process start, device context, model and data set-up
-  double fixed_power_fraction = 0.2;  // share of (max - idle) drawn during fixed, launch-bound time
-  double idle_scale = 1.0;            // fitted scale on the table's idle power (1 until fitted)
-  double dynamic_scale = 0.7;         // share of (max - idle) spent per FLOP and byte; with busy_fraction, 1
-
-  double interval_ln = 0.35;  // half-width of the reported interval in ln space
+  // Share of the peak rates a compute-bound kernel sustains: base over boost clock (a board at
+  // its power limit holds the base clock), 1 without a clock range.
+  double sustained_clock_ratio() const;
 };
 
 class HardwareTable {
@@ -76,15 +63,16 @@ class HardwareTable {
   const DeviceSpec* try_find(const std::string& name) const;
   std::vector<std::string> keys() const;
 
-  const HostSpec& host() const { return host_; }
-  const ModelDefaults& model() const { return model_; }
+  // The [model] and [host] coefficients, and the [fitted] range they hold for.
+  const PhysicalParams& params() const { return params_; }
+  const FittedRange& fitted() const { return fitted_; }
   const std::string& origin() const { return origin_; }
 
  private:
   std::string origin_;
   std::vector<DeviceSpec> devices_;
-  HostSpec host_;
-  ModelDefaults model_;
+  PhysicalParams params_;
+  FittedRange fitted_;
 };
 
 // Where the shipped table is: the source tree's data/hardware.toml (compiled in), or next to
@@ -99,9 +87,9 @@ std::string ensure_user_table();
 void write_device_coefficients(const std::string& path, const std::string& device_key, double e_flop_pj,
                                double e_byte_pj, const std::string& source);
 
-// Writes a fitted [model] section and host power into the table at `path` (a user copy),
-// keeping every device entry.
-void write_model_params(const std::string& path, const ModelDefaults& model, double host_power_w, double rank_power_w,
+// Writes fitted [model] and [host] sections and the [fitted] range into the table at `path` (a
+// user copy), keeping every device entry.
+void write_model_params(const std::string& path, const PhysicalParams& params, const FittedRange& range,
                         const std::string& source);
 
 }  // namespace meganeura::energy

@@ -1,7 +1,6 @@
 #include "energy/measure.h"
 
 #include <signal.h>
-#include <spawn.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -10,7 +9,7 @@
 #include <cstring>
 #include <stdexcept>
 
-extern char** environ;
+#include "common/process.h"
 
 namespace meganeura::energy {
 namespace {
@@ -29,17 +28,14 @@ void forward(int sig, siginfo_t* info, void*) {
 
 MeasureResult measure_command(const std::vector<std::string>& argv, const MeterOptions& options) {
   if (argv.empty()) throw std::invalid_argument("[energy] measure: no command given (use -- CMD ...)");
-  std::vector<char*> args;
-  for (const std::string& a : argv) args.push_back(const_cast<char*>(a.c_str()));
-  args.push_back(nullptr);
 
   MeasureResult result;
   EnergyMeter meter(options);
   meter.start();
-  // posix_spawn, not fork: the meter threads are running, and a forked child of a threaded
-  // process may only call async-signal-safe functions. SIGINT/SIGTERM are blocked around the
-  // spawn so that none arrives before the child's pid is known; the child gets default handlers
-  // and an empty mask.
+  // posix_spawn (common::spawn), not fork: the meter threads are running, and a forked child of
+  // a threaded process may only call async-signal-safe functions. SIGINT/SIGTERM are blocked
+  // around the spawn so that none arrives before the child's pid is known; the child gets
+  // default handlers and an empty mask.
   struct sigaction sa {
   }, old_int{}, old_term{};
   sa.sa_sigaction = forward;
@@ -52,16 +48,8 @@ MeasureResult measure_command(const std::vector<std::string>& argv, const MeterO
   pthread_sigmask(SIG_BLOCK, &block, &old_mask);
   sigaction(SIGINT, &sa, &old_int);
   sigaction(SIGTERM, &sa, &old_term);
-  posix_spawnattr_t attr;
-  posix_spawnattr_init(&attr);
-  sigset_t none;
-  sigemptyset(&none);
-  posix_spawnattr_setsigmask(&attr, &none);
-  posix_spawnattr_setsigdefault(&attr, &block);
-  posix_spawnattr_setflags(&attr, POSIX_SPAWN_SETSIGMASK | POSIX_SPAWN_SETSIGDEF);
   pid_t pid = 0;
-  const int spawn_err = posix_spawnp(&pid, args[0], nullptr, &attr, args.data(), environ);
-  posix_spawnattr_destroy(&attr);
+  const int spawn_err = common::spawn({.argv = argv, .search_path = true}, &pid);
   if (spawn_err == 0) g_child = pid;
   pthread_sigmask(SIG_SETMASK, &old_mask, nullptr);
 

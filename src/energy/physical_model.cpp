@@ -1,5 +1,7 @@
 #include "energy/physical_model.h"
 
+#include <fmt/format.h>
+
 #include <algorithm>
 #include <cmath>
 #include <map>
@@ -52,6 +54,19 @@ void layer_work(std::vector<WorkItem>& out, int layer, const LayerShape& x, int 
   eltwise("residual_ffn", t * d, 2);
 }
 
+// The language-model head: logits = h W^T over the vocabulary (a matmul and its two backward
+// matmuls) and the cross-entropy over the logits, forward and backward in fp32 as mixed-precision
+// frameworks compute it.
+void lm_head_work(std::vector<WorkItem>& out, const LayerShape& x, double vocab) {
+  const double t = x.tokens, d = x.d, a = x.act, logits = t * vocab;
+  const double flops = 2 * t * d * vocab, bytes = (t * d + d * vocab + logits) * a;
+  for (const char* op : {"lm_head.fwd", "lm_head.bwd_input", "lm_head.bwd_weight"}) {
+    push(out, -1, op, "matmul", flops, bytes);
+  }
+  push(out, -1, "cross_entropy.fwd", "elementwise", 5 * logits, 2 * logits * 4);
+  push(out, -1, "cross_entropy.bwd", "elementwise", 10 * logits, 3 * logits * 4);
+}
+
 double layer_params(const TransformerConfig& c, int tp) {
   const double d = c.hidden, f = c.ff;
   return (4 * d * d + 2 * d * f) / tp + (9 * d + f);  // weights split, biases and norms kept
@@ -86,45 +101,6 @@ TransformerConfig TransformerConfig::resolved() const {
   return c;
 }
 
-PhysicalParams PhysicalParams::from_table(const HardwareTable& table) {
-  const ModelDefaults& m = table.model();
-  PhysicalParams p;
-  p.compute_efficiency = m.compute_efficiency;
-  p.memory_efficiency = m.memory_efficiency;
-  p.link_efficiency = m.link_efficiency;
-  p.dispatch_overhead_s = m.dispatch_overhead_us * 1e-6;
-  p.step_overhead_s = m.step_overhead_ms * 1e-3;
-  p.comm_overlap = m.comm_overlap;
-  p.link_latency_s = m.link_latency_us * 1e-6;
-  p.busy_fraction = m.busy_fraction;
-  p.startup_s = m.startup_s;
-  p.fixed_power_fraction = m.fixed_power_fraction;
-  p.idle_scale = m.idle_scale;
-  p.dynamic_scale = m.dynamic_scale;
-  p.interval_ln = m.interval_ln;
-  p.host_power_w = table.host().power_w;
-  p.rank_power_w = table.host().rank_power_w;
-  return p;
-}
-
-ModelDefaults PhysicalParams::to_model_defaults() const {
-  ModelDefaults m;
-  m.compute_efficiency = compute_efficiency;
-  m.memory_efficiency = memory_efficiency;
-  m.link_efficiency = link_efficiency;
-  m.dispatch_overhead_us = dispatch_overhead_s * 1e6;
-  m.step_overhead_ms = step_overhead_s * 1e3;
-  m.comm_overlap = comm_overlap;
-  m.link_latency_us = link_latency_s * 1e6;
-  m.busy_fraction = busy_fraction;
-  m.startup_s = startup_s;
-  m.fixed_power_fraction = fixed_power_fraction;
-  m.idle_scale = idle_scale;
-  m.dynamic_scale = dynamic_scale;
-  m.interval_ln = interval_ln;
-  return m;
-}
-
 std::vector<WorkItem> transformer_step_work(const TransformerConfig& cfg, int tp, int optimizer_shards) {
   const TransformerConfig c = cfg.resolved();
   const LayerShape shape{c.batch * c.seq, double(c.hidden), double(c.ff), c.seq, double(c.heads), dtype_bytes(c.dtype)};
@@ -144,17 +120,19 @@ std::vector<WorkItem> transformer_step_work(const TransformerConfig& cfg, int tp
     const double p = double(c.vocab) * d / optimizer_shards;
     push(out, -1, "embedding.adam", "optimizer", 12 * p, 28 * p);
   }
+  if (c.lm_head && c.vocab > 0) lm_head_work(out, shape, c.vocab);
   return out;
 }
 
 namespace {
 
 // Rate a dispatch runs at: matmuls and attention on the dtype's (tensor-core) peak, everything
-// else on the fp32 vector units.
+// else on the fp32 vector units; sustained, not peak: a compute-bound kernel holds the board at
+// its power limit, where it runs at the base clock rather than the boost clock of the peaks.
 double peak_for(const WorkItem& w, const DeviceSpec& dev, const std::string& dtype) {
   const bool vector = w.kind != "matmul" && w.kind != "attention";
   const std::string rate_dtype = vector ? "fp32" : dtype;
-  return dev.peak_flops(dev.peak_tflops.count(rate_dtype) ? rate_dtype : dtype);
+  return dev.peak_flops(dev.peak_tflops.count(rate_dtype) ? rate_dtype : dtype) * dev.sustained_clock_ratio();
 }
 
 void check_work(const WorkItem& w) {
@@ -238,6 +216,48 @@ std::vector<CostEstimate> per_layer(const std::vector<CostEstimate>& dispatches,
 
 }  // namespace
 
+namespace {
+
+// Communication per device step at the table's link rate (PCIe with `over_pcie`).
+void add_communication(RunFeatures& f, const TransformerConfig& c, const ParallelConfig& par, const DeviceSpec& dev) {
+  const int n = par.gpus;
+  if (n < 2) return;
+  const double bw = (par.over_pcie ? dev.pcie_gbs : dev.link_gbs) * 1e9;
+  const double act = dtype_bytes(c.dtype), params = model_parameters(c);
+  const double fr = double(n - 1) / n;  // ring collectives move fr (gather/scatter) or 2 fr (all-reduce)
+  switch (par.strategy) {
+    case Strategy::kBaseline: break;
+    case Strategy::kDataParallel:
+      // fp32 gradients all-reduced once per optimizer step.
+      f.comm_sharded_s = params * 4 * 2 * fr / bw / c.grad_accum;
+      f.collectives = (n - 1) * 1.0 / c.grad_accum;
+      break;
+    case Strategy::kFsdp:
+      // Parameters gathered for forward and again for backward, fp32 gradients reduce-scattered,
+      // one collective of each per wrapped layer.
+      f.comm_sharded_s = (2 * params * act * fr + params * 4 * fr) / bw;
+      f.collectives = (n - 1) * 3.0 * c.layers;
+      break;
+    case Strategy::kTensorParallel:
+      // Two all-reduces of the layer activations forward and two backward.
+      f.comm_tp_s = c.layers * 4 * (c.batch * c.seq * c.hidden * act) * 2 * fr / bw;
+      f.collectives = (n - 1) * 4.0 * c.layers;
+      break;
+  }
+}
+
+}  // namespace
+
+double model_parameters(const TransformerConfig& c) {
+  return c.layers * layer_params(c, 1) + double(c.vocab) * c.hidden;
+}
+
+double parameter_tensors(const TransformerConfig& c) {
+  // Per layer the Q, K, V, output, FFN-up and FFN-down weights and biases and two norms' scale
+  // and shift (16); token and position embeddings and their norm (4); the head (2).
+  return 16.0 * c.layers + (c.vocab > 0 ? 4 : 0) + 2;
+}
+
 RunFeatures transformer_features(const TransformerConfig& cfg, const ParallelConfig& par, const DeviceSpec& dev) {
   const TransformerConfig c = cfg.resolved();
   check_parallel(c, par);
@@ -255,32 +275,10 @@ RunFeatures transformer_features(const TransformerConfig& cfg, const ParallelCon
     const double share = w.kind == "optimizer" ? 1.0 / c.grad_accum : 1.0;
     add_work(f, w, share * (w.layer >= 0 ? c.layers : 1), dev, c.dtype);
   }
+  // An eager framework steps each parameter tensor with kernels of its own (sharded or not).
+  f.optimizer_tensors = parameter_tensors(c) / c.grad_accum;
   f.steps = c.tokens / (c.batch * c.seq * (tp ? 1 : n));
-  const double bw = (par.over_pcie ? dev.pcie_gbs : dev.link_gbs) * 1e9;
-  const double act = dtype_bytes(c.dtype);
-  const double params = c.layers * layer_params(c, 1) + double(c.vocab) * c.hidden;
-  const double fr = double(n - 1) / n;  // ring collectives move fr (gather/scatter) or 2 fr (all-reduce)
-  if (n > 1) {
-    switch (par.strategy) {
-      case Strategy::kBaseline: break;
-      case Strategy::kDataParallel:
-        // fp32 gradients all-reduced once per optimizer step.
-        f.comm_sharded_s = params * 4 * 2 * fr / bw / c.grad_accum;
-        f.collectives = (n - 1) * 1.0 / c.grad_accum;
-        break;
-      case Strategy::kFsdp:
-        // Parameters gathered for forward and again for backward, fp32 gradients reduce-scattered,
-        // one collective of each per wrapped layer.
-        f.comm_sharded_s = (2 * params * act * fr + params * 4 * fr) / bw;
-        f.collectives = (n - 1) * 3.0 * c.layers;
-        break;
-      case Strategy::kTensorParallel:
-        // Two all-reduces of the layer activations forward and two backward.
-        f.comm_tp_s = c.layers * 4 * (c.batch * c.seq * c.hidden * act) * 2 * fr / bw;
-        f.collectives = (n - 1) * 4.0 * c.layers;
-        break;
-    }
-  }
+  add_communication(f, c, par, dev);
   device_constants(f, dev, c.dtype);
   return f;
 }
@@ -290,6 +288,7 @@ TimeBreakdown time_breakdown(const RunFeatures& f, const PhysicalParams& p) {
   t.startup = p.startup_s;
   t.step_fixed = f.steps * p.step_overhead_s;
   t.launch = f.steps * f.dispatches * p.dispatch_overhead_s;
+  t.optimizer = f.steps * f.optimizer_tensors * p.optimizer_tensor_s;
   t.compute = f.steps * f.compute_s / p.compute_efficiency;
   t.memory = f.steps * f.memory_s / p.memory_efficiency;
   t.comm_bandwidth = f.steps * (f.comm_sharded_s * (1 - p.comm_overlap) + f.comm_tp_s) / p.link_efficiency;
@@ -315,8 +314,13 @@ void fill_totals(PhysicalPrediction& r, const RunFeatures& f, const PhysicalPara
   r.time_s = t.total();
   r.step_time_s = (r.time_s - t.startup) / f.steps;
   r.comm_time_s = (t.comm_bandwidth + t.comm_latency) / f.steps;
-  r.time_terms = {{"startup", t.startup},          {"step_fixed", t.step_fixed}, {"launch", t.launch},
-                  {"compute", t.compute},          {"memory", t.memory},         {"comm_bandwidth", t.comm_bandwidth},
+  r.time_terms = {{"startup", t.startup},
+                  {"step_fixed", t.step_fixed},
+                  {"launch", t.launch},
+                  {"optimizer", t.optimizer},
+                  {"compute", t.compute},
+                  {"memory", t.memory},
+                  {"comm_bandwidth", t.comm_bandwidth},
                   {"comm_latency", t.comm_latency}};
   r.energy_terms = energy_breakdown(f, p, t);
   r.total_energy_j = 0;
@@ -326,6 +330,68 @@ void fill_totals(PhysicalPrediction& r, const RunFeatures& f, const PhysicalPara
   r.kwh = r.total_energy_j / 3.6e6;
   r.kwh_low = r.kwh * std::exp(-p.interval_ln);
   r.kwh_high = r.kwh * std::exp(p.interval_ln);
+  const std::pair<double, const char*> shares[] = {{t.step_fixed + t.launch + t.optimizer, "host"},
+                                                   {t.compute, "compute"},
+                                                   {t.memory, "memory"},
+                                                   {t.comm_bandwidth + t.comm_latency, "communication"}};
+  r.bound = std::max_element(std::begin(shares), std::end(shares))->second;
+}
+
+}  // namespace
+
+namespace {
+
+// Memory: fp32 master weights, gradients and two Adam moments (16 B/param), sharded by FSDP and
+// TP, plus the stored activations of one micro-batch (and its logits with a language-model head).
+void check_memory(const TransformerConfig& c, const ParallelConfig& par, const DeviceSpec& dev) {
+  if (!par.check_feasible || dev.memory_gb <= 0) return;
+  const int state_shards = par.strategy == Strategy::kFsdp || par.strategy == Strategy::kTensorParallel ? par.gpus : 1;
+  const double act_tp = par.strategy == Strategy::kTensorParallel ? par.gpus : 1;
+  const double tokens = c.batch * c.seq;
+  double activations =
+      c.layers * tokens * (34.0 * c.hidden + 5.0 * c.heads * c.seq) / act_tp * dtype_bytes(c.dtype) / 2;
+  if (c.lm_head) activations += tokens * c.vocab * (dtype_bytes(c.dtype) + 4);
+  const double need_gb = (16 * model_parameters(c) / state_shards + activations) / 1e9;
+  if (need_gb > dev.memory_gb) {
+    invalid("configuration needs about " + std::to_string(int(need_gb + 0.5)) + " GB per device; " + dev.key + " has " +
+            std::to_string(int(dev.memory_gb)) + " GB");
+  }
+}
+
+// Per-dispatch pricing of one layer (every layer is alike) and the tail, per device step.
+std::vector<CostEstimate> price_step(const TransformerConfig& c, const ParallelConfig& par, const DeviceSpec& dev,
+                                     const PhysicalParams& p) {
+  const int tp = par.strategy == Strategy::kTensorParallel ? par.gpus : 1;
+  TransformerConfig one = c;
+  one.layers = 1;
+  std::vector<CostEstimate> out;
+  for (const WorkItem& w : transformer_step_work(one, tp, par.strategy == Strategy::kFsdp ? par.gpus : 1)) {
+    CostEstimate d = price(w, dev, p, c.dtype);
+    if (w.kind == "optimizer") d.time_s /= c.grad_accum, d.energy_j /= c.grad_accum;
+    out.push_back(d);
+  }
+  return out;
+}
+
+// Layer 0 stands for every layer; startup, per-step fixed cost, the optimizer's host cost and
+// exposed communication belong to no dispatch, so a last entry carries them and the breakdown
+// sums to the device's totals.
+std::vector<CostEstimate> layer_breakdown(const PhysicalPrediction& r, int layers) {
+  const std::vector<CostEstimate> priced = per_layer(r.dispatches, r.steps);
+  std::vector<CostEstimate> out;
+  for (int l = 0; l < layers; ++l) {
+    out.push_back(priced.front());
+    out.back().layer = l;
+    out.back().name = "layer" + std::to_string(l);
+  }
+  if (priced.size() > 1) out.push_back(priced.back());
+  CostEstimate rest{"comm+overhead", "layer", -2, 0, 0, r.time_s, r.device_energy_j, ""};
+  for (const CostEstimate& l : out) {
+    rest.time_s -= l.time_s;
+    rest.energy_j -= l.energy_j;
+  }
+  out.push_back(rest);
+  return out;
 }
 
 }  // namespace
@@ -334,56 +400,46 @@ PhysicalPrediction predict_transformer(const TransformerConfig& cfg, const Paral
                                        const PhysicalParams& p) {
   const TransformerConfig c = cfg.resolved();
   check_parallel(c, par);
-  // Memory: fp32 master weights, gradients and two Adam moments (16 B/param), sharded by
-  // FSDP and TP, plus the stored activations of one micro-batch.
-  const double params = c.layers * layer_params(c, 1) + double(c.vocab) * c.hidden;
-  const int state_shards = par.strategy == Strategy::kFsdp || par.strategy == Strategy::kTensorParallel ? par.gpus : 1;
-  const double act_tp = par.strategy == Strategy::kTensorParallel ? par.gpus : 1;
-  const double activations =
-      c.layers * c.batch * c.seq * (34.0 * c.hidden + 5.0 * c.heads * c.seq) / act_tp * dtype_bytes(c.dtype) / 2;
-  const double need_gb = (16 * params / state_shards + activations) / 1e9;
-  if (par.check_feasible && dev.memory_gb > 0 && need_gb > dev.memory_gb) {
-    invalid("configuration needs about " + std::to_string(int(need_gb + 0.5)) + " GB per device; " + dev.key + " has " +
-            std::to_string(int(dev.memory_gb)) + " GB");
-  }
-
+  check_memory(c, par, dev);
   PhysicalPrediction r;
   r.device = dev.key;
   r.strategy = par.strategy;
-  const RunFeatures f = transformer_features(c, par, dev);
-  fill_totals(r, f, p);
+  fill_totals(r, transformer_features(c, par, dev), p);
   const double t1 =
       par.gpus == 1 ? r.time_s
                     : time_breakdown(transformer_features(c, {1, Strategy::kBaseline, false, false}, dev), p).total();
   r.efficiency = t1 / r.time_s / par.gpus;
   r.joules_per_token = r.total_energy_j / c.tokens;
-
-  // Per-dispatch pricing of one layer (every layer is alike) and the tail, per device step.
-  const int tp = par.strategy == Strategy::kTensorParallel ? par.gpus : 1;
-  TransformerConfig one = c;
-  one.layers = 1;
-  for (const WorkItem& w : transformer_step_work(one, tp, par.strategy == Strategy::kFsdp ? par.gpus : 1)) {
-    CostEstimate d = price(w, dev, p, c.dtype);
-    if (w.kind == "optimizer") d.time_s /= c.grad_accum, d.energy_j /= c.grad_accum;
-    r.dispatches.push_back(d);
-  }
-  // Layer 0 stands for every layer; startup, per-step fixed cost and exposed communication
-  // belong to no dispatch, so a last entry carries them and the breakdown sums to the device's
-  // totals.
-  const std::vector<CostEstimate> priced = per_layer(r.dispatches, r.steps);
-  for (int l = 0; l < c.layers; ++l) {
-    r.layers.push_back(priced.front());
-    r.layers.back().layer = l;
-    r.layers.back().name = "layer" + std::to_string(l);
-  }
-  if (priced.size() > 1) r.layers.push_back(priced.back());
-  CostEstimate rest{"comm+overhead", "layer", -2, 0, 0, r.time_s, r.device_energy_j, ""};
-  for (const CostEstimate& l : r.layers) {
-    rest.time_s -= l.time_s;
-    rest.energy_j -= l.energy_j;
-  }
-  r.layers.push_back(rest);
+  r.dispatches = price_step(c, par, dev, p);
+  r.layers = layer_breakdown(r, c.layers);
   return r;
+}
+
+std::vector<std::string> range_warnings(const FittedRange& range, const std::string& device_key,
+                                        const TransformerConfig& cfg, const ParallelConfig& par) {
+  std::vector<std::string> out;
+  if (range.empty()) return out;
+  if (std::find(range.gpus.begin(), range.gpus.end(), device_key) == range.gpus.end()) {
+    std::string known;
+    for (const std::string& g : range.gpus) known += (known.empty() ? "" : ", ") + g;
+    out.push_back("GPU " + device_key + " is not among the fitted GPUs (" + known +
+                  "): predicted from its hardware-table entry alone");
+  }
+  const TransformerConfig c = cfg.resolved();
+  const auto outside = [&](const char* what, double v, double lo, double hi) {
+    if (hi > 0 && (v < lo * 0.999 || v > hi * 1.001)) {
+      out.push_back(fmt::format("{} {:.4g} lies outside the fitted range [{:.4g}, {:.4g}]", what, v, lo, hi));
+    }
+  };
+  outside("model parameters", model_parameters(c), range.min_parameters, range.max_parameters);
+  outside("tokens per device step", c.batch * c.seq, range.min_tokens_per_step, range.max_tokens_per_step);
+  outside("GPU count", par.gpus, range.min_gpus, range.max_gpus);
+  const std::string s = strategy_name(par.strategy);
+  if (!range.strategies.empty() &&
+      std::find(range.strategies.begin(), range.strategies.end(), s) == range.strategies.end()) {
+    out.push_back("strategy " + s + " is not among the fitted strategies");
+  }
+  return out;
 }
 
 PhysicalPrediction predict_work(const std::vector<WorkItem>& work, const DeviceSpec& dev, const PhysicalParams& p,

@@ -1,7 +1,8 @@
 // The physical energy model: a roofline over the work of one training step, priced with the
 // hardware table. It needs no measured run time:
-//   T      = startup + steps * (per-step fixed + dispatches * launch
-//                               + compute / (peak * eff_c) + traffic / (bandwidth * eff_m)
+//   T      = startup + steps * (per-step fixed + dispatches * launch + tensors / grad_accum * optimizer
+//                               + compute / (peak * base/boost clock * eff_c)
+//                               + traffic / (bandwidth * eff_m)
 //                               + exposed communication (bandwidth and latency terms))
 //   E      = N * P_idle * T                               static power over the wall time
 //          + f_busy * N * (P_max - P_idle) * T_busy      compute, memory and link time
@@ -32,6 +33,9 @@ struct TransformerConfig {
   double tokens = 0;  // tokens over the whole run
   int grad_accum = 1;
   std::string dtype = "fp32";  // arithmetic dtype of the matmuls: fp32, tf32, fp16, bf16
+  // A language-model head: logits over the vocabulary and their cross-entropy (GPT-style
+  // causal language modelling). Without it the model ends in a small classifier (BERT-style).
+  bool lm_head = false;
 
   // Validates and fills defaults; throws "[energy] ..." naming the bad field.
   TransformerConfig resolved() const;
@@ -44,30 +48,6 @@ struct ParallelConfig {
   // Reject configurations that cannot run (memory, head split). Off when pricing runs that
   // were measured, since they evidently did run.
   bool check_feasible = true;
-};
-
-// Coefficients of the model: the time-model knobs of the table's [model] section, host power,
-// and two scale factors on the energy terms that fitting adjusts.
-struct PhysicalParams {
-  double compute_efficiency = 0.45;
-  double memory_efficiency = 0.75;
-  double link_efficiency = 0.7;
-  double dispatch_overhead_s = 20e-6;
-  double step_overhead_s = 8e-3;
-  double comm_overlap = 0.3;
-  double link_latency_s = 100e-6;
-  double host_power_w = 200;  // per node
-  double rank_power_w = 30;   // per GPU: the host process (one CPU core, data loading) driving it
-  double idle_scale = 1.0;
-  double dynamic_scale = 0.7;
-  double busy_fraction = 0.3;
-  double startup_s = 10.0;
-  double fixed_power_fraction = 0.2;
-  double interval_ln = 0.35;  // half-width of the reported interval in ln space
-
-  static PhysicalParams from_table(const HardwareTable& table);
-  // The [model] section these parameters would be stored as.
-  ModelDefaults to_model_defaults() const;
 };
 
 // Time and energy of one dispatch (or of one layer, summed over the run).
@@ -92,6 +72,9 @@ struct PhysicalPrediction {
   std::string device;
   int gpus = 1;
   Strategy strategy = Strategy::kBaseline;
+  // What bounds a step: "host" (per-step, launch and optimizer host costs), "compute",
+  // "memory" or "communication", whichever takes the most of the steps' time.
+  std::string bound;
   double steps = 0;            // device steps (micro-batches) over the run
   double step_time_s = 0;      // one device step including exposed communication
   double comm_time_s = 0;      // exposed communication per device step
@@ -124,7 +107,8 @@ struct RunFeatures {
   int gpus = 1, nodes = 1;
   double steps = 0;                  // device steps (micro-batches) over the run
   double dispatches = 0;             // per device step (the optimizer spread over grad_accum)
-  double compute_s = 0;              // per device step, at peak
+  double optimizer_tensors = 0;      // parameter tensors updated per device step (tensors / grad_accum)
+  double compute_s = 0;              // per device step, at the peak scaled to the sustained (base) clock
   double memory_s = 0;               // per device step, at full bandwidth
   double comm_sharded_s = 0;         // DP/FSDP collectives per device step at the datasheet link rate
   double comm_tp_s = 0;              // TP all-reduces per device step at the datasheet link rate
@@ -137,9 +121,10 @@ struct RunFeatures {
 RunFeatures transformer_features(const TransformerConfig& cfg, const ParallelConfig& par, const DeviceSpec& device);
 
 struct TimeBreakdown {
-  double startup = 0, step_fixed = 0, launch = 0, compute = 0, memory = 0, comm_bandwidth = 0, comm_latency = 0;
+  double startup = 0, step_fixed = 0, launch = 0, optimizer = 0, compute = 0, memory = 0, comm_bandwidth = 0,
+         comm_latency = 0;
   double busy() const { return compute + memory + comm_bandwidth; }
-  double fixed() const { return startup + step_fixed + launch + comm_latency; }
+  double fixed() const { return startup + step_fixed + launch + optimizer + comm_latency; }
   double total() const { return busy() + fixed(); }
 };
 TimeBreakdown time_breakdown(const RunFeatures& f, const PhysicalParams& p);
@@ -161,5 +146,14 @@ PhysicalPrediction predict_work(const std::vector<WorkItem>& work, const DeviceS
 
 // Bytes per element of a dtype name ("fp32" -> 4); throws on unknown names.
 double dtype_bytes(const std::string& dtype);
+
+// Parameters (weights, biases, norms, embeddings) and parameter tensors of a resolved config.
+double model_parameters(const TransformerConfig& c);
+double parameter_tensors(const TransformerConfig& c);
+
+// One line per way the run lies outside `range` (a GPU not in it, a model, batch, GPU count or
+// strategy beyond what it covers); empty when inside, or when the range is empty.
+std::vector<std::string> range_warnings(const FittedRange& range, const std::string& device_key,
+                                        const TransformerConfig& cfg, const ParallelConfig& par);
 
 }  // namespace meganeura::energy

@@ -11,6 +11,7 @@ nlohmann::json prediction_json(const PhysicalPrediction& p, double grid_g_per_kw
   j["device"] = p.device;
   j["gpus"] = p.gpus;
   j["strategy"] = strategy_name(p.strategy);
+  j["bound"] = p.bound;
   j["steps"] = p.steps;
   j["step_time_s"] = p.step_time_s;
   j["comm_time_per_step_s"] = p.comm_time_s;
@@ -85,21 +86,9 @@ nlohmann::json reference_fit_json(const ReferenceFit& f) {
 }
 
 nlohmann::json physical_params_json(const PhysicalParams& p) {
-  return {{"compute_efficiency", p.compute_efficiency},
-          {"memory_efficiency", p.memory_efficiency},
-          {"link_efficiency", p.link_efficiency},
-          {"dispatch_overhead_us", p.dispatch_overhead_s * 1e6},
-          {"step_overhead_ms", p.step_overhead_s * 1e3},
-          {"comm_overlap", p.comm_overlap},
-          {"link_latency_us", p.link_latency_s * 1e6},
-          {"host_power_w", p.host_power_w},
-          {"rank_power_w", p.rank_power_w},
-          {"idle_scale", p.idle_scale},
-          {"busy_fraction", p.busy_fraction},
-          {"dynamic_scale", p.dynamic_scale},
-          {"startup_s", p.startup_s},
-          {"fixed_power_fraction", p.fixed_power_fraction},
-          {"interval_ln", p.interval_ln}};
+  nlohmann::json j = nlohmann::json::object();
+  for (const ParamKnob& k : param_knobs()) j[knob_json_name(k)] = p.*k.member / k.unit;
+  return j;
 }
 
 namespace {

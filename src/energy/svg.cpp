@@ -40,90 +40,117 @@ std::string tick_label(double v) { return fmt::format("{:g}", v); }
 
 }  // namespace
 
-std::string loglog_scatter_svg(const std::vector<ScatterPoint>& points, const std::string& title,
-                               const std::string& x_label, const std::string& y_label) {
-  constexpr int kW = 640, kH = 520, kLeft = 80, kRight = 170, kTop = 50, kBottom = 60;
-  std::vector<ScatterPoint> pts;
-  for (const ScatterPoint& p : points) {
-    if (p.x > 0 && p.y > 0 && std::isfinite(p.x) && std::isfinite(p.y)) pts.push_back(p);
-  }
-  const size_t dropped = points.size() - pts.size();
+namespace {
+
+constexpr int kScatterW = 640, kScatterH = 520, kLeft = 80, kRight = 170, kTop = 50, kBottom = 60;
+
+// Whole decades on both axes, the same range on each so the identity line is the diagonal.
+struct LogAxes {
+  double dlo = 0, dhi = 1;
+  double pw = kScatterW - kLeft - kRight, ph = kScatterH - kTop - kBottom;
+  double x(double v) const { return kLeft + (std::log10(v) - dlo) / (dhi - dlo) * pw; }
+  double y(double v) const { return kTop + ph - (std::log10(v) - dlo) / (dhi - dlo) * ph; }
+};
+
+LogAxes axes_for(const std::vector<ScatterPoint>& pts) {
   double lo = 1, hi = 10;
   if (!pts.empty()) {
     lo = INFINITY, hi = 0;
     for (const ScatterPoint& p : pts) lo = std::min({lo, p.x, p.y}), hi = std::max({hi, p.x, p.y});
   }
-  // Whole decades on both axes, the same range on each so the identity line is the diagonal.
-  double dlo = std::floor(std::log10(lo)), dhi = std::ceil(std::log10(hi));
-  if (dhi <= dlo) dhi = dlo + 1;
-  const double pw = kW - kLeft - kRight, ph = kH - kTop - kBottom;
-  auto sx = [&](double v) { return kLeft + (std::log10(v) - dlo) / (dhi - dlo) * pw; };
-  auto sy = [&](double v) { return kTop + ph - (std::log10(v) - dlo) / (dhi - dlo) * ph; };
+  LogAxes a;
+  a.dlo = std::floor(std::log10(lo));
+  a.dhi = std::max(std::ceil(std::log10(hi)), a.dlo + 1);
+  return a;
+}
 
-  std::string svg = header(kW, kH, title);
-  if (dropped) {
-    svg += fmt::format(
-        "<text x=\"{}\" y=\"40\" text-anchor=\"middle\" fill=\"#666\">{} point(s) "
-        "without a positive value not shown</text>\n",
-        kW / 2, dropped);
-  }
-  svg += fmt::format("<rect x=\"{}\" y=\"{}\" width=\"{}\" height=\"{}\" fill=\"none\" stroke=\"#333\"/>\n", kLeft,
-                     kTop, pw, ph);
-  for (double d = dlo; d <= dhi + 1e-9; d += 1) {
+// The frame, a grid line and label per decade, and the identity line.
+std::string grid(const LogAxes& a) {
+  std::string svg = fmt::format("<rect x=\"{}\" y=\"{}\" width=\"{}\" height=\"{}\" fill=\"none\" stroke=\"#333\"/>\n",
+                                kLeft, kTop, a.pw, a.ph);
+  for (double d = a.dlo; d <= a.dhi + 1e-9; d += 1) {
     const double v = std::pow(10.0, d);
     svg += fmt::format(
         "<line x1=\"{0:.1f}\" y1=\"{1}\" x2=\"{0:.1f}\" y2=\"{2}\" stroke=\"#ddd\"/>"
         "<text x=\"{0:.1f}\" y=\"{3}\" text-anchor=\"middle\">{4}</text>\n",
-        sx(v), kTop, kTop + ph, kTop + ph + 16, tick_label(v));
+        a.x(v), kTop, kTop + a.ph, kTop + a.ph + 16, tick_label(v));
     svg += fmt::format(
         "<line x1=\"{0}\" y1=\"{1:.1f}\" x2=\"{2}\" y2=\"{1:.1f}\" stroke=\"#ddd\"/>"
         "<text x=\"{3}\" y=\"{4:.1f}\" text-anchor=\"end\">{5}</text>\n",
-        kLeft, sy(v), kLeft + pw, kLeft - 6, sy(v) + 4, tick_label(v));
+        kLeft, a.y(v), kLeft + a.pw, kLeft - 6, a.y(v) + 4, tick_label(v));
   }
-  svg += fmt::format(
-      "<line x1=\"{:.1f}\" y1=\"{:.1f}\" x2=\"{:.1f}\" y2=\"{:.1f}\" stroke=\"#444\" "
-      "stroke-dasharray=\"5,4\"><title>identity</title></line>\n",
-      sx(std::pow(10.0, dlo)), sy(std::pow(10.0, dlo)), sx(std::pow(10.0, dhi)), sy(std::pow(10.0, dhi)));
+  const double lo = std::pow(10.0, a.dlo), hi = std::pow(10.0, a.dhi);
+  return svg + fmt::format(
+                   "<line x1=\"{:.1f}\" y1=\"{:.1f}\" x2=\"{:.1f}\" y2=\"{:.1f}\" stroke=\"#444\" "
+                   "stroke-dasharray=\"5,4\"><title>identity</title></line>\n",
+                   a.x(lo), a.y(lo), a.x(hi), a.y(hi));
+}
+
+// One colour per series: the points, then the legend.
+std::string points_and_legend(const std::vector<ScatterPoint>& pts, const LogAxes& a) {
   std::map<std::string, std::string> colour;
   for (const ScatterPoint& p : pts) {
     if (!colour.count(p.series)) colour[p.series] = kPalette[colour.size() % std::size(kPalette)];
   }
+  std::string svg;
   for (const ScatterPoint& p : pts) {
     svg += fmt::format(
         "<circle cx=\"{:.1f}\" cy=\"{:.1f}\" r=\"4\" fill=\"{}\" fill-opacity=\"0.8\">"
         "<title>{}: measured {:g}, predicted {:g}</title></circle>\n",
-        sx(p.x), sy(p.y), colour[p.series], escape(p.series), p.x, p.y);
+        a.x(p.x), a.y(p.y), colour[p.series], escape(p.series), p.x, p.y);
   }
   int row = 0;
   for (const auto& [series, c] : colour) {
     const int y = kTop + 10 + 18 * row++;
     svg += fmt::format("<circle cx=\"{}\" cy=\"{}\" r=\"5\" fill=\"{}\"/><text x=\"{}\" y=\"{}\">{}</text>\n",
-                       kW - kRight + 20, y, c, kW - kRight + 30, y + 4, escape(series));
+                       kScatterW - kRight + 20, y, c, kScatterW - kRight + 30, y + 4, escape(series));
   }
-  svg += fmt::format("<text x=\"{}\" y=\"{}\" text-anchor=\"middle\">{}</text>\n", kLeft + pw / 2, kH - 15,
+  return svg;
+}
+
+}  // namespace
+
+std::string loglog_scatter_svg(const std::vector<ScatterPoint>& points, const std::string& title,
+                               const std::string& x_label, const std::string& y_label) {
+  std::vector<ScatterPoint> pts;
+  for (const ScatterPoint& p : points) {
+    if (p.x > 0 && p.y > 0 && std::isfinite(p.x) && std::isfinite(p.y)) pts.push_back(p);
+  }
+  const size_t dropped = points.size() - pts.size();
+  const LogAxes a = axes_for(pts);
+  std::string svg = header(kScatterW, kScatterH, title);
+  if (dropped) {
+    svg += fmt::format(
+        "<text x=\"{}\" y=\"40\" text-anchor=\"middle\" fill=\"#666\">{} point(s) "
+        "without a positive value not shown</text>\n",
+        kScatterW / 2, dropped);
+  }
+  svg += grid(a) + points_and_legend(pts, a);
+  svg += fmt::format("<text x=\"{}\" y=\"{}\" text-anchor=\"middle\">{}</text>\n", kLeft + a.pw / 2, kScatterH - 15,
                      escape(x_label));
   svg += fmt::format("<text x=\"20\" y=\"{0}\" text-anchor=\"middle\" transform=\"rotate(-90 20 {0})\">{1}</text>\n",
-                     kTop + ph / 2, escape(y_label));
+                     kTop + a.ph / 2, escape(y_label));
   return svg + "</svg>\n";
 }
 
 std::string bar_chart_svg(const std::vector<Bar>& bars, const std::string& title, const std::string& unit) {
-  constexpr int kW = 720, kLeft = 140, kRight = 90, kTop = 45, kRow = 20;
-  const int h = kTop + kRow * int(std::max<size_t>(bars.size(), 1)) + 40;
+  constexpr int kW = 720, kBarLeft = 140, kBarRight = 90, kBarTop = 45, kRow = 20;
+  const int h = kBarTop + kRow * int(std::max<size_t>(bars.size(), 1)) + 40;
   double top = 0;
   for (const Bar& b : bars) top = std::max(top, b.value);
   if (!(top > 0)) top = 1;
-  const double pw = kW - kLeft - kRight;
+  const double pw = kW - kBarLeft - kBarRight;
   std::string svg = header(kW, h, title);
   int i = 0;
   for (const Bar& b : bars) {
-    const int y = kTop + kRow * i++;
+    const int y = kBarTop + kRow * i++;
     const double w = std::max(0.0, b.value) / top * pw;
     svg += fmt::format(
         "<text x=\"{}\" y=\"{}\" text-anchor=\"end\">{}</text>"
         "<rect x=\"{}\" y=\"{}\" width=\"{:.1f}\" height=\"{}\" fill=\"#1f77b4\"/>"
         "<text x=\"{:.1f}\" y=\"{}\">{:.4g} {}</text>\n",
-        kLeft - 6, y + 13, escape(b.label), kLeft, y + 2, w, kRow - 4, kLeft + w + 4, y + 13, b.value, escape(unit));
+        kBarLeft - 6, y + 13, escape(b.label), kBarLeft, y + 2, w, kRow - 4, kBarLeft + w + 4, y + 13, b.value,
+        escape(unit));
   }
   return svg + "</svg>\n";
 }

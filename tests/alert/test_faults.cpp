@@ -177,16 +177,10 @@ TEST_F(Faults, PastedInputTheJobNeverReadsStallsNothing) {
   auto e = env(1);
   e.erase("GPUALERT_SMTP_URL");
   int master = -1;
-  pid_t pid = forkpty(&master, nullptr, nullptr, nullptr);
-  ASSERT_GE(pid, 0);
-  if (pid == 0) {
-    for (const auto& [k, v] : e) setenv(k.c_str(), v.c_str(), 1);
-    execl(kGpualert.c_str(), kGpualert.c_str(), "--no-notify", "--timeout", "2", "--grace", "1", "--json-report",
-          (dir / "report.json").c_str(), "--", "/bin/sh", "-c", "echo ready; while :; do sleep 0.3; echo tick; done",
-          static_cast<char*>(nullptr));
-    _exit(127);
-  }
-  fcntl(master, F_SETFL, fcntl(master, F_GETFL) | O_NONBLOCK);
+  const pid_t pid = spawn_on_terminal(
+      {kGpualert, "--no-notify", "--timeout", "2", "--grace", "1", "--json-report", (dir / "report.json").string(),
+       "--", "/bin/sh", "-c", "echo ready; while :; do sleep 0.3; echo tick; done"},
+      e, &master);
   std::string out, paste(64 * 1024, 'x');
   size_t pasted = 0;
   auto t0 = std::chrono::steady_clock::now();

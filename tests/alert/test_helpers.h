@@ -13,6 +13,7 @@
 
 #include <chrono>
 #include <cstdio>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <map>
@@ -23,6 +24,8 @@
 #include <thread>
 #include <vector>
 
+#include "common/process.h"
+
 extern char** environ;
 
 namespace alert_test {
@@ -30,6 +33,7 @@ namespace alert_test {
 namespace fs = std::filesystem;
 
 inline const std::string kGpualert = std::string(MEGANEURA_BINARY_DIR) + "/bin/gpualert";
+inline const std::string kGpualertSend = std::string(MEGANEURA_BINARY_DIR) + "/bin/gpualert-send";
 inline const std::string kTestDir = std::string(MEGANEURA_SOURCE_DIR) + "/tests/alert";
 inline const std::string kPython = "/usr/bin/python3";
 
@@ -55,11 +59,7 @@ inline RunSpec command(std::vector<std::string> argv, std::map<std::string, std:
   return s;
 }
 
-inline int shell_status(int wstatus) {
-  if (WIFEXITED(wstatus)) return WEXITSTATUS(wstatus);
-  if (WIFSIGNALED(wstatus)) return 128 + WTERMSIG(wstatus);
-  return -1;
-}
+using meganeura::common::shell_status;
 
 inline std::vector<std::string> make_env(const std::map<std::string, std::string>& extra) {
   std::vector<std::string> out;
@@ -72,81 +72,41 @@ inline std::vector<std::string> make_env(const std::map<std::string, std::string
   return out;
 }
 
-// Starts a process with pipes; used by run() and by tests that signal the process.
+// Starts a process with pipes (common::spawn_piped, the project's one way to start a
+// program); used by run() and by tests that signal the process.
 struct Child {
   pid_t pid = -1;
   int in = -1, out = -1, err = -1;
 };
 
 inline Child spawn(const RunSpec& spec) {
-  int pin[2], pout[2], perr[2];
-  if (pipe(pin) || pipe(pout) || pipe(perr)) throw std::runtime_error("pipe");
-  auto envs = make_env(spec.env);
-  std::vector<char*> argv, envp;
-  std::vector<std::string> args = spec.argv;
-  for (auto& a : args) argv.push_back(a.data());
-  argv.push_back(nullptr);
-  for (auto& e : envs) envp.push_back(e.data());
-  envp.push_back(nullptr);
-  pid_t pid = fork();
-  if (pid == 0) {
-    dup2(pin[0], 0);
-    dup2(pout[1], 1);
-    dup2(perr[1], 2);
-    for (int fd : {pin[0], pin[1], pout[0], pout[1], perr[0], perr[1]}) close(fd);
-    if (!spec.cwd.empty() && chdir(spec.cwd.c_str()) != 0) _exit(126);
-    execve(argv[0], argv.data(), envp.data());
-    _exit(127);
-  }
-  close(pin[0]);
-  close(pout[1]);
-  close(perr[1]);
-  return {pid, pin[1], pout[0], perr[0]};
+  meganeura::common::Piped p;
+  const int e = meganeura::common::spawn_piped({.argv = spec.argv, .env = make_env(spec.env), .cwd = spec.cwd}, &p);
+  if (e != 0) throw std::runtime_error("cannot start '" + spec.argv.at(0) + "': " + std::strerror(e));
+  return {p.pid, p.in, p.out, p.err};
 }
 
+// Writes `input`, collects the output until the process ends (status -2 when it had to be
+// killed after `timeout_s`).
 inline RunResult finish(Child c, const std::string& input, double timeout_s) {
-  auto t0 = std::chrono::steady_clock::now();
+  const auto t0 = std::chrono::steady_clock::now();
+  const auto done = meganeura::common::collect({c.pid, c.in, c.out, c.err}, input, timeout_s);
   RunResult r;
-  if (!input.empty()) {
-    signal(SIGPIPE, SIG_IGN);
-    [[maybe_unused]] auto n = write(c.in, input.data(), input.size());
-  }
-  close(c.in);
-  bool out_open = true, err_open = true;
-  char buf[65536];
-  int wstatus = 0;
-  bool reaped = false;
-  while (out_open || err_open || !reaped) {
-    double elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-    if (elapsed > timeout_s) {
-      kill(c.pid, SIGKILL);
-      waitpid(c.pid, &wstatus, 0);
-      r.status = -2;
-      r.err += "\n[test harness: killed after timeout]";
-      break;
-    }
-    if (!reaped && waitpid(c.pid, &wstatus, WNOHANG) == c.pid) reaped = true;
-    if (!out_open && !err_open) {
-      std::this_thread::sleep_for(std::chrono::milliseconds(2));
-      continue;
-    }
-    pollfd fds[2] = {{out_open ? c.out : -1, POLLIN, 0}, {err_open ? c.err : -1, POLLIN, 0}};
-    poll(fds, 2, 20);
-    for (int i = 0; i < 2; ++i) {
-      if (fds[i].revents == 0) continue;
-      ssize_t n = read(fds[i].fd, buf, sizeof buf);
-      if (n <= 0) {
-        (i == 0 ? out_open : err_open) = false;
-      } else {
-        (i == 0 ? r.out : r.err).append(buf, static_cast<size_t>(n));
-      }
-    }
-  }
-  close(c.out);
-  close(c.err);
-  if (r.status != -2) r.status = shell_status(wstatus);
+  r.status = done.timed_out ? -2 : done.status;
+  r.out = done.out;
+  r.err = done.err + (done.timed_out ? "\n[test harness: killed after timeout]" : "");
   r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   return r;
+}
+
+// Starts a program on a fresh pseudo-terminal of its own (see common::spawn_on_terminal);
+// returns its pid and the terminal's master side in *master.
+inline pid_t spawn_on_terminal(const std::vector<std::string>& argv, const std::map<std::string, std::string>& env,
+                               int* master) {
+  pid_t pid = -1;
+  const int e = meganeura::common::spawn_on_terminal({.argv = argv, .env = make_env(env)}, &pid, master);
+  if (e != 0) throw std::runtime_error("cannot start '" + argv.at(0) + "': " + std::strerror(e));
+  return pid;
 }
 
 inline RunResult run(const RunSpec& spec) { return finish(spawn(spec), spec.input, spec.timeout_s); }

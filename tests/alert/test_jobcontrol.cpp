@@ -57,14 +57,22 @@ std::vector<std::string> gpualert_argv(const TempDir& dir, const std::string& sc
   return {kGpualert, "--no-notify", "--json-report", (dir / "r.json").string(), "--", "/bin/sh", "-c", script};
 }
 
-[[noreturn]] void exec_argv(const std::vector<std::string>& args, const TempDir& dir) {
-  setenv("XDG_STATE_HOME", (dir / "state").c_str(), 1);
-  std::vector<char*> argv;
-  for (const auto& a : args) argv.push_back(const_cast<char*>(a.c_str()));
-  argv.push_back(nullptr);
-  execv(argv[0], argv.data());
-  _exit(127);
+std::map<std::string, std::string> state_env(const TempDir& dir) {
+  return {{"XDG_STATE_HOME", (dir / "state").string()}};
 }
+
+// Plays an interactive shell: it leads the terminal's session (so its group is the
+// foreground one), starts the command in a process group of its own (in the background, as
+// '&' does) and exits 99 when the command stops instead of ending, else with its status.
+const char* kShell = R"(
+import os, subprocess, sys
+p = subprocess.Popen(sys.argv[1:], process_group=0)
+_, st = os.waitpid(p.pid, os.WUNTRACED)
+if os.WIFSTOPPED(st):
+    os.kill(p.pid, 9)
+    sys.exit(99)
+sys.exit(os.WEXITSTATUS(st) if os.WIFEXITED(st) else 98)
+)";
 
 }  // namespace
 
@@ -72,19 +80,9 @@ std::vector<std::string> gpualert_argv(const TempDir& dir, const std::string& sc
 // (fg) continues both, and the job then reads what is typed.
 TEST(JobControl, CtrlZStopsTheJobAndContinueResumesIt) {
   TempDir dir;
-  int master = -1, slave = -1;
-  ASSERT_EQ(openpty(&master, &slave, nullptr, nullptr, nullptr), 0);
+  int master = -1;
   auto args = gpualert_argv(dir, "echo $$ > " + (dir / "job.pid").string() + "; read line; echo got:$line");
-  pid_t g = fork();
-  if (g == 0) {
-    setsid();
-    ioctl(slave, TIOCSCTTY, 0);
-    dup2(slave, 0), dup2(slave, 1), dup2(slave, 2);
-    close(master), close(slave);
-    exec_argv(args, dir);
-  }
-  close(slave);
-  fcntl(master, F_SETFL, O_NONBLOCK);
+  const pid_t g = spawn_on_terminal(args, state_env(dir), &master);
   std::string out;
   pid_t job = read_pid(dir / "job.pid");
   ASSERT_GT(job, 0);
@@ -138,33 +136,10 @@ TEST(JobControl, SigtstpWithoutTerminalStopsTheJob) {
 // It must run to its end, not stop with SIGTTOU on touching the terminal.
 TEST(JobControl, BackgroundStartRunsToTheEnd) {
   TempDir dir;
-  int master = -1, slave = -1;
-  ASSERT_EQ(openpty(&master, &slave, nullptr, nullptr, nullptr), 0);
+  int master = -1;
   auto args = gpualert_argv(dir, "echo background-done");
-  pid_t shell = fork();
-  if (shell == 0) {
-    // Plays the interactive shell: owns the terminal, starts gpualert in a group of its own.
-    setsid();
-    ioctl(slave, TIOCSCTTY, 0);
-    pid_t g = fork();
-    if (g == 0) {
-      setpgid(0, 0);
-      dup2(slave, 0), dup2(slave, 1), dup2(slave, 2);
-      close(master), close(slave);
-      exec_argv(args, dir);
-    }
-    setpgid(g, g);
-    int st = 0;
-    while (waitpid(g, &st, WUNTRACED) < 0 && errno == EINTR) {
-    }
-    if (WIFSTOPPED(st)) {
-      kill(g, SIGKILL);
-      _exit(99);
-    }
-    _exit(WIFEXITED(st) ? WEXITSTATUS(st) : 98);
-  }
-  close(slave);
-  fcntl(master, F_SETFL, O_NONBLOCK);
+  args.insert(args.begin(), {kPython, "-c", kShell});
+  const pid_t shell = spawn_on_terminal(args, state_env(dir), &master);
   std::string out;
   int st = -1;
   bool done = wait_for(

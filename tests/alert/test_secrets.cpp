@@ -208,9 +208,9 @@ TEST_F(Secrets, RedactMasksEverythingSent) {
   EXPECT_NE(read_file(dir / "got/notes.txt").find("[redacted]"), std::string::npos);
   // Kept locally.
   EXPECT_NE(all_files(dir / "state/gpualert/jobs").find("hf_AbC123xyz"), std::string::npos);
-  // A bad pattern is named and the job does not start.
+  // A bad pattern is a usage error: named, and the job does not start.
   r = job(env(smtp.port()), {"--redact", "(unclosed"}, {"/bin/sh", "-c", "touch ran"});
-  EXPECT_EQ(r.status, 125);
+  EXPECT_EQ(r.status, 2);
   EXPECT_NE(r.err.find("(unclosed"), std::string::npos) << r.err;
   EXPECT_FALSE(fs::exists(dir / "ran"));
 }

@@ -333,12 +333,6 @@ TEST(Supervisor, SlurmVariablesEnrichTheReport) {
 
 TEST(Supervisor, BadFlagsAreOneLineErrors) {
   Job job;
-  auto r0 = run(job.spec({"--timeout", "0"}, {"/bin/true"}));
-  EXPECT_EQ(r0.status, 125);
-  EXPECT_NE(r0.err.find("--timeout must be positive"), std::string::npos) << r0.err;
-  auto r = run(job.spec({"--timeout", "5 parsecs"}, {"/bin/true"}));
-  EXPECT_EQ(r.status, 125);
-  EXPECT_NE(r.err.find("invalid duration"), std::string::npos) << r.err;
   auto r2 = run(command({kGpualert, "--no-notify"}, job.env()));
   EXPECT_EQ(r2.status, 2);
   EXPECT_NE(r2.err.find("no command given"), std::string::npos) << r2.err;
@@ -351,6 +345,22 @@ TEST(Supervisor, BadFlagsAreOneLineErrors) {
       {{kGpualert, "classify", "x.log", "--exit-status", "1", "--signal", "9"}, "not both"},
       {{kGpualert, "classify", "x.log", "--exit-status", "one"}, "'one' is not a number"},
       {{kGpualert, "outbox", "send"}, "unknown action 'send'"},
+      // Bad option values are usage errors too, named, before any config is read.
+      {{kGpualert, "--timeout", "0", "/bin/true"}, "--timeout must be positive"},
+      {{kGpualert, "--timeout", "5 parsecs", "/bin/true"}, "--timeout: invalid duration"},
+      {{kGpualert, "--hang-after", "nan", "/bin/true"}, "--hang-after: invalid duration 'nan'"},
+      {{kGpualert, "--grace", "-1", "/bin/true"}, "--grace: invalid duration '-1'"},
+      {{kGpualert, "--notify-timeout", "0", "/bin/true"}, "--notify-timeout must be positive"},
+      {{kGpualert, "--kill-on-hang", "/bin/true"}, "--kill-on-hang needs --hang-after"},
+      {{kGpualert, "--redact", "(", "/bin/true"}, "--redact: bad pattern '('"},
+      {{kGpualert, "--smtp-url", "http://relay", "/bin/true"}, "--smtp-url must start with smtp://"},
+      {{kGpualert, "classify", kTestDir + "/test_supervisor.cpp", "--signal", "SIGBOGUS"},
+       "unknown signal 'SIGBOGUS' (--signal)"},
+      {{kGpualert, "outbox", "flush", "--timeout", "inf"}, "--timeout: 'inf' is not a number"},
+      {{kGpualert, "outbox", "flush", "--timeout", "-1"}, "--timeout must be a positive number"},
+      {{kGpualert, "eval", ".", "--split", "test"}, "--split must be train, tune or heldout"},
+      {{kGpualert, "eval", ".", "--min-accuracy", "95"}, "must be from 0 to 1"},
+      {{kGpualertSend, "--timeout", "0"}, "--timeout must be a positive number"},
   };
   for (const auto& [argv, message] : cases) {
     auto e = run(command(argv, job.env()));
@@ -358,6 +368,13 @@ TEST(Supervisor, BadFlagsAreOneLineErrors) {
     EXPECT_NE(e.err.find(message), std::string::npos) << e.err;
     EXPECT_EQ(std::count(e.err.begin(), e.err.end(), '\n'), 1) << e.err;
   }
+  // A config that cannot be used is not a usage error: 125, naming the key, nothing run.
+  fs::create_directories(job.dir / "config/gpualert");
+  write_file(job.dir / "config/gpualert/config.toml", "[run]\ngrace = nan\n");
+  auto c = run(job.spec({"--no-notify"}, {"/bin/sh", "-c", "touch ran"}));
+  EXPECT_EQ(c.status, 125);
+  EXPECT_NE(c.err.find("run.grace: expected a duration from 0 to"), std::string::npos) << c.err;
+  EXPECT_FALSE(fs::exists(job.dir / "ran"));
 }
 
 TEST(Supervisor, OptionFormsAndCommandWithoutDoubleDash) {
@@ -414,18 +431,12 @@ TEST(Supervisor, SigintAndSigusr1AreForwardedToTheJob) {
 TEST(Supervisor, InteractiveTerminalInputAndCtrlC) {
   Job job;
   int master = -1;
-  pid_t pid = forkpty(&master, nullptr, nullptr, nullptr);
-  ASSERT_GE(pid, 0);
-  if (pid == 0) {
-    for (const auto& [k, v] : job.env()) setenv(k.c_str(), v.c_str(), 1);
-    execl(kGpualert.c_str(), kGpualert.c_str(), "--no-notify", "--json-report", (job.dir / "report.json").c_str(), "--",
-          kPython.c_str(), "-c",
-          "import sys, time\nname = input('name? ')\n"
-          "try:\n    print('hello', name, flush=True)\n    time.sleep(60)\n"
-          "except KeyboardInterrupt:\n    print('interrupted cleanly', flush=True)\n",
-          static_cast<char*>(nullptr));
-    _exit(127);
-  }
+  const pid_t pid = spawn_on_terminal(
+      {kGpualert, "--no-notify", "--json-report", (job.dir / "report.json").string(), "--", kPython, "-c",
+       "import sys, time\nname = input('name? ')\n"
+       "try:\n    print('hello', name, flush=True)\n    time.sleep(60)\n"
+       "except KeyboardInterrupt:\n    print('interrupted cleanly', flush=True)\n"},
+      job.env(), &master);
   std::string out;
   auto wait_for = [&](const std::string& what) {
     char buf[512];

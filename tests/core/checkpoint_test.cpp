@@ -42,10 +42,10 @@ void train(Trainer& t, int steps) {
 
 TEST(Checkpoint, RoundTripsBitExactlyThroughASession) {
   OptimizerConfig o;
-  Trainer a(loss_fn, o, SessionOptions{Device::cpu, false, 1, 0});
+  Trainer a(loss_fn, o, SessionOptions{.device = Device::cpu, .seed = 1});
   train(a, 3);
   save_checkpoint(a.session(), tmp("a.safetensors"), {{"graph_hash", "1"}});
-  Trainer b(loss_fn, o, SessionOptions{Device::cpu, false, 99, 0});  // other initial values
+  Trainer b(loss_fn, o, SessionOptions{.device = Device::cpu, .seed = 99});  // other initial values
   load_checkpoint(b.session(), tmp("a.safetensors"));
   save_checkpoint(b.session(), tmp("b.safetensors"), {{"graph_hash", "1"}});
   EXPECT_EQ(bytes_of(tmp("a.safetensors")), bytes_of(tmp("b.safetensors")));

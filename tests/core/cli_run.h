@@ -1,10 +1,7 @@
 // Runs the built `meganeura` binary with arguments and captures its status, stdout and stderr.
 #pragma once
-#include <sys/wait.h>
 #include <unistd.h>
 
-#include <array>
-#include <cstdio>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
@@ -12,7 +9,11 @@
 #include <nlohmann/json.hpp>
 #include <string>
 
+#include "common/process.h"
+
 namespace cli_run {
+
+inline constexpr double kTimeoutS = 600;  // ctest's limit for a test
 
 struct Result {
   int status = -1;
@@ -36,16 +37,15 @@ inline std::string command() {
 
 // `env`: assignments put before the command (VAR=value ...).
 inline Result run(const std::string& args, const std::filesystem::path& dir, const std::string& env = "") {
+  std::filesystem::create_directories(dir);  // a test may have removed the shared folder
   const std::filesystem::path err = dir / "stderr.txt";
   const std::string cmd = env + " " + command() + " " + args + " 2>" + err.string();
   Result r;
-  FILE* p = ::popen(cmd.c_str(), "r");
-  if (!p) return r;
-  std::array<char, 4096> buf{};
-  size_t n;
-  while ((n = std::fread(buf.data(), 1, buf.size(), p)) > 0) r.out.append(buf.data(), n);
-  int st = ::pclose(p);
-  r.status = WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+  // Through the project's one spawn helper: default signal dispositions and an empty mask
+  // whatever the test runner set; the shell reports a signal death as 128 + n.
+  auto done = meganeura::common::run({.argv = {"/bin/sh", "-c", cmd}}, "", kTimeoutS);
+  r.out = std::move(done.out);
+  r.status = done.status;
   std::ifstream f(err);
   r.err.assign(std::istreambuf_iterator<char>(f), {});
   return r;

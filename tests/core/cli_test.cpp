@@ -235,4 +235,22 @@ TEST(Cli, BadArgumentsAreRejected) {
   EXPECT_NE(v.err.find("Vulkan"), std::string::npos) << v.err;
 }
 
+// Usage errors exit 2 (as gpualert's do) with the option named: no value is silently replaced
+// by a default (before, `--lr nan` trained at the default rate).
+TEST(Cli, UsageErrorsExitTwoNamingTheOption) {
+  for (const char* lr : {"nan", "NaN", "inf", "-inf", "-0.1", "0", "1e999", "fast"}) {
+    Result r = run(std::string("train --model mlp --steps 2 --lr ") + lr);
+    EXPECT_EQ(r.status, 2) << lr << ": " << r.err;
+    EXPECT_NE(r.err.find("--lr"), std::string::npos) << r.err;
+  }
+  for (const char* args : {"train --model resnet", "train --model mlp --steps -3", "train --no-such-option",
+                           "infer --model mlp", "program --width 0", "profile --layers -1", "no-such-command"}) {
+    Result r = run(args);
+    EXPECT_EQ(r.status, 2) << args << ": " << r.err;
+  }
+  EXPECT_EQ(run("--help").status, 0);
+  Result ok = run("train --model mlp --steps 2 --lr 0.05 --json");
+  ASSERT_EQ(ok.status, 0) << ok.err;
+}
+
 }  // namespace

@@ -10,6 +10,7 @@
 #include <random>
 
 #include "forward_harness.h"
+#include "graph/internal.h"
 #include "meganeura/passes.h"
 #include "meganeura/session.h"
 

@@ -13,6 +13,7 @@
 
 #include "backend/cpu/gemm.h"
 #include "backend/cpu/parallel.h"
+#include "graph/internal.h"
 #include "meganeura/session.h"
 
 namespace meganeura {

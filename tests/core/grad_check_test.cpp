@@ -60,8 +60,8 @@ Result check(const Case& k) {
   auto grads = grad(loss, params);
   for (size_t i = 0; i < params.size(); ++i) g.output("grad." + g.node(params[i].id).name, grads[i]);
 
-  Session oracle(SessionOptions{Device::cpu, true, 1, 0});
-  Session strict(SessionOptions{Device::cpu, false, 1, 0});
+  Session oracle(SessionOptions{.device = Device::cpu, .f64_oracle = true, .seed = 1});
+  Session strict(SessionOptions{.device = Device::cpu, .seed = 1});
   oracle.add(g);
   strict.add(g);
   std::mt19937 rng(11);

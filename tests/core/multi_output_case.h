@@ -3,6 +3,7 @@
 
 #include <vector>
 
+#include "graph/internal.h"
 #include "meganeura/graph.h"
 
 namespace meganeura::multi_output_case {
@@ -34,9 +35,9 @@ inline Built three_output_graph(bool consume, bool output_u = true) {
   FusedAttrs f;
   f.code = three_outputs();
   const TensorType t{DType::f32, {3, 5}};
-  Tensor y = g.add_node(Op::fused_elementwise, f, {a.id, bb.id, c.id}, t);
-  Tensor u = g.add_node(Op::fused_output, AxisAttrs{1}, {y.id}, t);
-  Tensor w = g.add_node(Op::fused_output, AxisAttrs{2}, {y.id}, t);
+  Tensor y = graph_internal::add_node(g, Op::fused_elementwise, f, {a.id, bb.id, c.id}, t);
+  Tensor u = graph_internal::add_node(g, Op::fused_output, AxisAttrs{1}, {y.id}, t);
+  Tensor w = graph_internal::add_node(g, Op::fused_output, AxisAttrs{2}, {y.id}, t);
   g.output("y", y);
   if (output_u) g.output("u", u);
   g.output("w", w);

@@ -192,7 +192,7 @@ TEST(MultiOutput, StatesAreWrittenInPlaceOrThroughACopy) {
     }
     // both ways compute what the unfused graph computes, over three steps (values checked
     // against a double recurrence computed here)
-    Session s(SessionOptions{Device::cpu, true, 1, 0});
+    Session s(SessionOptions{.device = Device::cpu, .f64_oracle = true, .seed = 1});
     s.add(p);
     std::vector<double> x = values(8, 0.7), s1(8, 0.25), s2(8, -0.5), s3(8, 0.0);
     for (int step = 0; step < 3; ++step) {

@@ -12,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "graph/internal.h"
 #include "graph/op_table.h"
 #include "meganeura/graph.h"
 

@@ -78,7 +78,7 @@ Vec ours(const OptimizerConfig& c, const Vec& p0, int64_t micro_steps) {
         Tensor w = g.input("w", {kN});
         return sum(w * p) + sum(p * p) * 0.5;
       },
-      c, SessionOptions{Device::cpu, true, 0, 0});
+      c, SessionOptions{.device = Device::cpu, .f64_oracle = true});
   t.session().set("p", std::span<const double>(p0));
   for (int64_t s = 0; s < micro_steps; ++s) {
     Vec w = inputs_for(s);

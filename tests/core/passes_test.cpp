@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "graph/internal.h"
 #include "graph/op_table.h"
 #include "meganeura/models.h"
 #include "meganeura/schedule.h"
@@ -361,7 +362,8 @@ TEST(Schedule, BroadcastThatCannotBeCollapsedIsAnError) {
   f.code = {{FusedInstr::input, Op::copy, 0, 0, 0},
             {FusedInstr::input, Op::copy, 1, 0, 0},
             {FusedInstr::binary, Op::add, 0, 0, 0}};
-  g.output("y", g.add_node(Op::fused_elementwise, f, {a.id, b.id}, TensorType{DType::f32, {2, 2, 2, 2, 2, 2, 2}}));
+  g.output("y", graph_internal::add_node(g, Op::fused_elementwise, f, {a.id, b.id},
+                                         TensorType{DType::f32, {2, 2, 2, 2, 2, 2, 2}}));
   try {
     lower(plan(g));
     FAIL() << "expected an error";

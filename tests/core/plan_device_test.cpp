@@ -30,7 +30,7 @@ std::string error_of(const std::function<void()>& f) {
 
 // Runs one training step with fixed data and returns the loss and every parameter.
 std::map<std::string, std::vector<float>> one_step(Program p) {
-  Session s(SessionOptions{Device::cpu, false, 3, 0});
+  Session s(SessionOptions{.device = Device::cpu, .seed = 3});
   s.add(std::move(p));
   std::vector<int32_t> ids(4 * 64), targets(4 * 64);
   for (size_t i = 0; i < ids.size(); ++i) {

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "backend/cpu/kernels.h"
+#include "graph/internal.h"
 
 namespace meganeura {
 namespace {

@@ -75,7 +75,7 @@ TEST(SessionInit, MatchesTheSerialStreamBitForBitAtAnyThreadCount) {
   for (int threads : {1, 2, 3}) {
     Graph g;
     build(g);
-    Session s(SessionOptions{Device::cpu, false, seed, threads});
+    Session s(SessionOptions{.device = Device::cpu, .seed = seed, .threads = threads});
     s.add(g);
     for (const auto& b : bufs) {
       const std::vector<double> want = expected(b.name, seed, b.init, b.n);
@@ -91,7 +91,7 @@ TEST(SessionInit, MatchesTheSerialStreamBitForBitAtAnyThreadCount) {
 TEST(SessionInit, OracleKeepsTheDoubles) {
   Graph g;
   build(g);
-  Session s(SessionOptions{Device::cpu, true, 11, 2});
+  Session s(SessionOptions{.device = Device::cpu, .f64_oracle = true, .seed = 11, .threads = 2});
   s.add(g);
   const std::vector<double> want = expected("layer.w", 11, Init{Init::normal, 0.02}, kN);
   const std::vector<double> got = s.get_f64("layer.w");
@@ -104,7 +104,7 @@ TEST(SessionInit, OracleKeepsTheDoubles) {
 TEST(SessionInit, AWriteBeforeTheFirstRunIsKept) {
   Graph g;
   build(g);
-  Session s(SessionOptions{Device::cpu, false, 3, 0});
+  Session s(SessionOptions{.device = Device::cpu, .seed = 3});
   s.add(g);
   std::vector<float> w(kN, 0.5f), x(kN, 1.0f);
   s.set("layer.w", std::span<const float>(w));

@@ -8,8 +8,8 @@
 #include <cstring>
 
 #include "backend/vulkan/loader.h"
-#include "backend/vulkan/vulkan_backend.h"
 #include "meganeura/program.h"
+#include "meganeura/vulkan.h"
 #include "vulkan_test_util.h"
 
 namespace meganeura {

@@ -19,6 +19,7 @@
 #include <random>
 #include <string>
 
+#include "graph/internal.h"
 #include "meganeura/autodiff.h"
 #include "meganeura/passes.h"
 #include "runtime/init.h"
@@ -103,7 +104,7 @@ TEST_P(VulkanAttention, MatchesF64Oracle) {
   MEGANEURA_REQUIRE_VULKAN();
   const AttentionCase& c = GetParam();
   Graph g = attention_graph(c);
-  Session oracle(SessionOptions{Device::cpu, true, 1, 0});
+  Session oracle(SessionOptions{.device = Device::cpu, .f64_oracle = true, .seed = 1});
   testing_vulkan::add_f64_oracle(oracle, g);
   for (auto& [name, x] : inputs(g)) oracle.set(name, std::span<const double>(x));
   oracle.run();

@@ -8,8 +8,8 @@
 #include <fstream>
 #include <iterator>
 
-#include "backend/vulkan/vulkan_backend.h"
 #include "graph/op_table.h"
+#include "meganeura/vulkan.h"
 #include "vulkan_test_util.h"
 
 namespace meganeura {

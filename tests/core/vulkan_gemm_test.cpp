@@ -20,6 +20,7 @@
 #include <vector>
 
 #include "backend/vulkan/lowering.h"
+#include "graph/internal.h"
 #include "graph/op_table.h"
 #include "meganeura/autodiff.h"
 #include "meganeura/passes.h"

@@ -23,6 +23,7 @@
 #include <random>
 #include <string>
 
+#include "graph/internal.h"
 #include "meganeura/autodiff.h"
 #include "vulkan_test_util.h"
 
@@ -41,7 +42,7 @@ std::vector<double> randn(int64_t n, uint64_t seed) {
 void compare_with_oracle(const Graph& g, const std::map<std::string, std::vector<double>>& floats,
                          const std::map<std::string, std::vector<int32_t>>& ints,
                          const std::vector<std::string>& outputs, double tol) {
-  Session oracle(SessionOptions{Device::cpu, true, 1, 0});
+  Session oracle(SessionOptions{.device = Device::cpu, .f64_oracle = true, .seed = 1});
   testing_vulkan::add_f64_oracle(oracle, g);
   Session gpu(testing_vulkan::vulkan_options());
   gpu.add(g);

@@ -78,7 +78,7 @@ TEST(VulkanLarge, TrainingStepAboveTwoGigabytesMatchesTheCpu) {
     EXPECT_GT(p.arena_buffers.size(), 1u) << "the arena was not split";
   }
 
-  Trainer cpu(wide_chargpt_loss, sgd(), SessionOptions{Device::cpu, false, 3, 0});
+  Trainer cpu(wide_chargpt_loss, sgd(), SessionOptions{.device = Device::cpu, .seed = 3});
   const char* names[] = {"tok_embedding", "layers.0.wq", "layers.15.w_down", "layers.15.ffn_norm"};
   std::vector<std::vector<double>> before;
   for (const char* name : names) before.push_back(cpu.session().get_f64(name));

@@ -17,6 +17,7 @@
 #include <random>
 #include <set>
 
+#include "graph/internal.h"
 #include "meganeura/autodiff.h"
 #include "meganeura/models.h"
 #include "meganeura/passes.h"
@@ -68,7 +69,7 @@ TEST_P(VulkanOp, MatchesF64Oracle) {
   std::vector<Tensor> params;
   for (NodeId id : g.parameters()) params.push_back(g.tensor(id));
 
-  Session oracle(SessionOptions{Device::cpu, true, 1, 0});
+  Session oracle(SessionOptions{.device = Device::cpu, .f64_oracle = true, .seed = 1});
   PlanOptions f64;
   f64.float_dtype = DType::f64;
   oracle.add(plan(g, f64));
@@ -170,7 +171,7 @@ TEST(VulkanMatmul, RaggedTilesTransposesAndBatches) {
       Tensor b3 = g.input("b3", tb ? Shape{B, N, K} : Shape{B, K, N});
       g.output("c", matmul(a, b, ta, tb));
       g.output("c3", matmul(a, b3, ta, tb));
-      Session oracle(SessionOptions{Device::cpu, true, 1, 0});
+      Session oracle(SessionOptions{.device = Device::cpu, .f64_oracle = true, .seed = 1});
       Session gpu(vulkan_options());
       oracle.add(g);
       gpu.add(g);
@@ -216,7 +217,7 @@ TEST(VulkanSession, RunsTheRewritePassesItHasKernelsFor) {
   Tensor x = g.input("x", {4, 8});
   Tensor w = g.parameter("w", {8}, Init{Init::normal, 1});
   g.output("y", rms_norm(x, w) * 2.0 + 1.0);
-  Session cpu(SessionOptions{Device::cpu, false, 1, 0});
+  Session cpu(SessionOptions{.device = Device::cpu, .seed = 1});
   Session gpu(vulkan_options(1));
   cpu.add(g);
   gpu.add(g);
@@ -260,7 +261,7 @@ TEST(VulkanMultiOutput, OptimizerStepsMatchOracle) {
         },
         o);
     const std::string what = kind == OptimizerConfig::Kind::sgd ? "sgd momentum" : "adamw";
-    Session oracle(SessionOptions{Device::cpu, true, 1, 0});
+    Session oracle(SessionOptions{.device = Device::cpu, .f64_oracle = true, .seed = 1});
     PlanOptions f64;
     f64.float_dtype = DType::f64;
     oracle.add(plan(g, f64));

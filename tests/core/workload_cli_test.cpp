@@ -32,7 +32,7 @@ TEST(WorkloadCli, ModelsJsonListsPublishedCounts) {
   Result r = run("models --json");
   ASSERT_EQ(r.status, 0) << r.err;
   auto j = nlohmann::json::parse(r.out);
-  // BENCH.md's parameter counts; 0.5% is the agreed tolerance.
+  // The model cards' parameter counts; 0.5% is the agreed tolerance.
   const std::map<std::string, double> published = {
       {"smollm2", 134.5e6}, {"smolvla", 99.85e6}, {"unet", 10.93e6}, {"resnet50", 25.53e6}, {"whisper", 8.21e6}};
   ASSERT_EQ(j.size(), published.size());

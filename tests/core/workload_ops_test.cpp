@@ -9,6 +9,7 @@
 #include <random>
 
 #include "forward_harness.h"
+#include "graph/internal.h"
 #include "graph/op_table.h"
 #include "meganeura/autodiff.h"
 #include "meganeura/session.h"

@@ -20,7 +20,7 @@ namespace meganeura {
 namespace {
 namespace fs = std::filesystem;
 
-// Published parameter counts (BENCH.md / the model cards); 0.5% is the agreed tolerance.
+// Published parameter counts (the model cards); 0.5% is the agreed tolerance.
 TEST(Workloads, FullScaleParameterCountsMatchThePublishedModels) {
   const std::map<std::string, double> published = {
       {"smollm2", 134.5e6}, {"smolvla", 99.85e6}, {"unet", 10.93e6}, {"resnet50", 25.53e6}, {"whisper", 8.21e6}};
@@ -185,7 +185,7 @@ TEST(Workloads, CiScaleForwardAndBackwardAreFinite) {
     for (NodeId id : g.parameters()) ps.push_back(g.tensor(id));
     auto gs = grad(w.loss, ps);
     for (size_t i = 0; i < ps.size(); ++i) g.output("grad." + g.node(ps[i].id).name, gs[i]);
-    Session s(SessionOptions{Device::cpu, false, 3, 0});
+    Session s(SessionOptions{.device = Device::cpu, .seed = 3});
     s.add(g);
     auto v = models::synthetic_inputs(w, info.id, 5);
     for (auto& [n, x] : v.floats) s.set(n, std::span<const double>(x));

@@ -39,7 +39,7 @@ TEST(Workspace, KernelsDoNotAllocateTheirScratch) {
     bool fused_reduce = false;
     for (const Dispatch& d : p.dispatches) fused_reduce |= d.op == Op::fused_reduce;
     EXPECT_TRUE(fused_reduce);
-    Session session(SessionOptions{Device::cpu, f64, 3, 2});
+    Session session(SessionOptions{.device = Device::cpu, .f64_oracle = f64, .seed = 3, .threads = 2});
     session.add(p);
     session.run();  // first run: anything lazily created is created now
     io::testing::reset_largest_allocation();

@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <fstream>
 #include <random>
 #include <sstream>
 #include <stdexcept>
@@ -55,6 +56,7 @@ std::vector<RunRecord> synthetic_runs(std::mt19937& rng) {
           r.hidden = hidden;
           r.heads = hidden / 64;
           r.batch = batch;
+          r.grad_accum = batch == 16 ? 1 : 4;  // separates per-tensor optimizer from per-launch costs
           r.seq = 128;
           r.vocab = 30522;
           r.tokens = tok(rng);
@@ -105,10 +107,11 @@ TEST(FitReference, SingleGpuDataFixesTheParallelTermsAtZero) {
 
 // The coefficients runs are generated from, away from the defaults and inside their bounds.
 PhysicalParams synthetic_truth() {
-  PhysicalParams t = PhysicalParams::from_table(table());
+  PhysicalParams t = table().params();
   t.startup_s = 25;
   t.step_overhead_s = 3e-3;
   t.dispatch_overhead_s = 35e-6;
+  t.optimizer_tensor_s = 250e-6;
   t.compute_efficiency = 0.3;
   t.memory_efficiency = 0.6;
   t.link_efficiency = 0.4;
@@ -149,6 +152,7 @@ TEST(FitPhysical, RecoversKnownTimeAndPowerCoefficients) {
   EXPECT_NEAR(p.step_overhead_s, 3e-3, 3e-5);
   EXPECT_NEAR(p.idle_scale, 1.3, 0.026);
   EXPECT_NEAR(p.dispatch_overhead_s, 35e-6, 35e-6 * 0.05);
+  EXPECT_NEAR(p.optimizer_tensor_s, 250e-6, 250e-6 * 0.05);
   EXPECT_NEAR(p.compute_efficiency, 0.3, 0.3 * 0.05);
   EXPECT_NEAR(p.memory_efficiency, 0.6, 0.6 * 0.05);
   EXPECT_NEAR(p.link_efficiency, 0.4, 0.4 * 0.05);
@@ -165,13 +169,13 @@ TEST(FitPhysical, RecoversKnownTimeAndPowerCoefficients) {
 TEST(FitPhysical, WithoutDurationsOnlyPowerTermsAreFitted) {
   std::mt19937 rng(12);
   std::vector<RunRecord> runs = synthetic_runs(rng);
-  PhysicalParams truth = PhysicalParams::from_table(table());
+  PhysicalParams truth = table().params();
   truth.idle_scale = 1.2;
   truth.host_power_w = 120;
   generate(runs, truth, rng, 0.001);
   for (RunRecord& r : runs) r.duration_s.reset();
   const PhysicalFit fit = fit_physical(runs, table(), 1e-9, 1e-9);
-  const PhysicalParams defaults = PhysicalParams::from_table(table());
+  const PhysicalParams defaults = table().params();
   EXPECT_EQ(fit.timed, 0);
   EXPECT_TRUE(std::isnan(fit.time_r2));
   EXPECT_DOUBLE_EQ(fit.params.startup_s, defaults.startup_s);
@@ -185,9 +189,10 @@ TEST(FitPhysical, LeaveOneGpuOutPredictsAnUnseenGpu) {
   std::mt19937 rng(13);
   std::vector<RunRecord> runs = synthetic_runs(rng);
   generate(runs, synthetic_truth(), rng, 0.03);
-  const std::vector<GpuHeldOut> logo = leave_one_gpu_out(runs, table(), 15);
-  ASSERT_EQ(logo.size(), 3u);
-  for (const GpuHeldOut& g : logo) {
+  const LeaveOneGpuOut logo = leave_one_gpu_out(runs, table(), 15);
+  ASSERT_EQ(logo.gpus.size(), 3u);
+  EXPECT_EQ(logo.pooled.n, 300);
+  for (const GpuHeldOut& g : logo.gpus) {
     EXPECT_EQ(g.fitted.n, 100) << g.gpu;
     EXPECT_EQ(g.train_n, 200) << g.gpu;
     EXPECT_GT(g.fitted.r2, 0.95) << g.gpu;
@@ -203,7 +208,7 @@ TEST(FitPhysical, StrongRidgeReturnsTheDefaults) {
   std::mt19937 rng(14);
   std::vector<RunRecord> runs = synthetic_runs(rng);
   generate(runs, synthetic_truth(), rng, 0.002);
-  const PhysicalParams d = PhysicalParams::from_table(table());
+  const PhysicalParams d = table().params();
   const PhysicalParams inf = fit_physical(runs, table(), INFINITY, INFINITY).params;
   const PhysicalParams big = fit_physical(runs, table(), 1e12, 1e12).params;
   for (const PhysicalParams& p : {inf, big}) {
@@ -231,7 +236,7 @@ TEST(FitPhysical, StrongRidgeReturnsTheDefaults) {
 TEST(FitPhysical, LeaveOneGpuOutShrinksToTheDefaultsWhenTheFitDoesNotCarryOver) {
   std::mt19937 rng(15);
   std::vector<RunRecord> runs = synthetic_runs(rng);
-  const PhysicalParams d = PhysicalParams::from_table(table());
+  const PhysicalParams d = table().params();
   std::normal_distribution<double> noise(0, 0.01);
   for (RunRecord& r : runs) {
     PhysicalParams truth = d;
@@ -241,9 +246,10 @@ TEST(FitPhysical, LeaveOneGpuOutShrinksToTheDefaultsWhenTheFitDoesNotCarryOver) 
     r.duration_s = p.time_s * std::exp(noise(rng));
     r.energy_kwh = p.kwh * std::exp(noise(rng));
   }
-  const std::vector<GpuHeldOut> logo = leave_one_gpu_out(runs, table(), 15);
-  ASSERT_EQ(logo.size(), 3u);
-  for (const GpuHeldOut& g : logo) {
+  const LeaveOneGpuOut logo = leave_one_gpu_out(runs, table(), 15);
+  ASSERT_EQ(logo.gpus.size(), 3u);
+  EXPECT_DOUBLE_EQ(logo.pooled.r2, logo.pooled_defaults.r2);
+  for (const GpuHeldOut& g : logo.gpus) {
     EXPECT_DOUBLE_EQ(g.fitted.r2, g.defaults.r2) << g.gpu;
     EXPECT_DOUBLE_EQ(g.fitted.rmse_ln, g.defaults.rmse_ln) << g.gpu;
     EXPECT_TRUE(std::isinf(g.lambda_time) && std::isinf(g.lambda_energy)) << g.gpu;
@@ -255,10 +261,74 @@ TEST(FitPhysical, LeaveOneGpuOutShrinksToTheDefaultsWhenTheFitDoesNotCarryOver) 
   EXPECT_DOUBLE_EQ(all.params.host_power_w, d.host_power_w);
 }
 
+// The shipped table with the T4's entry replaced by the RTX 2080 Ti's numbers (key t4 kept).
+HardwareTable table_with_t4_as_2080ti() {
+  std::ifstream in(MEGANEURA_SOURCE_DIR "/data/hardware.toml");
+  std::stringstream ss;
+  ss << in.rdbuf();
+  std::string text = ss.str();
+  const size_t t4 = text.find("\n[t4]\n"), rtx = text.find("\n[rtx-2080-ti]\n");
+  const size_t rtx_end = text.find("\n[rtx-3090]\n");
+  std::string body = text.substr(rtx + 15, rtx_end - rtx - 15);
+  body.replace(body.find("[rtx-2080-ti.source]"), 20, "[t4.source]");
+  text.replace(t4, rtx - t4, "\n[t4]\n" + body);
+  return HardwareTable::parse(text, "swapped.toml");
+}
+
+// No coefficient belongs to a GPU: the fit on two GPUs does not depend on the entry of a third,
+// and that GPU's predictions follow its entry alone. Swap the T4's entry for the 2080 Ti's
+// numbers and the T4 runs are predicted exactly as the same runs on a 2080 Ti.
+TEST(FitPhysical, AnUnseenGpuChangesOnlyThroughItsTableEntry) {
+  std::mt19937 rng(16);
+  std::vector<RunRecord> runs = synthetic_runs(rng);
+  generate(runs, synthetic_truth(), rng, 0.05);
+  std::vector<RunRecord> train, on_2080;
+  for (const RunRecord& r : runs) (table().find(r.gpu).key == "rtx-2080-ti" ? on_2080 : train).push_back(r);
+  const HardwareTable swapped = table_with_t4_as_2080ti();
+  ASSERT_DOUBLE_EQ(swapped.find("t4").memory_bandwidth_gbs, 616);
+  const PhysicalParams fit = fit_physical(train, table(), 1e-3, 1e-3).params;
+  const PhysicalParams fit_swapped = fit_physical(train, swapped, 1e-3, 1e-3).params;
+  for (const ParamKnob& k : param_knobs()) EXPECT_DOUBLE_EQ(fit.*k.member, fit_swapped.*k.member) << k.key;
+  int differ = 0;
+  for (RunRecord r : on_2080) {
+    const double as_2080 = predict_physical_kwh(r, table(), fit);
+    r.gpu = "t4";
+    EXPECT_DOUBLE_EQ(predict_physical_kwh(r, swapped, fit), as_2080) << r.row;
+    differ += predict_physical_kwh(r, table(), fit) != as_2080;
+  }
+  EXPECT_EQ(differ, int(on_2080.size()));  // the T4's own entry gives other predictions
+}
+
+TEST(LeaveOneGpuOut, IntervalHoldsNinetyPercentOfTheRuns) {
+  // |ln ratio| = 0.1 i for i = 0..10: the 90th percentile of 11 values is the 10th smallest.
+  std::vector<double> meas, pred;
+  for (int i = 0; i <= 10; ++i) meas.push_back(1.0), pred.push_back(std::exp((i % 2 ? 0.1 : -0.1) * i));
+  EXPECT_NEAR(interval_ln_q90(meas, pred), 0.9, 1e-12);
+  // Between order statistics: 0.9 * (5 - 1) = 3.6 -> 0.3 + 0.6 * (0.4 - 0.3).
+  EXPECT_NEAR(interval_ln_q90({1, 1, 1, 1, 1}, {1, std::exp(0.1), std::exp(-0.2), std::exp(0.3), std::exp(0.4)}), 0.36,
+              1e-12);
+  EXPECT_TRUE(std::isnan(interval_ln_q90({}, {})));
+}
+
+TEST(LeaveOneGpuOut, FittedRangeCoversTheRecords) {
+  std::mt19937 rng(17);
+  const std::vector<RunRecord> runs = synthetic_runs(rng);
+  const FittedRange r = fitted_range(runs, table());
+  EXPECT_EQ(r.gpus, (std::vector<std::string>{"a100-80gb", "rtx-2080-ti", "v100-sxm2"}));
+  EXPECT_EQ(r.strategies, (std::vector<std::string>{"baseline", "dp", "fsdp", "tp"}));
+  EXPECT_EQ(r.min_gpus, 1);
+  EXPECT_EQ(r.max_gpus, 4);
+  EXPECT_DOUBLE_EQ(r.min_tokens_per_step, 16 * 128);
+  EXPECT_DOUBLE_EQ(r.max_tokens_per_step, 32 * 128);
+  TransformerConfig small;  // 2 x 128 with the 30522-row embedding
+  small.layers = 2, small.hidden = 128, small.vocab = 30522, small.batch = 1, small.seq = 1, small.tokens = 1;
+  EXPECT_DOUBLE_EQ(r.min_parameters, model_parameters(small.resolved()));
+}
+
 TEST(CrossValidation, ScoresBothModelsOnTheSameGroupDisjointSplits) {
   std::mt19937 rng(3);
   std::vector<RunRecord> runs = synthetic_runs(rng);
-  PhysicalParams truth = PhysicalParams::from_table(table());
+  PhysicalParams truth = table().params();
   std::normal_distribution<double> noise(0, 0.05);
   for (RunRecord& r : runs) r.energy_kwh = predict_physical_kwh(r, table(), truth) * std::exp(noise(rng));
   const CrossValidation cv = cross_validate(runs, table(), 5);

@@ -20,7 +20,7 @@ Tensor loss_fn(Graph& g) {
 }
 
 Trainer& trainer() {
-  static Trainer t(loss_fn, OptimizerConfig{}, SessionOptions{Device::cpu, false, 1, 1});
+  static Trainer t(loss_fn, OptimizerConfig{}, SessionOptions{.device = Device::cpu, .seed = 1, .threads = 1});
   return t;
 }
 

@@ -27,7 +27,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     fuzz::property_failed("header reader disagrees with the full reader");
   if (header.tensors.size() > io::kMaxTensorCount) fuzz::property_failed("tensor count over the limit");
   for (const auto& [name, info] : header.tensors) {
-    if (info.shape.size() > io::kMaxRank) fuzz::property_failed("rank over the limit", name);
+    if (info.shape.size() > io::kMaxFileRank) fuzz::property_failed("rank over the limit", name);
   }
   try {
     // The checkpoint validator only reads the metadata; it may reject, never crash.

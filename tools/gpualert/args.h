@@ -6,6 +6,7 @@
 // vector is repeatable. Words that are not options fill the positionals in order.
 #pragma once
 
+#include <cmath>
 #include <cstdio>
 #include <optional>
 #include <string>
@@ -162,7 +163,11 @@ bool parse_number(const char* option, const std::string& text, T* out) {
       *out = static_cast<T>(std::stoll(text, &used));
     else
       *out = static_cast<T>(std::stod(text, &used));
-    if (used == text.size()) return true;
+    if constexpr (std::is_floating_point_v<T>) {
+      if (used == text.size() && std::isfinite(*out)) return true;
+    } else if (used == text.size()) {
+      return true;
+    }
   } catch (const std::exception&) {
   }
   std::fprintf(stderr, "[gpualert] %s: '%s' is not a number\n", option, text.c_str());

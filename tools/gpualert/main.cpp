@@ -5,7 +5,7 @@
 //   gpualert classify LOGFILE [--exit-status N | --signal NAME] [--json]
 //   gpualert outbox list|flush
 //   gpualert config check
-//   gpualert eval CORPUS_DIR [--set all|inhouse|public] [--split train|heldout]
+//   gpualert eval CORPUS_DIR [--set all|inhouse|public|field] [--split NAME]
 #include <fmt/format.h>
 #include <unistd.h>
 
@@ -24,6 +24,7 @@
 #include "alert/log_store.h"
 #include "alert/monitor.h"
 #include "alert/outbox.h"
+#include "alert/redact.h"
 #include "alert/runner.h"
 #include "alert/util.h"
 #include "args.h"
@@ -53,6 +54,17 @@ std::optional<std::filesystem::path> opt_path(const std::string& s) {
   return std::filesystem::path(s);
 }
 
+// Parses a signal given to `option`; prints one line and returns false when it is not one.
+bool parse_signal_flag(const char* option, const std::string& text, int* out) {
+  try {
+    *out = ga::parse_signal(text);
+    return true;
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "%s (%s)\n", e.what(), option);
+    return false;
+  }
+}
+
 int cmd_classify(int argc, char** argv) {
   Args app("gpualert classify", "LOGFILE [--exit-status N | --signal NAME] [--json]",
            "Classify a log offline with the same rules as a live job.");
@@ -76,7 +88,9 @@ int cmd_classify(int argc, char** argv) {
   ga::SystemFacts facts;
   std::string assumed;
   if (!signal.empty()) {
-    facts.signal = ga::parse_signal(signal);
+    int sig = 0;
+    if (!parse_signal_flag("--signal", signal, &sig)) return 2;
+    facts.signal = sig;
   } else if (!exit_text.empty()) {
     if (exit_status < 0 || exit_status > 255) {
       std::fprintf(stderr, "[gpualert] classify: exit status %d is out of range 0..255\n", exit_status);
@@ -121,6 +135,10 @@ int cmd_outbox(int argc, char** argv) {
   if (auto rc = app.parse(1, argc, argv)) return *rc;
   double timeout = 60;
   if (!timeout_text.empty() && !parse_number("--timeout", timeout_text, &timeout)) return 2;
+  if (!(timeout > 0 && timeout <= ga::kMaxDurationSeconds)) {
+    std::fprintf(stderr, "[gpualert] outbox: --timeout must be a positive number of seconds\n");
+    return 2;
+  }
   if (action != "list" && action != "flush") {
     std::fprintf(stderr, "[gpualert] outbox: unknown action '%s' (list or flush)\n", action.c_str());
     return 2;
@@ -180,39 +198,65 @@ int cmd_config(int argc, char** argv) {
   return 0;
 }
 
-// The in-house corpus (CORPUS_DIR/labels.tsv) and, reported apart, the public one
-// (CORPUS_DIR/public/labels.tsv: failure output as people posted it, with its source).
+// The corpora under CORPUS_DIR, each scored apart: in-house (labels.tsv), public
+// (public/labels.tsv: failure output as people posted it, with its source) and field
+// (field/labels.tsv: more such output, split into a tune and a held-out half).
+struct EvalCorpus {
+  const char* name;
+  const char* set;  // its --set name
+  const char* subdir;
+  bool sourced;  // every log must name where it came from
+  bool split;    // --split applies
+};
+constexpr EvalCorpus kEvalCorpora[] = {{"in-house", "inhouse", "", false, true},
+                                       {"public", "public", "public", true, false},
+                                       {"field", "field", "field", true, true}};
+
 int cmd_eval(int argc, char** argv) {
-  Args app("gpualert eval", "CORPUS_DIR [--set all|inhouse|public] [--split train|heldout] [--min-macro-f1 X]",
-           "Evaluate the classifier on the labelled corpora through the wrapper.");
-  std::string dir, split, min_text, set = "all";
-  app.positional("CORPUS_DIR", &dir, "directory with labels.tsv, the logs and public/")
-      .option("--set", &set, "which corpus: all (default), inhouse or public", "NAME")
-      .option("--split", &split, "only this split of the in-house corpus (train or heldout)", "NAME")
-      .option("--min-macro-f1", &min_text, "exit 1 when a corpus's macro-F1 is below this", "X");
+  Args app("gpualert eval",
+           "CORPUS_DIR [--set all|inhouse|public|field] [--split NAME] [--min-macro-f1 X] [--min-accuracy X]",
+           "Evaluate the classifier on the labelled corpora through the wrapper. Exits 1 when a\n"
+           "threshold is not met or a replay's exit status differs from the recorded one.");
+  std::string dir, split, min_f1_text, min_acc_text, set = "all";
+  app.positional("CORPUS_DIR", &dir, "directory with labels.tsv, the logs, public/ and field/")
+      .option("--set", &set, "which corpus: all (default), inhouse, public or field", "NAME")
+      .option("--split", &split, "only this split: train or heldout (in-house), tune or heldout (field)", "NAME")
+      .option("--min-macro-f1", &min_f1_text, "exit 1 when a corpus's macro-F1 is below this", "X")
+      .option("--min-accuracy", &min_acc_text, "exit 1 when a corpus's accuracy is below this", "X");
   if (auto rc = app.parse(1, argc, argv)) return *rc;
-  if (set != "all" && set != "inhouse" && set != "public") {
-    std::fprintf(stderr, "[gpualert] eval: --set must be all, inhouse or public, not '%s'\n", set.c_str());
+  if (set != "all" && set != "inhouse" && set != "public" && set != "field") {
+    std::fprintf(stderr, "[gpualert] eval: --set must be all, inhouse, public or field, not '%s'\n", set.c_str());
     return 2;
   }
-  double min_f1 = 0;
-  if (!min_text.empty() && !parse_number("--min-macro-f1", min_text, &min_f1)) return 2;
+  double min_f1 = 0, min_acc = 0;
+  if (!min_f1_text.empty() && !parse_number("--min-macro-f1", min_f1_text, &min_f1)) return 2;
+  if (!min_acc_text.empty() && !parse_number("--min-accuracy", min_acc_text, &min_acc)) return 2;
+  if (!(min_f1 >= 0 && min_f1 <= 1 && min_acc >= 0 && min_acc <= 1)) {
+    std::fprintf(stderr, "[gpualert] eval: --min-macro-f1 and --min-accuracy must be from 0 to 1\n");
+    return 2;
+  }
+  if (!split.empty() && split != "train" && split != "tune" && split != "heldout") {
+    std::fprintf(stderr, "[gpualert] eval: --split must be train, tune or heldout, not '%s'\n", split.c_str());
+    return 2;
+  }
   const std::filesystem::path root = dir;
-  const bool has_public = std::filesystem::exists(root / "public" / "labels.tsv");
-  if (set == "public" && !has_public) {
-    std::fprintf(stderr, "[gpualert] eval: no public corpus at '%s'\n", (root / "public" / "labels.tsv").c_str());
-    return 2;
-  }
   bool ok = true;
   std::string summary;
-  auto run_one = [&](const char* name, const std::filesystem::path& d, const std::string& sp) {
-    auto r = ga::evaluate_corpus(d, self_exe(), sp);
-    std::printf("== %s corpus (%s) ==\n%s", name, d.c_str(), ga::format_eval(r).c_str());
-    summary += fmt::format("  {} {:.4f} ({} logs)", name, r.macro_f1, r.total);
-    ok &= r.macro_f1 + 1e-12 >= min_f1;
-  };
-  if (set != "public") run_one("in-house", root, split);
-  if (set != "inhouse" && has_public) run_one("public", root / "public", "");
+  for (const auto& c : kEvalCorpora) {
+    if (set != "all" && set != c.set) continue;
+    const std::filesystem::path d = root / c.subdir;
+    if (!std::filesystem::exists(d / "labels.tsv")) {
+      if (set == "all" && *c.subdir != '\0') continue;  // an optional corpus that is absent
+      std::fprintf(stderr, "[gpualert] eval: no %s corpus at '%s'\n", c.name, (d / "labels.tsv").c_str());
+      return 2;
+    }
+    auto r = ga::evaluate_corpus(d, self_exe(), c.split ? split : "", c.sourced);
+    if (r.total == 0) continue;  // the split names nothing in this corpus
+    std::printf("== %s corpus (%s) ==\n%s", c.name, d.c_str(), ga::format_eval(r).c_str());
+    summary += fmt::format("  {} {:.4f} ({} logs, accuracy {:.4f})", c.name, r.macro_f1, r.total, r.accuracy());
+    // The wrapper must pass every recorded status through unchanged, whatever the class.
+    ok &= r.macro_f1 + 1e-12 >= min_f1 && r.accuracy() + 1e-12 >= min_acc && r.status_exact == r.total;
+  }
   std::printf("macro-F1:%s\n", summary.c_str());
   return ok ? 0 : 1;
 }
@@ -228,49 +272,127 @@ int cmd_replay(int argc, char** argv) {
   int exit_status = 0;
   if (!exit_text.empty() && !parse_number("--exit-status", exit_text, &exit_status)) return 2;
   std::optional<int> sig;
-  if (!signal.empty()) sig = ga::parse_signal(signal);
+  if (!signal.empty()) {
+    int n = 0;
+    if (!parse_signal_flag("--signal", signal, &n)) return 2;
+    sig = n;
+  }
   ga::replay_log(log, exit_status, sig);
+}
+
+// gpualert's own options, as given on its command line.
+struct RunFlags {
+  std::string config_path, state_dir, timeout, hang_after, grace, notify_timeout, json_report;
+  std::vector<std::string> to, attach, redact;
+  std::string smtp_url, webhook, ntfy;
+  bool kill_on_hang = false, no_notify = false, dry_run = false, quiet = false, no_telemetry = false, version = false;
+};
+
+void declare_run_options(Args& app, RunFlags& f) {
+  app.option("--config", &f.config_path, "config file (default $XDG_CONFIG_HOME/gpualert/config.toml)", "FILE")
+      .option("--state-dir", &f.state_dir, "where jobs/ and outbox/ live (default $XDG_STATE_HOME/gpualert)", "DIR")
+      .option("--timeout", &f.timeout, "end the whole process group after this long (e.g. 2h30m)", "DURATION")
+      .option("--grace", &f.grace, "time between SIGTERM and SIGKILL (default 30s)", "DURATION")
+      .option("--hang-after", &f.hang_after, "notify when there is no output for this long", "DURATION")
+      .flag("--kill-on-hang", &f.kill_on_hang, "end the job when a hang is detected")
+      .option("--to", &f.to, "email recipient (overrides the config)", "ADDRESS")
+      .option("--smtp-url", &f.smtp_url, "smtp://host:587 or smtps://host:465", "URL")
+      .option("--webhook", &f.webhook, "JSON webhook URL (Slack-compatible)", "URL")
+      .option("--ntfy", &f.ntfy, "ntfy topic URL", "URL")
+      .option("--attach", &f.attach, "attach files matching this glob", "GLOB")
+      .option("--redact", &f.redact, "mask matches of this RE2 pattern in everything sent", "REGEX")
+      .option("--notify-timeout", &f.notify_timeout, "hard deadline for sending (default 30s)", "DURATION")
+      .option("--json-report", &f.json_report, "write the final report as JSON to this file", "FILE")
+      .flag("--no-notify", &f.no_notify, "record and classify only")
+      .flag("--dry-run", &f.dry_run, "print the messages instead of sending them")
+      .flag("--quiet", &f.quiet, "do not copy the command's output to the terminal")
+      .flag("--no-telemetry", &f.no_telemetry, "no GPU sampling or energy metering")
+      .flag("--version", &f.version, "print the version and exit")
+      .epilog(
+          "Other commands:\n"
+          "  gpualert classify LOGFILE [--exit-status N | --signal NAME] [--json]\n"
+          "  gpualert outbox list|flush\n"
+          "  gpualert config check\n"
+          "  gpualert eval CORPUS_DIR [--set all|inhouse|public|field] [--split NAME]\n"
+          "A bad option or option value exits 2; a config that cannot be used, or a job that\n"
+          "cannot be recorded, exits 125; either way the command is not run.\n");
+}
+
+// The durations given on the command line. A bad one is a usage error: one line naming the
+// option, exit 2, nothing run.
+struct RunDurations {
+  std::optional<double> timeout, hang_after, grace, notify_timeout;
+};
+
+bool parse_flag_duration(const char* option, const std::string& text, bool positive, std::optional<double>* out) {
+  if (text.empty()) return true;
+  try {
+    double v = ga::parse_duration(text);
+    if (positive && v <= 0) {
+      std::fprintf(stderr, "[gpualert] %s must be positive\n", option);
+      return false;
+    }
+    *out = v;
+    return true;
+  } catch (const std::exception& e) {
+    std::string_view why = e.what();
+    if (why.rfind("[gpualert] ", 0) == 0) why.remove_prefix(11);
+    std::fprintf(stderr, "[gpualert] %s: %.*s\n", option, static_cast<int>(why.size()), why.data());
+    return false;
+  }
+}
+
+std::optional<RunDurations> check_run_flags(const RunFlags& f) {
+  RunDurations d;
+  if (!parse_flag_duration("--timeout", f.timeout, true, &d.timeout) ||
+      !parse_flag_duration("--hang-after", f.hang_after, true, &d.hang_after) ||
+      !parse_flag_duration("--grace", f.grace, false, &d.grace) ||
+      !parse_flag_duration("--notify-timeout", f.notify_timeout, true, &d.notify_timeout))
+    return std::nullopt;
+  if (f.kill_on_hang && !d.hang_after) {
+    std::fprintf(stderr, "[gpualert] --kill-on-hang needs --hang-after\n");
+    return std::nullopt;
+  }
+  try {
+    ga::Redactor check(f.redact);
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "%s\n", e.what());
+    return std::nullopt;
+  }
+  if (!f.smtp_url.empty() && f.smtp_url.rfind("smtp://", 0) != 0 && f.smtp_url.rfind("smtps://", 0) != 0) {
+    std::fprintf(stderr, "[gpualert] --smtp-url must start with smtp:// or smtps://, not '%s'\n", f.smtp_url.c_str());
+    return std::nullopt;
+  }
+  return d;
+}
+
+// The config file and environment, overridden by the command line. Throws when the config
+// cannot be used.
+ga::Config effective_config(const RunFlags& f, const RunDurations& d) {
+  ga::Config c = ga::load_config(opt_path(f.config_path));
+  if (!f.state_dir.empty()) c.state_dir = f.state_dir;
+  if (!f.to.empty()) c.smtp.to = f.to;
+  if (!f.smtp_url.empty()) c.smtp.url = f.smtp_url;
+  if (!f.webhook.empty()) c.webhook.url = f.webhook;
+  if (!f.ntfy.empty()) c.webhook.ntfy_url = f.ntfy;
+  c.attach.globs.insert(c.attach.globs.end(), f.attach.begin(), f.attach.end());
+  c.redact.insert(c.redact.end(), f.redact.begin(), f.redact.end());
+  c.grace_s = d.grace.value_or(c.grace_s);
+  c.notify_timeout_s = d.notify_timeout.value_or(c.notify_timeout_s);
+  return c;
 }
 
 int cmd_run(int argc, char** argv) {
   Args app("gpualert", "[options] -- CMD [ARGS...]",
            "Run a command unchanged, record its output, classify how it ended, and notify.\n"
            "The exit status is the command's own (or 128 + the signal that ended it).");
-  std::string config_path, state_dir, timeout, hang_after, grace, notify_timeout, json_report;
-  std::vector<std::string> to, attach, redact;
-  std::string smtp_url, webhook, ntfy;
-  bool kill_on_hang = false, no_notify = false, dry_run = false, quiet = false, no_telemetry = false, version = false;
-  app.option("--config", &config_path, "config file (default $XDG_CONFIG_HOME/gpualert/config.toml)", "FILE")
-      .option("--state-dir", &state_dir, "where jobs/ and outbox/ live (default $XDG_STATE_HOME/gpualert)", "DIR")
-      .option("--timeout", &timeout, "end the whole process group after this long (e.g. 2h30m)", "DURATION")
-      .option("--grace", &grace, "time between SIGTERM and SIGKILL (default 30s)", "DURATION")
-      .option("--hang-after", &hang_after, "notify when there is no output for this long", "DURATION")
-      .flag("--kill-on-hang", &kill_on_hang, "end the job when a hang is detected")
-      .option("--to", &to, "email recipient (overrides the config)", "ADDRESS")
-      .option("--smtp-url", &smtp_url, "smtp://host:587 or smtps://host:465", "URL")
-      .option("--webhook", &webhook, "JSON webhook URL (Slack-compatible)", "URL")
-      .option("--ntfy", &ntfy, "ntfy topic URL", "URL")
-      .option("--attach", &attach, "attach files matching this glob", "GLOB")
-      .option("--redact", &redact, "mask matches of this RE2 pattern in everything sent", "REGEX")
-      .option("--notify-timeout", &notify_timeout, "hard deadline for sending (default 30s)", "DURATION")
-      .option("--json-report", &json_report, "write the final report as JSON to this file", "FILE")
-      .flag("--no-notify", &no_notify, "record and classify only")
-      .flag("--dry-run", &dry_run, "print the messages instead of sending them")
-      .flag("--quiet", &quiet, "do not copy the command's output to the terminal")
-      .flag("--no-telemetry", &no_telemetry, "no GPU sampling or energy metering")
-      .flag("--version", &version, "print the version and exit")
-      .epilog(
-          "Other commands:\n"
-          "  gpualert classify LOGFILE [--exit-status N | --signal NAME] [--json]\n"
-          "  gpualert outbox list|flush\n"
-          "  gpualert config check\n"
-          "  gpualert eval CORPUS_DIR [--set all|inhouse|public] [--split train|heldout]\n");
-
+  RunFlags f;
+  declare_run_options(app, f);
   // Options end at the first word that is not one (the command) or at a "--" before it;
   // everything from the command on, including any later "--", is passed on untouched.
   int command_at = argc;
   if (auto rc = app.parse(1, argc, argv, /*stop_at_word=*/true, &command_at)) return *rc;
-  if (version) {
+  if (f.version) {
     std::printf("gpualert %s\n", MEGANEURA_VERSION);
     return 0;
   }
@@ -279,41 +401,26 @@ int cmd_run(int argc, char** argv) {
     std::fprintf(stderr, "[gpualert] no command given; usage: gpualert [options] -- CMD [ARGS...]\n");
     return 2;
   }
-
-  ga::RunOptions o;
+  auto durations = check_run_flags(f);
+  if (!durations) return 2;
+  ga::RunOptions o{.argv = std::move(command),
+                   .config_path = opt_path(f.config_path),
+                   .timeout_s = durations->timeout,
+                   .hang_after_s = durations->hang_after,
+                   .kill_on_hang = f.kill_on_hang,
+                   .notify = !f.no_notify,
+                   .dry_run = f.dry_run,
+                   .echo = !f.quiet,
+                   .telemetry = !f.no_telemetry,
+                   .json_report = opt_path(f.json_report),
+                   .sender_exe = sender_exe(),
+                   .gpu_helper_exe = helper_exe("gpualert-gpu")};
   try {
-    o.config = ga::load_config(opt_path(config_path));
-    auto& c = o.config;
-    if (!state_dir.empty()) c.state_dir = state_dir;
-    if (!to.empty()) c.smtp.to = to;
-    if (!smtp_url.empty()) c.smtp.url = smtp_url;
-    if (!webhook.empty()) c.webhook.url = webhook;
-    if (!ntfy.empty()) c.webhook.ntfy_url = ntfy;
-    c.attach.globs.insert(c.attach.globs.end(), attach.begin(), attach.end());
-    c.redact.insert(c.redact.end(), redact.begin(), redact.end());
-    if (!grace.empty()) c.grace_s = ga::parse_duration(grace);
-    if (!notify_timeout.empty()) c.notify_timeout_s = ga::parse_duration(notify_timeout);
-    if (!timeout.empty()) o.timeout_s = ga::parse_duration(timeout);
-    if (!hang_after.empty()) o.hang_after_s = ga::parse_duration(hang_after);
-    for (const auto& [name, value] : {std::pair{"--timeout", o.timeout_s}, std::pair{"--hang-after", o.hang_after_s}})
-      if (value && *value <= 0) throw std::invalid_argument(fmt::format("[gpualert] {} must be positive", name));
-    if (c.notify_timeout_s <= 0) throw std::invalid_argument("[gpualert] --notify-timeout must be positive");
-    if (c.grace_s < 0) throw std::invalid_argument("[gpualert] --grace cannot be negative");
-    if (kill_on_hang && !o.hang_after_s) throw std::invalid_argument("[gpualert] --kill-on-hang needs --hang-after");
+    o.config = effective_config(f, *durations);
   } catch (const std::exception& e) {
     std::fprintf(stderr, "%s; the job was not started\n", e.what());
     return ga::kExitCannotStart;
   }
-  o.argv = std::move(command);
-  o.config_path = opt_path(config_path);
-  o.kill_on_hang = kill_on_hang;
-  o.notify = !no_notify;
-  o.dry_run = dry_run;
-  o.echo = !quiet;
-  o.telemetry = !no_telemetry;
-  o.json_report = opt_path(json_report);
-  o.sender_exe = sender_exe();
-  o.gpu_helper_exe = helper_exe("gpualert-gpu");
   return ga::run_job(o);
 }
 

@@ -64,7 +64,16 @@ int main(int argc, char** argv) {
   app.add_option("--first", fo.only, "send these entries first");
   app.add_flag("--verbose", verbose, "print one line per message");
   app.add_flag("--stdin", from_stdin, "send the one message on standard input, not the outbox");
-  CLI11_PARSE(app, argc, argv);
+  // A usage error exits 2, as gpualert's own do.
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    return app.exit(e) == 0 ? 0 : 2;
+  }
+  if (!(fo.timeout_s > 0 && fo.timeout_s <= ga::kMaxDurationSeconds)) {
+    std::fprintf(stderr, "gpualert-send: --timeout must be a positive number of seconds\n");
+    return 2;
+  }
   try {
     auto config =
         ga::load_config(config_path.empty() ? std::nullopt : std::optional<std::filesystem::path>(config_path));

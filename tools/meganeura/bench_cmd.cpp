@@ -1,4 +1,4 @@
-// meganeura bench: the BENCH.md phases of one workload (compile cold and warm, forward at the
+// meganeura bench: the timed phases of one workload (compile cold and warm, forward at the
 // full and minimal shapes, forward + loss + backward, a whole training step), each with 5
 // warm-ups and at least 20 samples: median, interquartile range and the raw samples; plus the
 // planned arena of the training program and the process's peak memory.
@@ -81,7 +81,7 @@ std::string cpu_model() {
 
 int run_bench(const BenchArgs& a) {
   const models::Scale scale = models::parse_scale(a.scale);
-  SessionOptions so;
+  SessionOptions so = base_session_options();
   so.device = parse_device(a.device);
   so.seed = 1;
   nlohmann::json phases;
@@ -177,13 +177,13 @@ int run_bench(const BenchArgs& a) {
 
 void add_bench_command(CLI::App& app) {
   auto a = std::make_shared<BenchArgs>();
-  CLI::App* c = app.add_subcommand("bench", "time the BENCH.md phases of a workload");
+  CLI::App* c = app.add_subcommand("bench", "time the phases of a workload (compile, forward, backward, step)");
   c->add_option("--workload", a->workload, "smollm2 | smolvla | unet | resnet50 | whisper")
       ->required()
       ->check(CLI::IsMember({"smollm2", "smolvla", "unet", "resnet50", "whisper"}));
   c->add_option("--scale", a->scale, "full | ci")->check(CLI::IsMember({"full", "ci"}));
   c->add_option("--device", a->device, "cpu | vulkan | auto")->check(CLI::IsMember({"cpu", "vulkan", "auto"}));
-  c->add_option("--samples", a->samples, "timed samples per phase (BENCH.md: at least 20)")->check(CLI::PositiveNumber);
+  c->add_option("--samples", a->samples, "timed samples per phase (at least 20 for a stable median)")->check(CLI::PositiveNumber);
   c->add_option("--warmup", a->warmup, "warm-up runs per phase")->check(CLI::NonNegativeNumber);
   c->add_flag("--json", a->json, "JSON on stdout");
   c->add_option("--phases", a->phases, "only these phases (the cold compile always runs: it gives the arena)")

@@ -1,10 +1,17 @@
 // meganeura: train, infer and estimate energy from one binary.
 #include <CLI/CLI.hpp>
 #include <cstdio>
+#include <cstdlib>
 #include <exception>
+#include <string>
 
 #include "commands.h"
 #include "energy/cli.h"
+
+meganeura::SessionOptions meganeura::cli::base_session_options() {
+  const char* validation = std::getenv("MEGANEURA_VULKAN_VALIDATION");
+  return SessionOptions{.vulkan_validation = validation && std::string(validation) == "1"};
+}
 
 int main(int argc, char** argv) {
   CLI::App app{"meganeura: train and deploy neural networks on any GPU through Vulkan"};
@@ -22,8 +29,8 @@ int main(int argc, char** argv) {
     app.parse(argc, argv);
   } catch (const CLI::RuntimeError& e) {  // a subcommand finished: its status
     return e.get_exit_code();
-  } catch (const CLI::ParseError& e) {
-    return app.exit(e);
+  } catch (const CLI::ParseError& e) {  // a usage error (or --help / --version): status 2 (0)
+    return app.exit(e) == 0 ? 0 : 2;
   } catch (const std::exception& e) {
     std::fprintf(stderr, "meganeura: %s\n", e.what());
     return 1;

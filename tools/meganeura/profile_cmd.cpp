@@ -8,9 +8,9 @@
 #include <map>
 #include <nlohmann/json.hpp>
 
-#include "backend/vulkan/vulkan_backend.h"
 #include "commands.h"
 #include "meganeura/train.h"
+#include "meganeura/vulkan.h"
 #include "tasks.h"
 
 namespace meganeura::cli {
@@ -25,7 +25,7 @@ struct ProfileArgs {
 
 int run_profile(const ProfileArgs& a) {
   auto task = make_task(a.model, 1, a.sizes);
-  SessionOptions so;
+  SessionOptions so = base_session_options();
   select_device(so, a.device);
   if (so.device != Device::vulkan)
     throw std::invalid_argument("profile needs a Vulkan device (--device vulkan or a device name)");
@@ -36,7 +36,7 @@ int run_profile(const ProfileArgs& a) {
   Trainer trainer([&](Graph& g) { return task->build_loss(g); }, opt, so);
   const double compile_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   for (int64_t s = 0; s < a.steps; ++s) {
-    task->feed(trainer.session(), s);
+    task->feed(trainer.session(), s, {});
     trainer.step();
   }
   const Backend& b = trainer.session().backend();
@@ -120,8 +120,8 @@ void add_profile_command(CLI::App& app) {
   auto a = std::make_shared<ProfileArgs>();
   CLI::App* c = app.add_subcommand("profile", "time a model's training step per dispatch on a Vulkan device");
   c->add_option("--model", a->model, "mlp | chargpt")->check(CLI::IsMember({"mlp", "chargpt"}));
-  c->add_option("--width", a->sizes.width, "model width");
-  c->add_option("--layers", a->sizes.layers, "layers");
+  c->add_option("--width", a->sizes.width, "model width")->check(CLI::PositiveNumber);
+  c->add_option("--layers", a->sizes.layers, "layers")->check(CLI::PositiveNumber);
   c->add_option("--device", a->device, "vulkan or a Vulkan device's index or name");
   c->add_option("--steps", a->steps, "profiled steps (averaged)")->check(CLI::PositiveNumber);
   c->add_option("--trace", a->trace, "write a Chrome-trace JSON (Perfetto opens it)");

@@ -12,7 +12,7 @@ namespace meganeura::cli {
 
 uint64_t Task::model_hash() const {
   Graph g;
-  g.output("loss", build_loss(g));
+  g.output("loss", reference_loss(g));
   return g.hash();
 }
 
@@ -22,6 +22,7 @@ class MlpTask final : public Task {
  public:
   MlpTask(uint64_t seed, const ModelOptions& o)
       : cfg_(configure(o)),
+        batch_(o.batch ? o.batch : kBatch),
         seed_(seed),
         train_(models::synthetic_classification(cfg_, kTrain, 0)),
         test_(models::synthetic_classification(cfg_, kTest, 1)) {}
@@ -43,22 +44,23 @@ class MlpTask final : public Task {
     o.min_lr = 1e-4;
     return o;
   }
-  Tensor build_loss(Graph& g) const override {
-    Tensor x = g.input("x", {kBatch, cfg_.inputs});
-    Tensor y = g.input("labels", {kBatch}, DType::i32);
-    return cross_entropy(models::mlp(g, x, cfg_), y);
-  }
-  void feed(Session& s, int64_t step) const override {
+  Tensor build_loss(Graph& g) const override { return loss_at(g, batch_); }
+  Tensor reference_loss(Graph& g) const override { return loss_at(g, kBatch); }
+  void feed(Session& s, int64_t step, const Shard& shard) const override {
     // Epoch-wise shuffles seeded by (seed, epoch): batches depend only on the step number.
-    const int64_t per_epoch = kTrain / kBatch, epoch = step / per_epoch, k = step % per_epoch;
+    const int64_t global = batch_ * shard.ranks;
+    if (global > kTrain)
+      throw std::invalid_argument("the global batch of " + std::to_string(global) + " exceeds the " +
+                                  std::to_string(kTrain) + " training examples");
+    const int64_t per_epoch = kTrain / global, epoch = step / per_epoch, k = step % per_epoch;
     std::vector<int64_t> order(static_cast<size_t>(kTrain));
     std::iota(order.begin(), order.end(), 0);
     std::mt19937_64 rng(seed_ * 1000003 + uint64_t(epoch));
     std::shuffle(order.begin(), order.end(), rng);
-    std::vector<float> x(size_t(kBatch * cfg_.inputs));
-    std::vector<int32_t> y(static_cast<size_t>(kBatch));
-    for (int64_t i = 0; i < kBatch; ++i) {
-      const int64_t r = order[size_t(k * kBatch + i)];
+    std::vector<float> x(size_t(batch_ * cfg_.inputs));
+    std::vector<int32_t> y(static_cast<size_t>(batch_));
+    for (int64_t i = 0; i < batch_; ++i) {
+      const int64_t r = order[size_t(k * global + shard.rank * batch_ + i)];
       std::copy_n(train_.x.begin() + r * cfg_.inputs, cfg_.inputs, x.begin() + i * cfg_.inputs);
       y[size_t(i)] = train_.y[size_t(r)];
     }
@@ -91,8 +93,14 @@ class MlpTask final : public Task {
   }
 
  private:
+  Tensor loss_at(Graph& g, int64_t batch) const {
+    Tensor x = g.input("x", {batch, cfg_.inputs});
+    Tensor y = g.input("labels", {batch}, DType::i32);
+    return cross_entropy(models::mlp(g, x, cfg_), y);
+  }
   static constexpr int64_t kBatch = 64, kTrain = 4096, kTest = 2048;
   models::MlpConfig cfg_{};
+  int64_t batch_;
   size_t program_ = 0;
   uint64_t seed_;
   models::Classification train_, test_;
@@ -101,7 +109,7 @@ class MlpTask final : public Task {
 class CharGptTask final : public Task {
  public:
   CharGptTask(uint64_t seed, const ModelOptions& o)
-      : seed_(seed), vocab_(models::vocabulary_of(models::builtin_text())) {
+      : seed_(seed), batch_(o.batch ? o.batch : kBatch), vocab_(models::vocabulary_of(models::builtin_text())) {
     cfg_.vocab = int64_t(vocab_.chars.size());
     if (o.width) cfg_.dim = o.width;
     if (o.layers) cfg_.layers = o.layers;
@@ -121,14 +129,10 @@ class CharGptTask final : public Task {
     o.min_lr = 3e-4;
     return o;
   }
-  Tensor build_loss(Graph& g) const override {
-    Tensor ids = g.input("ids", {kBatch, cfg_.seq}, DType::i32);
-    Tensor targets = g.input("targets", {kBatch * cfg_.seq}, DType::i32);
-    Tensor logits = models::chargpt(g, ids, cfg_);
-    return cross_entropy(reshape(logits, {kBatch * cfg_.seq, cfg_.vocab}), targets);
-  }
-  void feed(Session& s, int64_t step) const override {
-    feed_windows(s, "ids", "targets", kBatch, seed_ * 7907 + uint64_t(step));
+  Tensor build_loss(Graph& g) const override { return loss_at(g, batch_); }
+  Tensor reference_loss(Graph& g) const override { return loss_at(g, kBatch); }
+  void feed(Session& s, int64_t step, const Shard& shard) const override {
+    feed_windows(s, "ids", "targets", batch_, seed_ * 7907 + uint64_t(step), shard.rank * batch_);
   }
   void add_inference(Session& s) override {
     // Windows drawn from another stream of offsets for the loss, and a one-sequence program
@@ -171,9 +175,17 @@ class CharGptTask final : public Task {
   }
 
  private:
+  Tensor loss_at(Graph& g, int64_t batch) const {
+    Tensor ids = g.input("ids", {batch, cfg_.seq}, DType::i32);
+    Tensor targets = g.input("targets", {batch * cfg_.seq}, DType::i32);
+    Tensor logits = models::chargpt(g, ids, cfg_);
+    return cross_entropy(reshape(logits, {batch * cfg_.seq, cfg_.vocab}), targets);
+  }
+  // `batch` windows of the stream, after the first `skip` (the shards of the ranks before).
   void feed_windows(Session& s, const std::string& ids_name, const std::string& targets_name, int64_t batch,
-                    uint64_t stream) const {
+                    uint64_t stream, int64_t skip = 0) const {
     std::mt19937_64 rng(stream);
+    rng.discard(uint64_t(skip));
     const int64_t span = int64_t(tokens_.size()) - cfg_.seq - 1;
     std::vector<int32_t> ids(size_t(batch * cfg_.seq)), targets(size_t(batch * cfg_.seq));
     for (int64_t b = 0; b < batch; ++b) {
@@ -188,6 +200,7 @@ class CharGptTask final : public Task {
   }
   static constexpr int64_t kBatch = 16;
   uint64_t seed_;
+  int64_t batch_;
   size_t eval_program_ = 0, gen_program_ = 0;
   models::Vocabulary vocab_;
   models::CharGptConfig cfg_{};

@@ -12,6 +12,15 @@
 
 namespace meganeura::cli {
 
+// The part of each global batch this process trains on: of a global batch of `ranks` times the
+// per-process batch, drawn from the seed and step alone, the rows of rank `rank`. With one rank
+// it is the whole batch, so two ranks of batch B see exactly the examples of one process of
+// batch 2B.
+struct Shard {
+  int rank = 0;
+  int ranks = 1;
+};
+
 class Task {
  public:
   virtual ~Task() = default;
@@ -20,15 +29,19 @@ class Task {
   virtual OptimizerConfig default_optimizer() const = 0;
   // Training graph: inputs and the scalar loss.
   virtual Tensor build_loss(Graph& g) const = 0;
-  virtual void feed(Session& s, int64_t step) const = 0;
+  virtual void feed(Session& s, int64_t step, const Shard& shard) const = 0;
   // Initial values beyond the seeded Init kinds (after the session is created, before resuming).
   virtual void initialise(Session&) const {}
   // Adds the inference-only programs (forward graphs, no loss or optimizer) to `s`; they share
   // its parameters by name. Then evaluate() runs them.
   virtual void add_inference(Session& s) = 0;
   virtual nlohmann::json evaluate(Session& s) const = 0;
-  // Hash of the model's forward graph, recorded in checkpoints.
+  // Hash of the model's forward graph, recorded in checkpoints: of reference_loss(), the loss
+  // at the model's default batch, so that a checkpoint resumes at any batch and rank count.
   uint64_t model_hash() const;
+
+ protected:
+  virtual Tensor reference_loss(Graph& g) const { return build_loss(g); }
 };
 
 // Size overrides from the command line; 0 keeps the model's default.
@@ -36,6 +49,7 @@ struct ModelOptions {
   int64_t width = 0;  // mlp hidden width, chargpt model dimension
   int64_t layers = 0;
   int64_t heads = 0;  // chargpt
+  int64_t batch = 0;  // examples per process (mlp, chargpt)
 };
 
 std::unique_ptr<Task> make_task(const std::string& model, uint64_t seed, const ModelOptions& options = {});

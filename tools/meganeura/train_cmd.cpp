@@ -1,5 +1,6 @@
-// meganeura train|infer: train a built-in model with a live progress line, checkpoint it, resume
-// from a checkpoint, and serve it from an inference-only program.
+// meganeura train|infer: train a built-in model with a live progress line (alone, or
+// data-parallel over the ranks of an MPI job), checkpoint it, resume from a checkpoint, and
+// serve it from an inference-only program.
 #include <unistd.h>
 
 #include <algorithm>
@@ -7,13 +8,16 @@
 #include <cmath>
 #include <cstdio>
 #include <iostream>
+#include <limits>
 
 #include "commands.h"
 #include "meganeura/backend.h"
 #include "meganeura/checkpoint.h"
+#include "meganeura/distributed.h"
 #include "meganeura/passes.h"
 #include "meganeura/schedule.h"
 #include "meganeura/train.h"
+#include "parallel.h"
 #include "tasks.h"
 
 namespace meganeura::cli {
@@ -30,7 +34,20 @@ struct TrainArgs {
   ModelOptions sizes;
   bool inference = false;           // program: the inference graph instead of the training step
   std::string vulkan = "lavapipe";  // program: the Vulkan device whose launches it reports
+  bool data_parallel = false;
+  double bucket_mb = 25, comm_timeout = 300;
+  int check_replicas = 0;
 };
+
+// A positive, finite number: CLI11's PositiveNumber lets "nan" and "inf" through.
+const CLI::Validator kPositiveFinite(
+    [](std::string& s) -> std::string {
+      double v = 0;
+      if (!CLI::detail::lexical_cast(s, v) || !std::isfinite(v) || v <= 0)
+        return "must be a positive finite number, got '" + s + "'";
+      return {};
+    },
+    "POSITIVE");
 
 void add_model_options(CLI::App* c, TrainArgs& a) {
   c->add_option("--model", a.model, "mlp | chargpt")->check(CLI::IsMember({"mlp", "chargpt"}));
@@ -71,65 +88,117 @@ void print(const nlohmann::json& out, bool json) {
     return;
   }
   for (auto& [k, v] : out.items()) {
-    if (k != "losses") std::cout << k << ": " << (v.is_string() ? v.get<std::string>() : v.dump()) << "\n";
+    // Per-step series are for --json; data-parallel runs summarise theirs on stderr.
+    if (k == "losses" || k == "step_ms" || k == "data_parallel") continue;
+    std::cout << k << ": " << (v.is_string() ? v.get<std::string>() : v.dump()) << "\n";
   }
 }
 
-int run_train(const TrainArgs& a) {
-  auto task =
-      a.workload.empty() ? make_task(a.model, a.seed, a.sizes) : make_workload_task(a.workload, a.scale, a.seed);
-  OptimizerConfig opt = task->default_optimizer();
+std::unique_ptr<Task> make_train_task(const TrainArgs& a) {
+  if (a.workload.empty()) return make_task(a.model, a.seed, a.sizes);
+  if (a.sizes.batch)
+    throw CLI::ValidationError("--batch", "applies to --model mlp|chargpt; a workload's batch is part of its shape");
+  return make_workload_task(a.workload, a.scale, a.seed);
+}
+
+OptimizerConfig optimizer_for(const TrainArgs& a, const Task& task, int64_t steps) {
+  OptimizerConfig opt = task.default_optimizer();
   if (!a.optimizer.empty()) opt.kind = parse_optimizer(a.optimizer);
   if (a.lr > 0) opt.lr = a.lr;
   opt.accumulation = a.accumulation;
-  const int64_t steps = a.steps > 0 ? a.steps : task->default_steps();
   if (steps % a.accumulation) {
     // A checkpoint must fall on an update: a half-accumulated gradient could not be resumed.
     throw std::invalid_argument("--steps " + std::to_string(steps) + " is not a multiple of --accumulation " +
                                 std::to_string(a.accumulation));
   }
   opt.total_steps = std::max(opt.total_steps, steps);
-  SessionOptions so;
-  select_device(so, a.device);
-  so.seed = a.seed;
-  Trainer trainer([&](Graph& g) { return task->build_loss(g); }, opt, so);
-  const std::string model_hash = std::to_string(task->model_hash());
-  task->initialise(trainer.session());
-  int64_t start = 0;
-  if (!a.resume.empty()) {
-    auto meta = load_checkpoint(trainer.session(), a.resume);
-    if (meta.count("graph_hash") && meta["graph_hash"] != model_hash) {
-      throw std::runtime_error("checkpoint " + a.resume + " is of a different model (graph hash " + meta["graph_hash"] +
-                               ")");
+  return opt;
+}
+
+// The process that owns the parameters (rank 0, or the only one) gives them their values: the
+// seeded draw, the task's own, or a checkpoint; data-parallel, it then broadcasts them. Returns
+// the step to start from.
+int64_t prepare_parameters(const TrainArgs& a, Task& task, Trainer& trainer, Communicator* comm, int64_t steps) {
+  if (!comm || comm->rank() == 0) {
+    task.initialise(trainer.session());
+    if (!a.resume.empty()) {
+      auto meta = load_checkpoint(trainer.session(), a.resume);
+      const std::string model_hash = std::to_string(task.model_hash());
+      if (meta.count("graph_hash") && meta["graph_hash"] != model_hash) {
+        throw std::runtime_error("checkpoint " + a.resume + " is of a different model (graph hash " +
+                                 meta["graph_hash"] + ")");
+      }
     }
-    start = trainer.updates() * opt.accumulation;
-    if (start > steps)
-      throw std::runtime_error("checkpoint is at step " + std::to_string(start) + ", past --steps " +
-                               std::to_string(steps));
   }
+  if (comm) broadcast_parameters(trainer.session(), *comm);
+  if (comm && a.check_replicas > 0) check_replicas(trainer.session(), *comm, "after the broadcast");
+  const int64_t start = a.resume.empty() ? 0 : trainer.updates() * trainer.config().accumulation;
+  if (start > steps)
+    throw std::runtime_error("checkpoint is at step " + std::to_string(start) + ", past --steps " +
+                             std::to_string(steps));
+  return start;
+}
+
+void print_banner(const Task& task, Trainer& trainer, const Communicator* comm, const std::string& placement,
+                  int64_t start, int64_t steps) {
   const std::string& note = trainer.session().device_note();
-  std::fprintf(stderr, "training %s on %s%s: steps %lld..%lld\n", task->name().c_str(),
+  std::string parallel;
+  if (comm) {
+    parallel = "; data-parallel: " + comm->description() + (placement.empty() ? "" : ", " + placement);
+  }
+  std::fprintf(stderr, "training %s on %s%s: steps %lld..%lld%s\n", task.name().c_str(),
                trainer.session().device_name().c_str(), note.empty() ? "" : (" (" + note + ")").c_str(),
-               static_cast<long long>(start + 1), static_cast<long long>(steps));
+               static_cast<long long>(start + 1), static_cast<long long>(steps), parallel.c_str());
+}
+
+// Runs steps start..steps; returns the JSON summary's training part.
+nlohmann::json train_steps(const Task& task, Trainer& trainer, const Shard& shard, bool show, int64_t start,
+                           int64_t steps) {
   Progress progress(start, steps);
-  nlohmann::json losses = nlohmann::json::array();
+  nlohmann::json losses = nlohmann::json::array(), step_ms = nlohmann::json::array();
   float loss = NAN;
   for (int64_t step = start; step < steps; ++step) {
-    task->feed(trainer.session(), step);
+    const auto t0 = std::chrono::steady_clock::now();
+    task.feed(trainer.session(), step, shard);
     loss = trainer.step();
+    step_ms.push_back(std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count());
     if (!std::isfinite(loss))
       throw std::runtime_error("loss is " + std::to_string(loss) + " at step " + std::to_string(step + 1));
     losses.push_back(loss);
-    progress.update(step + 1, loss);
+    if (show) progress.update(step + 1, loss);
   }
-  nlohmann::json out = {{"model", task->name()},
-                        {"device", trainer.session().device_name()},
-                        {"first_step", start + 1},
-                        {"steps", steps},
-                        {"final_loss", loss},
-                        {"losses", losses},
-                        {"steps_per_second", progress.rate(steps)}};
+  return {{"model", task.name()},    {"device", trainer.session().device_name()},
+          {"first_step", start + 1}, {"steps", steps},
+          {"final_loss", loss},      {"losses", losses},
+          {"step_ms", step_ms},      {"steps_per_second", progress.rate(steps)}};
+}
+
+// Trains; `comm` (data-parallel) or null. Rank 0 alone reports, writes the checkpoint and
+// evaluates.
+int train(const TrainArgs& a, Communicator* comm) {
+  auto task = make_train_task(a);
+  const int64_t steps = a.steps > 0 ? a.steps : task->default_steps();
+  const OptimizerConfig opt = optimizer_for(a, *task, steps);
+  SessionOptions so = base_session_options();
+  select_device(so, a.device);
+  so.seed = a.seed;
+  const std::string placement = comm ? place_rank(so, *comm) : "";
+  DataParallelOptions parallel{
+      .comm = comm,
+      .bucket_mb = a.bucket_mb,
+      .check_replicas_every = a.check_replicas,
+      .agreement = std::hash<std::string>{}(std::to_string(a.seed) + "/" + std::to_string(steps))};
+  Trainer trainer([&](Graph& g) { return task->build_loss(g); }, opt, so, parallel);
+  const int64_t start = prepare_parameters(a, *task, trainer, comm, steps);
+  const bool lead = !comm || comm->rank() == 0;
+  if (lead) print_banner(*task, trainer, comm, placement, start, steps);
+  const Shard shard = comm ? Shard{comm->rank(), comm->size()} : Shard{};
+  nlohmann::json out = train_steps(*task, trainer, shard, lead, start, steps);
+  if (comm) out["data_parallel"] = comm_profile_json(trainer.comm_profile());
+  if (!lead) return 0;
+  if (comm) print_comm_profile(trainer.comm_profile());
   if (!a.out.empty()) {
+    const std::string model_hash = std::to_string(task->model_hash());
     save_checkpoint(trainer.session(), a.out, {{"graph_hash", model_hash}, {"model", task->name()}});
     out["checkpoint"] = a.out;
     std::fprintf(stderr, "checkpoint written to %s\n", a.out.c_str());
@@ -140,9 +209,27 @@ int run_train(const TrainArgs& a) {
   return 0;
 }
 
+int run_train(const TrainArgs& a) {
+  if (!a.data_parallel) {
+    if (const int n = launched_ranks(); n > 1) {
+      std::fprintf(stderr,
+                   "note: one of %d processes started by a launcher without --data-parallel: each trains alone\n", n);
+    }
+    return train(a, nullptr);
+  }
+  auto comm = make_mpi_communicator(CommOptions{.timeout_s = a.comm_timeout});
+  ForwardSignals forward(*comm);
+  try {
+    return train(a, comm.get());
+  } catch (const std::exception& e) {
+    comm->abort("meganeura: " + std::string(e.what()), 1);  // ends every rank, never returns
+  }
+  return 1;
+}
+
 int run_infer(const TrainArgs& a) {
   auto task = make_task(a.model, a.seed, a.sizes);
-  SessionOptions so;
+  SessionOptions so = base_session_options();
   select_device(so, a.device);
   so.seed = a.seed;
   Session session(so);
@@ -259,6 +346,26 @@ void add_program_command(CLI::App& app) {
   c->callback([a] { throw CLI::RuntimeError(run_program(*a)); });
 }
 
+namespace {
+void add_parallel_options(CLI::App* c, TrainArgs& a) {
+  CLI::Option* dp = c->add_flag("--data-parallel", a.data_parallel,
+                                "average the gradients over the ranks of an mpirun or srun job (Open MPI); each "
+                                "rank trains on its shard of a global batch of --batch times the rank count");
+  c->add_option("--bucket-mb", a.bucket_mb, "data-parallel: gradient bucket size in MB (default 25)")
+      ->check(kPositiveFinite)
+      ->needs(dp);
+  c->add_option("--comm-timeout", a.comm_timeout,
+                "data-parallel: seconds a collective may take before the ranks that do not answer are named "
+                "and the job ends (default 300)")
+      ->check(kPositiveFinite)
+      ->needs(dp);
+  c->add_option("--check-replicas", a.check_replicas,
+                "data-parallel: compare the parameters across ranks after every K-th update (0: never)")
+      ->check(CLI::Range(0, std::numeric_limits<int>::max()))
+      ->needs(dp);
+}
+}  // namespace
+
 void add_train_command(CLI::App& app) {
   auto a = std::make_shared<TrainArgs>();
   CLI::App* c = app.add_subcommand("train", "train a built-in model and write a checkpoint");
@@ -273,10 +380,13 @@ void add_train_command(CLI::App& app) {
   c->add_option("--device", a->device,
                 "cpu | vulkan | auto | a Vulkan device's index or name (see `meganeura devices`)");
   c->add_option("--seed", a->seed, "initialisation and data seed");
-  c->add_option("--lr", a->lr, "peak learning rate");
+  c->add_option("--lr", a->lr, "peak learning rate")->check(kPositiveFinite);
   c->add_option("--optimizer", a->optimizer, "sgd | adam | adamw")->check(CLI::IsMember({"sgd", "adam", "adamw"}));
   c->add_option("--accumulation", a->accumulation, "micro-steps per update")->check(CLI::PositiveNumber);
   c->add_flag("--json", a->json, "print a JSON summary on stdout");
+  c->add_option("--batch", a->sizes.batch, "examples per process (mlp, chargpt; default 64, 16)")
+      ->check(CLI::PositiveNumber);
+  add_parallel_options(c, *a);
   c->callback([a] { throw CLI::RuntimeError(run_train(*a)); });
 }
 

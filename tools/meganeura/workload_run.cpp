@@ -4,6 +4,7 @@
 #include <cstring>
 #include <stdexcept>
 
+#include "commands.h"
 #include "meganeura/autodiff.h"
 #include "meganeura/safetensors.h"
 #include "meganeura/weights.h"
@@ -43,7 +44,7 @@ RunOutcome run_workload(const WorkloadRunOptions& o) {
   for (NodeId id : g.parameters()) params.push_back(g.tensor(id));
   auto grads = grad(w.loss, params);
   for (size_t i = 0; i < params.size(); ++i) g.output("grad." + g.node(params[i].id).name, grads[i]);
-  SessionOptions so;
+  SessionOptions so = base_session_options();
   so.device = o.device;
   so.seed = o.seed;
   so.f64_oracle = o.f64;

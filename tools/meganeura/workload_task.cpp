@@ -1,6 +1,7 @@
 // `meganeura train --workload W`: any of the five workloads as a training task on synthetic
 // data: one fixed batch drawn from the seed, which the model fits, so a falling loss shows the
-// whole training step (forward, backward, optimizer) working. Evaluation uses the same batch.
+// whole training step (forward, backward, optimizer) working. Evaluation uses the same batch
+// (rank 0's, in data-parallel training).
 #include <memory>
 
 #include "meganeura/workloads.h"
@@ -35,7 +36,11 @@ class WorkloadTask final : public Task {
         s.set(shape_graph_->node(id).name, std::span<const double>(*v));
     }
   }
-  void feed(Session& s, int64_t) const override { feed_batch(s, seed_); }
+  // The batch is part of the workload's shape: each rank draws its own fixed batch (rank 0 the
+  // single-process one).
+  void feed(Session& s, int64_t, const Shard& shard) const override {
+    feed_batch(s, seed_ + uint64_t(shard.rank) * 0x9E3779B97F4A7C15ULL);
+  }
   void add_inference(Session& s) override {
     Graph g;
     models::Workload w = models::build_workload(g, id_, scale_);

@@ -4,6 +4,7 @@
 #include <numeric>
 #include <stdexcept>
 
+#include "graph/internal.h"
 #include "meganeura/graph.h"
 #include "ops/op_def.h"
 

@@ -5,6 +5,7 @@
 #include <sstream>
 #include <stdexcept>
 
+#include "graph/internal.h"
 #include "graph/op_table.h"
 
 namespace meganeura {
@@ -142,19 +143,20 @@ void Graph::assign(Tensor state, Tensor value) {
   assignments_.emplace_back(state.id, value.id);
 }
 
-Tensor Graph::add_node(Op op, Attrs attrs, std::vector<NodeId> inputs, TensorType type, std::string name) {
+Tensor graph_internal::add_node(Graph& g, Op op, Attrs attrs, std::vector<NodeId> inputs, TensorType type,
+                                std::string name) {
   const OpInfo& info = op_info(op);
   if (info.arity >= 0 && int(inputs.size()) != info.arity) {
     throw std::invalid_argument("[" + std::string(info.name) + "] expects " + std::to_string(info.arity) +
                                 " inputs, got " + std::to_string(inputs.size()));
   }
   for (NodeId i : inputs) {
-    if (i >= nodes_.size())
+    if (i >= g.nodes_.size())
       throw std::invalid_argument("[" + std::string(info.name) + "] input %" + std::to_string(i) + " does not exist");
   }
   check_shape(std::string(info.name), type.shape);
-  nodes_.push_back(Node{op, std::move(attrs), std::move(inputs), std::move(type), std::move(name), {}, {}});
-  return Tensor{this, NodeId(nodes_.size() - 1)};
+  g.nodes_.push_back(Node{op, std::move(attrs), std::move(inputs), std::move(type), std::move(name), {}, {}});
+  return Tensor{&g, NodeId(g.nodes_.size() - 1)};
 }
 
 std::vector<NodeId> Graph::parameters() const {

@@ -80,9 +80,9 @@ TensorInfo parse_entry(const std::string& name, const json& entry, const fs::pat
   info.dtype = *parsed;
   const json& shape = entry["shape"];
   if (!shape.is_array()) corrupt(path, where + ": shape is not an array");
-  if (shape.size() > kMaxRank) {
+  if (shape.size() > kMaxFileRank) {
     corrupt(path, where + ": rank " + std::to_string(shape.size()) + " exceeds the limit of " +
-                      std::to_string(kMaxRank) + " dimensions (kMaxRank)");
+                      std::to_string(kMaxFileRank) + " dimensions (kMaxFileRank)");
   }
   for (const json& d : shape) {
     if (d.is_number_integer() && !d.is_number_unsigned()) {

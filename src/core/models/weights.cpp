@@ -4,8 +4,6 @@
 #include <nlohmann/json.hpp>
 #include <set>
 
-#include "backend/cpu/kernels.h"
-
 namespace meganeura {
 namespace {
 
@@ -106,7 +104,7 @@ size_t load_weights(Session& s, const Graph& g, const fs::path& path) {
     }
     if (!s.buffers().count(name)) continue;  // planned away: nothing reads it
     std::vector<double> v(size_t(type.numel()));
-    cpu::convert(r.dtype, r.data.data(), DType::f64, v.data(), type.numel());
+    convert_values(r.dtype, r.data.data(), DType::f64, v.data(), type.numel());
     s.set(name, std::span<const double>(v));
     ++loaded;
   }

@@ -2,6 +2,7 @@
 // values shared by groups of query heads (grouped-query attention). Its output packs the
 // result and each query row's log-sum-exp, [out | lse], which its backward reads; the
 // backward packs [dq | dk | dv] and appears only inside gradients.
+#include "graph/internal.h"
 #include "ops/op_def.h"
 
 namespace meganeura::ops {
@@ -38,7 +39,7 @@ meganeura::Tensor meganeura::attention_fused_packed(Tensor q, Tensor k, Tensor v
   }
   AttentionAttrs a{causal, scale, q.shape(), k.shape(), v.shape()};
   const int64_t rows = q.dim(0) * q.dim(1) * q.dim(2);
-  return g.add_node(op, a, {q.id, k.id, v.id}, TensorType{q.dtype(), {rows * v.dim(3) + rows}});
+  return graph_internal::add_node(g, op, a, {q.id, k.id, v.id}, TensorType{q.dtype(), {rows * v.dim(3) + rows}});
 }
 
 meganeura::Tensor meganeura::attention_fused_backward(Tensor q, Tensor k, Tensor v, Tensor packed, Tensor grad_packed,
@@ -49,7 +50,7 @@ meganeura::Tensor meganeura::attention_fused_backward(Tensor q, Tensor k, Tensor
     ops::fail(op, "operands do not match the forward attention");
   }
   const int64_t n = q.type().numel() + k.type().numel() + v.type().numel();
-  return g.add_node(op, a, {q.id, k.id, v.id, packed.id, grad_packed.id}, TensorType{q.dtype(), {n}});
+  return graph_internal::add_node(g, op, a, {q.id, k.id, v.id, packed.id, grad_packed.id}, TensorType{q.dtype(), {n}});
 }
 
 MEGANEURA_OP(attention_fused, .family = OpFamily::seq, .arity = 3, .grad = GradKind::vjp, .cost = cost::of(flops),

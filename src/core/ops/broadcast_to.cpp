@@ -1,4 +1,5 @@
 // broadcast_to: x repeated along its unit (or missing leading) axes to `shape`.
+#include "graph/internal.h"
 #include "ops/op_def.h"
 
 namespace meganeura::ops {
@@ -14,7 +15,7 @@ meganeura::Tensor meganeura::broadcast_to(Tensor x, Shape shape) {
     ops::fail(op, "cannot broadcast " + shape_str(x.shape()) + " to " + shape_str(shape));
   }
   if (shape == x.shape()) return x;
-  return g.add_node(op, ShapeAttrs{shape}, {x.id}, TensorType{x.dtype(), shape});
+  return graph_internal::add_node(g, op, ShapeAttrs{shape}, {x.id}, TensorType{x.dtype(), shape});
 }
 
 MEGANEURA_OP(broadcast_to, .family = OpFamily::movement, .arity = 1, .grad = GradKind::vjp, .cost = cost::none(),

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <stdexcept>
 
+#include "graph/internal.h"
 #include "graph/op_table.h"
 
 namespace meganeura::ops {
@@ -50,7 +51,7 @@ Shape broadcast_shapes(Op op, const std::vector<Shape>& shapes) {
 Tensor unary_node(Op op, Tensor x, Attrs attrs) {
   Graph& g = graph_of(op, {x});
   require_float(op, x);
-  return g.add_node(op, std::move(attrs), {x.id}, x.type());
+  return graph_internal::add_node(g, op, std::move(attrs), {x.id}, x.type());
 }
 
 Tensor binary_node(Op op, Tensor a, Tensor b) {
@@ -59,7 +60,8 @@ Tensor binary_node(Op op, Tensor a, Tensor b) {
     fail(op, "dtypes differ: " + std::string(dtype_name(a.dtype())) + " and " + std::string(dtype_name(b.dtype())));
   }
   require_float(op, a);
-  return g.add_node(op, NoAttrs{}, {a.id, b.id}, TensorType{a.dtype(), broadcast_shapes(op, {a.shape(), b.shape()})});
+  return graph_internal::add_node(g, op, NoAttrs{}, {a.id, b.id},
+                                  TensorType{a.dtype(), broadcast_shapes(op, {a.shape(), b.shape()})});
 }
 
 }  // namespace meganeura::ops

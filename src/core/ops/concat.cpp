@@ -1,4 +1,5 @@
 // concat: any number of tensors joined along one axis (equal elsewhere).
+#include "graph/internal.h"
 #include "ops/op_def.h"
 
 namespace meganeura::ops {
@@ -38,7 +39,7 @@ meganeura::Tensor meganeura::concat(std::vector<Tensor> xs, int64_t axis) {
     out[size_t(a)] += s[size_t(a)];
     ids.push_back(t.id);
   }
-  return g.add_node(op, AxisAttrs{a}, ids, TensorType{xs[0].dtype(), out});
+  return graph_internal::add_node(g, op, AxisAttrs{a}, ids, TensorType{xs[0].dtype(), out});
 }
 
 MEGANEURA_OP(concat, .family = OpFamily::movement, .arity = -1, .grad = GradKind::vjp, .cost = cost::none(),

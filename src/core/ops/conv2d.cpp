@@ -1,5 +1,6 @@
 // conv2d over NCHW with OIHW weights (stride, padding, dilation, groups), and its two
 // gradients, which appear only inside the backward pass.
+#include "graph/internal.h"
 #include "ops/op_def.h"
 
 namespace meganeura::ops {
@@ -69,7 +70,7 @@ meganeura::Tensor meganeura::conv2d(Tensor x, Tensor w, const Conv2dOptions& o) 
   a.dilation[1] = o.dilation_w;
   a.groups = o.groups;
   const Shape out = ops::conv_output_shape(op, x.shape(), w.shape(), a);
-  return g.add_node(op, a, {x.id, w.id}, TensorType{x.dtype(), out});
+  return graph_internal::add_node(g, op, a, {x.id, w.id}, TensorType{x.dtype(), out});
 }
 
 meganeura::Tensor meganeura::conv2d_backward_input(Tensor dy, Tensor w, const ConvAttrs& a) {
@@ -78,7 +79,7 @@ meganeura::Tensor meganeura::conv2d_backward_input(Tensor dy, Tensor w, const Co
   if (ops::conv_output_shape(op, a.grad_shape, w.shape(), a) != dy.shape()) {
     ops::fail(op, "gradient " + shape_str(dy.shape()) + " does not match input " + shape_str(a.grad_shape));
   }
-  return g.add_node(op, a, {dy.id, w.id}, TensorType{dy.dtype(), a.grad_shape});
+  return graph_internal::add_node(g, op, a, {dy.id, w.id}, TensorType{dy.dtype(), a.grad_shape});
 }
 
 meganeura::Tensor meganeura::conv2d_backward_weight(Tensor x, Tensor dy, const ConvAttrs& a) {
@@ -87,7 +88,7 @@ meganeura::Tensor meganeura::conv2d_backward_weight(Tensor x, Tensor dy, const C
   if (ops::conv_output_shape(op, x.shape(), a.grad_shape, a) != dy.shape()) {
     ops::fail(op, "gradient " + shape_str(dy.shape()) + " does not match weight " + shape_str(a.grad_shape));
   }
-  return g.add_node(op, a, {x.id, dy.id}, TensorType{dy.dtype(), a.grad_shape});
+  return graph_internal::add_node(g, op, a, {x.id, dy.id}, TensorType{dy.dtype(), a.grad_shape});
 }
 
 MEGANEURA_DEFINE_OP_(conv2d, conv(GradKind::vjp, cost::of(forward_flops), rule))

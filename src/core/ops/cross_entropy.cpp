@@ -1,6 +1,7 @@
 // softmax_cross_entropy: the mean over rows of -log softmax(logits)[target], rows whose target
 // is ignore_index left out; its backward, (softmax - one_hot) * g / counted rows, appears only
 // inside gradients.
+#include "graph/internal.h"
 #include "ops/op_def.h"
 
 namespace meganeura::ops {
@@ -24,8 +25,8 @@ meganeura::Tensor meganeura::softmax_cross_entropy(Tensor logits, Tensor targets
     ops::fail(op, "expects logits [N,C] and targets [N], got " + shape_str(logits.shape()) + " and " +
                       shape_str(targets.shape()));
   }
-  return g.add_node(op, OneHotAttrs{logits.dim(1), ignore_index}, {logits.id, targets.id},
-                    TensorType{logits.dtype(), {}});
+  return graph_internal::add_node(g, op, OneHotAttrs{logits.dim(1), ignore_index}, {logits.id, targets.id},
+                                  TensorType{logits.dtype(), {}});
 }
 
 meganeura::Tensor meganeura::softmax_cross_entropy_backward(Tensor logits, Tensor targets, Tensor g,
@@ -33,7 +34,8 @@ meganeura::Tensor meganeura::softmax_cross_entropy_backward(Tensor logits, Tenso
   constexpr Op op = Op::softmax_cross_entropy_backward;
   Graph& G = ops::graph_of(op, {logits, targets, g});
   if (g.rank() != 0 || logits.rank() != 2) ops::fail(op, "expects logits [N,C] and a scalar upstream gradient");
-  return G.add_node(op, OneHotAttrs{logits.dim(1), ignore_index}, {logits.id, targets.id, g.id}, logits.type());
+  return graph_internal::add_node(G, op, OneHotAttrs{logits.dim(1), ignore_index}, {logits.id, targets.id, g.id},
+                                  logits.type());
 }
 
 MEGANEURA_OP(softmax_cross_entropy, .family = OpFamily::index, .arity = 2, .grad = GradKind::vjp,

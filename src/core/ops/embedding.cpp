@@ -1,5 +1,6 @@
 // embedding: rows of a [rows, dim] table picked by integer ids; its gradient scatters rows back
 // (embedding_backward, itself differentiable: the gradient of a scatter is the gather).
+#include "graph/internal.h"
 #include "ops/op_def.h"
 
 namespace meganeura::ops {
@@ -29,7 +30,8 @@ meganeura::Tensor meganeura::embedding(Tensor table, Tensor ids) {
   if (ids.dtype() != DType::i32 && ids.dtype() != DType::u32) ops::fail(op, "ids must be i32 or u32");
   Shape out = ids.shape();
   out.push_back(table.dim(1));
-  return g.add_node(op, EmbeddingAttrs{table.dim(0)}, {table.id, ids.id}, TensorType{table.dtype(), out});
+  return graph_internal::add_node(g, op, EmbeddingAttrs{table.dim(0)}, {table.id, ids.id},
+                                  TensorType{table.dtype(), out});
 }
 
 meganeura::Tensor meganeura::embedding_backward(Tensor dy, Tensor ids, int64_t num_rows) {
@@ -40,7 +42,8 @@ meganeura::Tensor meganeura::embedding_backward(Tensor dy, Tensor ids, int64_t n
   if (dy.shape() != expect)
     ops::fail(op, "gradient " + shape_str(dy.shape()) + " does not match ids " + shape_str(ids.shape()));
   if (num_rows < 1) ops::fail(op, "num_rows must be positive");
-  return g.add_node(op, EmbeddingAttrs{num_rows}, {dy.id, ids.id}, TensorType{dy.dtype(), {num_rows, dy.dim(-1)}});
+  return graph_internal::add_node(g, op, EmbeddingAttrs{num_rows}, {dy.id, ids.id},
+                                  TensorType{dy.dtype(), {num_rows, dy.dim(-1)}});
 }
 
 MEGANEURA_DEFINE_OP_(embedding, spec(cost::none(), rule))

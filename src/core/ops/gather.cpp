@@ -1,5 +1,6 @@
 // gather: slices of x along one axis picked by i32 indices; gather_backward scatters (adds)
 // them back, and each is the other's gradient.
+#include "graph/internal.h"
 #include "ops/op_def.h"
 
 namespace meganeura::ops {
@@ -38,7 +39,7 @@ meganeura::Tensor meganeura::gather(Tensor x, int64_t axis, Tensor indices) {
     ops::fail(op, "axis " + std::to_string(axis) + " out of range for " + shape_str(x.shape()));
   Shape out = x.shape();
   out[size_t(a)] = indices.dim(0);
-  return g.add_node(op, GatherAttrs{a, x.dim(a)}, {x.id, indices.id}, TensorType{x.dtype(), out});
+  return graph_internal::add_node(g, op, GatherAttrs{a, x.dim(a)}, {x.id, indices.id}, TensorType{x.dtype(), out});
 }
 
 meganeura::Tensor meganeura::gather_backward(Tensor dy, Tensor indices, int64_t axis, int64_t size) {
@@ -51,7 +52,7 @@ meganeura::Tensor meganeura::gather_backward(Tensor dy, Tensor indices, int64_t 
   }
   Shape out = dy.shape();
   out[size_t(axis)] = size;
-  return g.add_node(op, GatherAttrs{axis, size}, {dy.id, indices.id}, TensorType{dy.dtype(), out});
+  return graph_internal::add_node(g, op, GatherAttrs{axis, size}, {dy.id, indices.id}, TensorType{dy.dtype(), out});
 }
 
 MEGANEURA_DEFINE_OP_(gather, spec(rule))

@@ -1,5 +1,6 @@
 // matmul: [..., m, k] x [..., k, n] with optional transposes of either operand's last two axes;
 // a batch on one side only is shared by every batch of the other.
+#include "graph/internal.h"
 #include "ops/op_def.h"
 
 namespace meganeura::ops {
@@ -45,7 +46,7 @@ meganeura::Tensor meganeura::matmul(Tensor a, Tensor b, bool trans_a, bool trans
   Shape out = ba.empty() ? bb : ba;
   out.push_back(m);
   out.push_back(n);
-  return g.add_node(op, MatmulAttrs{trans_a, trans_b}, {a.id, b.id}, TensorType{a.dtype(), out});
+  return graph_internal::add_node(g, op, MatmulAttrs{trans_a, trans_b}, {a.id, b.id}, TensorType{a.dtype(), out});
 }
 
 MEGANEURA_OP(matmul, .family = OpFamily::linalg, .arity = 2, .grad = GradKind::vjp, .cost = cost::of(flops),

@@ -1,4 +1,5 @@
 // one_hot: f32 rows with a 1 at each id's class (all zeros where the id is ignore_index).
+#include "graph/internal.h"
 #include "ops/op_def.h"
 
 meganeura::Tensor meganeura::one_hot(Tensor ids, int64_t classes, int64_t ignore_index) {
@@ -8,7 +9,7 @@ meganeura::Tensor meganeura::one_hot(Tensor ids, int64_t classes, int64_t ignore
   if (classes < 1) ops::fail(op, "classes must be positive");
   Shape out = ids.shape();
   out.push_back(classes);
-  return g.add_node(op, OneHotAttrs{classes, ignore_index}, {ids.id}, TensorType{DType::f32, out});
+  return graph_internal::add_node(g, op, OneHotAttrs{classes, ignore_index}, {ids.id}, TensorType{DType::f32, out});
 }
 
 MEGANEURA_OP(one_hot, .family = OpFamily::index, .arity = 1, .grad = GradKind::none, .cost = cost::none(),

@@ -1,5 +1,6 @@
 // The optimizer's scalar ops: the step counter's increment, the learning-rate schedule and
 // Adam's bias correction, each over a scalar step counter (f32 or i32).
+#include "graph/internal.h"
 #include "ops/op_def.h"
 
 namespace meganeura::ops {
@@ -29,15 +30,15 @@ meganeura::Tensor meganeura::lr_schedule(Tensor step, const ScheduleAttrs& a) {
   if (a.warmup < 0 || a.total < 0 || (a.total && a.total <= a.warmup))
     ops::fail(op, "needs 0 <= warmup < total (or total = 0)");
   ops::require_counter(op, step);
-  return ops::graph_of(op, {step}).add_node(op, a, {step.id}, TensorType{DType::f32, {}});
+  return graph_internal::add_node(ops::graph_of(op, {step}), op, a, {step.id}, TensorType{DType::f32, {}});
 }
 
 meganeura::Tensor meganeura::bias_correction(Tensor step, double beta, double power) {
   constexpr Op op = Op::bias_correction;
   ops::require_counter(op, step);
   if (!(beta >= 0 && beta < 1)) ops::fail(op, "beta must be in [0, 1)");
-  return ops::graph_of(op, {step})
-      .add_node(op, BiasCorrectionAttrs{beta, power}, {step.id}, TensorType{DType::f32, {}});
+  return graph_internal::add_node(ops::graph_of(op, {step}), op, BiasCorrectionAttrs{beta, power}, {step.id},
+                                  TensorType{DType::f32, {}});
 }
 
 meganeura::Tensor meganeura::increment(Tensor counter) {
@@ -46,7 +47,7 @@ meganeura::Tensor meganeura::increment(Tensor counter) {
     ops::fail(op, "expects an i32 scalar counter, got " + std::string(dtype_name(counter.dtype())) +
                       shape_str(counter.shape()));
   }
-  return ops::graph_of(op, {counter}).add_node(op, NoAttrs{}, {counter.id}, counter.type());
+  return graph_internal::add_node(ops::graph_of(op, {counter}), op, NoAttrs{}, {counter.id}, counter.type());
 }
 
 MEGANEURA_DEFINE_OP_(lr_schedule, scalar(-1))

@@ -1,4 +1,5 @@
 // pad: x with zeros before and after it along each axis.
+#include "graph/internal.h"
 #include "ops/op_def.h"
 
 namespace meganeura::ops {
@@ -22,7 +23,7 @@ meganeura::Tensor meganeura::pad(Tensor x, std::vector<int64_t> before, std::vec
     if (before[i] < 0 || after[i] < 0) ops::fail(op, "padding must be non-negative");
     out[i] += before[i] + after[i];
   }
-  return g.add_node(op, PadAttrs{before, after}, {x.id}, TensorType{x.dtype(), out});
+  return graph_internal::add_node(g, op, PadAttrs{before, after}, {x.id}, TensorType{x.dtype(), out});
 }
 
 MEGANEURA_OP(pad, .family = OpFamily::movement, .arity = 1, .grad = GradKind::vjp, .cost = cost::none(),

@@ -1,6 +1,7 @@
 // permute: the axes of x reordered (output axis i is input axis perm[i]).
 #include <vector>
 
+#include "graph/internal.h"
 #include "ops/op_def.h"
 
 namespace meganeura::ops {
@@ -30,7 +31,7 @@ meganeura::Tensor meganeura::permute(Tensor x, std::vector<int64_t> perm) {
     out.push_back(x.shape()[size_t(p)]);
   }
   if (identity) return x;
-  return g.add_node(op, PermuteAttrs{perm}, {x.id}, TensorType{x.dtype(), out});
+  return graph_internal::add_node(g, op, PermuteAttrs{perm}, {x.id}, TensorType{x.dtype(), out});
 }
 
 MEGANEURA_OP(permute, .family = OpFamily::movement, .arity = 1, .grad = GradKind::vjp, .cost = cost::none(),

@@ -1,5 +1,6 @@
 // Max and average pooling over NCHW (square or rectangular windows, stride, padding of at most
 // half a window), and their gradients, which appear only inside the backward pass.
+#include "graph/internal.h"
 #include "ops/op_def.h"
 
 namespace meganeura::ops {
@@ -29,7 +30,7 @@ PoolAttrs pool_attrs(int64_t k, int64_t s, int64_t p) {
 Tensor pool(Op op, Tensor x, const PoolAttrs& a) {
   const Shape out = pool_output_shape(op, x.shape(), a);
   require_float(op, x);
-  return graph_of(op, {x}).add_node(op, a, {x.id}, TensorType{x.dtype(), out});
+  return graph_internal::add_node(graph_of(op, {x}), op, a, {x.id}, TensorType{x.dtype(), out});
 }
 
 Grads max_rule(const VjpArgs& a) { return {max_pool2d_backward(a.x(), a.g, a.attrs<PoolAttrs>())}; }
@@ -75,12 +76,12 @@ meganeura::Tensor meganeura::avg_pool2d(Tensor x, int64_t kernel, int64_t stride
 meganeura::Tensor meganeura::max_pool2d_backward(Tensor x, Tensor dy, const PoolAttrs& a) {
   constexpr Op op = Op::max_pool2d_backward;
   if (ops::pool_output_shape(op, x.shape(), a) != dy.shape()) ops::fail(op, "gradient shape does not match");
-  return ops::graph_of(op, {x, dy}).add_node(op, a, {x.id, dy.id}, x.type());
+  return graph_internal::add_node(ops::graph_of(op, {x, dy}), op, a, {x.id, dy.id}, x.type());
 }
 meganeura::Tensor meganeura::avg_pool2d_backward(Tensor dy, const PoolAttrs& a) {
   constexpr Op op = Op::avg_pool2d_backward;
   if (ops::pool_output_shape(op, a.grad_shape, a) != dy.shape()) ops::fail(op, "gradient shape does not match");
-  return ops::graph_of(op, {dy}).add_node(op, a, {dy.id}, TensorType{dy.dtype(), a.grad_shape});
+  return graph_internal::add_node(ops::graph_of(op, {dy}), op, a, {dy.id}, TensorType{dy.dtype(), a.grad_shape});
 }
 
 MEGANEURA_DEFINE_OP_(max_pool2d, forward(max_rule))

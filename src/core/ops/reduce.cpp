@@ -2,6 +2,7 @@
 #include <algorithm>
 #include <numeric>
 
+#include "graph/internal.h"
 #include "ops/op_def.h"
 
 namespace meganeura::ops {
@@ -25,7 +26,7 @@ Tensor reduce(Op op, Tensor x, std::vector<int64_t> axes, bool keepdims) {
     else if (keepdims)
       out.push_back(1);
   }
-  return g.add_node(op, ReduceAttrs{axes, keepdims}, {x.id}, TensorType{x.dtype(), out});
+  return graph_internal::add_node(g, op, ReduceAttrs{axes, keepdims}, {x.id}, TensorType{x.dtype(), out});
 }
 
 // The gradient arrives over the kept shape: broadcast it back over the reduced axes.

@@ -1,5 +1,6 @@
 // reshape: the same elements in a new shape (one -1 is inferred). The planner makes it a view
 // of its input's memory; only a reshape that is a program output is copied.
+#include "graph/internal.h"
 #include "ops/op_def.h"
 
 namespace meganeura::ops {
@@ -30,7 +31,7 @@ meganeura::Tensor meganeura::reshape(Tensor x, Shape shape) {
   }
   if (numel(shape) != x.type().numel()) fail(op, "cannot reshape " + shape_str(x.shape()) + " to " + shape_str(shape));
   if (shape == x.shape()) return x;
-  return g.add_node(op, ShapeAttrs{shape}, {x.id}, TensorType{x.dtype(), shape});
+  return graph_internal::add_node(g, op, ShapeAttrs{shape}, {x.id}, TensorType{x.dtype(), shape});
 }
 
 MEGANEURA_OP(reshape, .family = OpFamily::movement, .arity = 1, .grad = GradKind::vjp, .cost = cost::none(),

@@ -1,4 +1,5 @@
 // slice: the box [starts, ends) of x, one range per axis.
+#include "graph/internal.h"
 #include "ops/op_def.h"
 
 namespace meganeura::ops {
@@ -26,7 +27,7 @@ meganeura::Tensor meganeura::slice(Tensor x, std::vector<int64_t> starts, std::v
     out.push_back(ends[i] - starts[i]);
   }
   if (out == x.shape()) return x;
-  return g.add_node(op, SliceAttrs{starts, ends}, {x.id}, TensorType{x.dtype(), out});
+  return graph_internal::add_node(g, op, SliceAttrs{starts, ends}, {x.id}, TensorType{x.dtype(), out});
 }
 
 MEGANEURA_OP(slice, .family = OpFamily::movement, .arity = 1, .grad = GradKind::vjp, .cost = cost::none(),

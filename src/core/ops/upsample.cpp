@@ -1,4 +1,5 @@
 // upsample_nearest2x: each pixel of an NCHW tensor repeated over a 2x2 block.
+#include "graph/internal.h"
 #include "ops/op_def.h"
 
 namespace meganeura::ops {
@@ -14,7 +15,7 @@ meganeura::Tensor meganeura::upsample_nearest2x(Tensor x) {
   Shape s = x.shape();
   s[2] *= 2;
   s[3] *= 2;
-  return x.graph->add_node(op, NoAttrs{}, {x.id}, TensorType{x.dtype(), s});
+  return graph_internal::add_node(*x.graph, op, NoAttrs{}, {x.id}, TensorType{x.dtype(), s});
 }
 
 MEGANEURA_OP(upsample_nearest2x, .family = OpFamily::pool, .arity = 1, .grad = GradKind::vjp, .cost = cost::none(),

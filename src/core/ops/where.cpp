@@ -1,4 +1,5 @@
 // where: a where the condition is non-zero, else b (all three broadcast together).
+#include "graph/internal.h"
 #include "ops/op_def.h"
 
 namespace meganeura::ops {
@@ -18,7 +19,7 @@ meganeura::Tensor meganeura::where(Tensor cond, Tensor a, Tensor b) {
   if (cond.dtype() != a.dtype() || a.dtype() != b.dtype())
     ops::fail(op, "condition and both branches must share a float dtype");
   const Shape out = ops::broadcast_shapes(op, {cond.shape(), a.shape(), b.shape()});
-  return g.add_node(op, NoAttrs{}, {cond.id, a.id, b.id}, TensorType{a.dtype(), out});
+  return graph_internal::add_node(g, op, NoAttrs{}, {cond.id, a.id, b.id}, TensorType{a.dtype(), out});
 }
 
 MEGANEURA_OP(where, .family = OpFamily::index, .arity = 3, .grad = GradKind::vjp, .cost = cost::none(),

@@ -3,6 +3,8 @@
 #include <cmath>
 #include <stdexcept>
 
+#include "graph/internal.h"
+
 namespace meganeura {
 
 OptimizerConfig::Kind parse_optimizer(const std::string& s) {

@@ -8,6 +8,7 @@
 #include <map>
 #include <stdexcept>
 
+#include "graph/internal.h"
 #include "graph/op_table.h"
 
 namespace meganeura {
@@ -52,14 +53,14 @@ class Rewriter {
       case Op::parameter: r = dst_.parameter(n.name, n.type.shape, n.init, n.type.dtype).id; break;
       case Op::state: r = dst_.state(n.name, n.type.shape, n.init, n.type.dtype).id; break;
       case Op::constant: r = dst_.constant(n.const_data, n.type.shape, n.type.dtype).id; break;
-      default: r = dst_.add_node(n.op, n.attrs, mapped(n.inputs), n.type, n.name).id;
+      default: r = graph_internal::add_node(dst_, n.op, n.attrs, mapped(n.inputs), n.type, n.name).id;
     }
     return map_[id] = r;
   }
   // Adds a node standing for `id` of the source, with inputs given as source ids.
   NodeId replace(NodeId id, Op op, Attrs attrs, const std::vector<NodeId>& inputs) {
     const Node& n = src_.node(id);
-    return map_[id] = dst_.add_node(op, std::move(attrs), mapped(inputs), n.type, n.name).id;
+    return map_[id] = graph_internal::add_node(dst_, op, std::move(attrs), mapped(inputs), n.type, n.name).id;
   }
   Graph& graph() { return dst_; }
   void bind(NodeId id, NodeId to) { map_[id] = to; }
@@ -298,7 +299,7 @@ Graph fold_batched_matmul_sums(const Graph& g, PassStats* stats) {
 // ---- pointwise fusion -----
 namespace {
 
-struct Program {
+struct FusedProgram {
   std::vector<FusedInstr> code;
   std::vector<NodeId> leaves;
   size_t depth = 0, max_depth = 0;
@@ -352,120 +353,138 @@ class Fuser {
   }
 
   Graph run(PassStats* stats) {
-    // Build every host's program; a program over the limits materialises its largest inlined
-    // operand and the whole build starts again (each round materialises one more node).
-    // A merge into a multi-output program that reads too many inputs materialises an inlined
-    // node its parts share (a tied weight's summed, clipped gradient read by both moments)
-    // and starts again likewise.
-    std::map<NodeId, Program> progs;
-    std::map<NodeId, int> leaf_hosts;
-    std::map<NodeId, std::vector<NodeId>> absorbs;  // host -> the hosts it writes as outputs 1, 2, ...
-    std::vector<char> absorbed;
-    for (bool again = true; again;) {
-      again = false;
-      progs.clear();
-      for (NodeId id = 0; id < g_.size() && !again; ++id) {
-        if (inl_[id] || !host(id)) continue;
-        Program p = build(id);
-        if (!p.fits()) {
-          materialise_child(id);
-          again = true;
-        } else {
-          progs[id] = std::move(p);
-        }
-      }
-      if (again) continue;
-      leaf_hosts.clear();
-      for (auto& [id, p] : progs) {
-        for (NodeId l : p.leaves) leaf_hosts[l]++;
-      }
-      absorbs.clear();
-      absorbed.assign(g_.size(), 0);
-      if (!multi_) continue;
-      NodeId split = merge_outputs(progs, leaf_hosts, absorbs, absorbed);
-      if (split != kNone) {
-        inl_[split] = 0;
-        again = true;
-      }
-    }
+    Programs ps = build_programs();
     // Matmuls read by exactly one host's program become that host's product.
-    leaf_hosts.clear();
-    for (auto& [id, p] : progs) {
-      for (NodeId l : p.leaves) leaf_hosts[l]++;
-    }
+    ps.leaf_hosts = count_leaf_hosts(ps.progs);
     Rewriter r(g_);
     for (NodeId id = 0; id < g_.size(); ++id) {
       if (inl_[id]) {
         if (stats) stats->inlined++;
         continue;
       }
-      if (absorbed[id]) continue;  // bound to its fused_output when its absorber is emitted
-      auto it = progs.find(id);
-      if (it == progs.end()) {
+      if (ps.absorbed[id]) continue;  // bound to its fused_output when its absorber is emitted
+      auto it = ps.progs.find(id);
+      if (it == ps.progs.end()) {
         r.copy(id);
-        continue;
-      }
-      Program& p = it->second;
-      const Node& n = g_.node(id);
-      if (auto ab = absorbs.find(id); ab != absorbs.end()) {
-        FusedAttrs a;
-        a.code = p.code;
-        NodeId multi = r.replace(id, Op::fused_elementwise, a, p.leaves);
-        for (size_t k = 0; k < ab->second.size(); ++k) {
-          const Node& h = g_.node(ab->second[k]);
-          r.bind(ab->second[k],
-                 r.graph().add_node(Op::fused_output, AxisAttrs{int64_t(k + 1)}, {multi}, h.type, h.name).id);
-        }
-        if (stats) stats->fused++, stats->multi_outputs += uint32_t(ab->second.size());
-        continue;
-      }
-      bool trivial = !reduce_host(id);  // nothing inlined: the node stays as it is
-      for (NodeId k : n.inputs) trivial &= inl_[k] != 1;
-      NodeId mm = epilogues_ ? epilogue_matmul(id, p, leaf_hosts) : kNone;
-      if (mm != kNone) {
-        // the product becomes program input 0; node inputs are (a, b, other leaves...)
-        auto pos = std::find(p.leaves.begin(), p.leaves.end(), mm) - p.leaves.begin();
-        move_leaf_first(p, size_t(pos));
-        FusedAttrs a;
-        a.code = p.code;
-        a.matmul = std::get<MatmulAttrs>(g_.node(mm).attrs);
-        std::vector<NodeId> ins = g_.node(mm).inputs;
-        ins.insert(ins.end(), p.leaves.begin() + 1, p.leaves.end());
-        r.replace(id, Op::matmul_epilogue, a, ins);
-        inl_[mm] = 2;  // copied already (it precedes id) but dead now; remove_dead_nodes drops it
-        if (stats) stats->epilogues++;
-        continue;
-      }
-      if (trivial) {
-        r.copy(id);
-        continue;
-      }
-      FusedAttrs a;
-      if (reduce_host(id)) {
-        const auto& ra = std::get<ReduceAttrs>(n.attrs);
-        a.reduce = n.op;
-        a.domain = g_.node(n.inputs[0]).type.shape;
-        a.axes = ra.axes;
-        a.keepdims = ra.keepdims;
+      } else if (auto ab = ps.absorbs.find(id); ab != ps.absorbs.end()) {
+        emit_multi_output(r, id, it->second, ab->second, stats);
       } else {
-        prefer_inplace_leaf(id, p);
+        emit_host(r, id, it->second, ps.leaf_hosts, stats);
       }
-      a.code = p.code;
-      r.replace(id, reduce_host(id) ? Op::fused_reduce : Op::fused_elementwise, a, p.leaves);
-      if (stats) stats->fused++;
     }
     return r.finish();
   }
 
  private:
+  // Every host's program, and the multi-output merges among them.
+  struct Programs {
+    std::map<NodeId, FusedProgram> progs;
+    std::map<NodeId, int> leaf_hosts;               // per node: the programs that read it
+    std::map<NodeId, std::vector<NodeId>> absorbs;  // host -> the hosts it writes as outputs 1, 2, ...
+    std::vector<char> absorbed;
+  };
+
+  static std::map<NodeId, int> count_leaf_hosts(const std::map<NodeId, FusedProgram>& progs) {
+    std::map<NodeId, int> n;
+    for (auto& [id, p] : progs)
+      for (NodeId l : p.leaves) n[l]++;
+    return n;
+  }
+
+  // Builds every host's program; a program over the limits materialises its largest inlined
+  // operand and the whole build starts again (each round materialises one more node). A
+  // merge into a multi-output program that reads too many inputs materialises an inlined node
+  // its parts share (a tied weight's summed, clipped gradient read by both moments) and starts
+  // again likewise.
+  Programs build_programs() {
+    Programs ps;
+    for (bool again = true; again;) {
+      again = false;
+      ps.progs.clear();
+      for (NodeId id = 0; id < g_.size() && !again; ++id) {
+        if (inl_[id] || !host(id)) continue;
+        FusedProgram p = build(id);
+        if (!p.fits()) {
+          materialise_child(id);
+          again = true;
+        } else {
+          ps.progs[id] = std::move(p);
+        }
+      }
+      if (again) continue;
+      ps.leaf_hosts = count_leaf_hosts(ps.progs);
+      ps.absorbs.clear();
+      ps.absorbed.assign(g_.size(), 0);
+      if (!multi_) continue;
+      const NodeId split = merge_outputs(ps.progs, ps.leaf_hosts, ps.absorbs, ps.absorbed);
+      if (split != kNone) {
+        inl_[split] = 0;
+        again = true;
+      }
+    }
+    return ps;
+  }
+
+  void emit_multi_output(Rewriter& r, NodeId id, const FusedProgram& p, const std::vector<NodeId>& parts,
+                         PassStats* stats) {
+    FusedAttrs a;
+    a.code = p.code;
+    const NodeId multi = r.replace(id, Op::fused_elementwise, a, p.leaves);
+    for (size_t k = 0; k < parts.size(); ++k) {
+      const Node& h = g_.node(parts[k]);
+      r.bind(
+          parts[k],
+          graph_internal::add_node(r.graph(), Op::fused_output, AxisAttrs{int64_t(k + 1)}, {multi}, h.type, h.name).id);
+    }
+    if (stats) stats->fused++, stats->multi_outputs += uint32_t(parts.size());
+  }
+
+  // A host with one output: a matmul epilogue, the node unchanged when nothing was inlined
+  // into it, or a fused elementwise program or reduction.
+  void emit_host(Rewriter& r, NodeId id, FusedProgram& p, std::map<NodeId, int>& leaf_hosts, PassStats* stats) {
+    const Node& n = g_.node(id);
+    const NodeId mm = epilogues_ ? epilogue_matmul(id, p, leaf_hosts) : kNone;
+    if (mm != kNone) return emit_epilogue(r, id, mm, p, stats);
+    bool trivial = !reduce_host(id);  // nothing inlined: the node stays as it is
+    for (NodeId k : n.inputs) trivial &= inl_[k] != 1;
+    if (trivial) return (void)r.copy(id);
+    FusedAttrs a;
+    if (reduce_host(id)) {
+      const auto& ra = std::get<ReduceAttrs>(n.attrs);
+      a.reduce = n.op;
+      a.domain = g_.node(n.inputs[0]).type.shape;
+      a.axes = ra.axes;
+      a.keepdims = ra.keepdims;
+    } else {
+      prefer_inplace_leaf(id, p);
+    }
+    a.code = p.code;
+    r.replace(id, reduce_host(id) ? Op::fused_reduce : Op::fused_elementwise, a, p.leaves);
+    if (stats) stats->fused++;
+  }
+
+  // The product becomes program input 0; node inputs are (a, b, other leaves...).
+  void emit_epilogue(Rewriter& r, NodeId id, NodeId mm, FusedProgram& p, PassStats* stats) {
+    auto pos = std::find(p.leaves.begin(), p.leaves.end(), mm) - p.leaves.begin();
+    move_leaf_first(p, size_t(pos));
+    FusedAttrs a;
+    a.code = p.code;
+    a.matmul = std::get<MatmulAttrs>(g_.node(mm).attrs);
+    std::vector<NodeId> ins = g_.node(mm).inputs;
+    ins.insert(ins.end(), p.leaves.begin() + 1, p.leaves.end());
+    r.replace(id, Op::matmul_epilogue, a, ins);
+    inl_[mm] = 2;  // copied already (it precedes id) but dead now; remove_dead_nodes drops it
+    if (stats) stats->epilogues++;
+  }
+
   bool reduce_host(NodeId id) const {
     const Node& n = g_.node(id);
     return is_reduce_host(g_, n, strided_) && inl_[n.inputs[0]] == 1;
   }
   bool host(NodeId id) const { return is_pointwise(g_, g_.node(id)) || reduce_host(id); }
 
-  Program build(NodeId id) {
-    Program p;
+  FusedProgram build(NodeId id) {
+    FusedProgram p;
     const Node& n = g_.node(id);
     if (reduce_host(id))
       emit(n.inputs[0], p);
@@ -474,7 +493,7 @@ class Fuser {
     return p;
   }
 
-  void push(Program& p, FusedInstr f) {
+  void push(FusedProgram& p, FusedInstr f) {
     if (f.kind == FusedInstr::input || f.kind == FusedInstr::constant)
       p.max_depth = std::max(p.max_depth, ++p.depth);
     else if (f.kind == FusedInstr::binary)
@@ -482,7 +501,7 @@ class Fuser {
     p.code.push_back(f);
   }
 
-  void emit(NodeId id, Program& p) {
+  void emit(NodeId id, FusedProgram& p) {
     if (p.code.size() > kFusedMaxCode) return;  // over the limit already: stop expanding
     const Node& n = g_.node(id);
     if (inl_[id] == 1) {
@@ -500,7 +519,7 @@ class Fuser {
   }
 
   // The node's own operation over its (possibly inlined) inputs.
-  void expand(const Node& n, Program& p) {
+  void expand(const Node& n, FusedProgram& p) {
     if (n.op == Op::broadcast_to || n.op == Op::copy || n.op == Op::detach) {
       emit(n.inputs[0], p);
       return;
@@ -548,7 +567,7 @@ class Fuser {
       size_t s = size(k, memo);
       if (s > big_size) big = k, big_size = s;
       if (s > fit_size && s <= 4 * kFusedMaxCode) {
-        Program p;
+        FusedProgram p;
         expand(g_.node(k), p);
         if (p.fits() && p.code.size() > fit_size) fit = k, fit_size = p.code.size();
       }
@@ -564,7 +583,7 @@ class Fuser {
   // the new parameter): one program computes them all and stores each as an output. A merge
   // that would break the limits of one program is not made.
   // Returns an inlined node to materialise first when that would let a merge fit, else kNone.
-  NodeId merge_outputs(std::map<NodeId, Program>& progs, std::map<NodeId, int>& leaf_hosts,
+  NodeId merge_outputs(std::map<NodeId, FusedProgram>& progs, std::map<NodeId, int>& leaf_hosts,
                        std::map<NodeId, std::vector<NodeId>>& absorbs, std::vector<char>& absorbed) {
     std::vector<char> named(g_.size(), 0);
     for (auto& [name, id] : g_.outputs()) named[id] = 1;
@@ -587,7 +606,7 @@ class Fuser {
       if (cands.empty()) continue;
       // all of them, else as many as fit one by one
       std::vector<NodeId> take;
-      Program merged = combine(progs, cands, id);
+      FusedProgram merged = combine(progs, cands, id);
       if (merged.fits()) {
         take = cands;
       } else {
@@ -599,7 +618,7 @@ class Fuser {
         for (NodeId h : cands) {
           std::vector<NodeId> trial = take;
           trial.push_back(h);
-          Program m = combine(progs, trial, id);
+          FusedProgram m = combine(progs, trial, id);
           if (!m.fits()) continue;
           take = std::move(trial);
           merged = std::move(m);
@@ -637,7 +656,7 @@ class Fuser {
     size_t best_size = 0;
     for (auto [k, n] : reached) {
       if (n < 2) continue;
-      Program p;
+      FusedProgram p;
       expand(g_.node(k), p);
       const size_t s = size(k, memo);
       if (p.leaves.size() >= 2 && p.fits() && s > best_size) best = k, best_size = s;
@@ -647,15 +666,16 @@ class Fuser {
 
   // The program storing the values of `parts` as outputs 1, 2, ... and then `host`'s value
   // as output 0, where the host's program loads the parts instead of reading them.
-  Program combine(const std::map<NodeId, Program>& progs, const std::vector<NodeId>& parts, NodeId host) const {
-    Program m;
+  FusedProgram combine(const std::map<NodeId, FusedProgram>& progs, const std::vector<NodeId>& parts,
+                       NodeId host) const {
+    FusedProgram m;
     auto leaf_index = [&](NodeId l) {
       auto it = std::find(m.leaves.begin(), m.leaves.end(), l);
       if (it != m.leaves.end()) return uint32_t(it - m.leaves.begin());
       m.leaves.push_back(l);
       return uint32_t(m.leaves.size() - 1);
     };
-    auto append = [&](const Program& p, uint32_t out) {
+    auto append = [&](const FusedProgram& p, uint32_t out) {
       for (FusedInstr f : p.code) {
         if (f.kind == FusedInstr::input) {
           NodeId l = p.leaves[f.index];
@@ -677,7 +697,7 @@ class Fuser {
     return m;
   }
 
-  NodeId epilogue_matmul(NodeId id, const Program& p, std::map<NodeId, int>& leaf_hosts) const {
+  NodeId epilogue_matmul(NodeId id, const FusedProgram& p, std::map<NodeId, int>& leaf_hosts) const {
     if (reduce_host(id)) return kNone;
     for (NodeId l : p.leaves) {
       const Node& m = g_.node(l);
@@ -689,7 +709,7 @@ class Fuser {
     return kNone;
   }
 
-  static void move_leaf_first(Program& p, size_t pos) {
+  static void move_leaf_first(FusedProgram& p, size_t pos) {
     if (pos == 0) return;
     std::rotate(p.leaves.begin(), p.leaves.begin() + int64_t(pos), p.leaves.begin() + int64_t(pos) + 1);
     for (FusedInstr& f : p.code) {
@@ -703,7 +723,7 @@ class Fuser {
 
   // Input 0 is what the planner may overwrite in place: the state this value is assigned to
   // when the program reads it (an optimizer update), else the first input of the output's shape.
-  void prefer_inplace_leaf(NodeId id, Program& p) const {
+  void prefer_inplace_leaf(NodeId id, FusedProgram& p) const {
     const Shape& s = g_.node(id).type.shape;
     size_t pick = p.leaves.size();
     NodeId target = u_.assigned_to[id];

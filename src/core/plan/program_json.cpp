@@ -335,6 +335,114 @@ Attrs attrs_from(const json& j, const std::string& path) {
   bad(path, "attributes " + j.dump() + " match no op's attribute set");
 }
 
+// One JSON object's fields, with paths for the errors ("tensors[3].shape").
+struct Fields {
+  const json& j;
+  std::string path;
+  const json& at(const char* k) const { return field(j, k, path); }
+  std::string pk(const char* k) const { return path + "." + k; }
+};
+
+ProgramTensor tensor_from(const Fields& f) {
+  ProgramTensor x;
+  x.type.dtype = as_dtype(f.at("dtype"), f.pk("dtype"));
+  x.type.shape = as_shape(f.at("shape"), f.pk("shape"));
+  x.stored = as_dtype(f.at("stored"), f.pk("stored"));
+  x.role = as_role(f.at("role"), f.pk("role"));
+  x.binding = as_string(f.at("binding"), f.pk("binding"));
+  x.buffer = as_u32(f.at("buffer"), f.pk("buffer"));
+  x.offset = as_u64(f.at("offset"), f.pk("offset"));
+  x.bytes = as_u64(f.at("bytes"), f.pk("bytes"));
+  x.node = as_u32(f.at("node"), f.pk("node"));
+  const int64_t v = as_i64(f.at("view_of"), f.pk("view_of"));
+  if (v < -1 || v > INT32_MAX) bad(f.pk("view_of"), "out of range");
+  x.view_of = int32_t(v);
+  return x;
+}
+
+Hazard hazard_from(const json& w, const std::string& path) {
+  if (!w.is_array() || w.size() != 2) bad(path, "expected [dispatch, \"raw\"|\"war\"|\"waw\"]");
+  Hazard h{as_u32(w[0], path + "[0]")};
+  const std::string kind = as_string(w[1], path + "[1]");
+  if (kind == "raw")
+    h.kind = HazardKind::raw;
+  else if (kind == "war")
+    h.kind = HazardKind::war;
+  else if (kind == "waw")
+    h.kind = HazardKind::waw;
+  else
+    bad(path + "[1]", "unknown hazard kind '" + kind + "'");
+  return h;
+}
+
+Dispatch dispatch_from(const Fields& f) {
+  Dispatch x{.op = as_op(f.at("op"), f.pk("op")),
+             .attrs = attrs_from(f.at("attrs"), f.pk("attrs")),
+             .reads = as_indices(f.at("reads"), f.pk("reads")),
+             .writes = as_indices(f.at("writes"), f.pk("writes")),
+             .flops = as_double(f.at("flops"), f.pk("flops")),
+             .bytes = as_double(f.at("bytes"), f.pk("bytes")),
+             .waits = {},
+             .barrier = false};
+  const json& waits = as_array(f.at("waits"), f.pk("waits"));
+  for (size_t k = 0; k < waits.size(); ++k)
+    x.waits.push_back(hazard_from(waits[k], f.pk("waits") + "[" + std::to_string(k) + "]"));
+  x.barrier = as_bool(f.at("barrier"), f.pk("barrier"));
+  return x;
+}
+
+ExternalBuffer external_from(const Fields& f) {
+  ExternalBuffer x;
+  x.name = as_string(f.at("name"), f.pk("name"));
+  x.role = as_role(f.at("role"), f.pk("role"));
+  x.type.dtype = as_dtype(f.at("dtype"), f.pk("dtype"));
+  x.type.shape = as_shape(f.at("shape"), f.pk("shape"));
+  x.stored = as_dtype(f.at("stored"), f.pk("stored"));
+  const json& init = f.at("init");
+  if (!init.is_array() || init.size() != 2) bad(f.pk("init"), "expected [kind, value]");
+  const int64_t kind = as_i64(init[0], f.pk("init") + "[0]");
+  if (kind < 0 || kind > int64_t(Init::constant))
+    bad(f.pk("init") + "[0]", "unknown initialiser " + std::to_string(kind));
+  x.init = Init{Init::Kind(kind), as_double(init[1], f.pk("init") + "[1]")};
+  const json& values = as_array(f.at("values"), f.pk("values"));
+  for (size_t k = 0; k < values.size(); ++k)
+    x.const_data.push_back(as_double(values[k], f.pk("values") + "[" + std::to_string(k) + "]"));
+  return x;
+}
+
+// Reads every element of the array `key` of the root with `read`.
+template <class T, class Read>
+std::vector<T> array_from(const json& root, const char* key, Read read) {
+  const json& items = as_array(field(root, key, "program"), std::string("program.") + key);
+  std::vector<T> out;
+  for (size_t i = 0; i < items.size(); ++i)
+    out.push_back(read(Fields{items[i], key + ("[" + std::to_string(i) + "]")}));
+  return out;
+}
+
+void header_from(const json& root, Program& p) {
+  const Fields r{root, "program"};
+  p.float_dtype = as_dtype(r.at("float_dtype"), r.pk("float_dtype"));
+  const Fields lim{r.at("limits"), r.pk("limits")};
+  p.limits.max_binding_bytes = as_u64(lim.at("max_binding_bytes"), lim.pk("max_binding_bytes"));
+  p.limits.max_allocation_bytes = as_u64(lim.at("max_allocation_bytes"), lim.pk("max_allocation_bytes"));
+  p.limits.offset_alignment = as_u64(lim.at("offset_alignment"), lim.pk("offset_alignment"));
+  const json& bufs = as_array(r.at("arena_buffers"), r.pk("arena_buffers"));
+  for (size_t i = 0; i < bufs.size(); ++i)
+    p.arena_buffers.push_back(as_u64(bufs[i], r.pk("arena_buffers") + "[" + std::to_string(i) + "]"));
+  p.arena_bytes = as_u64(r.at("arena_bytes"), r.pk("arena_bytes"));
+  p.graph_hash = as_u64(r.at("graph_hash"), r.pk("graph_hash"));
+}
+
+void memory_from(const Fields& m, MemoryStats& s) {
+  s.logical_bytes = as_u64(m.at("logical"), m.pk("logical"));
+  s.planned_bytes = as_u64(m.at("planned"), m.pk("planned"));
+  s.lower_bound_bytes = as_u64(m.at("lower_bound"), m.pk("lower_bound"));
+  s.external_bytes = as_u64(m.at("external"), m.pk("external"));
+  s.inplace_reuses = as_u32(m.at("inplace_reuses"), m.pk("inplace_reuses"));
+  s.views = as_u32(m.at("views"), m.pk("views"));
+}
+
 }  // namespace
 
 Program Program::from_json(const std::string& text) {
@@ -345,106 +453,11 @@ Program Program::from_json(const std::string& text) {
     throw std::invalid_argument(std::string("[program] from_json: not valid JSON: ") + e.what());
   }
   Program p;
-  const std::string r = "program";
-  p.float_dtype = as_dtype(field(root, "float_dtype", r), r + ".float_dtype");
-  const json& lim = field(root, "limits", r);
-  p.limits.max_binding_bytes = as_u64(field(lim, "max_binding_bytes", r + ".limits"), r + ".limits.max_binding_bytes");
-  p.limits.max_allocation_bytes =
-      as_u64(field(lim, "max_allocation_bytes", r + ".limits"), r + ".limits.max_allocation_bytes");
-  p.limits.offset_alignment = as_u64(field(lim, "offset_alignment", r + ".limits"), r + ".limits.offset_alignment");
-  const json& bufs = as_array(field(root, "arena_buffers", r), r + ".arena_buffers");
-  for (size_t i = 0; i < bufs.size(); ++i)
-    p.arena_buffers.push_back(as_u64(bufs[i], r + ".arena_buffers[" + std::to_string(i) + "]"));
-  p.arena_bytes = as_u64(field(root, "arena_bytes", r), r + ".arena_bytes");
-  p.graph_hash = as_u64(field(root, "graph_hash", r), r + ".graph_hash");
-
-  const json& ts = as_array(field(root, "tensors", r), r + ".tensors");
-  for (size_t i = 0; i < ts.size(); ++i) {
-    const json& t = ts[i];
-    const std::string path = "tensors[" + std::to_string(i) + "]";
-    auto at = [&](const char* k) -> const json& { return field(t, k, path); };
-    auto pk = [&](const char* k) { return path + "." + k; };
-    ProgramTensor x;
-    x.type.dtype = as_dtype(at("dtype"), pk("dtype"));
-    x.type.shape = as_shape(at("shape"), pk("shape"));
-    x.stored = as_dtype(at("stored"), pk("stored"));
-    x.role = as_role(at("role"), pk("role"));
-    x.binding = as_string(at("binding"), pk("binding"));
-    x.buffer = as_u32(at("buffer"), pk("buffer"));
-    x.offset = as_u64(at("offset"), pk("offset"));
-    x.bytes = as_u64(at("bytes"), pk("bytes"));
-    x.node = as_u32(at("node"), pk("node"));
-    int64_t v = as_i64(at("view_of"), pk("view_of"));
-    if (v < -1 || v > INT32_MAX) bad(pk("view_of"), "out of range");
-    x.view_of = int32_t(v);
-    p.tensors.push_back(std::move(x));
-  }
-  const json& ds = as_array(field(root, "dispatches", r), r + ".dispatches");
-  for (size_t i = 0; i < ds.size(); ++i) {
-    const json& d = ds[i];
-    const std::string path = "dispatches[" + std::to_string(i) + "]";
-    auto at = [&](const char* k) -> const json& { return field(d, k, path); };
-    auto pk = [&](const char* k) { return path + "." + k; };
-    Dispatch x{as_op(at("op"), pk("op")),
-               attrs_from(at("attrs"), pk("attrs")),
-               as_indices(at("reads"), pk("reads")),
-               as_indices(at("writes"), pk("writes")),
-               0,
-               0,
-               {},
-               false};
-    x.flops = as_double(at("flops"), pk("flops"));
-    x.bytes = as_double(at("bytes"), pk("bytes"));
-    const json& waits = as_array(at("waits"), pk("waits"));
-    for (size_t k = 0; k < waits.size(); ++k) {
-      const std::string wp = pk("waits") + "[" + std::to_string(k) + "]";
-      if (!waits[k].is_array() || waits[k].size() != 2) bad(wp, "expected [dispatch, \"raw\"|\"war\"|\"waw\"]");
-      Hazard h{as_u32(waits[k][0], wp + "[0]")};
-      std::string kind = as_string(waits[k][1], wp + "[1]");
-      if (kind == "raw")
-        h.kind = HazardKind::raw;
-      else if (kind == "war")
-        h.kind = HazardKind::war;
-      else if (kind == "waw")
-        h.kind = HazardKind::waw;
-      else
-        bad(wp + "[1]", "unknown hazard kind '" + kind + "'");
-      x.waits.push_back(h);
-    }
-    x.barrier = as_bool(at("barrier"), pk("barrier"));
-    p.dispatches.push_back(std::move(x));
-  }
-  const json& es = as_array(field(root, "externals", r), r + ".externals");
-  for (size_t i = 0; i < es.size(); ++i) {
-    const json& e = es[i];
-    const std::string path = "externals[" + std::to_string(i) + "]";
-    auto at = [&](const char* k) -> const json& { return field(e, k, path); };
-    auto pk = [&](const char* k) { return path + "." + k; };
-    ExternalBuffer x;
-    x.name = as_string(at("name"), pk("name"));
-    x.role = as_role(at("role"), pk("role"));
-    x.type.dtype = as_dtype(at("dtype"), pk("dtype"));
-    x.type.shape = as_shape(at("shape"), pk("shape"));
-    x.stored = as_dtype(at("stored"), pk("stored"));
-    const json& init = at("init");
-    if (!init.is_array() || init.size() != 2) bad(pk("init"), "expected [kind, value]");
-    int64_t kind = as_i64(init[0], pk("init") + "[0]");
-    if (kind < 0 || kind > int64_t(Init::constant))
-      bad(pk("init") + "[0]", "unknown initialiser " + std::to_string(kind));
-    x.init = Init{Init::Kind(kind), as_double(init[1], pk("init") + "[1]")};
-    const json& values = as_array(at("values"), pk("values"));
-    for (size_t k = 0; k < values.size(); ++k)
-      x.const_data.push_back(as_double(values[k], pk("values") + "[" + std::to_string(k) + "]"));
-    p.externals.push_back(std::move(x));
-  }
-  const json& m = field(root, "memory", r);
-  const std::string mp = r + ".memory";
-  p.memory.logical_bytes = as_u64(field(m, "logical", mp), mp + ".logical");
-  p.memory.planned_bytes = as_u64(field(m, "planned", mp), mp + ".planned");
-  p.memory.lower_bound_bytes = as_u64(field(m, "lower_bound", mp), mp + ".lower_bound");
-  p.memory.external_bytes = as_u64(field(m, "external", mp), mp + ".external");
-  p.memory.inplace_reuses = as_u32(field(m, "inplace_reuses", mp), mp + ".inplace_reuses");
-  p.memory.views = as_u32(field(m, "views", mp), mp + ".views");
+  header_from(root, p);
+  p.tensors = array_from<ProgramTensor>(root, "tensors", tensor_from);
+  p.dispatches = array_from<Dispatch>(root, "dispatches", dispatch_from);
+  p.externals = array_from<ExternalBuffer>(root, "externals", external_from);
+  memory_from(Fields{field(root, "memory", "program"), "program.memory"}, p.memory);
   return p;
 }
 

@@ -2,7 +2,6 @@
 
 #include <cmath>
 
-#include "backend/cpu/kernels.h"
 #include "backend/cpu/parallel.h"
 #include "graph/op_table.h"
 
@@ -36,7 +35,7 @@ void initial_values(const ExternalBuffer& e, uint64_t seed, std::byte* out) {
   const int64_t n = e.type.numel();
   const size_t width = dtype_size(e.stored);
   if (e.role == Role::constant) {
-    cpu::convert(DType::f64, e.const_data.data(), e.stored, out, n);
+    convert_values(DType::f64, e.const_data.data(), e.stored, out, n);
     return;
   }
   const uint64_t start = seed ^ fnv1a(e.name);
@@ -61,7 +60,7 @@ void initial_values(const ExternalBuffer& e, uint64_t seed, std::byte* out) {
         }
         v[j] = x;
       }
-      cpu::convert(DType::f64, v, e.stored, out + size_t(b) * width, m);
+      convert_values(DType::f64, v, e.stored, out + size_t(b) * width, m);
     }
   });
 }

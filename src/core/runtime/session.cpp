@@ -5,7 +5,6 @@
 #include <cstdlib>
 #include <stdexcept>
 
-#include "backend/cpu/kernels.h"
 #include "graph/op_table.h"
 #include "meganeura/passes.h"
 #include "runtime/init.h"
@@ -35,8 +34,7 @@ namespace {
 VulkanOptions vulkan_options(const SessionOptions& o, const std::string& device) {
   VulkanOptions v;
   v.device = device;
-  const char* env = std::getenv("MEGANEURA_VULKAN_VALIDATION");
-  v.validation = o.vulkan_validation || (env && std::string(env) == "1");
+  v.validation = o.vulkan_validation;
   v.profile = o.vulkan_profile;
   v.kernels = o.vulkan_kernels;
   v.pipeline_cache = o.vulkan_cache_dir != "-";
@@ -171,7 +169,7 @@ void set_values(Backend& b, const ExternalBuffer& e, std::span<const T> values) 
                                 std::to_string(e.type.numel()) + " values), got " + std::to_string(values.size()));
   }
   std::vector<std::byte> bytes(values.size() * dtype_size(e.stored));
-  cpu::convert(dtype_of<T>(), values.data(), e.stored, bytes.data(), int64_t(values.size()));
+  convert_values(dtype_of<T>(), values.data(), e.stored, bytes.data(), int64_t(values.size()));
   b.write(e.name, bytes.data(), bytes.size());
 }
 }  // namespace
@@ -192,10 +190,15 @@ void Session::set(const std::string& name, std::span<const int32_t> v) {
 
 std::vector<std::byte> Session::read_raw(const std::string& name) const {
   const ExternalBuffer& e = buffer(name);
-  initialise(name);
   std::vector<std::byte> bytes(size_t(e.type.numel()) * dtype_size(e.stored));
-  backend_->read(name, bytes.data(), bytes.size());
+  read_raw(name, bytes);
   return bytes;
+}
+
+void Session::read_raw(const std::string& name, std::span<std::byte> into) const {
+  buffer(name);  // an unknown name is an error naming the session's inputs and outputs
+  initialise(name);
+  backend_->read(name, into.data(), into.size());
 }
 
 void Session::write_raw(const std::string& name, std::span<const std::byte> bytes) {
@@ -207,7 +210,7 @@ std::vector<double> Session::get_f64(const std::string& name) const {
   const ExternalBuffer& e = buffer(name);
   auto bytes = read_raw(name);
   std::vector<double> out(size_t(e.type.numel()));
-  cpu::convert(e.stored, bytes.data(), DType::f64, out.data(), e.type.numel());
+  convert_values(e.stored, bytes.data(), DType::f64, out.data(), e.type.numel());
   return out;
 }
 
@@ -215,7 +218,7 @@ std::vector<float> Session::get(const std::string& name) const {
   const ExternalBuffer& e = buffer(name);
   auto bytes = read_raw(name);
   std::vector<float> out(size_t(e.type.numel()));
-  cpu::convert(e.stored, bytes.data(), DType::f32, out.data(), e.type.numel());
+  convert_values(e.stored, bytes.data(), DType::f32, out.data(), e.type.numel());
   return out;
 }
 
@@ -225,10 +228,15 @@ float Session::scalar(const std::string& name) const {
   return v[0];
 }
 
-void Session::run(size_t program) {
+void Session::run(size_t program) { run(program, {}, {}); }
+
+void Session::run(size_t program, std::span<const uint32_t> marks, const std::function<void(size_t)>& reached) {
   if (program >= programs_.size()) throw std::out_of_range("[session] no program " + std::to_string(program));
   initialise();
-  backend_->run(program);
+  if (marks.empty())
+    backend_->run(program);
+  else
+    backend_->run_marked(program, marks, reached);
 }
 
 }  // namespace meganeura

@@ -70,14 +70,14 @@ bool elementwise_layout(PushConstants& p, const Shape& out, const std::vector<co
       span.push_back(bits);
     }
   }
-  if (ext.size() > L::kMaxRank) {
+  if (ext.size() > L::kMaxDims) {
     if (!required) return false;
     throw std::invalid_argument("[schedule] broadcast of rank " + std::to_string(ext.size()) + " exceeds " +
-                                std::to_string(L::kMaxRank) + " for output " + shape_str(out));
+                                std::to_string(L::kMaxDims) + " for output " + shape_str(out));
   }
   p.set(L::kNumel, u32(numel(out), "elements"));
   p.set(L::kRank, uint32_t(ext.size()));
-  for (size_t d = 0; d < L::kMaxRank; ++d) p.set(L::kExtents + d, d < ext.size() ? u32(ext[d], "extent") : 1);
+  for (size_t d = 0; d < L::kMaxDims; ++d) p.set(L::kExtents + d, d < ext.size() ? u32(ext[d], "extent") : 1);
   uint32_t masks[2] = {0, 0};
   for (size_t i = 0; i < ins.size(); ++i) {
     for (size_t d = 0; d < ext.size(); ++d) {

@@ -3,6 +3,7 @@
 #include <cmath>
 #include <cstdio>
 
+#include "common/process.h"
 #include "io_test_util.h"
 
 namespace meganeura::io::testing {
@@ -11,16 +12,10 @@ namespace {
 const std::string kScript = std::string(MEGANEURA_SOURCE_DIR) + "/tests/core/io/interop.py";
 const char* kPython = "/usr/bin/python3";
 
-// Runs a command and returns (exit status, combined output).
+// Runs a shell command and returns (exit status, combined output).
 std::pair<int, std::string> run(const std::string& command) {
-  std::string output;
-  FILE* pipe = popen((command + " 2>&1").c_str(), "r");
-  if (!pipe) return {-1, "popen failed"};
-  char buffer[4096];
-  size_t n;
-  while ((n = fread(buffer, 1, sizeof buffer, pipe)) > 0) output.append(buffer, n);
-  int status = pclose(pipe);
-  return {WIFEXITED(status) ? WEXITSTATUS(status) : -1, output};
+  auto r = meganeura::common::run({.argv = {"/bin/sh", "-c", command + " 2>&1"}}, "", 600);
+  return {r.status, r.out + r.err};
 }
 
 // f32 -> f16 bits for the normal, exactly representable values used here.

@@ -25,9 +25,9 @@ TEST_F(Limits, Rank) {
   auto file = [&](size_t rank) {
     return raw_file(R"({"w":{"dtype":"F32","shape":)" + shape_of_rank(rank) + R"(,"data_offsets":[0,4]}})", data);
   };
-  EXPECT_EQ(load_error(file(kMaxRank)), "");
-  const std::string error = load_error(file(kMaxRank + 1));
-  EXPECT_NE(error.find("tensor 'w': rank 65 exceeds the limit of 64 dimensions (kMaxRank)"), std::string::npos)
+  EXPECT_EQ(load_error(file(kMaxFileRank)), "");
+  const std::string error = load_error(file(kMaxFileRank + 1));
+  EXPECT_NE(error.find("tensor 'w': rank 65 exceeds the limit of 64 dimensions (kMaxFileRank)"), std::string::npos)
       << error;
 }
 

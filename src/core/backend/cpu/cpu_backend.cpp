@@ -119,10 +119,13 @@ class CpuBackend final : public Backend {
     std::memcpy(data, it->second->data(), bytes);
   }
 
-  void run(size_t index) override {
+  void run(size_t index) override { run_marked(index, {}, {}); }
+
+  void run_marked(size_t index, std::span<const uint32_t> marks, const std::function<void(size_t)>& reached) override {
     Prepared& p = *programs_.at(index);
     const bool f64 = p.program.float_dtype == DType::f64;
     std::byte* ws = static_cast<std::byte*>(p.workspace->data());
+    size_t next = 0;
     for (size_t i = 0; i < p.program.dispatches.size(); ++i) {
       const Dispatch& d = p.program.dispatches[i];
       const KernelLaunch& l = p.schedule.launches[i];
@@ -131,8 +134,10 @@ class CpuBackend final : public Backend {
         cpu::execute<double>(d, l, p.ins[i], p.outs[i]);
       else
         cpu::execute<float>(d, l, p.ins[i], p.outs[i]);
+      for (; next < marks.size() && marks[next] <= i; ++next) reached(next);
     }
     cpu::set_workspace(nullptr, 0);
+    for (; next < marks.size(); ++next) reached(next);
   }
 
  private:

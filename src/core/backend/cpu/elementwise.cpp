@@ -258,6 +258,14 @@ void convert(DType from, const void* src, DType to, void* dst, int64_t n) {
   for (int64_t i = 0; i < n; ++i) store(to, dst, i, load(from, src, i));
 }
 
+}  // namespace meganeura::cpu
+
+void meganeura::convert_values(DType from, const void* src, DType to, void* dst, int64_t n) {
+  cpu::convert(from, src, to, dst, n);
+}
+
+namespace meganeura::cpu {
+
 void cast(const KernelLaunch& l, const std::vector<Arg>& in, const Arg& out) {
   convert(in[0].stored, in[0].data, out.stored, out.data, l.push.get(ElementwiseLayout::kNumel));
 }

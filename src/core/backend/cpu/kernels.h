@@ -66,7 +66,7 @@ void execute(const Dispatch& d, const KernelLaunch& l, const std::vector<Arg>& i
 // An ElementwiseLayout block decoded: the collapsed extents and, per input, the element stride
 // of each dimension (0 where the input is broadcast).
 struct Broadcast {
-  static constexpr size_t kRank = ElementwiseLayout::kMaxRank;
+  static constexpr size_t kRank = ElementwiseLayout::kMaxDims;
   int64_t numel = 0, rank = 0, inputs = 0;
   int64_t ext[kRank] = {};
   int64_t stride[kFusedMaxInputs][kRank] = {};

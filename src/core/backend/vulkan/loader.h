@@ -12,34 +12,79 @@
 
 namespace meganeura::vk {
 
+// clang-format off
 #define MEGANEURA_VK_GLOBAL(X) \
-  X(vkCreateInstance)          \
-  X(vkEnumerateInstanceExtensionProperties) X(vkEnumerateInstanceLayerProperties) X(vkEnumerateInstanceVersion)
+  X(vkCreateInstance) \
+  X(vkEnumerateInstanceExtensionProperties) \
+  X(vkEnumerateInstanceLayerProperties) \
+  X(vkEnumerateInstanceVersion)
 
-#define MEGANEURA_VK_INSTANCE(X)                                                                                \
-  X(vkDestroyInstance)                                                                                          \
-  X(vkEnumeratePhysicalDevices) X(vkGetPhysicalDeviceProperties) X(vkGetPhysicalDeviceProperties2)              \
-      X(vkGetPhysicalDeviceFeatures2) X(vkGetPhysicalDeviceMemoryProperties)                                    \
-          X(vkGetPhysicalDeviceQueueFamilyProperties) X(vkEnumerateDeviceExtensionProperties) X(vkCreateDevice) \
-              X(vkGetDeviceProcAddr) X(vkCreateDebugUtilsMessengerEXT) X(vkDestroyDebugUtilsMessengerEXT)
+#define MEGANEURA_VK_INSTANCE(X) \
+  X(vkDestroyInstance) \
+  X(vkEnumeratePhysicalDevices) \
+  X(vkGetPhysicalDeviceProperties) \
+  X(vkGetPhysicalDeviceProperties2) \
+  X(vkGetPhysicalDeviceFeatures2) \
+  X(vkGetPhysicalDeviceMemoryProperties) \
+  X(vkGetPhysicalDeviceQueueFamilyProperties) \
+  X(vkEnumerateDeviceExtensionProperties) \
+  X(vkCreateDevice) \
+  X(vkGetDeviceProcAddr) \
+  X(vkCreateDebugUtilsMessengerEXT) \
+  X(vkDestroyDebugUtilsMessengerEXT)
 
-#define MEGANEURA_VK_DEVICE(X)                                                                                     \
-  X(vkDestroyDevice)                                                                                               \
-  X(vkGetDeviceQueue) X(vkDeviceWaitIdle) X(vkCreateBuffer) X(vkDestroyBuffer) X(vkGetBufferMemoryRequirements)    \
-      X(vkAllocateMemory) X(vkFreeMemory) X(vkBindBufferMemory) X(vkMapMemory) X(vkUnmapMemory)                    \
-          X(vkCreateShaderModule) X(vkDestroyShaderModule) X(vkCreatePipelineCache) X(vkDestroyPipelineCache)      \
-              X(vkGetPipelineCacheData) X(vkCreateComputePipelines) X(vkDestroyPipeline) X(vkCreatePipelineLayout) \
-                  X(vkDestroyPipelineLayout) X(vkCreateDescriptorSetLayout) X(vkDestroyDescriptorSetLayout)        \
-                      X(vkCreateDescriptorPool) X(vkDestroyDescriptorPool) X(vkAllocateDescriptorSets)             \
-                          X(vkUpdateDescriptorSets) X(vkCreateCommandPool) X(vkDestroyCommandPool)                 \
-                              X(vkAllocateCommandBuffers) X(vkFreeCommandBuffers) X(vkBeginCommandBuffer)          \
-                                  X(vkEndCommandBuffer) X(vkCmdBindPipeline) X(vkCmdBindDescriptorSets)            \
-                                      X(vkCmdPushConstants) X(vkCmdDispatch) X(vkCmdPipelineBarrier)               \
-                                          X(vkCmdCopyBuffer) X(vkCmdFillBuffer) X(vkCmdResetQueryPool)             \
-                                              X(vkCmdWriteTimestamp) X(vkCreateQueryPool) X(vkDestroyQueryPool)    \
-                                                  X(vkGetQueryPoolResults) X(vkQueueSubmit) X(vkQueueWaitIdle)     \
-                                                      X(vkCreateFence) X(vkDestroyFence) X(vkWaitForFences)        \
-                                                          X(vkResetFences)
+#define MEGANEURA_VK_DEVICE(X) \
+  X(vkDestroyDevice) \
+  X(vkGetDeviceQueue) \
+  X(vkDeviceWaitIdle) \
+  X(vkCreateBuffer) \
+  X(vkDestroyBuffer) \
+  X(vkGetBufferMemoryRequirements) \
+  X(vkAllocateMemory) \
+  X(vkFreeMemory) \
+  X(vkBindBufferMemory) \
+  X(vkMapMemory) \
+  X(vkUnmapMemory) \
+  X(vkCreateShaderModule) \
+  X(vkDestroyShaderModule) \
+  X(vkCreatePipelineCache) \
+  X(vkDestroyPipelineCache) \
+  X(vkGetPipelineCacheData) \
+  X(vkCreateComputePipelines) \
+  X(vkDestroyPipeline) \
+  X(vkCreatePipelineLayout) \
+  X(vkDestroyPipelineLayout) \
+  X(vkCreateDescriptorSetLayout) \
+  X(vkDestroyDescriptorSetLayout) \
+  X(vkCreateDescriptorPool) \
+  X(vkDestroyDescriptorPool) \
+  X(vkAllocateDescriptorSets) \
+  X(vkUpdateDescriptorSets) \
+  X(vkCreateCommandPool) \
+  X(vkDestroyCommandPool) \
+  X(vkAllocateCommandBuffers) \
+  X(vkFreeCommandBuffers) \
+  X(vkBeginCommandBuffer) \
+  X(vkEndCommandBuffer) \
+  X(vkCmdBindPipeline) \
+  X(vkCmdBindDescriptorSets) \
+  X(vkCmdPushConstants) \
+  X(vkCmdDispatch) \
+  X(vkCmdPipelineBarrier) \
+  X(vkCmdCopyBuffer) \
+  X(vkCmdFillBuffer) \
+  X(vkCmdResetQueryPool) \
+  X(vkCmdWriteTimestamp) \
+  X(vkCreateQueryPool) \
+  X(vkDestroyQueryPool) \
+  X(vkGetQueryPoolResults) \
+  X(vkQueueSubmit) \
+  X(vkQueueWaitIdle) \
+  X(vkCreateFence) \
+  X(vkDestroyFence) \
+  X(vkWaitForFences) \
+  X(vkResetFences)
+// clang-format on
 
 struct Api {
 #define MEGANEURA_VK_FIELD(name) PFN_##name name = nullptr;

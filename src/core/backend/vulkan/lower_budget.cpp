@@ -61,7 +61,7 @@ uint64_t shared_memory_bytes(const Launch& l) {
     case Kernel::matmul_fused:
     case Kernel::conv: return 4 * kFloat * 2 * l.spec[11] * (l.spec[9] / 4 + 1 + l.spec[10] / 4 + 1);
     case Kernel::matmul_reference: return kFloat * l.spec[3] * (l.spec[1] + l.spec[2]);  // as_[BK * BM], bs_[BK * BN]
-    case Kernel::attention: return kFloat * l.spec[4];                         // smem[SMEM]
+    case Kernel::attention: return kFloat * l.spec[4];                                   // smem[SMEM]
     case Kernel::pointwise:
     case Kernel::movement:
     case Kernel::index:

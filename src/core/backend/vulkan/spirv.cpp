@@ -92,10 +92,12 @@ std::span<const uint32_t> glslc_spirv(Kernel k) {
 }  // namespace
 
 const char* kernel_name(Kernel k) {
-  static const char* names[] = {"pointwise",     "reduce",          "softmax",        "matmul",       "movement",
-                                "index",         "sequence",        "conv",           "pool",         "fused",
-                                "rows",          "attention",       "workload",       "rows_subgroup", "reduce_subgroup",
-                                "attention_rows", "matmul_fused",   "matmul_reference"};
+  static const char* names[] = {"pointwise",      "reduce",        "softmax",
+                                "matmul",         "movement",      "index",
+                                "sequence",       "conv",          "pool",
+                                "fused",          "rows",          "attention",
+                                "workload",       "rows_subgroup", "reduce_subgroup",
+                                "attention_rows", "matmul_fused",  "matmul_reference"};
   static_assert(sizeof(names) / sizeof(names[0]) == kKernelCount);
   return names[size_t(k)];
 }

@@ -1,5 +1,3 @@
-#include "backend/vulkan/vulkan_backend.h"
-
 #include <algorithm>
 #include <cstring>
 #include <map>
@@ -11,6 +9,7 @@
 #include "backend/vulkan/memory.h"
 #include "backend/vulkan/pipelines.h"
 #include "graph/op_table.h"
+#include "meganeura/vulkan.h"
 
 namespace meganeura {
 namespace {
@@ -343,101 +342,25 @@ class VulkanBackend final : public Backend {
     VK_CHECK(api().vkCreateDescriptorPool(dev_->device, &ci, nullptr, &p.descriptors));
   }
 
+  // Records the program's command buffers once: pipelines, one descriptor set per launch,
+  // the profile's timestamp queries, then the launches with the plan's barriers.
   void record(Prepared& p) {
-    const auto& info = dev_->info;
     std::vector<Pipelines::Key> keys;
     for (const Launch& l : p.launches) keys.emplace_back(l.kernel, l.spec);
     pipelines_->create(keys, std::thread::hardware_concurrency());  // 0 (unknown): one thread
-    std::vector<VkDescriptorSetLayout> layouts;
-    for (const Launch& l : p.launches) layouts.push_back(pipelines_->set_layout(l.kernel));
-    std::vector<VkDescriptorSet> sets(p.launches.size());
-    if (!sets.empty()) {
-      auto ai = make<VkDescriptorSetAllocateInfo>(VK_STRUCTURE_TYPE_DESCRIPTOR_SET_ALLOCATE_INFO);
-      ai.descriptorPool = p.descriptors;
-      ai.descriptorSetCount = uint32_t(sets.size());
-      ai.pSetLayouts = layouts.data();
-      VK_CHECK(api().vkAllocateDescriptorSets(dev_->device, &ai, sets.data()));
-    }
-    // Each tensor gets its own descriptor range, so no binding spans more than the tensor.
-    for (size_t i = 0; i < p.launches.size(); ++i) {
-      VkDescriptorBufferInfo bi[kWideBindings];
-      VkWriteDescriptorSet w[kWideBindings];
-      const uint32_t n = binding_count(p.launches[i].kernel);
-      for (uint32_t b = 0; b < n; ++b) {
-        const uint32_t t = p.launches[i].bindings[b];
-        Resolved r = resolve(p, t);
-        const Shape none;
-        const Shape& shape = t == kCodeBinding || t == kWorkspaceBinding ? none : p.program.tensors[t].type.shape;
-        if (r.offset % info.min_storage_buffer_offset_alignment) {
-          throw std::invalid_argument(
-              "[vulkan] tensor at arena offset " + std::to_string(r.offset) + " is not aligned to the device's " +
-              std::to_string(info.min_storage_buffer_offset_alignment) + "-byte storage-buffer offset alignment");
-        }
-        if (r.bytes > info.max_storage_buffer_range) {
-          throw std::invalid_argument("[vulkan] a " + shape_str(shape) + " tensor of " + std::to_string(r.bytes) +
-                                      " bytes exceeds the device's storage-buffer range of " +
-                                      std::to_string(info.max_storage_buffer_range));
-        }
-        bi[b] = VkDescriptorBufferInfo{r.buffer->buffer, r.offset, r.bytes};
-        w[b] = make<VkWriteDescriptorSet>(VK_STRUCTURE_TYPE_WRITE_DESCRIPTOR_SET);
-        w[b].dstSet = sets[i];
-        w[b].dstBinding = b;
-        w[b].descriptorCount = 1;
-        w[b].descriptorType = VK_DESCRIPTOR_TYPE_STORAGE_BUFFER;
-        w[b].pBufferInfo = &bi[b];
-      }
-      api().vkUpdateDescriptorSets(dev_->device, n, w, 0, nullptr);
-    }
+    const std::vector<VkDescriptorSet> sets = descriptor_sets(p);
     const bool profiling = options_.profile && dev_->timestamps;
-    if (profiling) {
-      auto qi = make<VkQueryPoolCreateInfo>(VK_STRUCTURE_TYPE_QUERY_POOL_CREATE_INFO);
-      qi.queryType = VK_QUERY_TYPE_TIMESTAMP;
-      qi.queryCount = uint32_t(p.launches.size() + 1);
-      VK_CHECK(api().vkCreateQueryPool(dev_->device, &qi, nullptr, &p.queries));
-      for (size_t i = 0; i < p.launches.size(); ++i) {
-        const Launch& l = p.launches[i];
-        const Dispatch& d = p.program.dispatches[l.dispatch];
-        // A dispatch's work is counted once, on its first launch.
-        const bool first = i == 0 || p.launches[i - 1].dispatch != l.dispatch;
-        p.profile.launches.push_back({kernel_name(l.kernel), std::string(op_name(d.op)), l.dispatch, 0,
-                                      first ? d.flops : 0, first ? d.bytes : 0});
-      }
-    }
+    if (profiling) prepare_profile(p);
     const size_t chunks = size_t(std::clamp<int>(options_.chunks, 1, int(std::max<size_t>(p.launches.size(), 1))));
-    VkPipeline bound = VK_NULL_HANDLE;
     p.barriers = 0;
-    size_t next = 0;
-    bool pending = false;
-    uint32_t seen = 0;  // dispatches whose barrier flag was taken into account
+    Cursor at;
     for (size_t c = 0; c < chunks; ++c) {
       VkCommandBuffer cmd = begin();
       if (c == 0 && profiling) {
         api().vkCmdResetQueryPool(cmd, p.queries, 0, uint32_t(p.launches.size() + 1));
         api().vkCmdWriteTimestamp(cmd, VK_PIPELINE_STAGE_TOP_OF_PIPE_BIT, p.queries, 0);
       }
-      bound = VK_NULL_HANDLE;
-      const size_t end = (p.launches.size() * (c + 1)) / chunks;
-      for (; next < end; ++next) {
-        const Launch& l = p.launches[next];
-        // The plan's barriers: before the first launch of a dispatch that waits for one since
-        // the previous barrier. A dispatch lowered to no launch (a copy onto itself) passes
-        // its barrier on to the next launch.
-        for (; seen <= l.dispatch; ++seen) pending = pending || p.program.dispatches[seen].barrier;
-        if (pending || l.barrier_before) {
-          barrier(cmd, kCompute, VK_ACCESS_SHADER_WRITE_BIT, kCompute, kRW);
-          p.barriers++;
-          pending = false;
-        }
-        VkPipeline pipe = pipelines_->get(l.kernel, l.spec);
-        if (pipe != bound) api().vkCmdBindPipeline(cmd, VK_PIPELINE_BIND_POINT_COMPUTE, pipe);
-        bound = pipe;
-        api().vkCmdBindDescriptorSets(cmd, VK_PIPELINE_BIND_POINT_COMPUTE, pipelines_->layout(l.kernel), 0, 1,
-                                      &sets[next], 0, nullptr);
-        api().vkCmdPushConstants(cmd, pipelines_->layout(l.kernel), VK_SHADER_STAGE_COMPUTE_BIT, 0, kPushBytes, l.push);
-        api().vkCmdDispatch(cmd, l.groups[0], l.groups[1], l.groups[2]);
-        if (profiling)
-          api().vkCmdWriteTimestamp(cmd, VK_PIPELINE_STAGE_BOTTOM_OF_PIPE_BIT, p.queries, uint32_t(next + 1));
-      }
+      record_launches(p, sets, cmd, (p.launches.size() * (c + 1)) / chunks, profiling, at);
       if (c + 1 == chunks) {
         // The step's results become visible to the next step and to read-back copies.
         barrier(cmd, kCompute, VK_ACCESS_SHADER_WRITE_BIT, kCompute | kTransfer, kRW | kTRW);
@@ -449,6 +372,104 @@ class VulkanBackend final : public Backend {
     p.dispatches = p.launches.size();
     p.profile.dispatches = p.dispatches;
     p.profile.barriers = p.barriers;
+  }
+
+  // One descriptor set per launch; each tensor gets its own descriptor range, so no binding
+  // spans more than the tensor.
+  std::vector<VkDescriptorSet> descriptor_sets(Prepared& p) {
+    std::vector<VkDescriptorSetLayout> layouts;
+    for (const Launch& l : p.launches) layouts.push_back(pipelines_->set_layout(l.kernel));
+    std::vector<VkDescriptorSet> sets(p.launches.size());
+    if (!sets.empty()) {
+      auto ai = make<VkDescriptorSetAllocateInfo>(VK_STRUCTURE_TYPE_DESCRIPTOR_SET_ALLOCATE_INFO);
+      ai.descriptorPool = p.descriptors;
+      ai.descriptorSetCount = uint32_t(sets.size());
+      ai.pSetLayouts = layouts.data();
+      VK_CHECK(api().vkAllocateDescriptorSets(dev_->device, &ai, sets.data()));
+    }
+    for (size_t i = 0; i < p.launches.size(); ++i) {
+      VkDescriptorBufferInfo bi[kWideBindings];
+      VkWriteDescriptorSet w[kWideBindings];
+      const uint32_t n = binding_count(p.launches[i].kernel);
+      for (uint32_t b = 0; b < n; ++b) {
+        bi[b] = checked_range(p, p.launches[i].bindings[b]);
+        w[b] = make<VkWriteDescriptorSet>(VK_STRUCTURE_TYPE_WRITE_DESCRIPTOR_SET);
+        w[b].dstSet = sets[i];
+        w[b].dstBinding = b;
+        w[b].descriptorCount = 1;
+        w[b].descriptorType = VK_DESCRIPTOR_TYPE_STORAGE_BUFFER;
+        w[b].pBufferInfo = &bi[b];
+      }
+      api().vkUpdateDescriptorSets(dev_->device, n, w, 0, nullptr);
+    }
+    return sets;
+  }
+
+  // The buffer range bound for tensor `t`, within the device's alignment and range limits.
+  VkDescriptorBufferInfo checked_range(Prepared& p, uint32_t t) {
+    const auto& info = dev_->info;
+    const Resolved r = resolve(p, t);
+    if (r.offset % info.min_storage_buffer_offset_alignment) {
+      throw std::invalid_argument(
+          "[vulkan] tensor at arena offset " + std::to_string(r.offset) + " is not aligned to the device's " +
+          std::to_string(info.min_storage_buffer_offset_alignment) + "-byte storage-buffer offset alignment");
+    }
+    if (r.bytes > info.max_storage_buffer_range) {
+      const Shape none;
+      const Shape& shape = t == kCodeBinding || t == kWorkspaceBinding ? none : p.program.tensors[t].type.shape;
+      throw std::invalid_argument("[vulkan] a " + shape_str(shape) + " tensor of " + std::to_string(r.bytes) +
+                                  " bytes exceeds the device's storage-buffer range of " +
+                                  std::to_string(info.max_storage_buffer_range));
+    }
+    return VkDescriptorBufferInfo{r.buffer->buffer, r.offset, r.bytes};
+  }
+
+  // A timestamp after every launch; a dispatch's work is counted once, on its first launch.
+  void prepare_profile(Prepared& p) {
+    auto qi = make<VkQueryPoolCreateInfo>(VK_STRUCTURE_TYPE_QUERY_POOL_CREATE_INFO);
+    qi.queryType = VK_QUERY_TYPE_TIMESTAMP;
+    qi.queryCount = uint32_t(p.launches.size() + 1);
+    VK_CHECK(api().vkCreateQueryPool(dev_->device, &qi, nullptr, &p.queries));
+    for (size_t i = 0; i < p.launches.size(); ++i) {
+      const Launch& l = p.launches[i];
+      const Dispatch& d = p.program.dispatches[l.dispatch];
+      const bool first = i == 0 || p.launches[i - 1].dispatch != l.dispatch;
+      p.profile.launches.push_back(
+          {kernel_name(l.kernel), std::string(op_name(d.op)), l.dispatch, 0, first ? d.flops : 0, first ? d.bytes : 0});
+    }
+  }
+
+  // Where recording stands across command buffers.
+  struct Cursor {
+    size_t next = 0;       // the next launch to record
+    bool pending = false;  // a barrier is owed before the next launch
+    uint32_t seen = 0;     // dispatches whose barrier flag was taken into account
+  };
+
+  // Records launches up to `end` into `cmd`. The plan's barriers go before the first launch
+  // of a dispatch that waits for one since the previous barrier; a dispatch lowered to no
+  // launch (a copy onto itself) passes its barrier on to the next launch.
+  void record_launches(Prepared& p, const std::vector<VkDescriptorSet>& sets, VkCommandBuffer cmd, size_t end,
+                       bool profiling, Cursor& at) {
+    VkPipeline bound = VK_NULL_HANDLE;
+    for (; at.next < end; ++at.next) {
+      const Launch& l = p.launches[at.next];
+      for (; at.seen <= l.dispatch; ++at.seen) at.pending = at.pending || p.program.dispatches[at.seen].barrier;
+      if (at.pending || l.barrier_before) {
+        barrier(cmd, kCompute, VK_ACCESS_SHADER_WRITE_BIT, kCompute, kRW);
+        p.barriers++;
+        at.pending = false;
+      }
+      VkPipeline pipe = pipelines_->get(l.kernel, l.spec);
+      if (pipe != bound) api().vkCmdBindPipeline(cmd, VK_PIPELINE_BIND_POINT_COMPUTE, pipe);
+      bound = pipe;
+      api().vkCmdBindDescriptorSets(cmd, VK_PIPELINE_BIND_POINT_COMPUTE, pipelines_->layout(l.kernel), 0, 1,
+                                    &sets[at.next], 0, nullptr);
+      api().vkCmdPushConstants(cmd, pipelines_->layout(l.kernel), VK_SHADER_STAGE_COMPUTE_BIT, 0, kPushBytes, l.push);
+      api().vkCmdDispatch(cmd, l.groups[0], l.groups[1], l.groups[2]);
+      if (profiling)
+        api().vkCmdWriteTimestamp(cmd, VK_PIPELINE_STAGE_BOTTOM_OF_PIPE_BIT, p.queries, uint32_t(at.next + 1));
+    }
   }
 
   void collect_profile(Prepared& p) {

@@ -1,4 +1,5 @@
 // copy and detach: the identity, any dtype. detach stops the gradient.
+#include "graph/internal.h"
 #include "ops/op_def.h"
 
 namespace meganeura::ops {
@@ -6,7 +7,9 @@ namespace {
 
 Grads rule(const VjpArgs& a) { return {a.g}; }
 
-Tensor identity_node(Op op, Tensor x) { return graph_of(op, {x}).add_node(op, NoAttrs{}, {x.id}, x.type()); }
+Tensor identity_node(Op op, Tensor x) {
+  return graph_internal::add_node(graph_of(op, {x}), op, NoAttrs{}, {x.id}, x.type());
+}
 
 }  // namespace
 }  // namespace meganeura::ops

@@ -1,5 +1,5 @@
-// The Vulkan backend's extras beyond the Backend interface: per-dispatch profiles, application
-// buffers and the pipeline cache's state.
+// The Vulkan backend's extras beyond the Backend interface, for applications that run on Vulkan
+// themselves: per-dispatch profiles, their own buffers as program buffers, the pipeline cache.
 #pragma once
 
 #include <string>

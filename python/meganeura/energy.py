@@ -1,0 +1,8 @@
+"""Energy prediction and fitting: `meganeura energy predict|fit` with the same options (each flag
+a keyword, dashes as underscores) returning the same JSON report as a dict."""
+from ._meganeura import energy as _energy
+
+predict = _energy.predict
+fit = _energy.fit
+
+__all__ = ["predict", "fit"]
