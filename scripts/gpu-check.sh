@@ -1,13 +1,17 @@
 #!/bin/sh
 # The Vulkan check for a machine with a GPU: lists the devices, runs the Vulkan parity tests,
-# the SGEMM benchmark (256-4096^3) and the chargpt profile, and writes JSON plus summary.txt and
-# summary.json to OUTDIR, within 8 minutes. Needs only a POSIX shell, the folder that
-# scripts/pack-gpu-check.sh fills (it runs the binaries through the folder's own dynamic loader
-# and libraries) and the machine's Vulkan driver. Where no Vulkan device for a GPU is found, the
+# the SGEMM benchmark (256-4096^3), ResNet-50's convolutions, attention at sequence 2048 and the
+# chargpt profile, reports per kernel family (GEMM, convolution) the achieved TFLOP/s and share
+# of the device's f32 peak, and writes JSON plus summary.txt and summary.json to OUTDIR, within
+# 8 minutes. Needs only a POSIX shell, the folder that scripts/pack-gpu-check.sh fills (it runs
+# the binaries through the folder's own dynamic loader and libraries) and the machine's Vulkan driver. Where no Vulkan device for a GPU is found, the
 # summary says what was found: ICD files, the loader's messages, nvidia-smi.
 #
 # Usage: gpu-check.sh [options] OUTDIR
-#   --quick             SGEMM up to 1024^3, a subset of the parity tests, one profiled step
+#   --quick             SGEMM up to 1024^3, a subset of the parity tests, one profiled step,
+#                       the convolutions at batch 1
+#   --kernels-only      only the kernel benchmarks (SGEMM, convolutions): no tests, profile,
+#                       gates or workloads
 #   --allow-cpu-device  run the checks on a CPU-emulated device (lavapipe) when no GPU is found
 #   --validation        run the tests with the Khronos validation layer: the pack's copy
 #                       (on by default when the folder has one), else the one installed
@@ -20,23 +24,24 @@
 # Exit status: 0 all ran and passed, 1 a step failed or timed out, 2 usage, 3 no GPU device.
 set -u
 here=$(cd "$(dirname "$0")" && pwd)
-quick=0 allow_cpu=0 validation="" peak_arg="" bin_dir="" out="" python_arg=""
+quick=0 allow_cpu=0 kernels_only=0 validation="" peak_arg="" bin_dir="" out="" python_arg=""
 while [ $# -gt 0 ]; do
   case $1 in
     --quick) quick=1 ;;
+    --kernels-only) kernels_only=1 ;;
     --allow-cpu-device) allow_cpu=1 ;;
     --validation) validation=1 ;;
     --no-validation) validation=0 ;;
     --peak-gflops) [ $# -ge 2 ] || { echo "gpu-check: --peak-gflops needs a number" >&2; exit 2; }; peak_arg=$2; shift ;;
     --bin-dir) [ $# -ge 2 ] || { echo "gpu-check: --bin-dir needs a folder" >&2; exit 2; }; bin_dir=$2; shift ;;
     --python) [ $# -ge 2 ] || { echo "gpu-check: --python needs a path" >&2; exit 2; }; python_arg=$2; shift ;;
-    -h|--help) sed -n '2,20p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,24p' "$0"; exit 0 ;;
     -*) echo "gpu-check: unknown option $1 (see --help)" >&2; exit 2 ;;
     *) [ -z "$out" ] || { echo "gpu-check: one OUTDIR only (got $out and $1)" >&2; exit 2; }; out=$1 ;;
   esac
   shift
 done
-[ -n "$out" ] || { echo "usage: gpu-check.sh [--quick] [--allow-cpu-device] [--validation|--no-validation] [--peak-gflops N] [--bin-dir DIR] [--python PATH] OUTDIR" >&2; exit 2; }
+[ -n "$out" ] || { echo "usage: gpu-check.sh [--quick] [--kernels-only] [--allow-cpu-device] [--validation|--no-validation] [--peak-gflops N] [--bin-dir DIR] [--python PATH] OUTDIR" >&2; exit 2; }
 case $peak_arg in
   "") ;;
   *[!0-9.]*|.|*.*.*) echo "gpu-check: --peak-gflops: '$peak_arg' is not a number" >&2; exit 2 ;;
@@ -159,7 +164,8 @@ json_field() {
 : >"$out/summary.txt"
 note "meganeura GPU check, $(date -u +%Y-%m-%dT%H:%M:%SZ) on $(uname -n) ($(uname -sr))"
 [ -f "$here/PACK_INFO.txt" ] && note "pack: $(head -n 1 "$here/PACK_INFO.txt")"
-[ "$quick" = 1 ] && note "mode: quick (SGEMM up to 1024^3, a subset of the parity tests, one profiled step)"
+[ "$quick" = 1 ] && note "mode: quick (SGEMM up to 1024^3, a subset of the parity tests, one profiled step, convolutions at batch 1)"
+[ "$kernels_only" = 1 ] && note "mode: kernels only (SGEMM and convolution benchmarks; no tests, profile, gates or workloads)"
 note "validation layer: $layer_note"
 
 # ---- Devices ---------------------------------------------------------------------------
@@ -246,6 +252,11 @@ write_json() {  # status, then the summary as JSON
     printf '  "sgemm": [%s],\n' "${sgemm_json:-}"
     printf '  "peak_f32_gflops": %s, "peak_source": %s, "fraction_of_peak_4096": %s,\n' "${peak:-null}" \
       "$(json_str "${peak_source:-unknown}")" "${fraction:-null}"
+    printf '  "families": {"gemm": {"n": %s, "tflops": %s, "fraction_of_peak": %s}, "conv": {"batch": %s, "tflops": %s, "fraction_of_peak": %s}},\n' \
+      "${gemm_n:-null}" "${gemm_tflops:-null}" "${gemm_fraction:-null}" "${conv_batch:-null}" "${conv_tflops:-null}" \
+      "${conv_fraction:-null}"
+    printf '  "attention_forward_2048": {"heads": %s, "gflops": %s, "fraction_of_peak": %s},\n' "${att_heads:-null}" \
+      "${att_gflops:-null}" "${att_fraction:-null}"
     printf '  "profile": {"dispatches_per_step": %s, "barriers_per_step": %s, "barriers_per_dispatch": %s, "step_ms": %s},\n' \
       "${p_disp:-null}" "${p_barr:-null}" "${p_bpd:-null}" "${p_ms:-null}"
     printf '  "gates": {"reference": %s, "results": {%s}},\n' "$(json_str "${gate_reference:-not run}")" "${gates_json:-}"
@@ -277,8 +288,12 @@ note "device: $dev_name ($dev_type, index $dev_index), driver $dev_driver; $devi
 # The tests take the best-ranked device (discrete, integrated, virtual, cpu), the one chosen
 # here; the benchmark runs on every device; the profile is given this one.
 
-# ---- Parity tests ----------------------------------------------------------------------
 tests_passed=0 tests_failed=0 tests_skipped=0
+if [ "$kernels_only" = 1 ]; then
+  note "parity tests, chargpt profile and workload gates: not run (--kernels-only)"
+else  # the parity tests, the profile and the gates (not indented: they end at "fi # kernels-only")
+
+# ---- Parity tests ----------------------------------------------------------------------
 if [ "$quick" = 1 ]; then
   ops_filter="VulkanReduce.*:VulkanMatmul.*:Ops/VulkanOp.MatchesF64Oracle/exp:Ops/VulkanOp.MatchesF64Oracle/softmax_axis1:Ops/VulkanOp.MatchesF64Oracle/conv2d_3x3:Ops/VulkanOp.MatchesF64Oracle/layer_norm:Ops/VulkanOp.MatchesF64Oracle/attention_causal_gqa"
   cli_filter="VulkanCli.DevicesListsWhatAutoPicks:VulkanCli.MlpTrainsLikeTheCpuBackend:VulkanCli.NoDriverIsAClearMessage"
@@ -356,6 +371,8 @@ else
   done
 fi
 
+fi # kernels-only
+
 # ---- SGEMM -----------------------------------------------------------------------------
 # One run per size (size:seconds), so that a size running out of time keeps the others.
 if [ "$quick" = 1 ]; then sizes="256:30 512:30 1024:40" reps=1; else sizes="256:30 512:30 1024:40 2048:60 4096:120" reps=3; fi
@@ -430,6 +447,74 @@ else
   note "SGEMM 4096^3: not run$([ "$quick" = 1 ] && echo ' (quick mode)'); peak f32: ${peak:-unknown}${peak:+ GFLOP/s ($peak_source)}"
 fi
 
+# ---- Convolutions ---------------------------------------------------------------------
+# ResNet-50's convolutions (each distinct one, forward and both gradients, weighted by its
+# occurrences: the convolution work of a training pass) on the chosen device.
+if [ "$quick" = 1 ]; then conv_batch=1 conv_reps=1; else conv_batch=4 conv_reps=3; fi
+limited 150 "$out/conv.json" "$out/conv.stderr.txt" run_bin bench_vulkan_conv --batch "$conv_batch" --reps "$conv_reps" --json
+rc=$?
+# The chosen device's row: its top-level "gflops" (4-space indent; the passes' are deeper).
+conv_gflops=$(awk -v d="vulkan:$dev_name" '
+  /^  {$/ {b = ""; g = ""}
+  /^    "backend":/ {sub(/^    "backend": "/, ""); sub(/",?$/, ""); b = $0}
+  /^    "gflops":/ {sub(/^    "gflops": /, ""); sub(/,$/, ""); g = $0}
+  /^  },?$/ {if (b == d && g != "") print g}
+' "$out/conv.json" 2>/dev/null | head -n 1)
+if [ "$rc" != 0 ] || [ -z "$conv_gflops" ]; then
+  failed_steps="$failed_steps conv"
+  note "ResNet-50 convolutions: failed (exit $rc$(why "$rc")): $(tail -n 1 "$out/conv.stderr.txt" 2>/dev/null)"
+fi
+
+# ---- Kernel families: achieved TFLOP/s and share of the f32 peak -----------------------
+# GEMM: the largest SGEMM that ran (4096^3 outside quick mode); convolution: the set above.
+gemm_n=$(awk -F'\t' -v d="vulkan:$dev_name" '$1 == d && $3 != "error" {print $2}' "$out/sgemm.tsv" | sort -n | tail -n 1)
+gemm_gflops=""
+[ -n "$gemm_n" ] && gemm_gflops=$(awk -F'\t' -v d="vulkan:$dev_name" -v n="$gemm_n" '$1 == d && $2 == n {print $3}' "$out/sgemm.tsv")
+family() {  # NAME GFLOPS TARGET_PERCENT: one summary line; sets fam_tflops and fam_fraction
+  fam_tflops="" fam_fraction=""
+  if [ -z "$2" ]; then
+    note "  $1: not measured"
+    return
+  fi
+  fam_tflops=$(awk -v g="$2" 'BEGIN {printf "%.4f", g / 1000}')
+  if [ -n "$peak" ]; then
+    fam_fraction=$(awk -v g="$2" -v p="$peak" 'BEGIN {printf "%.3f", g / p}')
+    note "  $1: $fam_tflops TFLOP/s = $(awk -v f="$fam_fraction" 'BEGIN {printf "%.1f", 100 * f}')% of the f32 peak (target $3%)"
+  else
+    note "  $1: $fam_tflops TFLOP/s; share of the f32 peak unknown (--peak-gflops N gives the peak)"
+  fi
+}
+note "Kernel families on $dev_name (peak f32: ${peak:-unknown}${peak:+ GFLOP/s, $peak_source}):"
+family "GEMM, SGEMM ${gemm_n:-?}^3" "$gemm_gflops" 50
+gemm_tflops=$fam_tflops gemm_fraction=$fam_fraction
+family "convolution, ResNet-50's at batch $conv_batch (forward and both gradients)" "$conv_gflops" 30
+conv_tflops=$fam_tflops conv_fraction=$fam_fraction
+
+# ---- Attention -------------------------------------------------------------------------
+# The fused attention forward at sequence 2048 (batch 1, head dimension 64, not causal; 16
+# heads, 2 in quick mode) on the chosen device: TFLOP/s and the share of its peak f32 (the
+# target on a data-centre GPU is 40%).
+if [ "$quick" = 1 ]; then att_heads=2 att_reps=1; else att_heads=16 att_reps=5; fi
+limited 120 "$out/attention.json" "$out/attention.stderr.txt" run_bin bench_vulkan_attention --seq 2048 \
+  --heads "$att_heads" --dim 64 --reps "$att_reps" --json
+rc=$?
+att_gflops=$(awk -v d="vulkan:$dev_name" '
+  /^  {$/ {b = ""; g = ""}
+  /^    "backend":/ {sub(/^    "backend": "/, ""); sub(/",?$/, ""); b = $0}
+  /^    "gflops":/ {sub(/^    "gflops": /, ""); sub(/,$/, ""); g = $0}
+  /^  },?$/ {if (b == d && g != "") print g}
+' "$out/attention.json" 2>/dev/null | head -n 1)
+att_fraction=""
+if [ "$rc" != 0 ] || [ -z "$att_gflops" ]; then
+  failed_steps="$failed_steps attention"
+  note "attention forward (seq 2048): failed (exit $rc$(why "$rc")): $(tail -n 1 "$out/attention.stderr.txt" 2>/dev/null)"
+elif [ -n "$peak" ]; then
+  att_fraction=$(awk -v g="$att_gflops" -v p="$peak" 'BEGIN {printf "%.3f", g / p}')
+  note "attention forward (seq 2048, $att_heads heads of 64) on $dev_name: $(awk -v g="$att_gflops" 'BEGIN {printf "%.3f", g / 1000}') TFLOP/s = $(awk -v f="$att_fraction" 'BEGIN {printf "%.1f", 100 * f}')% of its peak f32 $peak GFLOP/s ($peak_source); the target is 40%"
+else
+  note "attention forward (seq 2048, $att_heads heads of 64) on $dev_name: $(awk -v g="$att_gflops" 'BEGIN {printf "%.3f", g / 1000}') TFLOP/s; peak f32: unknown (--peak-gflops N gives it)"
+fi
+
 # ---- Workloads against PyTorch CUDA -----------------------------------------------------
 # Full scale, five samples after one warm-up, with the time that is left: our Vulkan backend
 # against PyTorch CUDA eager and CUDA-graph replay (bench/side_by_side.py --gpu).
@@ -447,6 +532,8 @@ if [ "${torch_device:-}" = cuda ] && [ "$quick" = 0 ]; then
       note "$w full scale vs PyTorch CUDA: not measured (exit $rc$(why "$rc")): $(tail -n 1 "$out/bench-$w.stderr.txt" 2>/dev/null)"
     fi
   done
+elif [ "$kernels_only" = 1 ]; then
+  note "workloads vs PyTorch CUDA: not run (--kernels-only)"
 elif [ "${torch_device:-}" = cuda ]; then
   note "workloads vs PyTorch CUDA: not run (quick mode)"
 else

@@ -25,7 +25,9 @@ table=$(find "${dirs[@]}" \( -name '*.cpp' -o -name '*.h' -o -name '*.cc' \) -pr
       for (i = 4; i <= NF; ++i) { if ($i ~ /^line:/) line = substr($i, 6); if ($i ~ /^end:/) end = substr($i, 5) }
       if (line != "" && end != "") printf "%d\t%s:%s\t%s\n", end - line + 1, $2, line, $1 }' |
   sort -t$'\t' -k1,1nr -k2,2)
-printf '%s\n' "$table" | head -n "$top" | awk -F'\t' '{ printf "%5d  %-60s %s\n", $1, $2, $3 }'
+# awk reads the whole table: `head` would leave printf writing to a closed pipe (SIGPIPE, a
+# failure under pipefail) once the table outgrows the pipe's buffer.
+printf '%s\n' "$table" | awk -F'\t' -v top="$top" 'NR <= top { printf "%5d  %-60s %s\n", $1, $2, $3 }'
 over=$(printf '%s\n' "$table" | awk -F'\t' -v l="$limit" '$1 > l' | wc -l)
 if [ "$over" -gt 0 ]; then
   echo "longest-functions: $over function(s) over $limit lines" >&2

@@ -19,7 +19,7 @@ out=$1
 build=${MEGANEURA_PACK_BUILD:-"$root/build-pack"}
 build_type=${MEGANEURA_PACK_BUILD_TYPE:-Release}
 limit_mib=${MEGANEURA_PACK_LIMIT_MIB:-60}  # lower only to try the size check
-targets=(meganeura core_vulkan_ops_test core_vulkan_cli_test bench_vulkan_sgemm)
+targets=(meganeura core_vulkan_ops_test core_vulkan_cli_test bench_vulkan_sgemm bench_vulkan_conv bench_vulkan_attention)
 
 if [ -e "$out" ] && [ -n "$(ls -A "$out" 2>/dev/null)" ] && [ ! -f "$out/gpu-check.sh" ]; then
   echo "pack: $out exists, is not empty and is not a packed check; refusing to overwrite it" >&2

@@ -73,7 +73,7 @@ struct VulkanDeviceInfo {
   bool portability_subset = false;
   uint64_t max_storage_buffer_range = 0, min_storage_buffer_offset_alignment = 0;
   uint64_t max_memory_allocation_size = 0;
-  uint32_t max_workgroup_invocations = 0, max_workgroup_count[3] = {0, 0, 0};
+  uint32_t max_workgroup_invocations = 0, max_workgroup_count[3] = {0, 0, 0}, max_workgroup_size[3] = {0, 0, 0};
   uint32_t max_shared_memory = 0, max_push_constants = 0;
   uint32_t max_storage_buffers_per_stage = 0;
   double timestamp_period_ns = 0;
@@ -105,9 +105,42 @@ struct VulkanOptions {
   bool profile = false;
   // Split one run's submission into this many command buffers (sharing a queue with rendering).
   int chunks = 1;
+  // The kernel choices (tiles, workgroup sizes, the attention kernel) of a class of device other
+  // than the device's own: "" (its own), "gpu" or "cpu". The loop budget stays the device's.
+  std::string kernel_class;
   const VulkanExternalDevice* external = nullptr;
+  // The GEMM and convolution kernels: chosen by the device's type (automatic: shared-memory
+  // tiles on GPUs, direct register blocks on CPU-emulated devices) or forced, so that tests run
+  // both families on any device and benchmarks compare them with the first GEMM kernel
+  // (naive: matmul only; convolutions then take the shared-memory tiles).
+  enum class Kernels : uint8_t { automatic, shared_memory, direct, naive };
+  Kernels kernels = Kernels::automatic;
 };
 std::unique_ptr<Backend> make_vulkan_backend(const VulkanOptions& options = {});
+
+// How the Vulkan backend lowers a program for a device, planned without the device: each
+// dispatch's kernel launches with the loop back-edges one invocation of each runs at most (all
+// its loops together). The backend refuses, when the program is added, a launch planned above
+// the device's loop budget: 32,768 on CPU-emulated devices (lavapipe leaves every loop of an
+// invocation silently after 65,535), 2^24 elsewhere.
+struct VulkanLaunchPlan {
+  std::string kernel;
+  uint64_t loop_iterations = 0;
+  uint32_t workgroup = 1;  // invocations per workgroup
+  uint32_t groups[3] = {1, 1, 1};
+  uint64_t shared_memory_bytes = 0;  // per workgroup
+};
+struct VulkanProgramPlan {
+  std::string device;
+  uint64_t loop_budget = 0;
+  std::vector<std::vector<VulkanLaunchPlan>> dispatches;  // per dispatch of the program
+};
+// Throws std::invalid_argument naming the op for a dispatch the backend has no kernel for;
+// launches over the budget are reported, not refused.
+VulkanProgramPlan plan_vulkan_program(const Program& p, const VulkanDeviceInfo& device);
+// What lavapipe (Mesa 22.3's llvmpipe, 256-bit, as Debian 12 ships it) reports: the device CI
+// runs on, to plan for without it.
+VulkanDeviceInfo lavapipe_device_info();
 
 // Whether a Vulkan device that `auto` would choose (discrete or integrated) exists, and a
 // sentence saying what was found otherwise.

@@ -28,14 +28,16 @@ struct SessionOptions {
   uint64_t seed = 0;        // parameter initialisation
   int threads = 0;
   // Vulkan: a device index or name substring ("" = the best of any type, lavapipe included).
-  std::string vulkan_device;
+  std::string vulkan_device{};
   // Vulkan: the Khronos validation layer on; any message fails the call that caused it (the
   // tools also switch it on for MEGANEURA_VULKAN_VALIDATION=1).
   bool vulkan_validation = false;
   // Vulkan: time every dispatch with timestamp queries (see vulkan_profile()).
   bool vulkan_profile = false;
   // Vulkan: the pipeline cache directory ("" = $XDG_CACHE_HOME/meganeura); "-" disables it.
-  std::string vulkan_cache_dir;
+  std::string vulkan_cache_dir{};
+  // Vulkan: the GEMM and convolution kernels (VulkanOptions::kernels).
+  VulkanOptions::Kernels vulkan_kernels = VulkanOptions::Kernels::automatic;
 };
 
 // Sets `o` from a --device value: "cpu", "auto" (discrete GPU > integrated GPU > CPU backend),

@@ -2,8 +2,9 @@
 # scripts/gpu-check.sh where the Vulkan loader finds no driver (its ICD list points nowhere):
 # exit 3, and a summary naming what was found (the ICD files that do exist, the loader's
 # error, nvidia-smi or its absence). Then, on a machine whose only Vulkan device is
-# CPU-emulated (lavapipe), the check stops and says so unless asked to run on it. The pack's
-# validation layer is unpacked and used.
+# CPU-emulated (lavapipe), the check stops and says so unless asked to run on it, and asked to
+# (--quick --kernels-only), reports the GEMM and convolution families. The pack's validation
+# layer is unpacked and used.
 # Usage: gpu_check_test.sh GPU_CHECK_SCRIPT BIN_DIR WORK_DIR
 set -u
 script=$1 bin=$2 work=$3
@@ -75,5 +76,19 @@ else
   [ "$rc" -eq 3 ] || fail "cpu only: exit $rc, expected 3" "$out"
   grep -q '^RESULT: no Vulkan device for a GPU; only a CPU-emulated device (llvmpipe' "$out/summary.txt" || fail "cpu only: not stated" "$out"
   [ ! -e "$out/sgemm.json" ] || fail "cpu only: the benchmark ran anyway" "$out"
+  # Asked to, the kernel benchmarks run on it and report each family's TFLOP/s and share of
+  # the peak given on the command line.
+  out=$work/cpu-kernels
+  sh "$script" --quick --kernels-only --allow-cpu-device --peak-gflops 100 --bin-dir "$bin" "$out" >"$work/cpu-kernels.log" 2>&1
+  rc=$?
+  [ "$rc" -eq 0 ] || fail "cpu kernels: exit $rc, expected 0" "$out"
+  s=$out/summary.txt
+  grep -q '^Kernel families on llvmpipe' "$s" || fail "cpu kernels: no kernel families" "$out"
+  grep -q '^  GEMM, SGEMM 1024^3: [0-9.]* TFLOP/s = [0-9.]*% of the f32 peak (target 50%)' "$s" || fail "cpu kernels: GEMM family" "$out"
+  grep -q "^  convolution, ResNet-50's at batch 1 (forward and both gradients): [0-9.]* TFLOP/s = [0-9.]*% of the f32 peak" "$s" ||
+    fail "cpu kernels: convolution family" "$out"
+  grep -q '"families": {"gemm": {"n": 1024, "tflops": [0-9.]*, "fraction_of_peak": [0-9.]*}, "conv": {"batch": 1, "tflops": [0-9.]*, "fraction_of_peak": [0-9.]*}}' \
+    "$out/summary.json" || fail "cpu kernels: summary.json families" "$out"
+  grep -q '^parity tests, chargpt profile and workload gates: not run (--kernels-only)' "$s" || fail "cpu kernels: tests ran" "$out"
 fi
 echo "ok"

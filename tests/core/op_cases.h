@@ -186,6 +186,13 @@ inline std::vector<Case> cases() {
                    {}});
     }
   }
+  c.push_back({"matmul/7x65x63",  // K and N past a 64-wide tile
+               Op::matmul,
+               [](G& g) {
+                 return matmul(P(g, "a", {7, 65}), P(g, "b", {65, 63}));
+               },
+               nullptr,
+               {}});
   c.push_back({"matmul/shared_a",
                Op::matmul,
                [](G& g) {
@@ -203,7 +210,12 @@ inline std::vector<Case> cases() {
                         ConvSpec{"/dilation2", {1, 2, 7, 7}, {2, 2, 3, 3}, {1, 1, 2, 2, 2, 2, 1}},
                         ConvSpec{"/groups2", {1, 4, 5, 5}, {6, 2, 3, 3}, {1, 1, 1, 1, 1, 1, 2}},
                         ConvSpec{"/depthwise", {1, 3, 4, 4}, {3, 1, 3, 3}, {1, 1, 1, 1, 1, 1, 3}},
-                        ConvSpec{"/1x1", {2, 3, 3, 4}, {5, 3, 1, 1}, {}}}) {
+                        ConvSpec{"/1x1", {2, 3, 3, 4}, {5, 3, 1, 1}, {}},
+                        // The Vulkan kernels' other paths: a 7x7 stride-2 window (ResNet's first
+                        // layer), channels in quads (staged channels-last), with groups and dilation.
+                        ConvSpec{"/7x7_stride2_pad3", {1, 2, 11, 11}, {3, 2, 7, 7}, {2, 2, 3, 3, 1, 1, 1}},
+                        ConvSpec{"/channels4_stride2", {1, 8, 7, 7}, {4, 8, 3, 3}, {2, 2, 1, 1, 1, 1, 1}},
+                        ConvSpec{"/channels4_groups2_dilation2", {1, 8, 9, 9}, {8, 4, 3, 3}, {1, 1, 2, 2, 2, 2, 2}}}) {
     c.push_back({std::string("conv2d") + s.tag,
                  Op::conv2d,
                  [s](G& g) { return conv2d(P(g, "x", s.x), P(g, "w", s.w), s.o); },

@@ -9,6 +9,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <array>
 #include <cstdio>
 #include <filesystem>
@@ -103,6 +104,38 @@ TEST(VulkanCli, UnknownDeviceNamesTheDevices) {
   Result r = run("train --model mlp --steps 2 --device no-such-gpu");
   EXPECT_NE(r.status, 0);
   EXPECT_NE(r.err.find("no Vulkan device matches 'no-such-gpu' (devices: 0: "), std::string::npos) << r.err;
+}
+
+// `program --json` plans each dispatch's Vulkan launches for lavapipe without the device (the
+// default) and reports their loop iterations per invocation: the chargpt step's all within
+// lavapipe's budget, each dispatch's figure the largest of its launches'. An unknown device is
+// a one-line error naming the devices.
+TEST(VulkanCli, ProgramJsonReportsLoopIterationsPerDispatch) {
+  Result r = run("program --model chargpt --json");
+  ASSERT_EQ(r.status, 0) << r.err;
+  auto j = r.json();
+  ASSERT_TRUE(j.contains("vulkan")) << "no Vulkan plan in the program JSON";
+  EXPECT_EQ(j["vulkan"]["loop_budget"], 32768);
+  EXPECT_NE(j["vulkan"]["device"].get<std::string>().find("llvmpipe"), std::string::npos);
+  size_t launches = 0;
+  for (const auto& d : j["dispatches"]) {
+    ASSERT_TRUE(d.contains("vulkan")) << d.dump();
+    uint64_t most = 0;
+    for (const auto& l : d["vulkan"]["launches"]) {
+      most = std::max(most, l["loop_iterations"].get<uint64_t>());
+      EXPECT_FALSE(l["kernel"].get<std::string>().empty());
+      EXPECT_GE(l["workgroup_size"].get<uint32_t>(), 1u);
+      ++launches;
+    }
+    EXPECT_EQ(d["vulkan"]["loop_iterations"].get<uint64_t>(), most) << d["op"];
+    EXPECT_LE(most, 32768u) << d["op"];
+  }
+  EXPECT_GE(launches, j["dispatches"].size() / 2);  // views copy nothing, some ops take several launches
+  Result bad = run("program --model mlp --json --vulkan no-such-device");
+  EXPECT_NE(bad.status, 0);
+  if (meganeura::testing_vulkan::missing_device().empty()) {  // else the message says what is missing
+    EXPECT_NE(bad.err.find("[program] no Vulkan device 'no-such-device'"), std::string::npos) << bad.err;
+  }
 }
 
 TEST(VulkanCli, MlpTrainsLikeTheCpuBackend) {

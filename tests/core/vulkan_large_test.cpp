@@ -8,8 +8,10 @@
 // Tolerances: the loss is an f32 reduction over 8 rows after 16 blocks of f32 GEMMs with
 // 2048-long dot products, summed in different orders on the two backends: 1e-4 relative is a
 // few hundred ulps. SGD moves a weight by lr * g; the backends' gradients differ by rounding
-// (1e-4 relative at most, as for the loss), so updated weights agree within 1e-4 * lr * |g|,
-// bounded here by 1e-6 absolute (|g| < 0.1 for this initialisation).
+// (measured: up to 1.05e-4 relative, in the token embedding, whose gradient passes back
+// through all 16 blocks, where the row kernels and the GEMMs sum in different orders), so
+// updated weights agree within 2e-4 * lr * |g|, bounded here by 2e-6 absolute (|g| < 0.1 for
+// this initialisation).
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -91,7 +93,7 @@ TEST(VulkanLarge, TrainingStepAboveTwoGigabytesMatchesTheCpu) {
     ASSERT_EQ(a.size(), b.size()) << names[n];
     double moved = 0;
     for (size_t i = 0; i < a.size(); ++i) {
-      ASSERT_NEAR(a[i], b[i], 1e-6) << names[n] << " at " << i;
+      ASSERT_NEAR(a[i], b[i], 2e-6) << names[n] << " at " << i;
       moved = std::max(moved, std::abs(b[i] - before[n][i]));
     }
     EXPECT_GT(moved, 1e-6) << names[n] << " was not updated";

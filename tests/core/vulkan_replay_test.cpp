@@ -127,12 +127,18 @@ TEST(VulkanReplay, BarriersAreThePlansBarriers) {
   ASSERT_GT(p.barrier_count(), 0u);
   // One barrier per planned barrier (a dispatch lowered to no launch hands its barrier to the
   // next one, where it may merge), one inside each two-phase dispatch (a matmul epilogue: the
-  // GEMM, then the program over its output; the cross-entropy: row losses, then their mean),
+  // GEMM, then the program over its output; the cross-entropy: row losses, then their mean;
+  // its backward: the count of rows, then the rows), one before each dispatch that uses the
+  // program's workspace after another did (the cross-entropy's backward after its forward),
   // and the trailing one that publishes the step.
-  size_t two_phase = 0;
-  for (const Dispatch& d : p.dispatches) two_phase += d.op == Op::matmul_epilogue || d.op == Op::softmax_cross_entropy;
+  size_t two_phase = 0, workspace_users = 0;
+  for (const Dispatch& d : p.dispatches) {
+    const bool cross_entropy = d.op == Op::softmax_cross_entropy || d.op == Op::softmax_cross_entropy_backward;
+    two_phase += d.op == Op::matmul_epilogue || cross_entropy;
+    workspace_users += cross_entropy;
+  }
   ASSERT_GT(two_phase, 0u);
-  const size_t expected = p.barrier_count() + two_phase + 1;
+  const size_t expected = p.barrier_count() + two_phase + (workspace_users > 0 ? workspace_users - 1 : 0) + 1;
   EXPECT_LE(st.barriers, expected);
   if (st.dispatches == p.dispatches.size() + two_phase) {
     EXPECT_EQ(st.barriers, expected);

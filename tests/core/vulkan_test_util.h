@@ -44,4 +44,11 @@ inline SessionOptions vulkan_options(uint64_t seed = 1) {
   return o;
 }
 
+// The CPU backend's f64 oracle running `g` (every float tensor computed in double).
+inline void add_f64_oracle(Session& oracle, const Graph& g) {
+  PlanOptions f64;
+  f64.float_dtype = DType::f64;
+  oracle.add(plan(g, f64));
+}
+
 }  // namespace meganeura::testing_vulkan

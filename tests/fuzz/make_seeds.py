@@ -188,7 +188,8 @@ put("program_json", "not_json", '{"float_dtype": "f32", "limits": [')
 
 def real_programs(meganeura):
     """Programs the planner makes for the built-in models, as Program::to_json writes them
-    (`meganeura program --json` adds each dispatch's kernel launch; those keys are dropped)."""
+    (`meganeura program --json` adds each dispatch's kernel launch and Vulkan launches, and the
+    Vulkan device they were planned for; those keys are dropped)."""
     import subprocess
     keys = {"op", "attrs", "reads", "writes", "flops", "bytes", "waits", "barrier"}
     runs = {
@@ -203,6 +204,7 @@ def real_programs(meganeura):
                              capture_output=True, text=True).stdout
         j = json.loads(out)
         j.pop("workspace_bytes", None)
+        j.pop("vulkan", None)
         j["dispatches"] = [{k: v for k, v in d.items() if k in keys} for d in j["dispatches"]]
         put("program_json", name, json.dumps(j, separators=(",", ":")))
 

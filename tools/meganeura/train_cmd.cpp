@@ -3,6 +3,7 @@
 // serve it from an inference-only program.
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -10,6 +11,7 @@
 #include <limits>
 
 #include "commands.h"
+#include "meganeura/backend.h"
 #include "meganeura/checkpoint.h"
 #include "meganeura/distributed.h"
 #include "meganeura/passes.h"
@@ -30,7 +32,8 @@ struct TrainArgs {
   int accumulation = 1;
   bool json = false;
   ModelOptions sizes;
-  bool inference = false;  // program: the inference graph instead of the training step
+  bool inference = false;           // program: the inference graph instead of the training step
+  std::string vulkan = "lavapipe";  // program: the Vulkan device whose launches it reports
   bool data_parallel = false;
   double bucket_mb = 25, comm_timeout = 300;
   int check_replicas = 0;
@@ -245,6 +248,39 @@ int run_infer(const TrainArgs& a) {
   return 0;
 }
 
+// "lavapipe" (planned without the device), or a Vulkan device's index or name substring.
+VulkanDeviceInfo vulkan_device_for_plan(const std::string& which) {
+  if (which == "lavapipe") return lavapipe_device_info();
+  const std::vector<VulkanDeviceInfo> devices = vulkan_devices();
+  std::string names;
+  for (const VulkanDeviceInfo& d : devices) {
+    if (which == std::to_string(d.index) || d.name.find(which) != std::string::npos) return d;
+    names += (names.empty() ? "" : ", ") + d.name;
+  }
+  throw std::invalid_argument("[program] no Vulkan device '" + which +
+                              "' (devices: " + (names.empty() ? "none" : names) + "; or lavapipe)");
+}
+
+// Each dispatch's Vulkan launches and planned loop iterations per invocation (the largest of
+// its launches), and the device and loop budget they were planned for.
+void add_vulkan_plan(nlohmann::json& j, const Program& p, const std::string& device) {
+  const VulkanProgramPlan plan = plan_vulkan_program(p, vulkan_device_for_plan(device));
+  j["vulkan"] = {{"device", plan.device}, {"loop_budget", plan.loop_budget}};
+  for (size_t i = 0; i < plan.dispatches.size(); ++i) {
+    nlohmann::json launches = nlohmann::json::array();
+    uint64_t most = 0;
+    for (const VulkanLaunchPlan& l : plan.dispatches[i]) {
+      launches.push_back({{"kernel", l.kernel},
+                          {"loop_iterations", l.loop_iterations},
+                          {"workgroup_size", l.workgroup},
+                          {"groups", {l.groups[0], l.groups[1], l.groups[2]}},
+                          {"shared_memory_bytes", l.shared_memory_bytes}});
+      most = std::max(most, l.loop_iterations);
+    }
+    j["dispatches"][i]["vulkan"] = {{"loop_iterations", most}, {"launches", launches}};
+  }
+}
+
 int run_program(const TrainArgs& a) {
   auto task = make_task(a.model, a.seed, a.sizes);
   Program p;
@@ -278,6 +314,7 @@ int run_program(const TrainArgs& a) {
     auto launches = nlohmann::json::parse(sched.to_json());
     for (size_t i = 0; i < j["dispatches"].size(); ++i) j["dispatches"][i].update(launches["launches"][i]);
     j["workspace_bytes"] = sched.workspace_bytes;
+    add_vulkan_plan(j, p, a.vulkan);
     std::cout << j.dump() << "\n";
     return 0;
   }
@@ -303,6 +340,9 @@ void add_program_command(CLI::App& app) {
   add_model_options(c, *a);
   c->add_flag("--inference", a->inference, "the inference program instead of the training step");
   c->add_flag("--json", a->json, "the program as JSON");
+  c->add_option("--vulkan", a->vulkan,
+                "with --json: report each dispatch's Vulkan launches and planned loop iterations per invocation for "
+                "this device: lavapipe (default; planned without it) or a Vulkan device's index or name");
   c->callback([a] { throw CLI::RuntimeError(run_program(*a)); });
 }
 

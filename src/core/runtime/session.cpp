@@ -36,6 +36,7 @@ VulkanOptions vulkan_options(const SessionOptions& o, const std::string& device)
   v.device = device;
   v.validation = o.vulkan_validation;
   v.profile = o.vulkan_profile;
+  v.kernels = o.vulkan_kernels;
   v.pipeline_cache = o.vulkan_cache_dir != "-";
   if (v.pipeline_cache) v.cache_dir = o.vulkan_cache_dir;
   return v;

@@ -200,6 +200,7 @@ VulkanDeviceInfo Instance::describe(VkPhysicalDevice pd, int index) const {
   info.max_memory_allocation_size = m3.maxMemoryAllocationSize;
   info.max_workgroup_invocations = p.limits.maxComputeWorkGroupInvocations;
   for (int i = 0; i < 3; ++i) info.max_workgroup_count[i] = p.limits.maxComputeWorkGroupCount[i];
+  for (int i = 0; i < 3; ++i) info.max_workgroup_size[i] = p.limits.maxComputeWorkGroupSize[i];
   info.max_shared_memory = p.limits.maxComputeSharedMemorySize;
   info.max_push_constants = p.limits.maxPushConstantsSize;
   info.max_storage_buffers_per_stage = p.limits.maxPerStageDescriptorStorageBuffers;

@@ -7,43 +7,30 @@
 #include <string>
 
 #include "backend/vulkan/glsl_ops.h"
+#include "backend/vulkan/lower_gemm.h"
+#include "backend/vulkan/lowering_internal.h"
 #include "graph/op_table.h"
 #include "meganeura/schedule.h"
 
 namespace meganeura::vk {
-namespace {
-
-constexpr size_t kMaxRank = 6;
+namespace detail {
 
 [[noreturn]] void unsupported(Op op, const std::string& why) {
   throw std::invalid_argument("[vulkan:" + std::string(op_name(op)) + "] " + why);
 }
 
-struct Push {
-  Launch& l;
-  void u(uint64_t v) {
-    if (v > UINT32_MAX) throw std::invalid_argument("[vulkan] a size of " + std::to_string(v) + " exceeds 32 bits");
-    l.push[l.push_words++] = uint32_t(v);
-  }
-  void i(int64_t v) {
-    int32_t x = int32_t(v);
-    std::memcpy(&l.push[l.push_words++], &x, 4);
-  }
-  void f(double v) {
-    float x = float(v);
-    std::memcpy(&l.push[l.push_words++], &x, 4);
-  }
-  template <class T>
-  void array(const std::vector<T>& v, bool is_signed = false) {
-    for (size_t k = 0; k < kMaxRank; ++k) {
-      int64_t x = k < v.size() ? int64_t(v[k]) : 0;
-      if (is_signed)
-        i(x);
-      else
-        u(uint64_t(x));
-    }
-  }
-};
+void Push::u(uint64_t v) {
+  if (v > UINT32_MAX) throw std::invalid_argument("[vulkan] a size of " + std::to_string(v) + " exceeds 32 bits");
+  l.push[l.push_words++] = uint32_t(v);
+}
+void Push::i(int64_t v) {
+  int32_t x = int32_t(v);
+  std::memcpy(&l.push[l.push_words++], &x, 4);
+}
+void Push::f(double v) {
+  float x = float(v);
+  std::memcpy(&l.push[l.push_words++], &x, 4);
+}
 
 std::vector<int64_t> strides_of(const Shape& s) {
   std::vector<int64_t> st(s.size(), 1);
@@ -62,8 +49,6 @@ std::vector<int64_t> broadcast_strides(const Shape& in, const Shape& out) {
   return s;
 }
 
-// Merges adjacent axes that every operand walks contiguously, so high-rank views fit the
-// kernels' fixed rank.
 void collapse(Shape& shape, std::vector<std::vector<int64_t>*> strides) {
   for (size_t k = shape.size(); k-- > 1;) {
     bool mergeable = true;
@@ -92,7 +77,53 @@ void elementwise_grid(Launch& l, uint64_t n, const DeviceClass& dc) {
   grid(l, (n + dc.workgroup - 1) / dc.workgroup, dc);
 }
 
+uint32_t fbits(double v) {
+  float f = float(v);
+  uint32_t b;
+  std::memcpy(&b, &f, 4);
+  return b;
+}
+
+void wide_operands(const Dispatch& d, const KernelLaunch& k, Launch& l, size_t max_inputs) {
+  for (size_t i = 0; i < PushConstants::kWords; ++i) l.push[i] = k.push.words[i];
+  l.push_words = PushConstants::kWords;
+  for (uint32_t b = 0; b < kWideBindings; ++b) l.bindings[b] = d.reads[0];
+  for (size_t i = 0; i < d.reads.size() && i < max_inputs; ++i) l.bindings[i] = d.reads[i];
+  l.bindings[8] = d.write();
+}
+
+uint64_t fused_program_cost(const Launch& l) {
+  const uint32_t rank = l.push[ElementwiseLayout::kRank], full = (1u << rank) - 1;
+  const size_t instructions = l.code.size() / 4;
+  uint64_t cost = loop(instructions);
+  for (size_t i = 0; i < instructions; ++i) {
+    const uint32_t w = l.code[4 * i], input = w >> 16;
+    if ((w & 0xffu) != uint32_t(FusedInstr::input)) continue;
+    const uint32_t mask = (l.push[ElementwiseLayout::kMasks + input / 4] >> ((input % 4) * 8)) & 0xffu;
+    if ((mask & full) != full) cost += loop(rank);
+  }
+  return cost;
+}
+
+uint64_t reduction_chunks(uint64_t outputs, uint64_t len, uint32_t wg, uint64_t element, const DeviceClass& dc) {
+  constexpr uint64_t kOverhead = 64;  // the launch's loops besides the walk (trees, layout)
+  const uint64_t trips = (dc.loop_budget - std::min(dc.loop_budget, tree(wg) + kOverhead)) / (element + 1);
+  const uint64_t by_budget = ceil_div(len, std::max<uint64_t>(trips, 1) * wg);
+  // Few outputs: up to 256 workgroups in all, each walking at least 32 elements per invocation.
+  constexpr uint64_t kFewOutputs = 64, kGroups = 256, kMinTrips = 32;
+  const uint64_t by_cores =
+      outputs < kFewOutputs ? std::min(ceil_div(len, uint64_t(wg) * kMinTrips), ceil_div(kGroups, outputs)) : 1;
+  return std::max<uint64_t>({by_budget, by_cores, 1});
+}
+
+}  // namespace detail
+
+namespace {
+
+using namespace detail;
+
 // The op code the shaders switch on (ops_generated.glsl: OP_<NAME>) is the op's own value.
+static_assert(kOpCount <= 256, "a fused instruction (fused.comp) carries its op code in 8 bits");
 uint32_t op_code(Op op) {
   if (!op_info(op).elementwise.unary() && !op_info(op).elementwise.binary()) unsupported(op, "not an elementwise op");
   return uint32_t(op);
@@ -215,194 +246,14 @@ class Lowerer {
   }
 
   void reduce(const Dispatch& d, Launch l, Launch soft, std::vector<Launch>& out) {
-    const Shape& xs = shape(d.reads[0]);
-    if (d.op == Op::softmax || d.op == Op::log_softmax) {
-      int64_t axis = std::get<AxisAttrs>(d.attrs).axis;
-      if (axis < 0) axis += int64_t(xs.size());
-      int64_t len = xs[size_t(axis)], inner = 1, outer = 1;
-      for (size_t i = 0; i < xs.size(); ++i) {
-        if (int64_t(i) < axis)
-          outer *= xs[i];
-        else if (int64_t(i) > axis)
-          inner *= xs[i];
-      }
-      Push pc{soft};
-      pc.u(uint64_t(outer * inner));
-      pc.u(uint64_t(len));
-      pc.u(uint64_t(inner));
-      pc.u(d.op == Op::log_softmax);
-      soft.bindings[0] = d.reads[0];
-      soft.bindings[1] = d.write();
-      soft.spec = {dc_.workgroup};
-      grid(soft, uint64_t(outer * inner), dc_);
-      out.push_back(std::move(soft));
-      return;
-    }
-    auto axes = std::get<ReduceAttrs>(d.attrs).axes;
-    for (auto& a : axes)
-      if (a < 0) a += int64_t(xs.size());
-    if (axes.empty())
-      for (size_t i = 0; i < xs.size(); ++i) axes.push_back(int64_t(i));
-    auto st = strides_of(xs);
-    Shape keep, red;
-    std::vector<int64_t> keep_st, red_st;
-    for (size_t i = 0; i < xs.size(); ++i) {
-      bool reduced = std::find(axes.begin(), axes.end(), int64_t(i)) != axes.end();
-      (reduced ? red : keep).push_back(xs[i]);
-      (reduced ? red_st : keep_st).push_back(st[i]);
-    }
-    collapse(keep, {&keep_st});
-    collapse(red, {&red_st});
-    if (keep.size() > kMaxRank || red.size() > kMaxRank) unsupported(d.op, "more than 6 non-mergeable axes");
-    const uint64_t outputs = uint64_t(numel(keep)), count = uint64_t(numel(red));
-    Push pc{l};
-    pc.u(outputs);
-    pc.u(count);
-    pc.u(d.op == Op::max);
-    pc.u(d.op == Op::mean);
-    // Short reductions over many outputs: one invocation each, a compensated serial sum (error
-    // bounded independently of the length); long ones: a workgroup each with a tree.
-    const bool serial = count <= 256 && outputs >= 64;
-    pc.u(keep.size());
-    pc.u(red.size());
-    pc.u(serial);
-    pc.u(0);
-    pc.array(keep);
-    pc.array(keep_st);
-    pc.array(red);
-    pc.array(red_st);
-    l.bindings[0] = d.reads[0];
-    l.bindings[1] = d.write();
-    l.spec = {dc_.workgroup};
-    if (serial)
-      grid(l, (outputs + dc_.workgroup - 1) / dc_.workgroup, dc_);
-    else
-      grid(l, outputs, dc_);
-    out.push_back(std::move(l));
+    lower_reduce(ctx_, d, std::move(l), std::move(soft), out);
   }
 
-  void matmul(const Dispatch& d, Launch l, std::vector<Launch>& out) {
-    const auto& a = std::get<MatmulAttrs>(d.attrs);
-    const Shape &as = shape(d.reads[0]), &bs = shape(d.reads[1]), &cs = shape(d.write());
-    uint64_t m = uint64_t(cs[cs.size() - 2]), n = uint64_t(cs.back());
-    const uint64_t k = uint64_t(a.trans_a ? as[as.size() - 2] : as.back());
-    uint64_t batch = numel_of(d.write()) / std::max<uint64_t>(m * n, 1);
-    const bool a_batched = as.size() > 2, b_batched = bs.size() > 2;
-    uint64_t sa = a_batched ? m * k : 0, sb = b_batched ? k * n : 0, sc = m * n;
-    if (a_batched && !b_batched && !a.trans_a) {  // shared weights: one tall GEMM
-      m *= batch;
-      batch = 1;
-      sa = sb = sc = 0;
-    }
-    Push pc{l};
-    pc.u(m);
-    pc.u(n);
-    pc.u(k);
-    pc.u(a.trans_a);
-    pc.u(a.trans_b);
-    pc.u(uint64_t(as.back()));
-    pc.u(uint64_t(bs.back()));
-    pc.u(sa);
-    pc.u(sb);
-    pc.u(sc);
-    const uint32_t t = dc_.tile_mn, tt = 4;
-    l.spec = {(t / tt) * (t / tt), t, t, dc_.tile_k};
-    l.bindings[0] = d.reads[0];
-    l.bindings[1] = d.reads[1];
-    l.bindings[2] = d.write();
-    l.groups[0] = uint32_t((n + t - 1) / t);
-    l.groups[1] = uint32_t((m + t - 1) / t);
+  void matmul(const Dispatch& d, Launch l, std::vector<Launch>& out) { lower_matmul(p_, d, dc_, std::move(l), out); }
 
-    l.groups[2] = uint32_t(batch);
-    if (l.groups[1] > dc_.max_groups_y || l.groups[2] > dc_.max_groups_z || l.groups[0] > dc_.max_groups_x) {
-      unsupported(d.op, "the product is larger than the device's dispatch grid");
-    }
-    out.push_back(std::move(l));
-  }
+  void conv(const Dispatch& d, Launch l, std::vector<Launch>& out) { lower_conv(p_, d, dc_, std::move(l), out); }
 
-  void conv(const Dispatch& d, Launch l, std::vector<Launch>& out) {
-    const auto& a = std::get<ConvAttrs>(d.attrs);
-    Shape x, w, y;
-    uint32_t code = 0;
-    if (d.op == Op::conv2d) {
-      x = shape(d.reads[0]);
-      w = shape(d.reads[1]);
-      y = shape(d.write());
-      code = 0;
-    } else if (d.op == Op::conv2d_backward_input) {
-      x = shape(d.write());
-      w = shape(d.reads[1]);
-      y = shape(d.reads[0]);
-      code = 1;
-    } else {
-      x = shape(d.reads[0]);
-      w = shape(d.write());
-      y = shape(d.reads[1]);
-      code = 2;
-    }
-    Push pc{l};
-    pc.u(numel_of(d.write()));
-    pc.u(code);
-    pc.u(uint64_t(x[0]));
-    pc.u(uint64_t(x[1]));
-    pc.u(uint64_t(x[2]));
-    pc.u(uint64_t(x[3]));
-    pc.u(uint64_t(w[0]));
-    pc.u(uint64_t(w[2]));
-    pc.u(uint64_t(w[3]));
-    pc.u(uint64_t(y[2]));
-    pc.u(uint64_t(y[3]));
-    pc.u(uint64_t(a.groups));
-    pc.i(a.stride[0]);
-    pc.i(a.stride[1]);
-    pc.i(a.pad[0]);
-    pc.i(a.pad[1]);
-    pc.i(a.dilation[0]);
-    pc.i(a.dilation[1]);
-    l.bindings[0] = d.reads[0];
-    l.bindings[1] = d.reads[1];
-    l.bindings[2] = d.write();
-    elementwise_grid(l, numel_of(d.write()), dc_);
-    out.push_back(std::move(l));
-  }
-
-  void pool(const Dispatch& d, Launch l, std::vector<Launch>& out) {
-    Push pc{l};
-    const uint64_t total = numel_of(d.write());
-    if (d.op == Op::upsample_nearest2x) {
-      const Shape& xs = shape(d.reads[0]);
-      pc.u(total);
-      pc.u(4);
-      pc.u(uint64_t(xs[2]));
-      pc.u(uint64_t(xs[3]));
-      for (int i = 0; i < 8; ++i) pc.u(0);
-    } else {
-      const auto& a = std::get<PoolAttrs>(d.attrs);
-      const bool backward = d.op == Op::max_pool2d_backward || d.op == Op::avg_pool2d_backward;
-      const Shape& xs = backward ? shape(d.write()) : shape(d.reads[0]);
-      const Shape& ys = d.op == Op::max_pool2d_backward ? shape(d.reads[1])
-                        : backward                      ? shape(d.reads[0])
-                                                        : shape(d.write());
-      uint32_t code = d.op == Op::max_pool2d ? 0 : d.op == Op::max_pool2d_backward ? 1 : d.op == Op::avg_pool2d ? 2 : 3;
-      pc.u(total);
-      pc.u(code);
-      pc.u(uint64_t(xs[2]));
-      pc.u(uint64_t(xs[3]));
-      pc.u(uint64_t(ys[2]));
-      pc.u(uint64_t(ys[3]));
-      pc.u(uint64_t(a.kernel[0]));
-      pc.u(uint64_t(a.kernel[1]));
-      pc.i(a.stride[0]);
-      pc.i(a.stride[1]);
-      pc.i(a.pad[0]);
-      pc.i(a.pad[1]);
-    }
-    l.bindings[0] = d.reads[0];
-    l.bindings[1] = d.reads.size() > 1 ? d.reads[1] : d.reads[0];
-    l.bindings[2] = d.write();
-    elementwise_grid(l, total, dc_);
-    out.push_back(std::move(l));
-  }
+  void pool(const Dispatch& d, Launch l, std::vector<Launch>& out) { lower_pool(ctx_, d, std::move(l), out); }
 
   void movement(const Dispatch& d, Launch l, std::vector<Launch>& out) {
     const Shape& os = shape(d.write());
@@ -488,44 +339,7 @@ class Lowerer {
     out.push_back(std::move(l));
   }
 
-  void index_op(const Dispatch& d, Launch l, std::vector<Launch>& out) {
-    Push pc{l};
-    const uint64_t n = numel_of(d.write());
-    const Shape& ys = shape(d.write());
-    if (d.op == Op::embedding) {
-      const Shape& ts = shape(d.reads[0]);
-      pc.u(n);
-      pc.u(0);
-      pc.u(uint64_t(ts[0]));
-      pc.u(uint64_t(ts[1]));
-      pc.u(numel_of(d.reads[1]));
-      pc.i(0);
-      l.bindings[0] = d.reads[0];
-      l.bindings[1] = d.reads[1];
-    } else if (d.op == Op::embedding_backward) {
-      pc.u(n);
-      pc.u(1);
-      pc.u(uint64_t(ys[0]));
-      pc.u(uint64_t(ys[1]));
-      pc.u(numel_of(d.reads[1]));
-      pc.i(0);
-      l.bindings[0] = d.reads[0];
-      l.bindings[1] = d.reads[1];
-    } else {
-      const auto& a = std::get<OneHotAttrs>(d.attrs);
-      pc.u(n);
-      pc.u(2);
-      pc.u(0);
-      pc.u(uint64_t(a.classes));
-      pc.u(numel_of(d.reads[0]));
-      pc.i(a.ignore_index);
-      l.bindings[0] = d.reads[0];
-      l.bindings[1] = d.reads[0];
-    }
-    l.bindings[2] = d.write();
-    elementwise_grid(l, n, dc_);
-    out.push_back(std::move(l));
-  }
+  void index_op(const Dispatch& d, Launch l, std::vector<Launch>& out) { lower_index(ctx_, d, std::move(l), out); }
 
   void sequence(const Dispatch& d, Launch l, std::vector<Launch>& out) {
     Push pc{l};
@@ -620,90 +434,13 @@ class Lowerer {
     out.push_back(std::move(l));
   }
 
-  // The schedule's push block and the dispatch's operands in the wide layout: inputs from
-  // binding 0, the output at 8, every other slot a valid (unused) binding.
-  void wide_operands(const Dispatch& d, const KernelLaunch& k, Launch& l, size_t max_inputs) {
-    for (size_t i = 0; i < PushConstants::kWords; ++i) l.push[i] = k.push.words[i];
-    l.push_words = PushConstants::kWords;
-    for (uint32_t b = 0; b < kWideBindings; ++b) l.bindings[b] = d.reads[0];
-    for (size_t i = 0; i < d.reads.size() && i < max_inputs; ++i) l.bindings[i] = d.reads[i];
-    l.bindings[8] = d.write();
-  }
-
   // where, gather (+ scatter-add) and the fused cross-entropy (workload.comp).
   void workload(const Dispatch& d, const KernelLaunch& k, Launch l, std::vector<Launch>& out) {
-    wide_operands(d, k, l, 3);
-    enum : uint32_t { kWhere, kGather, kGatherBackward, kRows, kTotal, kBackward };
-    if (d.op == Op::where || d.op == Op::gather || d.op == Op::gather_backward) {
-      l.push[kPushMode] = d.op == Op::where ? kWhere : d.op == Op::gather ? kGather : kGatherBackward;
-      elementwise_grid(l, numel_of(d.write()), dc_);
-      out.push_back(std::move(l));
-      return;
-    }
-    const int64_t ignore = std::get<OneHotAttrs>(d.attrs).ignore_index;
-    // An ignore id outside i32 matches no target: the smallest i32, itself out of range.
-    const int32_t ignore32 = ignore < INT32_MIN || ignore > INT32_MAX ? INT32_MIN : int32_t(ignore);
-    std::memcpy(&l.push[kPushIgnore], &ignore32, 4);
-    const uint32_t rows = k.push.get(push::kIndexRows);
-    l.spec = {dc_.row_workgroup};
-    if (d.op == Op::softmax_cross_entropy_backward) {  // a workgroup per row
-      l.push[kPushMode] = kBackward;
-      grid(l, rows, dc_);
-      out.push_back(std::move(l));
-      return;
-    }
-    // Each row's loss into the workspace (a workgroup per row), then one workgroup's mean.
-    l.bindings[3] = kWorkspaceBinding;
-    l.workspace_bytes = uint64_t(rows) * 4;
-    Launch total = l;
-    l.push[kPushMode] = kRows;
-    grid(l, rows, dc_);
-    total.push[kPushMode] = kTotal;
-    total.barrier_before = true;
-    out.push_back(std::move(l));
-    out.push_back(std::move(total));
+    lower_workload(ctx_, d, k, std::move(l), out);
   }
 
-  // attention_fused and its backward (attention.comp): the forward one launch over query rows;
-  // the backward a launch for dQ over query rows and one for dK and dV over key rows, which
-  // write disjoint parts of the output and need no barrier between them.
   void attention(const Dispatch& d, const KernelLaunch& k, Launch l, std::vector<Launch>& out) {
-    wide_operands(d, k, l, 5);
-    const auto& a = std::get<AttentionAttrs>(d.attrs);
-    auto word = [&](size_t i) { return uint64_t(k.push.get(push::kAttention + i)); };
-    const uint64_t b = word(0), hq = word(1), hkv = word(2), sq = word(3), sk = word(4), dq = word(5), dv = word(6);
-    const uint64_t head = std::max(dq, dv);
-    if (head > kAttentionMaxHead) {
-      unsupported(d.op, "head dimension " + std::to_string(head) + " exceeds the kernel's " +
-                            std::to_string(kAttentionMaxHead));
-    }
-    uint32_t regs = 16;  // pipelines per power of two, not per head size
-    while (regs < head) regs *= 2;
-    // Few invocations per workgroup: each holds up to four head vectors in registers.
-    const uint32_t wg = std::min<uint32_t>(dc_.workgroup, 64);
-    l.spec = {wg, regs};
-    l.push[kPushScale] = fbits(a.scale);
-    l.push[kPushCausal] = a.causal ? 1 : 0;
-    const uint64_t rows = b * hq * sq;
-    enum : uint32_t { kForward, kGradQ, kGradKV };
-    l.push[kPushMode] = d.op == Op::attention_fused ? kForward : kGradQ;
-    grid(l, (rows + wg - 1) / wg, dc_);
-    if (d.op == Op::attention_fused_backward) {
-      Launch kv = l;
-      kv.push[kPushMode] = kGradKV;
-      grid(kv, (b * hkv * sk + wg - 1) / wg, dc_);
-      out.push_back(std::move(l));
-      out.push_back(std::move(kv));
-      return;
-    }
-    out.push_back(std::move(l));
-  }
-
-  static uint32_t fbits(double v) {
-    float f = float(v);
-    uint32_t b;
-    std::memcpy(&b, &f, 4);
-    return b;
+    lower_attention(ctx_, d, k, std::move(l), out);
   }
 
   static std::vector<uint32_t> encode(const Dispatch& d, const std::vector<FusedInstr>& code) {
@@ -729,56 +466,16 @@ class Lowerer {
   // The fused ops: push words and kernel variant from the core schedule; bindings 0-7 the
   // program's inputs, 8 the output, 9 the code, 10 and 11 a multi-output program's outputs 1
   // and 2.
-  void fused(const Dispatch& d, const KernelLaunch& k, Launch l, Launch rows, Launch mm, std::vector<Launch>& out) {
+  void fused(const Dispatch& d, const KernelLaunch& k, Launch l, Launch rows, Launch /*matmul*/,
+             std::vector<Launch>& out) {
     wide_operands(d, k, l, 0);
     l.spec = {dc_.workgroup};
-    if (d.op == Op::norm || d.op == Op::softmax_scaled) {
-      rows.push_words = l.push_words;
-      std::memcpy(rows.push, l.push, sizeof l.push);
-      std::memcpy(rows.bindings, l.bindings, sizeof l.bindings);
-      rows.spec = {dc_.row_workgroup};
-      for (size_t i = 1; i < d.reads.size() && i < 3; ++i) rows.bindings[i] = d.reads[i];
-      if (d.op == Op::norm) {
-        rows.push[kPushMode] = 0;
-        rows.push[kPushCodeOffset] = fbits(std::get<NormAttrs>(d.attrs).eps);
-      } else {
-        const auto& a = std::get<SoftmaxAttrs>(d.attrs);
-        rows.push[kPushMode] = 1;
-        rows.push[kPushCodeOffset] = fbits(a.scale);
-        rows.push[kPushFill] = fbits(a.fill);
-      }
-      const uint32_t n_rows = k.push.get(push::kRows);
-      if (k.push.get(push::kLen) <= kSerialRowMax && n_rows >= kSerialRowsMin) {
-        rows.push[kPushSerial] = 1;
-        rows.spec = {dc_.workgroup};
-        grid(rows, (n_rows + dc_.workgroup - 1) / dc_.workgroup, dc_);
-      } else {
-        grid(rows, n_rows, dc_);
-      }
-      out.push_back(std::move(rows));
-      return;
-    }
+    if (d.op == Op::norm || d.op == Op::softmax_scaled) return lower_rows(ctx_, d, k, std::move(rows), out);
     const auto& a = std::get<FusedAttrs>(d.attrs);
     l.code = encode(d, a.code);
     l.push[kPushCodeLength] = uint32_t(a.code.size());
     l.bindings[9] = kCodeBinding;
-    if (d.op == Op::fused_reduce) {
-      for (size_t k = 1; k < a.axes.size(); ++k) {
-        if (a.axes[k] != a.axes[k - 1] + 1) unsupported(d.op, "a reduction over non-contiguous axes");
-      }
-      for (size_t i = 0; i < d.reads.size(); ++i) l.bindings[i] = d.reads[i];
-      const uint64_t outputs = uint64_t(k.push.get(push::kReduceOuter)) * k.push.get(push::kReduceInner);
-      if (k.push.get(push::kReduceLen) <= kSerialRowMax && outputs >= kSerialRowsMin) {
-        l.push[kPushMode] = 2;  // an invocation per output
-        grid(l, (outputs + dc_.workgroup - 1) / dc_.workgroup, dc_);
-      } else {
-        l.push[kPushMode] = 1;  // a workgroup per output
-        l.spec = {dc_.row_workgroup};
-        grid(l, outputs, dc_);
-      }
-      out.push_back(std::move(l));
-      return;
-    }
+    if (d.op == Op::fused_reduce) return lower_fused_reduce(ctx_, d, k, std::move(l), out);
     l.push[kPushMode] = 0;
     if (d.op == Op::fused_elementwise) {
       for (size_t i = 0; i < d.reads.size(); ++i) l.bindings[i] = d.reads[i];
@@ -793,34 +490,33 @@ class Lowerer {
       out.push_back(std::move(l));
       return;
     }
-    // matmul_epilogue: the GEMM into the output, then the program in place over it (input 0 is
-    // the product; input k >= 1 is the node's input k + 1).
-    Dispatch product = d;
-    product.op = Op::matmul;
-    product.attrs = a.matmul;
-    product.reads = {d.reads[0], d.reads[1]};
-    mm.reads = product.reads;
-    matmul(product, std::move(mm), out);
-    l.bindings[0] = d.write();
-    for (size_t i = 2; i < d.reads.size(); ++i) l.bindings[i - 1] = d.reads[i];
-    l.barrier_before = true;
-    elementwise_grid(l, numel_of(d.write()), dc_);
-    out.push_back(std::move(l));
+    // matmul_epilogue: the program runs on the GEMM's results before they are stored.
+    lower_matmul_epilogue(p_, d, dc_, std::move(l), out);
   }
 
   const Program& p_;
   const DeviceClass& dc_;
+  Context ctx_{p_, dc_};
   Schedule schedule_;
 };
 
 }  // namespace
 
-DeviceClass device_class(const VulkanDeviceInfo& info) {
+// The bounds of the primitive kernels whose lowering leaves them to their push blocks.
+void plan_loops(Launch& l) {
+  if (l.loop_iterations == Launch::kUnplanned) l.loop_iterations = primitive_loop_bound(l);
+}
+
+DeviceClass device_class(const VulkanDeviceInfo& info, const std::string& kernel_class,
+                         VulkanOptions::Kernels kernels) {
+  if (!kernel_class.empty() && kernel_class != "gpu" && kernel_class != "cpu")
+    throw std::invalid_argument("[vulkan] kernel class '" + kernel_class + "': expected gpu or cpu");
   DeviceClass dc;
-  if (info.type == "cpu") {
+  const bool cpu = kernel_class.empty() ? info.type == "cpu" : kernel_class == "cpu";
+  dc.row_attention = cpu;
+  if (cpu) {
     // A CPU-emulated device runs a workgroup per thread: smaller groups keep all cores busy.
     dc.workgroup = 64;
-    dc.tile_mn = 32;
   }
   dc.workgroup = std::min(dc.workgroup, std::max<uint32_t>(info.max_workgroup_invocations, 64));
   // Wide rows also on CPU-emulated devices: the interpreter's loops run per element, and
@@ -830,10 +526,21 @@ DeviceClass device_class(const VulkanDeviceInfo& info) {
   dc.max_groups_x = info.max_workgroup_count[0];
   dc.max_groups_y = info.max_workgroup_count[1];
   dc.max_groups_z = info.max_workgroup_count[2];
+  dc.loop_budget = info.type == "cpu" ? kCpuLoopBudget : kDefaultLoopBudget;
+  dc.max_workgroup_invocations = std::max<uint32_t>(info.max_workgroup_invocations, 128);
+  dc.max_workgroup_size_x = std::max<uint32_t>(info.max_workgroup_size[0], 128);
+  dc.max_shared_memory = std::max<uint32_t>(info.max_shared_memory, 16384);
+  dc.max_binding_bytes = info.max_storage_buffer_range;
+  dc.subgroup_size = info.subgroup_size;
+  dc.subgroup_arithmetic = info.subgroup_arithmetic;
+  // Another class's kernels: its GEMM family too, unless one is forced.
+  if (kernels == VulkanOptions::Kernels::automatic && !kernel_class.empty())
+    kernels = cpu ? VulkanOptions::Kernels::direct : VulkanOptions::Kernels::shared_memory;
+  gemm_device_class(dc, info, kernels);
   return dc;
 }
 
-std::vector<Launch> lower_program(const Program& p, const DeviceClass& dc) {
+std::vector<Launch> plan_launches(const Program& p, const DeviceClass& dc) {
   std::vector<Launch> out;
   Lowerer lw(p, dc);
   bool used = false;  // an earlier dispatch used the workspace
@@ -843,12 +550,19 @@ std::vector<Launch> lower_program(const Program& p, const DeviceClass& dc) {
     bool mine = false;
     for (size_t k = first; k < out.size(); ++k) {
       Launch& l = out[k];
+      plan_loops(l);
       if (!std::count(std::begin(l.bindings), std::end(l.bindings), kWorkspaceBinding)) continue;
       if (!mine && used) l.barrier_before = true;  // not before the last user has finished
       mine = true;
     }
     used = used || mine;
   }
+  return out;
+}
+
+std::vector<Launch> lower_program(const Program& p, const DeviceClass& dc) {
+  std::vector<Launch> out = plan_launches(p, dc);
+  for (const Launch& l : out) check_launch(p.dispatches[l.dispatch], l, dc);
   return out;
 }
 

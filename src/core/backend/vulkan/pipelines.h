@@ -26,11 +26,23 @@ enum class Kernel : uint8_t {
   rows,
   attention,
   workload,
+  rows_subgroup,  // rows and reduce compiled with subgroup arithmetic, for devices that have it
+  reduce_subgroup,
+  attention_rows,    // attention for CPU-emulated devices: a row per invocation, no shared tiles
+  matmul_fused,      // matmul with its epilogue program (wide layout)
+  matmul_reference,  // the first GEMM kernel, for comparisons
   count_
 };
 constexpr size_t kKernelCount = size_t(Kernel::count_);
 const char* kernel_name(Kernel k);
+// A kernel's SPIR-V. Its storage buffers are decorated Aliased: the lowering binds one buffer
+// to several bindings (an output written in place over an input, unused slots repeating an
+// input), which SPIR-V leaves undefined unless the declarations are Aliased, and glslang
+// writes no such decoration for GLSL buffers (which GLSL lets alias unless `restrict`).
 std::span<const uint32_t> kernel_spirv(Kernel k);
+// `words` with every storage buffer variable not already decorated Aliased or Restrict
+// decorated Aliased; throws std::invalid_argument for a malformed module.
+std::vector<uint32_t> with_aliased_buffers(std::span<const uint32_t> words);
 
 // Two pipeline layouts, both with a 128-byte push block: kBindings storage buffers for the
 // primitive kernels, kWideBindings for the fused ones (eight inputs, the output, the code, the
@@ -39,7 +51,8 @@ std::span<const uint32_t> kernel_spirv(Kernel k);
 constexpr uint32_t kBindings = 3;
 constexpr uint32_t kWideBindings = 12;
 inline bool wide(Kernel k) {
-  return k == Kernel::fused || k == Kernel::rows || k == Kernel::attention || k == Kernel::workload;
+  return k == Kernel::fused || k == Kernel::rows || k == Kernel::rows_subgroup || k == Kernel::attention ||
+         k == Kernel::attention_rows || k == Kernel::workload || k == Kernel::matmul_fused;
 }
 inline uint32_t binding_count(Kernel k) { return wide(k) ? kWideBindings : kBindings; }
 constexpr uint32_t kPushBytes = 128;

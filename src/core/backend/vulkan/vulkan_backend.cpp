@@ -51,7 +51,7 @@ class VulkanBackend final : public Backend {
       instance_ = std::make_shared<Instance>(o.validation);
       dev_ = open_device(instance_, o.device);
     }
-    dc_ = device_class(dev_->info);
+    dc_ = device_class(dev_->info, o.kernel_class, o.kernels);
     if (o.pipeline_cache)
       cache_ = std::make_unique<PipelineCache>(*dev_, o.cache_dir.empty() ? default_cache_dir() : o.cache_dir);
     wide_ = dev_->info.max_storage_buffers_per_stage >= kWideBindings;
@@ -180,6 +180,7 @@ class VulkanBackend final : public Backend {
       o.softmax = o.norms = o.pointwise = o.matmul_epilogue = false;
       o.decompose = true;
     }
+    if (dc_.gemm == GemmFamily::naive) o.matmul_epilogue = false;  // the first GEMM kernel has no epilogue
     return o;
   }
 

@@ -4,7 +4,9 @@
 // schedule's collapsed broadcast layout (schedule.h, ElementwiseLayout). Elementwise: one
 // invocation per output element. Reduce: one workgroup per output, each invocation walks a
 // strided share of the reduced axis with a compensated sum, then a tree over the workgroup;
-// short axes over many outputs: one invocation per output, a compensated serial sum.
+// short axes over many outputs: one invocation per output, a compensated serial sum. Long
+// axes split into CHUNKS pieces: a workgroup per (output, piece) writes its partial result to
+// the workspace, then a workgroup per output combines the pieces with a tree.
 #include "common.glsl"
 #include "ops.glsl"
 
@@ -22,12 +24,13 @@ layout(std430, binding = 9) readonly buffer Code { uvec4 code[]; };
 // Outputs 1 and 2 of a multi-output elementwise program (its `store` instructions).
 layout(std430, binding = 10) buffer Y1 { float y1[]; };
 layout(std430, binding = 11) buffer Y2 { float y2[]; };
+#define ws y1  // a reduction's partial results (the workspace; reductions have one output)
 
 // Word indices: the schedule's layout (0-23), then the backend's (24-).
 const uint NUMEL = 0, RANK = 1, EXTENTS = 2, MASKS = 8, INPUTS = 10;
 const uint REDUCE_OUTER = 11, REDUCE_LEN = 12, REDUCE_INNER = 13, REDUCE_KIND = 14;
-const uint MODE = 24, CODE_OFFSET = 25, CODE_LENGTH = 26, OUTPUTS = 28;
-const uint ELEMENTWISE = 0, REDUCE = 1, REDUCE_SERIAL = 2;
+const uint MODE = 24, CODE_OFFSET = 25, CODE_LENGTH = 26, OUTPUTS = 28, CHUNKS = 29, SPAN = 30;
+const uint ELEMENTWISE = 0, REDUCE = 1, REDUCE_SERIAL = 2, REDUCE_PARTIAL = 3, REDUCE_COMBINE = 4;
 const uint K_INPUT = 0, K_CONSTANT = 1, K_UNARY = 2, K_BINARY = 3, K_STORE = 4, K_LOAD = 5;
 
 layout(push_constant) uniform P { uint w[32]; } pc;
@@ -79,8 +82,20 @@ float evaluate(uint i) {
 
 shared float partial[256];
 
+// The workgroup's tree over each invocation's value (sum, or max when is_max).
+float tree(float v, bool is_max, uint lid, uint wg) {
+  partial[lid] = v;
+  barrier();
+  for (uint s = wg / 2; s > 0; s >>= 1) {
+    if (lid < s) partial[lid] = is_max ? max(partial[lid], partial[lid + s]) : partial[lid] + partial[lid + s];
+    barrier();
+  }
+  return partial[0];
+}
+
 void main() {
-  if (pc.w[MODE] == ELEMENTWISE) {
+  const uint mode = pc.w[MODE];
+  if (mode == ELEMENTWISE) {
     uint i = flat_index();
     if (i >= pc.w[NUMEL]) return;
     // every input of element i is read before any output is written: outputs may alias inputs
@@ -89,19 +104,30 @@ void main() {
     if (pc.w[OUTPUTS] > 2u) y2[i] = outv[2];
     return;
   }
-  const bool serial = pc.w[MODE] == REDUCE_SERIAL;
-  uint r = serial ? flat_index() : flat_group(), lid = serial ? 0 : gl_LocalInvocationID.x, wg = serial ? 1 : gl_WorkGroupSize.x;
+  const bool serial = mode == REDUCE_SERIAL;
+  uint g = serial ? flat_index() : flat_group(), lid = serial ? 0 : gl_LocalInvocationID.x, wg = serial ? 1 : gl_WorkGroupSize.x;
   uint outer = pc.w[REDUCE_OUTER], len = pc.w[REDUCE_LEN], inner = pc.w[REDUCE_INNER], kind = pc.w[REDUCE_KIND];
-  if (r >= outer * inner) return;  // uniform over the workgroup
-  uint base = (r / inner) * len * inner + r % inner;
   const bool is_max = kind == 2u;
-  float acc = is_max ? uintBitsToFloat(0xff800000u) : 0.0, comp = 0.0;
-  for (uint j = lid; j < len; j += wg) {
+  const uint chunks = mode == REDUCE_PARTIAL || mode == REDUCE_COMBINE ? pc.w[CHUNKS] : 1u;
+  const uint r = g / chunks, piece = g % chunks;
+  if (r >= outer * inner) return;  // uniform over the workgroup
+  if (mode == REDUCE_COMBINE) {
+    float v = is_max ? LOWEST : 0.0;
+    for (uint c = lid; c < chunks; c += wg) v = is_max ? max(v, ws[r * chunks + c]) : v + ws[r * chunks + c];
+    v = tree(v, is_max, lid, wg);
+    if (lid == 0) y[r] = kind == 1u ? v / float(len) : v;
+    return;
+  }
+  uint base = (r / inner) * len * inner + r % inner;
+  const uint first = mode == REDUCE_PARTIAL ? piece * pc.w[SPAN] : 0u;
+  const uint last = mode == REDUCE_PARTIAL ? min(len, first + pc.w[SPAN]) : len;
+  precise float acc = is_max ? LOWEST : 0.0, comp = 0.0;
+  for (uint j = first + lid; j < last; j += wg) {
     float v = evaluate(base + j * inner);
     if (is_max) {
       acc = max(acc, v);
     } else {  // Kahan: the error stays bounded however long the axis
-      float t = v - comp, s = acc + t;
+      precise float t = v - comp, s = acc + t;
       comp = (s - acc) - t;
       acc = s;
     }
@@ -110,11 +136,10 @@ void main() {
     y[r] = kind == 1u ? acc / float(len) : acc;
     return;
   }
-  partial[lid] = acc;
-  barrier();
-  for (uint s = wg / 2; s > 0; s >>= 1) {
-    if (lid < s) partial[lid] = is_max ? max(partial[lid], partial[lid + s]) : partial[lid] + partial[lid + s];
-    barrier();
-  }
-  if (lid == 0) y[r] = kind == 1u ? partial[0] / float(len) : partial[0];
+  acc = tree(acc, is_max, lid, wg);
+  if (lid != 0) return;
+  if (mode == REDUCE_PARTIAL)
+    ws[g] = acc;
+  else
+    y[r] = kind == 1u ? acc / float(len) : acc;
 }

@@ -1,74 +1,107 @@
 #version 450
-// Batched C = op(A) op(B), tiled: a workgroup computes a BM x BN block of C, staging BK-deep
-// slices of A and B in shared memory; each invocation accumulates a TM x TN register block.
-// Tile sizes are specialisation constants chosen per device class by the host.
-layout(local_size_x_id = 0) in;
-layout(constant_id = 1) const uint BM = 64;
-layout(constant_id = 2) const uint BN = 64;
-layout(constant_id = 3) const uint BK = 16;
-const uint TM = 4;  // register block; literal so the accumulator stays in registers
-const uint TN = 4;
+// Batched C = op(A) op(B) on the GEMM core (gemm.glsl): transposes folded into the loads,
+// aligned operands read as vec4s. With EPILOGUE (the matmul_epilogue op), the fused program
+// (fused.comp's encoding) runs on each result before it is stored: its input 0 is the
+// product, input k >= 1 the dispatch's input k + 1, broadcast by the schedule's layout.
+//
+// Bindings: 0 A, 1 B, 2 C. A split GEMM writes its partial products through binding 2 and
+// its reduction reads them through binding 0. EPILOGUE (the wide layout): 0 A, 1 B, 2-7 the
+// program's inputs 1-6, 8 C, 9 the program, 10 its input 7, 11 the split workspace.
+#include "gemm_params.glsl"
+
+// Push words besides the shared ones: leading dimensions and the batches' element strides
+// (0: the operand is shared by every batch).
+const uint P_LDA = 3, P_LDB = 4, P_LDC = 5, P_BATCH_A = 6, P_BATCH_B = 7, P_BATCH_C = 8;
 
 layout(std430, binding = 0) readonly buffer A { float a[]; };
+layout(std430, binding = 0) readonly buffer A4 { vec4 a4[]; };
 layout(std430, binding = 1) readonly buffer B { float b[]; };
+layout(std430, binding = 1) readonly buffer B4 { vec4 b4[]; };
+
+#ifdef EPILOGUE
+layout(std430, binding = 8) writeonly buffer C { float c[]; };
+layout(std430, binding = 8) writeonly buffer C4 { vec4 c4[]; };
+layout(std430, binding = 11) buffer W { float ws[]; };
+layout(std430, binding = 11) buffer W4 { vec4 ws4[]; };
+float ws_load(uint i) { return ws[i]; }
+vec4 ws_load4(uint i) { return ws4[i]; }
+void ws_store(uint i, float v) { ws[i] = v; }
+void ws_store4(uint i, vec4 v) { ws4[i] = v; }
+#include "epilogue.glsl"
+#else
 layout(std430, binding = 2) writeonly buffer C { float c[]; };
+layout(std430, binding = 2) writeonly buffer C4 { vec4 c4[]; };
+float ws_load(uint i) { return a[i]; }
+vec4 ws_load4(uint i) { return a4[i]; }
+void ws_store(uint i, float v) { c[i] = v; }
+void ws_store4(uint i, vec4 v) { c4[i] = v; }
+#endif
 
-layout(push_constant) uniform P {
-  uint m, n, k, trans_a, trans_b, lda, ldb;
-  uint batch_a, batch_b, batch_c;  // element strides between batches (0: shared)
-} pc;
-
-shared float as_[BK * BM];
-shared float bs_[BK * BN];
-
-float load_a(uint base, uint row, uint col) {  // op(A)[row, col]
-  if (row >= pc.m || col >= pc.k) return 0.0;
-  return pc.trans_a != 0 ? a[base + col * pc.lda + row] : a[base + row * pc.lda + col];
+// A quads: along K, op(A)[row][k..k+3] = A[row][k..]; along M (A transposed in memory),
+// op(A)[row..row+3][k] = A[k][row..]. Rows past M read row M - 1.
+struct ARef {
+  uint base, row;
+};
+ARef a_ref(uint batch, uint row) {
+  const uint m = pc.w[P_M], last = A_ALONG_K != 0 || VEC_A == 0 ? m - 1 : m - 4;
+  return ARef(batch * pc.w[P_BATCH_A], min(row, last));
 }
-float load_b(uint base, uint row, uint col) {  // op(B)[row, col]
-  if (row >= pc.k || col >= pc.n) return 0.0;
-  return pc.trans_b != 0 ? b[base + col * pc.ldb + row] : b[base + row * pc.ldb + col];
-}
-
-void main() {
-  const uint threads = gl_WorkGroupSize.x;
-  const uint tid = gl_LocalInvocationID.x;
-  const uint cols = BN / TN;  // invocations along n
-  const uint ty = tid / cols, tx = tid % cols;
-  const uint row0 = gl_WorkGroupID.y * BM, col0 = gl_WorkGroupID.x * BN;
-  const uint batch = gl_WorkGroupID.z;
-  const uint abase = batch * pc.batch_a, bbase = batch * pc.batch_b;
-  float acc[TM * TN];
-  for (uint i = 0; i < TM * TN; ++i) acc[i] = 0.0;
-  for (uint k0 = 0; k0 < pc.k; k0 += BK) {
-    // Cooperative loads; consecutive invocations take consecutive columns of the source.
-    for (uint e = tid; e < BK * BM; e += threads) {
-      uint kk, mm;
-      if (pc.trans_a != 0) { mm = e % BM; kk = e / BM; } else { kk = e % BK; mm = e / BK; }
-      as_[kk * BM + mm] = load_a(abase, row0 + mm, k0 + kk);
-    }
-    for (uint e = tid; e < BK * BN; e += threads) {
-      uint kk, nn;
-      if (pc.trans_b != 0) { kk = e % BK; nn = e / BK; } else { nn = e % BN; kk = e / BN; }
-      bs_[kk * BN + nn] = load_b(bbase, k0 + kk, col0 + nn);
-    }
-    barrier();
-    for (uint kk = 0; kk < BK; ++kk) {
-      float ra[TM], rb[TN];
-      for (uint i = 0; i < TM; ++i) ra[i] = as_[kk * BM + ty * TM + i];
-      for (uint j = 0; j < TN; ++j) rb[j] = bs_[kk * BN + tx * TN + j];
-      for (uint i = 0; i < TM; ++i)
-        for (uint j = 0; j < TN; ++j) acc[i * TN + j] = fma(ra[i], rb[j], acc[i * TN + j]);
-    }
-    barrier();
+vec4 a_quad(ARef r, uint k) {
+  const uint lda = pc.w[P_LDA];
+  vec4 v = vec4(0.0);
+  if (A_ALONG_K != 0) {
+    const uint at = r.base + r.row * lda + k;
+    if (VEC_A != 0) return k < g_kend ? a4[at / 4] : v;
+    [[unroll]] for (uint c = 0; c < 4; ++c) v[c] = k + c < g_kend ? a[at + c] : 0.0;
+    return v;
   }
-  const uint cbase = batch * pc.batch_c;
-  for (uint i = 0; i < TM; ++i) {
-    uint row = row0 + ty * TM + i;
-    if (row >= pc.m) break;
-    for (uint j = 0; j < TN; ++j) {
-      uint col = col0 + tx * TN + j;
-      if (col < pc.n) c[cbase + row * pc.n + col] = acc[i * TN + j];
-    }
+  if (k >= g_kend) return v;
+  const uint at = r.base + k * lda;
+  if (VEC_A != 0) return a4[(at + r.row) / 4];
+  const uint last = pc.w[P_M] - 1;
+  [[unroll]] for (uint c = 0; c < 4; ++c) v[c] = a[at + min(r.row + c, last)];
+  return v;
+}
+
+// B quads: along N, op(B)[k][col..col+3] = B[k][col..]; along K (B transposed in memory),
+// op(B)[k..k+3][col] = B[col][k..]. Columns past N read column N - 1.
+struct BRef {
+  uint base, col;
+};
+BRef b_ref(uint batch, uint col) {
+  const uint n = pc.w[P_N], last = B_ALONG_N == 0 || VEC_B == 0 ? n - 1 : n - 4;
+  return BRef(batch * pc.w[P_BATCH_B], min(col, last));
+}
+vec4 b_quad(BRef r, uint k) {
+  const uint ldb = pc.w[P_LDB];
+  vec4 v = vec4(0.0);
+  if (B_ALONG_N == 0) {
+    const uint at = r.base + r.col * ldb + k;
+    if (VEC_B != 0) return k < g_kend ? b4[at / 4] : v;
+    [[unroll]] for (uint c = 0; c < 4; ++c) v[c] = k + c < g_kend ? b[at + c] : 0.0;
+    return v;
+  }
+  if (k >= g_kend) return v;
+  const uint at = r.base + k * ldb;
+  if (VEC_B != 0) return b4[(at + r.col) / 4];
+  const uint last = pc.w[P_N] - 1;
+  [[unroll]] for (uint c = 0; c < 4; ++c) v[c] = b[at + min(r.col + c, last)];
+  return v;
+}
+
+void store_c(uint batch, uint row, uint col, vec4 v) {
+  const uint n = pc.w[P_N];
+#ifdef EPILOGUE
+  v = epilogue((batch * pc.w[P_M] + row) * n + col, min(n - col, 4u), v);
+#endif
+  const uint at = batch * pc.w[P_BATCH_C] + row * pc.w[P_LDC] + col;
+  if (VEC_C != 0) {
+    c4[at / 4] = v;
+    return;
+  }
+  [[unroll]] for (uint i = 0; i < 4; ++i) {
+    if (col + i < n) c[at + i] = v[i];
   }
 }
+
+#include "gemm.glsl"

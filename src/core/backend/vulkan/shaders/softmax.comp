@@ -31,7 +31,7 @@ void main() {
   uint r = flat_group();
   if (r >= pc.rows) return;
   uint base = (r / pc.inner) * pc.len * pc.inner + r % pc.inner;
-  float m = -1.0 / 0.0;
+  float m = LOWEST;
   for (uint j = gl_LocalInvocationID.x; j < pc.len; j += gl_WorkGroupSize.x) m = max(m, x[base + j * pc.inner]);
   m = tree(m, true);
   float s = 0.0;

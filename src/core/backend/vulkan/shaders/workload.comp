@@ -2,7 +2,10 @@
 // where, gather along an axis and its scatter-add, and the fused token cross-entropy with its
 // backward (softmax - target, never a one-hot or a [tokens, classes] copy beyond the gradient
 // itself). Push words 0-10 are the schedule's (schedule.h: ElementwiseLayout for where,
-// push::kIndexRows... for the others); the backend adds the mode and the ignored target id.
+// push::kIndexRows... for the others); the backend adds the mode, the ignored target id and
+// the scatter-add's chunk of indices. The scatter-add runs as the embedding gradient does
+// (index.comp): a launch zeroes the output, then one per chunk of indices adds each index's
+// rows of the chunk, summed in order by the invocation of its first occurrence.
 // Ids arrive as the bits of i32 values in float buffers. A kernel cannot throw: an id out of
 // range gathers zeros (as the embedding kernel does) and makes a cross-entropy row NaN, so
 // the error shows in the loss instead of reading out of bounds.
@@ -11,13 +14,14 @@
 layout(std430, binding = 0) readonly buffer I0 { float in0[]; };  // cond, x, dy or logits
 layout(std430, binding = 1) readonly buffer I1 { float in1[]; };  // a, or ids / targets
 layout(std430, binding = 2) readonly buffer I2 { float in2[]; };  // b, or the upstream gradient
-layout(std430, binding = 3) buffer W { float ws[]; };             // per-row losses (workspace)
-layout(std430, binding = 8) writeonly buffer Y { float y[]; };
+layout(std430, binding = 3) buffer W { float ws[]; };             // per-row losses or the count
+layout(std430, binding = 8) buffer Y { float y[]; };
 
 const uint NUMEL = 0, RANK = 1, EXTENTS = 2, MASKS = 8;   // where
 const uint ROWS = 0, WIDTH = 1, COUNT = 2, AXIS = 3;      // gather; cross-entropy: rows, classes
-const uint MODE = 24, IGNORE = 25;
-const uint WHERE = 0, GATHER = 1, GATHER_BACKWARD = 2, CE_ROWS = 3, CE_TOTAL = 4, CE_BACKWARD = 5;
+const uint MODE = 24, IGNORE = 25, FIRST = 26, LAST = 27;
+const uint WHERE = 0, GATHER = 1, GATHER_BACKWARD = 2, CE_ROWS = 3, CE_TOTAL = 4, CE_BACKWARD = 5, ZERO = 6,
+           CE_COUNT = 7;
 
 layout(push_constant) uniform P { uint w[32]; } pc;
 
@@ -31,7 +35,7 @@ float nan_() { return uintBitsToFloat(0x7fc00000u); }
 // max and log-sum-exp of logits row r, over the workgroup.
 float row_lse(uint base, uint c) {
   uint lid = gl_LocalInvocationID.x, wg = gl_WorkGroupSize.x;
-  float m = uintBitsToFloat(0xff800000u);
+  float m = LOWEST;
   for (uint j = lid; j < c; j += wg) m = max(m, in0[base + j]);
   m = group_max(m);
   float s = 0.0;
@@ -52,18 +56,24 @@ void main() {
     uint c = i % inner, j = (i / inner) % n, o = i / (inner * n);
     int id = id_at(j);
     y[i] = id >= 0 && uint(id) < size ? in0[(o * size + uint(id)) * inner + c] : 0.0;
-  } else if (mode == GATHER_BACKWARD) {
-    // One invocation per gradient element scans the ids in order: deterministic, no atomics,
-    // the sequential scatter-add's summation order.
-    uint outer = pc.w[ROWS], inner = pc.w[WIDTH], n = pc.w[COUNT], size = pc.w[AXIS];
-    uint i = flat_index();
-    if (i >= outer * size * inner) return;
-    uint c = i % inner, s = (i / inner) % size, o = i / (inner * size);
-    float acc = 0.0;
-    for (uint j = 0; j < n; ++j) {
-      if (id_at(j) == int(s)) acc += in0[(o * n + j) * inner + c];
+  } else if (mode == GATHER_BACKWARD) {  // one chunk [FIRST, LAST) of the indices
+    uint outer = pc.w[ROWS], inner = pc.w[WIDTH], size = pc.w[AXIS], first = pc.w[FIRST], last = pc.w[LAST];
+    uint i = flat_index(), span = last - first;
+    if (i >= outer * span * inner) return;
+    uint c = i % inner, j = first + (i / inner) % span, o = i / (inner * span), n = pc.w[COUNT];
+    int id = id_at(j);
+    if (id < 0 || uint(id) >= size) return;
+    for (uint q = first; q < j; ++q) {
+      if (id_at(q) == id) return;  // an earlier occurrence sums this row
     }
-    y[i] = acc;
+    float acc = 0.0;
+    for (uint q = j; q < last; ++q) {
+      if (id_at(q) == id) acc += in0[(o * n + q) * inner + c];
+    }
+    y[(o * size + uint(id)) * inner + c] += acc;
+  } else if (mode == ZERO) {
+    uint i = flat_index();
+    if (i < pc.w[NUMEL]) y[i] = 0.0;
   } else if (mode == CE_ROWS) {  // a workgroup per row: its loss into the workspace
     uint r = flat_group(), rows = pc.w[ROWS], c = pc.w[WIDTH];
     if (r >= rows) return;  // uniform over the workgroup
@@ -85,12 +95,16 @@ void main() {
     loss = group_sum(loss);
     count = group_sum(count);
     if (lid == 0) y[0] = count > 0.0 ? loss / count : 0.0;
+  } else if (mode == CE_COUNT) {  // one workgroup: the rows that count, for the backward
+    uint rows = pc.w[ROWS], lid = gl_LocalInvocationID.x, wg = gl_WorkGroupSize.x;
+    float count = 0.0;  // exact: a count below 2^24
+    for (uint r = lid; r < rows; r += wg) count += ignored(id_at(r)) ? 0.0 : 1.0;
+    count = group_sum(count);
+    if (lid == 0) ws[0] = count;
   } else {  // CE_BACKWARD: a workgroup per row, (softmax - target) * g / count
     uint r = flat_group(), rows = pc.w[ROWS], c = pc.w[WIDTH], lid = gl_LocalInvocationID.x, wg = gl_WorkGroupSize.x;
     if (r >= rows) return;
-    float count = 0.0;  // exact: a count below 2^24
-    for (uint k = lid; k < rows; k += wg) count += ignored(id_at(k)) ? 0.0 : 1.0;
-    count = group_sum(count);
+    const float count = ws[0];
     const float scale = count > 0.0 ? in2[0] / count : 0.0;
     int t = id_at(r);
     uint base = r * c;
