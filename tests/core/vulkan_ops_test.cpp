@@ -158,6 +158,41 @@ TEST(VulkanReduce, LongSumsAreAccurate) {
   }
 }
 
+// Few long rows: each output's reduction is split into pieces and a second launch combines
+// them, one workgroup per output (16 rows of 8192, and 16 columns of 8192: every output must
+// get its own pieces, not a neighbour's). Bound: Kahan-compensated pieces and a pairwise
+// combine keep the f32 sum within 2e-6 of the f64 sum of the same values.
+TEST(VulkanReduce, FewLongRowsEachGetTheirOwnPieces) {
+  MEGANEURA_REQUIRE_VULKAN();
+  constexpr int64_t rows = 16, len = 8192;
+  Graph g;
+  Tensor x = g.input("x", {rows, len});
+  g.output("rows", sum(x, {1}));
+  g.output("rows_sq", sum(x * x, {1}));  // fused: the program x * x, then the split sum
+  g.output("rows_max", max(x, {1}));
+  g.output("cols", sum(reshape(x, {len, rows}), {0}));
+  Session gpu(vulkan_options());
+  gpu.add(g);
+  auto v = randn(rows * len, 7, 1.0);
+  std::vector<float> f(v.begin(), v.end());
+  gpu.set("x", std::span<const float>(f));
+  gpu.run();
+  auto sums = gpu.get_f64("rows"), squares = gpu.get_f64("rows_sq"), maxima = gpu.get_f64("rows_max"),
+       cols = gpu.get_f64("cols");
+  for (int64_t r = 0; r < rows; ++r) {
+    double s = 0, ss = 0, m = -1e300, c = 0;
+    for (int64_t j = 0; j < len; ++j) {
+      const float t = f[size_t(r * len + j)];
+      s += double(t), ss += double(t * t), m = std::max(m, double(t));
+      c += double(f[size_t(j * rows + r)]);
+    }
+    EXPECT_NEAR(sums[size_t(r)], s, 2e-6 * (1 + std::abs(s)) + 1e-4) << "row " << r;
+    EXPECT_NEAR(squares[size_t(r)], ss, 2e-6 * ss) << "row " << r;
+    EXPECT_EQ(maxima[size_t(r)], m) << "row " << r;
+    EXPECT_NEAR(cols[size_t(r)], c, 2e-6 * (1 + std::abs(c)) + 1e-4) << "column " << r;
+  }
+}
+
 // Tile edges: sizes that are not multiples of any tile, every transpose, batched and shared.
 // Sums of 130 products of N(0,1) values: f32 error well under 1e-4 * (1 + |c|).
 TEST(VulkanMatmul, RaggedTilesTransposesAndBatches) {

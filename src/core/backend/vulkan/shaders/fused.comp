@@ -109,7 +109,7 @@ void main() {
   uint outer = pc.w[REDUCE_OUTER], len = pc.w[REDUCE_LEN], inner = pc.w[REDUCE_INNER], kind = pc.w[REDUCE_KIND];
   const bool is_max = kind == 2u;
   const uint chunks = mode == REDUCE_PARTIAL || mode == REDUCE_COMBINE ? pc.w[CHUNKS] : 1u;
-  const uint r = g / chunks, piece = g % chunks;
+  const uint r = mode == REDUCE_COMBINE ? g : g / chunks, piece = g % chunks;  // COMBINE: a workgroup per output
   if (r >= outer * inner) return;  // uniform over the workgroup
   if (mode == REDUCE_COMBINE) {
     float v = is_max ? LOWEST : 0.0;

@@ -59,7 +59,7 @@ void main() {
 #ifdef SUBGROUP
   if (by_subgroup) g = flat_group() * gl_NumSubgroups + gl_SubgroupID, lane = gl_SubgroupInvocationID, step = gl_SubgroupSize;
 #endif
-  const uint o = g / chunks, piece = g % chunks;
+  const uint o = pc.mode == COMBINE ? g : g / chunks, piece = g % chunks;  // COMBINE: a workgroup per output
   if (o >= pc.outputs) return;  // uniform per workgroup (or subgroup); serial has no barriers
   if (pc.mode == COMBINE) {
     float v = pc.is_max != 0 ? LOWEST : 0.0;
