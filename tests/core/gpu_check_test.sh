@@ -77,8 +77,14 @@ else
   grep -q '^RESULT: no Vulkan device for a GPU; only a CPU-emulated device (llvmpipe' "$out/summary.txt" || fail "cpu only: not stated" "$out"
   [ ! -e "$out/sgemm.json" ] || fail "cpu only: the benchmark ran anyway" "$out"
   # Asked to, the kernel benchmarks run on it and report each family's TFLOP/s and share of
-  # the peak given on the command line.
+  # the peak given on the command line (where the benchmarks are built: the sanitized build
+  # has none, and there the check reports each benchmark as not runnable).
   out=$work/cpu-kernels
+  if [ ! -x "$bin/bench_vulkan_sgemm" ] || [ ! -x "$bin/bench_vulkan_conv" ] || [ ! -x "$bin/bench_vulkan_attention" ]; then
+    echo "skipped the kernel-benchmark case: the benchmarks are not built in $bin (MEGANEURA_BENCH=OFF)"
+    echo "ok"
+    exit 0
+  fi
   sh "$script" --quick --kernels-only --allow-cpu-device --peak-gflops 100 --bin-dir "$bin" "$out" >"$work/cpu-kernels.log" 2>&1
   rc=$?
   [ "$rc" -eq 0 ] || fail "cpu kernels: exit $rc, expected 0" "$out"
