@@ -186,7 +186,7 @@ constexpr Rule
              "MPI job ended: a rank aborted, died or was lost",
              "Look at the named rank's own output for its error; a rank that was killed or lost points to the node "
              "(memory, network, a scheduler kill). Resume from the last checkpoint on any number of ranks.",
-             R"(MPI_ABORT was invoked on rank \d+|mpirun noticed that process rank \d+ .* exited on signal|mpirun detected that one or more processes exited with non-zero status|\[distributed\] rank \d+ of \d+: .*\blost\b|ORTE has lost communication with a remote daemon|An MPI communication peer process has unexpectedly disconnected|MPI_ERR_(PROC_FAILED|OTHER|INTERN|COMM))",
+             R"(MPI_ABORT was invoked on rank \d+|mpirun noticed that process rank \d+ .* exited on signal|mpirun detected that one or more processes exited with non-zero status|\[distributed\] rank \d+ of \d+: |ORTE has lost communication with a remote daemon|An MPI communication peer process has unexpectedly disconnected|MPI_ERR_(PROC_FAILED|OTHER|INTERN|COMM))",
              When::kFailed,
              Fact::kNone,
              {0, 0},
