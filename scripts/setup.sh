@@ -9,7 +9,7 @@ packages=(
   cmake ninja-build g++ pkg-config ca-certificates
   libgtest-dev libbenchmark-dev nlohmann-json3-dev libcli11-dev libfmt-dev
   libcurl4-openssl-dev libssl-dev libtomlplusplus-dev libre2-dev libeigen3-dev libopenblas-dev libdnnl-dev zlib1g-dev
-  libvulkan-dev glslc spirv-tools mesa-vulkan-drivers vulkan-validationlayers
+  libvulkan-dev glslc glslang-dev spirv-tools mesa-vulkan-drivers vulkan-validationlayers
   libopenmpi-dev openmpi-bin
   python3 python3-numpy python3-aiosmtpd python3-torch
   python3-dev pybind11-dev python3-pytest

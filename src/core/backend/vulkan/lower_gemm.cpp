@@ -39,8 +39,8 @@ struct Split {
 
 uint64_t workspace_bytes(const Problem& pr, uint64_t splits) { return splits * pr.batches * pr.m * pr.n * 4; }
 
-// One run of the fused program over 4 results (epilogue.glsl): per result its instructions,
-// each with up to 7 iterations computing a broadcast input's offset.
+// One run of the fused program over 4 results (epilogue.glsl): per result the loop's back-edge
+// and, per instruction at most, up to 7 iterations computing a broadcast input's offset.
 uint64_t epilogue_iterations(const Problem& pr) { return pr.epilogue ? 4 * (1 + 7 * pr.epilogue) : 0; }
 
 // The first tiles (largest first) that make enough workgroups to fill the device, else the smallest.
@@ -267,13 +267,11 @@ void lower_matmul_epilogue(const Program& p, const Dispatch& d, const DeviceClas
   if (d.reads.size() > 2 + 7) refuse(d.op, std::to_string(d.reads.size() - 2) + " epilogue inputs (at most 7)");
   // The schedule's elementwise layout (words 0-10) moves to the kernel's epilogue words.
   for (size_t i = 0; i <= ElementwiseLayout::kInputs; ++i) pr.words[kEpilogueLayout + i] = base.push[i];
-  pr.words[kPushCodeLength] = base.push[kPushCodeLength];
   for (uint32_t& b : base.bindings) b = d.reads[0];
   base.bindings[0] = d.reads[0];
   base.bindings[1] = d.reads[1];
   for (size_t i = 2; i < d.reads.size(); ++i) base.bindings[i == 8 ? 10 : i] = d.reads[i];  // program input i - 1
   base.bindings[8] = d.write();
-  base.bindings[9] = kCodeBinding;
   if (pr.m * pr.n * pr.batches == 0) return;
   emit(pr, dc, d.op, std::move(base), out);
 }

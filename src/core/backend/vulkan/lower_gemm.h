@@ -13,7 +13,7 @@ namespace meganeura::vk {
 
 // `base` carries the dispatch's bookkeeping (kernel, dispatch index, reads, write).
 void lower_matmul(const Program& p, const Dispatch& d, const DeviceClass& dc, Launch base, std::vector<Launch>& out);
-// `base` also carries the encoded program (code, push word kPushCodeLength) and, in push words
+// `base` also carries the encoded program (`code`) and, in push words
 // 0-10, the schedule's elementwise layout of the output (ElementwiseLayout).
 void lower_matmul_epilogue(const Program& p, const Dispatch& d, const DeviceClass& dc, Launch base,
                            std::vector<Launch>& out);

@@ -146,11 +146,11 @@ void lower_rows(const Context& c, const Dispatch& d, const KernelLaunch& k, Laun
   rows.spec = {c.dc.row_workgroup};
   if (d.op == Op::norm) {
     rows.push[kPushMode] = 0;
-    rows.push[kPushCodeOffset] = fbits(std::get<NormAttrs>(d.attrs).eps);
+    rows.push[kPushEpsOrScale] = fbits(std::get<NormAttrs>(d.attrs).eps);
   } else {
     const auto& a = std::get<SoftmaxAttrs>(d.attrs);
     rows.push[kPushMode] = 1;
-    rows.push[kPushCodeOffset] = fbits(a.scale);
+    rows.push[kPushEpsOrScale] = fbits(a.scale);
     rows.push[kPushFill] = fbits(a.fill);
   }
   const uint32_t n_rows = k.push.get(push::kRows), len = k.push.get(push::kLen);
@@ -187,9 +187,8 @@ void lower_fused_reduce(const Context& c, const Dispatch& d, const KernelLaunch&
   for (size_t i = 0; i < d.reads.size(); ++i) l.bindings[i] = d.reads[i];
   const uint64_t outputs = uint64_t(k.push.get(push::kReduceOuter)) * k.push.get(push::kReduceInner);
   const uint64_t len = k.push.get(push::kReduceLen), element = fused_program_cost(l);
-  enum : uint32_t { kWorkgroup = 1, kSerial, kPartial, kCombine };
   if (len <= kSerialRowMax && outputs >= kSerialRowsMin) {  // an invocation per output
-    l.push[kPushMode] = kSerial;
+    l.push[kPushMode] = kFusedSerial;
     grid(l, ceil_div(outputs, c.dc.workgroup), c.dc);
     l.loop_iterations = nest(len, element);
     out.push_back(std::move(l));
@@ -198,7 +197,7 @@ void lower_fused_reduce(const Context& c, const Dispatch& d, const KernelLaunch&
   const uint32_t wg = c.dc.row_workgroup;  // a workgroup per output, or per piece of one
   const uint64_t chunks = reduction_chunks(outputs, len, wg, element, c.dc), span = ceil_div(len, chunks);
   l.spec = {wg};
-  l.push[kPushMode] = chunks > 1 ? kPartial : kWorkgroup;
+  l.push[kPushMode] = chunks > 1 ? kFusedPartial : kFusedReduce;
   l.push[kPushChunks] = uint32_t(chunks);
   l.push[kPushSpan] = uint32_t(span);
   grid(l, outputs * chunks, c.dc);
@@ -207,7 +206,7 @@ void lower_fused_reduce(const Context& c, const Dispatch& d, const KernelLaunch&
     out.push_back(std::move(l));
     return;
   }
-  split(std::move(l), {.slot = 10, .mode_word = kPushMode, .combine = kCombine}, outputs, chunks, c.dc, out);
+  split(std::move(l), {.slot = 10, .mode_word = kPushMode, .combine = kFusedCombine}, outputs, chunks, c.dc, out);
 }
 
 }  // namespace meganeura::vk::detail

@@ -95,7 +95,7 @@ void wide_operands(const Dispatch& d, const KernelLaunch& k, Launch& l, size_t m
 uint64_t fused_program_cost(const Launch& l) {
   const uint32_t rank = l.push[ElementwiseLayout::kRank], full = (1u << rank) - 1;
   const size_t instructions = l.code.size() / 4;
-  uint64_t cost = loop(instructions);
+  uint64_t cost = 0;
   for (size_t i = 0; i < instructions; ++i) {
     const uint32_t w = l.code[4 * i], input = w >> 16;
     if ((w & 0xffu) != uint32_t(FusedInstr::input)) continue;
@@ -103,6 +103,23 @@ uint64_t fused_program_cost(const Launch& l) {
     if ((mask & full) != full) cost += loop(rank);
   }
   return cost;
+}
+
+void specialise_program(const Dispatch& d, Launch& l) {
+  if (l.code.empty()) return;
+  if (l.kernel == Kernel::fused) {  // fused.comp takes its mode as a constant; combining runs no program
+    l.spec.resize(std::max<size_t>(l.spec.size(), 2), 0);
+    l.spec[1] = l.push[kPushMode];
+    if (l.push[kPushMode] == kFusedCombine) return;
+  }
+  const size_t n = l.code.size() / 4;
+  if (n > kFusedMaxCode)
+    unsupported(d.op,
+                "a program of " + std::to_string(n) + " instructions (at most " + std::to_string(kFusedMaxCode) + ")");
+  if (l.spec.size() > kProgramSpecBase) unsupported(d.op, "a kernel whose own constants reach the program's");
+  l.spec.resize(kProgramSpecBase, 0);
+  l.spec.push_back(uint32_t(n));
+  for (size_t i = 0; i < n; ++i) l.spec.insert(l.spec.end(), &l.code[4 * i], &l.code[4 * i + 3]);
 }
 
 uint64_t reduction_chunks(uint64_t outputs, uint64_t len, uint32_t wg, uint64_t element, const DeviceClass& dc) {
@@ -464,8 +481,8 @@ class Lowerer {
   }
 
   // The fused ops: push words and kernel variant from the core schedule; bindings 0-7 the
-  // program's inputs, 8 the output, 9 the code, 10 and 11 a multi-output program's outputs 1
-  // and 2.
+  // program's inputs, 8 the output, 10 and 11 a multi-output program's outputs 1 and 2. The
+  // program itself becomes specialisation constants (specialise_program).
   void fused(const Dispatch& d, const KernelLaunch& k, Launch l, Launch rows, Launch /*matmul*/,
              std::vector<Launch>& out) {
     wide_operands(d, k, l, 0);
@@ -473,10 +490,8 @@ class Lowerer {
     if (d.op == Op::norm || d.op == Op::softmax_scaled) return lower_rows(ctx_, d, k, std::move(rows), out);
     const auto& a = std::get<FusedAttrs>(d.attrs);
     l.code = encode(d, a.code);
-    l.push[kPushCodeLength] = uint32_t(a.code.size());
-    l.bindings[9] = kCodeBinding;
     if (d.op == Op::fused_reduce) return lower_fused_reduce(ctx_, d, k, std::move(l), out);
-    l.push[kPushMode] = 0;
+    l.push[kPushMode] = kFusedElementwise;
     if (d.op == Op::fused_elementwise) {
       for (size_t i = 0; i < d.reads.size(); ++i) l.bindings[i] = d.reads[i];
       const size_t outputs = fused_outputs(a.code);
@@ -551,6 +566,7 @@ std::vector<Launch> plan_launches(const Program& p, const DeviceClass& dc) {
     for (size_t k = first; k < out.size(); ++k) {
       Launch& l = out[k];
       plan_loops(l);
+      specialise_program(p.dispatches[i], l);
       if (!std::count(std::begin(l.bindings), std::end(l.bindings), kWorkspaceBinding)) continue;
       if (!mine && used) l.barrier_before = true;  // not before the last user has finished
       mine = true;

@@ -21,12 +21,12 @@ struct Launch {
   uint32_t push[kPushBytes / 4] = {};
   uint32_t push_words = 0;
   uint32_t groups[3] = {1, 1, 1};
-  uint32_t bindings[kWideBindings] = {};  // tensor per binding slot (kCodeBinding: the code buffer)
+  uint32_t bindings[kWideBindings] = {};  // tensor per binding slot
   std::vector<uint32_t> reads;            // tensors read (for hazards)
   uint32_t write = 0;                     // tensor written
   uint32_t dispatch = 0;                  // the Program dispatch it implements
   bool barrier_before = false;            // waits for the previous launch of its own dispatch
-  std::vector<uint32_t> code;             // fused programs: 4 words per instruction
+  std::vector<uint32_t> code;             // fused programs: 4 words per instruction (also in `spec`)
   uint64_t workspace_bytes = 0;           // scratch bound at kWorkspaceBinding
   // Upper bound of the loop back-edges any one invocation of this launch executes (all loops
   // together), as planned from its sizes: lavapipe leaves every loop of an invocation silently
@@ -35,14 +35,13 @@ struct Launch {
   uint64_t loop_iterations = kUnplanned;
   static constexpr uint64_t kUnplanned = UINT64_MAX;
 };
-constexpr uint32_t kCodeBinding = UINT32_MAX;
 // The program's workspace: one buffer of the largest launch's scratch, shared by all of them.
 // A launch that reads what an earlier launch of its dispatch wrote there waits for it
 // (barrier_before); the first launch of a dispatch that uses it waits for any earlier
 // dispatch that did.
 constexpr uint32_t kWorkspaceBinding = UINT32_MAX - 1;
 // Push words the backend fills for the fused kernels (after the schedule's 0-23).
-constexpr size_t kPushMode = 24, kPushCodeOffset = 25, kPushCodeLength = 26, kPushFill = 26, kPushSerial = 27,
+constexpr size_t kPushMode = 24, kPushEpsOrScale = 25, kPushFill = 26, kPushSerial = 27,
                  kPushOutputs = 28,    // fused_elementwise: outputs written (1 to kFusedMaxOutputs)
     kPushChunks = 29, kPushSpan = 30;  // fused_reduce split into pieces: their count and length
 // The workload kernels: the mode at kPushMode, the ignored target id (cross-entropy) after it,

@@ -95,9 +95,16 @@ uint64_t shared_memory_bytes(const Launch& l);
 // workgroup or shared memory beyond the device's limits.
 void check_launch(const Dispatch& d, const Launch& l, const DeviceClass& dc);
 
-// Loop back-edges of one evaluation of the launch's fused program (fused.comp's evaluate): its
-// instruction loop, and the layout walk of each load of an input broadcast over some axis.
+// Loop back-edges of one evaluation of the launch's fused program (fused.comp's evaluate): the
+// layout walk of each load of an input broadcast over some axis (the program itself is
+// straight-line code, program_kernel.h).
 uint64_t fused_program_cost(const Launch& l);
+// The launch's fused program (`code`) in its pipeline key, after the kernel's own constants
+// (from kProgramSpecBase): its length, then per instruction its word and the bits of a and b.
+// Every program gets its own kernel, compiled with the program in it (program_kernel.h).
+void specialise_program(const Dispatch& d, Launch& l);
+// fused.comp's modes (push word kPushMode).
+enum : uint32_t { kFusedElementwise, kFusedReduce, kFusedSerial, kFusedPartial, kFusedCombine };
 // Pieces a reduction of `len` elements per output splits into (1: none): enough that one
 // invocation's share, `element` back-edges per element, fits the budget with the workgroup's
 // tree, and, for few outputs, enough workgroups to occupy the device.

@@ -14,6 +14,7 @@
 #include <system_error>
 #include <thread>
 
+#include "backend/vulkan/program_kernel.h"
 #include "graph/op_table.h"
 
 namespace meganeura::vk {
@@ -185,17 +186,31 @@ void Pipelines::prepare(Kernel k) {
 // VK_PIPELINE_CACHE_CREATE_EXTERNALLY_SYNCHRONIZED_BIT).
 VkResult Pipelines::build(const Key& key, VkPipeline* out) const {
   const auto& [k, spec] = key;
+  const bool program = runs_program(k) && spec.size() > kProgramSpecBase;
+  const size_t own = program ? kProgramSpecBase : spec.size();
   std::vector<VkSpecializationMapEntry> entries;
-  for (uint32_t i = 0; i < spec.size(); ++i) entries.push_back({i, i * 4, 4});
-  VkSpecializationInfo sp{uint32_t(entries.size()), entries.data(), spec.size() * 4, spec.data()};
+  for (uint32_t i = 0; i < own; ++i) entries.push_back({i, i * 4, 4});
+  VkSpecializationInfo sp{uint32_t(entries.size()), entries.data(), own * 4, spec.data()};
+  VkShaderModule module = modules_[size_t(k)];
+  if (program) {
+    const std::vector<uint32_t> words =
+        program_kernel_spirv(k, std::span<const uint32_t>(spec).subspan(kProgramSpecBase + 1));
+    auto mi = make<VkShaderModuleCreateInfo>(VK_STRUCTURE_TYPE_SHADER_MODULE_CREATE_INFO);
+    mi.codeSize = words.size() * 4;
+    mi.pCode = words.data();
+    if (VkResult r = d_.api.vkCreateShaderModule(d_.device, &mi, nullptr, &module); r < 0) return r;
+  }
   auto ci = make<VkComputePipelineCreateInfo>(VK_STRUCTURE_TYPE_COMPUTE_PIPELINE_CREATE_INFO);
   ci.stage = make<VkPipelineShaderStageCreateInfo>(VK_STRUCTURE_TYPE_PIPELINE_SHADER_STAGE_CREATE_INFO);
   ci.stage.stage = VK_SHADER_STAGE_COMPUTE_BIT;
-  ci.stage.module = modules_[size_t(k)];
+  ci.stage.module = module;
   ci.stage.pName = "main";
   ci.stage.pSpecializationInfo = &sp;
   ci.layout = layout_[wide(k)];
-  return d_.api.vkCreateComputePipelines(d_.device, cache_ ? cache_->handle() : VK_NULL_HANDLE, 1, &ci, nullptr, out);
+  const VkResult r =
+      d_.api.vkCreateComputePipelines(d_.device, cache_ ? cache_->handle() : VK_NULL_HANDLE, 1, &ci, nullptr, out);
+  if (program) d_.api.vkDestroyShaderModule(d_.device, module, nullptr);
+  return r;
 }
 
 VkPipeline Pipelines::get(Kernel k, const std::vector<uint32_t>& spec) {
@@ -218,9 +233,16 @@ void Pipelines::create(const std::vector<Key>& keys, unsigned threads) {
   for (const Key& k : missing) prepare(k.first);  // on this thread: it may throw
   std::vector<VkPipeline> made(missing.size(), VK_NULL_HANDLE);
   std::vector<VkResult> result(missing.size(), VK_SUCCESS);
+  std::vector<std::exception_ptr> error(missing.size());
   std::atomic<size_t> next{0};
   auto work = [&] {
-    for (size_t i; (i = next++) < missing.size();) result[i] = build(missing[i], &made[i]);
+    for (size_t i; (i = next++) < missing.size();) {
+      try {
+        result[i] = build(missing[i], &made[i]);
+      } catch (...) {
+        error[i] = std::current_exception();
+      }
+    }
   };
   std::vector<std::thread> pool;
   const size_t n = std::min<size_t>(std::max(threads, 1u), missing.size());
@@ -234,6 +256,7 @@ void Pipelines::create(const std::vector<Key>& keys, unsigned threads) {
     if (made[i] != VK_NULL_HANDLE) pipelines_.emplace(missing[i], made[i]);
   }
   for (size_t i = 0; i < missing.size(); ++i) {
+    if (error[i]) std::rethrow_exception(error[i]);
     if (result[i] < 0) {
       const std::string what = std::string("vkCreateComputePipelines (") + kernel_name(missing[i].first) + " kernel)";
       fail(result[i], what.c_str(), __FILE__, __LINE__);

@@ -45,8 +45,8 @@ std::span<const uint32_t> kernel_spirv(Kernel k);
 std::vector<uint32_t> with_aliased_buffers(std::span<const uint32_t> words);
 
 // Two pipeline layouts, both with a 128-byte push block: kBindings storage buffers for the
-// primitive kernels, kWideBindings for the fused ones (eight inputs, the output, the code, the
-// secondary outputs of a multi-output program), attention and the workload kernels (up to five
+// primitive kernels, kWideBindings for the fused ones (eight inputs, the output, binding 9
+// unused, the secondary outputs of a multi-output program), attention and the workload kernels (up to five
 // inputs or a workspace, the output at binding 8).
 constexpr uint32_t kBindings = 3;
 constexpr uint32_t kWideBindings = 12;
@@ -55,6 +55,11 @@ inline bool wide(Kernel k) {
          k == Kernel::attention_rows || k == Kernel::workload || k == Kernel::matmul_fused;
 }
 inline uint32_t binding_count(Kernel k) { return wide(k) ? kWideBindings : kBindings; }
+// A fused program's kernels (fused, matmul_fused) carry the program in their key: the
+// specialisation constants from kProgramSpecBase on are the program (program_kernel.h), which
+// the kernel is compiled with; the constants before it are the kernel's own.
+constexpr uint32_t kProgramSpecBase = 16;
+inline bool runs_program(Kernel k) { return k == Kernel::fused || k == Kernel::matmul_fused; }
 constexpr uint32_t kPushBytes = 128;
 
 // A persisted VkPipelineCache. The file holds our header (magic, payload size, FNV-1a of the
@@ -99,6 +104,7 @@ class Pipelines {
 
  private:
   void prepare(Kernel k);  // checks k's layout and creates its shader module
+  // Thread-safe; a fused program's kernel is compiled first (its failure thrown).
   VkResult build(const Key& key, VkPipeline* out) const;
 
   const Device& d_;

@@ -27,8 +27,6 @@ struct Prepared {
   Program program;
   std::vector<std::unique_ptr<Buffer>> arenas;  // one per arena buffer of the plan
   std::vector<uint32_t> arena_ids;
-  std::unique_ptr<Buffer> code;  // the fused programs' instructions, host-visible (a few KiB)
-  uint32_t code_id = 0;
   std::unique_ptr<Buffer> workspace;  // the launches' scratch (kWorkspaceBinding), when any needs it
   uint32_t workspace_id = 0;
   std::vector<Launch> launches;
@@ -129,7 +127,6 @@ class VulkanBackend final : public Backend {
           allocate(*dev_, scratch, Residence::device, "workspace of program " + std::to_string(programs_.size()));
       prep->workspace_id = next_id_++;
     }
-    place_code(*prep);
     zero(fresh);
     prepare_descriptors(*prep);
     record(*prep);
@@ -181,6 +178,10 @@ class VulkanBackend final : public Backend {
       o.decompose = true;
     }
     if (dc_.gemm == GemmFamily::naive) o.matmul_epilogue = false;  // the first GEMM kernel has no epilogue
+    // CPU-emulated devices (the direct GEMM family): a GEMM with an epilogue program takes
+    // llvmpipe over ten seconds to compile, per program, and runs no faster than the GEMM and
+    // the program as a separate elementwise kernel (chargpt's step: docs/vulkan.md).
+    if (dc_.gemm == GemmFamily::direct) o.matmul_epilogue = false;
     return o;
   }
 
@@ -306,22 +307,7 @@ class VulkanBackend final : public Backend {
     uint32_t id;
     uint64_t offset, bytes;
   };
-  // Gathers the launches' fused programs into one buffer; each launch gets its offset.
-  void place_code(Prepared& p) {
-    std::vector<uint32_t> words;
-    for (Launch& l : p.launches) {
-      if (l.code.empty()) continue;
-      l.push[kPushCodeOffset] = uint32_t(words.size() / 4);
-      words.insert(words.end(), l.code.begin(), l.code.end());
-    }
-    if (words.empty()) words.assign(4, 0);
-    p.code = allocate(*dev_, words.size() * 4, Residence::staging, "fused programs");
-    std::memcpy(p.code->mapped, words.data(), words.size() * 4);
-    p.code_id = next_id_++;
-  }
-
   Resolved resolve(const Prepared& p, uint32_t t) {
-    if (t == kCodeBinding) return {p.code.get(), p.code_id, 0, p.code->bytes};
     if (t == kWorkspaceBinding) return {p.workspace.get(), p.workspace_id, 0, p.workspace->bytes};
     const ProgramTensor& pt = p.program.tensors.at(t);
     uint64_t bytes = std::max<uint64_t>(pt.bytes, 4);
@@ -416,7 +402,7 @@ class VulkanBackend final : public Backend {
     }
     if (r.bytes > info.max_storage_buffer_range) {
       const Shape none;
-      const Shape& shape = t == kCodeBinding || t == kWorkspaceBinding ? none : p.program.tensors[t].type.shape;
+      const Shape& shape = t == kWorkspaceBinding ? none : p.program.tensors[t].type.shape;
       throw std::invalid_argument("[vulkan] a " + shape_str(shape) + " tensor of " + std::to_string(r.bytes) +
                                   " bytes exceeds the device's storage-buffer range of " +
                                   std::to_string(info.max_storage_buffer_range));

@@ -1,7 +1,8 @@
 #version 450
-// The fused ops' programs (fused_elementwise, fused_reduce, the epilogue of matmul_epilogue):
-// an interpreter of the postfix program, read from the program's code buffer, over the
-// schedule's collapsed broadcast layout (schedule.h, ElementwiseLayout). Elementwise: one
+// The fused ops' programs (fused_elementwise, fused_reduce): one kernel per program, compiled
+// by the backend with the program as straight-line GLSL (program_kernel.cpp writes
+// fused_program.glsl), over the schedule's collapsed broadcast layout (schedule.h,
+// ElementwiseLayout). Elementwise: one
 // invocation per output element. Reduce: one workgroup per output, each invocation walks a
 // strided share of the reduced axis with a compensated sum, then a tree over the workgroup;
 // short axes over many outputs: one invocation per output, a compensated serial sum. Long
@@ -19,8 +20,6 @@ layout(std430, binding = 5) buffer I5 { float v[]; } i5;
 layout(std430, binding = 6) buffer I6 { float v[]; } i6;
 layout(std430, binding = 7) buffer I7 { float v[]; } i7;
 layout(std430, binding = 8) buffer Y { float y[]; };
-// One instruction per uvec4: kind | op << 8 | input << 16, then the f32 bits of a and b.
-layout(std430, binding = 9) readonly buffer Code { uvec4 code[]; };
 // Outputs 1 and 2 of a multi-output elementwise program (its `store` instructions).
 layout(std430, binding = 10) buffer Y1 { float y1[]; };
 layout(std430, binding = 11) buffer Y2 { float y2[]; };
@@ -29,11 +28,12 @@ layout(std430, binding = 11) buffer Y2 { float y2[]; };
 // Word indices: the schedule's layout (0-23), then the backend's (24-).
 const uint NUMEL = 0, RANK = 1, EXTENTS = 2, MASKS = 8, INPUTS = 10;
 const uint REDUCE_OUTER = 11, REDUCE_LEN = 12, REDUCE_INNER = 13, REDUCE_KIND = 14;
-const uint MODE = 24, CODE_OFFSET = 25, CODE_LENGTH = 26, OUTPUTS = 28, CHUNKS = 29, SPAN = 30;
+const uint MODE = 24, OUTPUTS = 28, CHUNKS = 29, SPAN = 30;
 const uint ELEMENTWISE = 0, REDUCE = 1, REDUCE_SERIAL = 2, REDUCE_PARTIAL = 3, REDUCE_COMBINE = 4;
-const uint K_INPUT = 0, K_CONSTANT = 1, K_UNARY = 2, K_BINARY = 3, K_STORE = 4, K_LOAD = 5;
 
 layout(push_constant) uniform P { uint w[32]; } pc;
+// The launch's mode (push word MODE) as a constant: each pipeline holds only its own mode's code.
+layout(constant_id = 1) const uint LAUNCH_MODE = 0;
 
 #include "broadcast.glsl"
 
@@ -50,33 +50,15 @@ float load(uint input_, uint i) {
   }
 }
 
-// The values a multi-output program stored for the element being evaluated; a program without
-// stores leaves its one result on the stack, returned as outv[0].
+// The values a multi-output program stores for the element being evaluated (`outv[k] = ...`
+// in its text); a program without stores returns its one result.
 float outv[3];
+float program_input(uint k, uint i) { return load(k, offset_of(k, i)); }
+
+#include "fused_program.glsl"
 
 float evaluate(uint i) {
-  float st[8];
-  uint sp = 0;
-  uint base = pc.w[CODE_OFFSET], n = pc.w[CODE_LENGTH];
-  for (uint c = 0; c < n; ++c) {
-    uvec4 ins = code[base + c];
-    uint kind = ins.x & 0xffu, op = (ins.x >> 8) & 0xffu, k = ins.x >> 16;
-    if (kind == K_INPUT) {
-      st[sp++] = load(k, offset_of(k, i));
-    } else if (kind == K_CONSTANT) {
-      st[sp++] = uintBitsToFloat(ins.y);
-    } else if (kind == K_UNARY) {
-      st[sp - 1] = unary_op(op, st[sp - 1], uintBitsToFloat(ins.y), uintBitsToFloat(ins.z));
-    } else if (kind == K_BINARY) {
-      st[sp - 2] = binary_op(op, st[sp - 2], st[sp - 1]);
-      --sp;
-    } else if (kind == K_STORE) {
-      outv[k] = st[--sp];
-    } else {
-      st[sp++] = outv[k];
-    }
-  }
-  if (sp > 0) outv[0] = st[0];
+  outv[0] = program(i, 0.0);
   return outv[0];
 }
 
@@ -94,7 +76,7 @@ float tree(float v, bool is_max, uint lid, uint wg) {
 }
 
 void main() {
-  const uint mode = pc.w[MODE];
+  const uint mode = LAUNCH_MODE;
   if (mode == ELEMENTWISE) {
     uint i = flat_index();
     if (i >= pc.w[NUMEL]) return;

@@ -6,7 +6,8 @@
 //
 // Bindings: 0 A, 1 B, 2 C. A split GEMM writes its partial products through binding 2 and
 // its reduction reads them through binding 0. EPILOGUE (the wide layout): 0 A, 1 B, 2-7 the
-// program's inputs 1-6, 8 C, 9 the program, 10 its input 7, 11 the split workspace.
+// program's inputs 1-6, 8 C, 10 its input 7, 11 the split workspace (the program: specialisation
+// constants, epilogue.glsl).
 #include "gemm_params.glsl"
 
 // Push words besides the shared ones: leading dimensions and the batches' element strides

@@ -1,0 +1,20 @@
+# Writes OUTPUT: one `{"name", R"glsl(text)glsl"},` entry per file of SOURCES (a ;-list), the
+# kernel sources the backend compiles at run time (program_kernel.cpp).
+# Usage: cmake -DOUTPUT=... -DSOURCES=... -P embed_sources.cmake
+set(text "// Generated from the kernels' GLSL by embed_sources.cmake: do not edit.\n")
+foreach(path ${SOURCES})
+  get_filename_component(name ${path} NAME)
+  file(READ ${path} body)
+  string(FIND "${body}" ")glsl\"" clash)
+  if(NOT clash EQUAL -1)
+    message(FATAL_ERROR "${path} contains the raw-string delimiter )glsl\"")
+  endif()
+  string(APPEND text "{\"${name}\", R\"glsl(${body})glsl\"},\n")
+endforeach()
+if(EXISTS ${OUTPUT})
+  file(READ ${OUTPUT} old)
+  if(old STREQUAL text)
+    return()
+  endif()
+endif()
+file(WRITE ${OUTPUT} "${text}")
