@@ -92,7 +92,10 @@ class RowReader {
     const std::string s = lower_trim(text(id));
     if (s == "true" || s == "1" || s == "yes") return true;
     if (s == "false" || s == "0" || s == "no" || s.empty()) return false;
-    fail(id, "'" + text(id) + "' is not true/false");
+    // Built by appending: GCC 12 misreports "'" + std::string&& as an overlapping copy here.
+    std::string what = "'";
+    what += text(id);
+    fail(id, what + "' is not true/false");
   }
   [[noreturn]] void fail(const std::string& id, const std::string& what) const {
     throw std::runtime_error("[energy] " + origin_ + " row " + std::to_string(row_) + ", column '" +
