@@ -16,6 +16,7 @@ struct PhysicalParams {
   double dispatch_overhead_s = 10e-6;  // per kernel launch in an eager framework (host dispatch)
   double optimizer_tensor_s = 100e-6;  // per parameter tensor and optimizer step: its own optimizer kernels
   double link_latency_s = 100e-6;      // per collective and ring hop, framework dispatch included
+  double sharded_op_s = 200e-6;        // per op on a sharded (DTensor) tensor in eager mode, above a plain launch
   // Time: fractions of the datasheet rates a training step reaches.
   double compute_efficiency = 0.5;  // of the peak at the sustained (base) clock
   double memory_efficiency = 0.7;   // of the memory bandwidth
