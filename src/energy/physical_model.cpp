@@ -202,11 +202,14 @@ void check_parallel(const TransformerConfig& c, const ParallelConfig& par) {
   if (par.gpus > 8) {
     invalid("--gpus " + std::to_string(par.gpus) + ": only single-node runs (up to 8 GPUs) are modelled");
   }
-  const bool heads_split = par.tp_scheme == TpScheme::kMegatron;
-  if (par.check_feasible && par.strategy == Strategy::kTensorParallel &&
-      ((heads_split && c.heads % par.gpus != 0) || c.ff % par.gpus != 0)) {
-    invalid("tensor parallel over " + std::to_string(par.gpus) + " GPUs needs heads (" + std::to_string(c.heads) +
-            ") and ff (" + std::to_string(c.ff) + ") divisible by it");
+  if (!par.check_feasible || par.strategy != Strategy::kTensorParallel) return;
+  const std::string n = std::to_string(par.gpus);
+  if (par.tp_scheme == TpScheme::kFfnEager && c.ff % par.gpus != 0) {
+    invalid("FFN-only tensor parallel over " + n + " GPUs needs ff (" + std::to_string(c.ff) + ") divisible by it");
+  }
+  if (par.tp_scheme == TpScheme::kMegatron && (c.heads % par.gpus != 0 || c.ff % par.gpus != 0)) {
+    invalid("tensor parallel over " + n + " GPUs needs heads (" + std::to_string(c.heads) + ") and ff (" +
+            std::to_string(c.ff) + ") divisible by it");
   }
 }
 
