@@ -30,7 +30,7 @@ struct PhysicalParams {
   double host_power_w = 100.0;        // CPU and DRAM of one node
   double rank_power_w = 30.0;         // per GPU: the host process driving it
 
-  double interval_ln = 0.555;  // half-width of the reported interval in ln space
+  double interval_ln = 0.452;  // half-width of the reported interval in ln space
 };
 
 // One stored coefficient: its table section and key, the member it sets, and the SI value of
