@@ -190,6 +190,9 @@ void add_predict(CLI::App& energy, const EnergyCliHooks& hooks) {
       "--strategy", [o](const std::string& s) { o->parallel.strategy = parse_strategy(s); },
       "baseline, dp, fsdp or tp");
   c->add_flag("--pcie", o->parallel.over_pcie, "GPUs talk over PCIe instead of the table's link");
+  c->add_option_function<std::string>(
+      "--tp-scheme", [o](const std::string& s) { o->parallel.tp_scheme = parse_tp_scheme(s); },
+      "TP split: megatron (attention and FFN) or ffn (FFN only, eager sharded tensors)");
   c->add_option_function<double>(
       "--efficiency", [o](double e) { o->efficiency = e; },
       "Measured parallel efficiency (T_1/T_N)/N, for the reference model");

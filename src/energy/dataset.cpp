@@ -49,6 +49,7 @@ const std::vector<Field>& fields() {
       {"energy", {"energy_consumed_kwh", "energy_kwh"}, true},
       {"efficiency", {"efficiency", "eta"}, false},
       {"group", {"group"}, false},
+      {"tp_scheme", {"tp_scheme"}, false},
   };
   return f;
 }
@@ -92,7 +93,10 @@ class RowReader {
     const std::string s = lower_trim(text(id));
     if (s == "true" || s == "1" || s == "yes") return true;
     if (s == "false" || s == "0" || s == "no" || s.empty()) return false;
-    fail(id, "'" + text(id) + "' is not true/false");
+    // Built by appending: GCC 12 misreports "'" + std::string&& as an overlapping copy here.
+    std::string what = "'";
+    what += text(id);
+    fail(id, what + "' is not true/false");
   }
   [[noreturn]] void fail(const std::string& id, const std::string& what) const {
     throw std::runtime_error("[energy] " + origin_ + " row " + std::to_string(row_) + ", column '" +
@@ -155,7 +159,7 @@ TransformerConfig RunRecord::transformer() const {
   return c;
 }
 
-ParallelConfig RunRecord::parallel() const { return {gpus, strategy, false, false}; }
+ParallelConfig RunRecord::parallel() const { return {gpus, strategy, false, false, tp_scheme}; }
 
 ReferenceInputs RunRecord::reference_inputs() const {
   // M is the activation size of one micro-batch: gradient accumulation does not grow it.
@@ -228,6 +232,27 @@ void read_outcome(RunRecord& rec, const RowReader& r) {
   }
 }
 
+// Whether the GPU column is the reference study's 'GPU model'.
+bool study_columns(const Columns& columns) {
+  const std::string& h = columns.at("gpu").second;
+  const std::string want = "gpu model";
+  return h.size() == want.size() && std::equal(h.begin(), h.end(), want.begin(), [](char x, char y) {
+           return std::tolower(static_cast<unsigned char>(x)) == y;
+         });
+}
+
+// The reference study's files (named by their 'GPU model' column) come from its released
+// trainer, whose TP splits only the FFN with eager DTensor weights; a tp_scheme column says
+// which scheme a run used, Megatron TP otherwise.
+TpScheme read_tp_scheme(const RowReader& r, const Columns& columns) {
+  if (!r.has("tp_scheme")) return study_columns(columns) ? TpScheme::kFfnEager : TpScheme::kMegatron;
+  try {
+    return parse_tp_scheme(r.text("tp_scheme"));
+  } catch (const std::invalid_argument& e) {
+    r.fail("tp_scheme", e.what());
+  }
+}
+
 RunRecord read_record(const RowReader& r, int row, const Columns& columns, int default_vocab) {
   RunRecord rec;
   rec.row = row;
@@ -240,6 +265,7 @@ RunRecord read_record(const RowReader& r, int row, const Columns& columns, int d
   }
   rec.gpus = r.count("gpus", "gpus");
   read_shape(rec, r, columns, default_vocab);
+  rec.tp_scheme = read_tp_scheme(r, columns);
   read_outcome(rec, r);
   if (rec.gpus > 1 && rec.strategy == Strategy::kBaseline) {
     r.fail("strategy", "baseline with " + std::to_string(rec.gpus) + " GPUs");

@@ -22,6 +22,7 @@ struct RunRecord {
   std::string gpu;
   Strategy strategy = Strategy::kBaseline;
   int gpus = 1;
+  TpScheme tp_scheme = TpScheme::kMegatron;  // how a TP run split its layers
   int layers = 0, hidden = 0, heads = 0, ff = 0, vocab = 0;
   double batch = 0, seq = 0;
   int grad_accum = 1;

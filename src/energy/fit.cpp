@@ -142,15 +142,15 @@ ReferenceFit fit_reference(const std::vector<RunRecord>& records) {
 
 namespace {
 
-// The physical model is linear in nine time coefficients over time features, and, given the
+// The physical model is linear in ten time coefficients over time features, and, given the
 // time, linear in six power coefficients over energy features (see physical_model.h).
-constexpr int kTime = 9, kEnergy = 6;
+constexpr int kTime = 10, kEnergy = 6;
 using TimeVec = std::array<double, kTime>;
 using EnergyVec = std::array<double, kEnergy>;
 
 // Efficiencies are bounded by the datasheet: 1/efficiency >= 1 for compute, memory and link.
-constexpr TimeVec kTimeLower = {0, 0, 0, 0, 1, 1, 0, 1, 0};
-constexpr std::array<bool, kTime> kBusy = {false, false, false, false, true, true, true, true, false};
+constexpr TimeVec kTimeLower = {0, 0, 0, 0, 1, 1, 0, 1, 0, 0};
+constexpr std::array<bool, kTime> kBusy = {false, false, false, false, true, true, true, true, false, false};
 // Ridge strengths tried by the inner cross-validation; infinity keeps the defaults exactly, so
 // a fit that does not carry over to the inner held-out folds shrinks all the way back to them.
 constexpr double kLambdas[] = {1e-4, 1e-2, 1, 100, 1e4, INFINITY};
@@ -173,7 +173,8 @@ TimeVec time_features(const RunFeatures& f) {
           f.steps * f.memory_s,
           f.steps * f.comm_sharded_s,
           f.steps * f.comm_tp_s,
-          f.steps * f.collectives};
+          f.steps * f.collectives,
+          f.steps * f.sharded_ops};
 }
 
 TimeVec time_coefficients(const PhysicalParams& p) {
@@ -185,7 +186,8 @@ TimeVec time_coefficients(const PhysicalParams& p) {
           1 / p.memory_efficiency,
           (1 - p.comm_overlap) / p.link_efficiency,
           1 / p.link_efficiency,
-          p.link_latency_s};
+          p.link_latency_s,
+          p.sharded_op_s};
 }
 
 void set_time(PhysicalParams& p, const TimeVec& t) {
@@ -198,6 +200,7 @@ void set_time(PhysicalParams& p, const TimeVec& t) {
   p.link_efficiency = 1 / t[7];
   p.comm_overlap = 1 - t[6] / t[7];  // below 0: DP/FSDP collectives cost more than their link time
   p.link_latency_s = t[8];
+  p.sharded_op_s = t[9];
 }
 
 EnergyVec energy_coefficients(const PhysicalParams& p) {

@@ -10,6 +10,7 @@ const std::vector<ParamKnob>& param_knobs() {
       {"model", "dispatch_overhead_us", &P::dispatch_overhead_s, 1e-6, false},
       {"model", "optimizer_tensor_us", &P::optimizer_tensor_s, 1e-6, false},
       {"model", "link_latency_us", &P::link_latency_s, 1e-6, false},
+      {"model", "sharded_op_us", &P::sharded_op_s, 1e-6, false},
       {"model", "compute_efficiency", &P::compute_efficiency, 1, false},
       {"model", "memory_efficiency", &P::memory_efficiency, 1, false},
       {"model", "link_efficiency", &P::link_efficiency, 1, false},

@@ -16,6 +16,7 @@ struct PhysicalParams {
   double dispatch_overhead_s = 10e-6;  // per kernel launch in an eager framework (host dispatch)
   double optimizer_tensor_s = 100e-6;  // per parameter tensor and optimizer step: its own optimizer kernels
   double link_latency_s = 100e-6;      // per collective and ring hop, framework dispatch included
+  double sharded_op_s = 200e-6;        // per op on a sharded (DTensor) tensor in eager mode, above a plain launch
   // Time: fractions of the datasheet rates a training step reaches.
   double compute_efficiency = 0.5;  // of the peak at the sustained (base) clock
   double memory_efficiency = 0.7;   // of the memory bandwidth
@@ -29,7 +30,7 @@ struct PhysicalParams {
   double host_power_w = 100.0;        // CPU and DRAM of one node
   double rank_power_w = 30.0;         // per GPU: the host process driving it
 
-  double interval_ln = 0.555;  // half-width of the reported interval in ln space
+  double interval_ln = 0.452;  // half-width of the reported interval in ln space
 };
 
 // One stored coefficient: its table section and key, the member it sets, and the SI value of

@@ -24,9 +24,10 @@ void push(std::vector<WorkItem>& out, int layer, const std::string& op, const ch
 
 // Forward and backward dispatches of one encoder layer. Backward of a matmul is two matmuls
 // (input and weight gradients); backward of an elementwise op reads twice what it wrote.
-void layer_work(std::vector<WorkItem>& out, int layer, const LayerShape& x, int tp) {
-  const double t = x.tokens, d = x.d, f = x.f / tp, h = x.heads / tp, a = x.act;
-  const double dq = d / tp;  // this device's share of the attention width
+// Attention is split `tp_attn` ways, the FFN `tp_ffn` ways.
+void layer_work(std::vector<WorkItem>& out, int layer, const LayerShape& x, int tp_attn, int tp_ffn) {
+  const double t = x.tokens, d = x.d, f = x.f / tp_ffn, h = x.heads / tp_attn, a = x.act;
+  const double dq = d / tp_attn;  // this device's share of the attention width
   auto matmul = [&](const std::string& op, double m, double k, double n) {
     const double flops = 2 * m * k * n;
     const double bytes = (m * k + k * n + m * n) * a;
@@ -67,9 +68,9 @@ void lm_head_work(std::vector<WorkItem>& out, const LayerShape& x, double vocab)
   push(out, -1, "cross_entropy.bwd", "elementwise", 10 * logits, 3 * logits * 4);
 }
 
-double layer_params(const TransformerConfig& c, int tp) {
+double layer_params(const TransformerConfig& c, int tp_attn, int tp_ffn) {
   const double d = c.hidden, f = c.ff;
-  return (4 * d * d + 2 * d * f) / tp + (9 * d + f);  // weights split, biases and norms kept
+  return 4 * d * d / tp_attn + 2 * d * f / tp_ffn + (9 * d + f);  // weights split, biases and norms kept
 }
 
 }  // namespace
@@ -101,9 +102,23 @@ TransformerConfig TransformerConfig::resolved() const {
   return c;
 }
 
-std::vector<WorkItem> transformer_step_work(const TransformerConfig& cfg, int tp, int optimizer_shards) {
+TpScheme parse_tp_scheme(const std::string& text) {
+  std::string s = text;
+  std::transform(s.begin(), s.end(), s.begin(), [](unsigned char ch) { return std::tolower(ch); });
+  if (s == "megatron") return TpScheme::kMegatron;
+  if (s == "ffn") return TpScheme::kFfnEager;
+  invalid("unknown TP scheme '" + text + "' (expected megatron or ffn)");
+}
+
+std::string tp_scheme_name(TpScheme s) { return s == TpScheme::kFfnEager ? "ffn" : "megatron"; }
+
+double sharded_ops_per_layer(int grad_accum) { return 8 + 2 + 4 * kOptimizerOpsPerTensor / grad_accum; }
+
+std::vector<WorkItem> transformer_step_work(const TransformerConfig& cfg, int tp, int optimizer_shards,
+                                            TpScheme scheme) {
   const TransformerConfig c = cfg.resolved();
   const LayerShape shape{c.batch * c.seq, double(c.hidden), double(c.ff), c.seq, double(c.heads), dtype_bytes(c.dtype)};
+  const int tp_attn = scheme == TpScheme::kFfnEager ? 1 : tp;
   std::vector<WorkItem> out;
   const double t = shape.tokens, d = c.hidden;
   if (c.vocab > 0) {
@@ -111,9 +126,9 @@ std::vector<WorkItem> transformer_step_work(const TransformerConfig& cfg, int tp
     push(out, -1, "embedding.bwd", "scatter", t * d, t * d * 3 * shape.act);
   }
   for (int l = 0; l < c.layers; ++l) {
-    layer_work(out, l, shape, tp);
+    layer_work(out, l, shape, tp_attn, tp);
     // Adam on fp32 master weights: read weight, grad, two moments; write three of them.
-    const double p = layer_params(c, tp) / optimizer_shards;
+    const double p = layer_params(c, tp_attn, tp) / optimizer_shards;
     push(out, l, "adam", "optimizer", 12 * p, 28 * p);
   }
   if (c.vocab > 0) {
@@ -187,10 +202,14 @@ void check_parallel(const TransformerConfig& c, const ParallelConfig& par) {
   if (par.gpus > 8) {
     invalid("--gpus " + std::to_string(par.gpus) + ": only single-node runs (up to 8 GPUs) are modelled");
   }
-  if (par.check_feasible && par.strategy == Strategy::kTensorParallel &&
-      (c.heads % par.gpus != 0 || c.ff % par.gpus != 0)) {
-    invalid("tensor parallel over " + std::to_string(par.gpus) + " GPUs needs heads (" + std::to_string(c.heads) +
-            ") and ff (" + std::to_string(c.ff) + ") divisible by it");
+  if (!par.check_feasible || par.strategy != Strategy::kTensorParallel) return;
+  const std::string n = std::to_string(par.gpus);
+  if (par.tp_scheme == TpScheme::kFfnEager && c.ff % par.gpus != 0) {
+    invalid("FFN-only tensor parallel over " + n + " GPUs needs ff (" + std::to_string(c.ff) + ") divisible by it");
+  }
+  if (par.tp_scheme == TpScheme::kMegatron && (c.heads % par.gpus != 0 || c.ff % par.gpus != 0)) {
+    invalid("tensor parallel over " + n + " GPUs needs heads (" + std::to_string(c.heads) + ") and ff (" +
+            std::to_string(c.ff) + ") divisible by it");
   }
 }
 
@@ -238,18 +257,21 @@ void add_communication(RunFeatures& f, const TransformerConfig& c, const Paralle
       f.comm_sharded_s = (2 * params * act * fr + params * 4 * fr) / bw;
       f.collectives = (n - 1) * 3.0 * c.layers;
       break;
-    case Strategy::kTensorParallel:
-      // Two all-reduces of the layer activations forward and two backward.
-      f.comm_tp_s = c.layers * 4 * (c.batch * c.seq * c.hidden * act) * 2 * fr / bw;
-      f.collectives = (n - 1) * 4.0 * c.layers;
+    case Strategy::kTensorParallel: {
+      // Megatron: two all-reduces of the layer activations forward and two backward; FFN-only:
+      // one of each (the row-parallel output forward, the column-parallel input gradient backward).
+      const double per_layer = par.tp_scheme == TpScheme::kFfnEager ? 2 : 4;
+      f.comm_tp_s = c.layers * per_layer * (c.batch * c.seq * c.hidden * act) * 2 * fr / bw;
+      f.collectives = (n - 1) * per_layer * c.layers;
       break;
+    }
   }
 }
 
 }  // namespace
 
 double model_parameters(const TransformerConfig& c) {
-  return c.layers * layer_params(c, 1) + double(c.vocab) * c.hidden;
+  return c.layers * layer_params(c, 1, 1) + double(c.vocab) * c.hidden;
 }
 
 double parameter_tensors(const TransformerConfig& c) {
@@ -270,7 +292,7 @@ RunFeatures transformer_features(const TransformerConfig& cfg, const ParallelCon
   // TP splits the weights, and so their optimizer state, n ways already; only FSDP shards the
   // optimizer state of whole weights.
   const int shards = par.strategy == Strategy::kFsdp ? n : 1;
-  for (const WorkItem& w : transformer_step_work(one, tp ? n : 1, shards)) {
+  for (const WorkItem& w : transformer_step_work(one, tp ? n : 1, shards, par.tp_scheme)) {
     // The optimizer runs once per grad_accum micro-steps: spread it over them.
     const double share = w.kind == "optimizer" ? 1.0 / c.grad_accum : 1.0;
     add_work(f, w, share * (w.layer >= 0 ? c.layers : 1), dev, c.dtype);
@@ -278,6 +300,7 @@ RunFeatures transformer_features(const TransformerConfig& cfg, const ParallelCon
   // An eager framework steps each parameter tensor with kernels of its own (sharded or not).
   f.optimizer_tensors = parameter_tensors(c) / c.grad_accum;
   f.steps = c.tokens / (c.batch * c.seq * (tp ? 1 : n));
+  if (tp && par.tp_scheme == TpScheme::kFfnEager) f.sharded_ops = c.layers * sharded_ops_per_layer(c.grad_accum);
   add_communication(f, c, par, dev);
   device_constants(f, dev, c.dtype);
   return f;
@@ -293,6 +316,7 @@ TimeBreakdown time_breakdown(const RunFeatures& f, const PhysicalParams& p) {
   t.memory = f.steps * f.memory_s / p.memory_efficiency;
   t.comm_bandwidth = f.steps * (f.comm_sharded_s * (1 - p.comm_overlap) + f.comm_tp_s) / p.link_efficiency;
   t.comm_latency = f.steps * f.collectives * p.link_latency_s;
+  t.sharded_ops = f.steps * f.sharded_ops * p.sharded_op_s;
   return t;
 }
 
@@ -321,7 +345,8 @@ void fill_totals(PhysicalPrediction& r, const RunFeatures& f, const PhysicalPara
                   {"compute", t.compute},
                   {"memory", t.memory},
                   {"comm_bandwidth", t.comm_bandwidth},
-                  {"comm_latency", t.comm_latency}};
+                  {"comm_latency", t.comm_latency},
+                  {"sharded_ops", t.sharded_ops}};
   r.energy_terms = energy_breakdown(f, p, t);
   r.total_energy_j = 0;
   for (const Term& e : r.energy_terms) r.total_energy_j += e.value;
@@ -330,7 +355,7 @@ void fill_totals(PhysicalPrediction& r, const RunFeatures& f, const PhysicalPara
   r.kwh = r.total_energy_j / 3.6e6;
   r.kwh_low = r.kwh * std::exp(-p.interval_ln);
   r.kwh_high = r.kwh * std::exp(p.interval_ln);
-  const std::pair<double, const char*> shares[] = {{t.step_fixed + t.launch + t.optimizer, "host"},
+  const std::pair<double, const char*> shares[] = {{t.step_fixed + t.launch + t.optimizer + t.sharded_ops, "host"},
                                                    {t.compute, "compute"},
                                                    {t.memory, "memory"},
                                                    {t.comm_bandwidth + t.comm_latency, "communication"}};
@@ -345,8 +370,10 @@ namespace {
 // TP, plus the stored activations of one micro-batch (and its logits with a language-model head).
 void check_memory(const TransformerConfig& c, const ParallelConfig& par, const DeviceSpec& dev) {
   if (!par.check_feasible || dev.memory_gb <= 0) return;
-  const int state_shards = par.strategy == Strategy::kFsdp || par.strategy == Strategy::kTensorParallel ? par.gpus : 1;
-  const double act_tp = par.strategy == Strategy::kTensorParallel ? par.gpus : 1;
+  // FFN-only TP splits part of the weights and activations: checked as if unsplit, an upper bound.
+  const bool megatron = par.strategy == Strategy::kTensorParallel && par.tp_scheme == TpScheme::kMegatron;
+  const int state_shards = par.strategy == Strategy::kFsdp || megatron ? par.gpus : 1;
+  const double act_tp = megatron ? par.gpus : 1;
   const double tokens = c.batch * c.seq;
   double activations =
       c.layers * tokens * (34.0 * c.hidden + 5.0 * c.heads * c.seq) / act_tp * dtype_bytes(c.dtype) / 2;
@@ -365,7 +392,8 @@ std::vector<CostEstimate> price_step(const TransformerConfig& c, const ParallelC
   TransformerConfig one = c;
   one.layers = 1;
   std::vector<CostEstimate> out;
-  for (const WorkItem& w : transformer_step_work(one, tp, par.strategy == Strategy::kFsdp ? par.gpus : 1)) {
+  for (const WorkItem& w :
+       transformer_step_work(one, tp, par.strategy == Strategy::kFsdp ? par.gpus : 1, par.tp_scheme)) {
     CostEstimate d = price(w, dev, p, c.dtype);
     if (w.kind == "optimizer") d.time_s /= c.grad_accum, d.energy_j /= c.grad_accum;
     out.push_back(d);
@@ -404,6 +432,7 @@ PhysicalPrediction predict_transformer(const TransformerConfig& cfg, const Paral
   PhysicalPrediction r;
   r.device = dev.key;
   r.strategy = par.strategy;
+  r.tp_scheme = par.tp_scheme;
   fill_totals(r, transformer_features(c, par, dev), p);
   const double t1 =
       par.gpus == 1 ? r.time_s

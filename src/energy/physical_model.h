@@ -3,7 +3,8 @@
 //   T      = startup + steps * (per-step fixed + dispatches * launch + tensors / grad_accum * optimizer
 //                               + compute / (peak * base/boost clock * eff_c)
 //                               + traffic / (bandwidth * eff_m)
-//                               + exposed communication (bandwidth and latency terms))
+//                               + exposed communication (bandwidth and latency terms)
+//                               + sharded-tensor ops * their host cost (FFN-only eager TP))
 //   E      = N * P_idle * T                               static power over the wall time
 //          + f_busy * N * (P_max - P_idle) * T_busy      compute, memory and link time
 //          + f_fixed * N * (P_max - P_idle) * T_fixed    launch-bound and fixed time, near idle
@@ -41,6 +42,17 @@ struct TransformerConfig {
   TransformerConfig resolved() const;
 };
 
+// How tensor parallelism splits a layer. Megatron TP splits attention and FFN and all-reduces
+// twice forward and twice backward per layer. The FFN-only eager scheme splits only the FFN
+// (column- then row-parallel, as sharded DTensor weights in eager PyTorch): attention runs whole
+// on every device, one all-reduce forward and one backward per layer, and every op on the
+// sharded FFN tensors (its matmuls, activation and collectives, and the optimizer's kernels for
+// its four parameter tensors) pays the host cost of a sharded-tensor op (`sharded_op_s`).
+enum class TpScheme { kMegatron, kFfnEager };
+// "megatron" or "ffn" (case-insensitive); throws on others.
+TpScheme parse_tp_scheme(const std::string& text);
+std::string tp_scheme_name(TpScheme s);
+
 struct ParallelConfig {
   int gpus = 1;
   Strategy strategy = Strategy::kBaseline;
@@ -48,6 +60,7 @@ struct ParallelConfig {
   // Reject configurations that cannot run (memory, head split). Off when pricing runs that
   // were measured, since they evidently did run.
   bool check_feasible = true;
+  TpScheme tp_scheme = TpScheme::kMegatron;  // with Strategy::kTensorParallel
 };
 
 // Time and energy of one dispatch (or of one layer, summed over the run).
@@ -72,6 +85,7 @@ struct PhysicalPrediction {
   std::string device;
   int gpus = 1;
   Strategy strategy = Strategy::kBaseline;
+  TpScheme tp_scheme = TpScheme::kMegatron;  // with Strategy::kTensorParallel
   // What bounds a step: "host" (per-step, launch and optimizer host costs), "compute",
   // "memory" or "communication", whichever takes the most of the steps' time.
   std::string bound;
@@ -113,6 +127,7 @@ struct RunFeatures {
   double comm_sharded_s = 0;         // DP/FSDP collectives per device step at the datasheet link rate
   double comm_tp_s = 0;              // TP all-reduces per device step at the datasheet link rate
   double collectives = 0;            // ring hops of collectives per device step (N - 1 per collective)
+  double sharded_ops = 0;            // ops on sharded (DTensor) tensors per device step (FFN-only eager TP)
   double flops = 0, bytes = 0;       // per device step
   double idle_w = 0, dynamic_w = 0;  // per device: idle power and max - idle
   double e_flop = 0, e_byte = 0;     // J per FLOP and per byte
@@ -122,9 +137,9 @@ RunFeatures transformer_features(const TransformerConfig& cfg, const ParallelCon
 
 struct TimeBreakdown {
   double startup = 0, step_fixed = 0, launch = 0, optimizer = 0, compute = 0, memory = 0, comm_bandwidth = 0,
-         comm_latency = 0;
+         comm_latency = 0, sharded_ops = 0;
   double busy() const { return compute + memory + comm_bandwidth; }
-  double fixed() const { return startup + step_fixed + launch + optimizer + comm_latency; }
+  double fixed() const { return startup + step_fixed + launch + optimizer + comm_latency + sharded_ops; }
   double total() const { return busy() + fixed(); }
 };
 TimeBreakdown time_breakdown(const RunFeatures& f, const PhysicalParams& p);
@@ -132,8 +147,15 @@ TimeBreakdown time_breakdown(const RunFeatures& f, const PhysicalParams& p);
 std::vector<Term> energy_breakdown(const RunFeatures& f, const PhysicalParams& p, const TimeBreakdown& t);
 
 // The work of one training step of one transformer layer stack on one device, forward,
-// backward and optimizer, with matmuls split `tp` ways.
-std::vector<WorkItem> transformer_step_work(const TransformerConfig& cfg, int tp = 1, int optimizer_shards = 1);
+// backward and optimizer, with matmuls split `tp` ways (only the FFN's with TpScheme::kFfnEager).
+std::vector<WorkItem> transformer_step_work(const TransformerConfig& cfg, int tp = 1, int optimizer_shards = 1,
+                                            TpScheme scheme = TpScheme::kMegatron);
+
+// Ops on sharded tensors per layer and device step of FFN-only eager TP: the FFN's eight
+// dispatches (three per matmul, two for the activation), its two all-reduces, and
+// kOptimizerOpsPerTensor optimizer ops for each of its four parameter tensors per optimizer step.
+inline constexpr double kOptimizerOpsPerTensor = 10;
+double sharded_ops_per_layer(int grad_accum);
 
 PhysicalPrediction predict_transformer(const TransformerConfig& cfg, const ParallelConfig& par,
                                        const DeviceSpec& device, const PhysicalParams& params);

@@ -11,6 +11,7 @@ nlohmann::json prediction_json(const PhysicalPrediction& p, double grid_g_per_kw
   j["device"] = p.device;
   j["gpus"] = p.gpus;
   j["strategy"] = strategy_name(p.strategy);
+  if (p.strategy == Strategy::kTensorParallel) j["tp_scheme"] = tp_scheme_name(p.tp_scheme);
   j["bound"] = p.bound;
   j["steps"] = p.steps;
   j["step_time_s"] = p.step_time_s;

@@ -58,6 +58,8 @@ std::vector<RunRecord> synthetic_runs(std::mt19937& rng) {
           r.batch = batch;
           r.grad_accum = batch == 16 ? 1 : 4;  // separates per-tensor optimizer from per-launch costs
           r.seq = 128;
+          // TP on four GPUs as FFN-only eager TP, so that its sharded-op cost is fitted too.
+          if (strategy == Strategy::kTensorParallel && n == 4) r.tp_scheme = TpScheme::kFfnEager;
           r.vocab = 30522;
           r.tokens = tok(rng);
           r.efficiency = n == 1 ? 1.0 : eta(rng);
@@ -117,6 +119,7 @@ PhysicalParams synthetic_truth() {
   t.link_efficiency = 0.4;
   t.comm_overlap = 0.2;
   t.link_latency_s = 200e-6;
+  t.sharded_op_s = 400e-6;
   t.idle_scale = 1.3;
   t.busy_fraction = 0.5;
   t.fixed_power_fraction = 0.1;
@@ -157,6 +160,7 @@ TEST(FitPhysical, RecoversKnownTimeAndPowerCoefficients) {
   EXPECT_NEAR(p.memory_efficiency, 0.6, 0.6 * 0.05);
   EXPECT_NEAR(p.link_efficiency, 0.4, 0.4 * 0.05);
   EXPECT_NEAR(p.link_latency_s, 200e-6, 200e-6 * 0.05);
+  EXPECT_NEAR(p.sharded_op_s, 400e-6, 400e-6 * 0.05);
   EXPECT_NEAR(p.busy_fraction, 0.5, 0.5 * 0.05);
   EXPECT_NEAR(p.fixed_power_fraction, 0.1, 0.1 * 0.05);
   EXPECT_NEAR(p.host_power_w, 150, 150 * 0.05);
@@ -218,6 +222,7 @@ TEST(FitPhysical, StrongRidgeReturnsTheDefaults) {
     EXPECT_NEAR(p.compute_efficiency, d.compute_efficiency, tol * d.compute_efficiency);
     EXPECT_NEAR(p.memory_efficiency, d.memory_efficiency, tol * d.memory_efficiency);
     EXPECT_NEAR(p.link_latency_s, d.link_latency_s, tol * d.link_latency_s);
+    EXPECT_NEAR(p.sharded_op_s, d.sharded_op_s, tol * d.sharded_op_s);
     EXPECT_NEAR(p.idle_scale, d.idle_scale, tol * d.idle_scale);
     EXPECT_NEAR(p.busy_fraction, d.busy_fraction, tol * d.busy_fraction);
     EXPECT_NEAR(p.fixed_power_fraction, d.fixed_power_fraction, tol * d.fixed_power_fraction);
@@ -480,6 +485,36 @@ std::string error_of(const std::string& csv) {
     return e.what();
   }
   return "no error";
+}
+
+// The reference study's released trainer runs FFN-only TP: its files (the 'GPU model' column)
+// are read so; files of our own columns default to Megatron TP; a tp_scheme column decides
+// where present, and a bad one is an error naming it.
+TEST(Dataset, TensorParallelSchemeFollowsTheFile) {
+  const std::string row = "NVIDIA GeForce RTX 2080 Ti,Bert,TP,4,10,640,10,2560,32,66,128,1,True,8227340,863.9,0.0992\n";
+  const Dataset study = parse_runs_csv(std::string(kStudyHeader) + row, "study.csv");
+  ASSERT_EQ(study.records.size(), 1u);
+  EXPECT_EQ(study.records[0].strategy, Strategy::kTensorParallel);
+  EXPECT_EQ(study.records[0].parallel().tp_scheme, TpScheme::kFfnEager);
+  const Dataset ours = parse_runs_csv(
+      "gpu,strategy,gpus,layers,hidden,batch,seq,tokens,energy_kwh\n"
+      "h100-sxm,tp,4,24,1024,8,512,1e8,1.5\n",
+      "ours.csv");
+  EXPECT_EQ(ours.records[0].parallel().tp_scheme, TpScheme::kMegatron);
+  const std::string header = "gpu,strategy,gpus,layers,hidden,batch,seq,tokens,energy_kwh,tp_scheme\n";
+  EXPECT_EQ(parse_runs_csv(header + "h100-sxm,tp,4,24,1024,8,512,1e8,1.5,ffn\n", "o.csv").records[0].tp_scheme,
+            TpScheme::kFfnEager);
+  std::string study_header = kStudyHeader;
+  study_header.insert(study_header.size() - 1, ",tp_scheme");
+  const std::string megatron_row = row.substr(0, row.size() - 1) + ",megatron\n";
+  EXPECT_EQ(parse_runs_csv(study_header + megatron_row, "s.csv").records[0].tp_scheme, TpScheme::kMegatron);
+  const std::string e = error_of(header + "h100-sxm,tp,4,24,1024,8,512,1e8,1.5,pipeline\n");
+  EXPECT_NE(e.find("row 1, column 'tp_scheme'"), std::string::npos) << e;
+  // Same run, priced as each scheme: the FFN-only one pays its sharded ops.
+  RunRecord r = study.records[0];
+  const double ffn_kwh = predict_physical_kwh(r, table(), table().params());
+  r.tp_scheme = TpScheme::kMegatron;
+  EXPECT_GT(ffn_kwh, predict_physical_kwh(r, table(), table().params()));
 }
 
 TEST(Dataset, MalformedFilesNameRowAndColumn) {

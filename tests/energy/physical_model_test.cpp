@@ -5,6 +5,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <stdexcept>
 #include <string>
 
@@ -294,6 +295,95 @@ TransformerConfig shaped(int layers, int hidden, int heads, int vocab, double ba
 }
 
 TransformerConfig bert_10x640() { return shaped(10, 640, 8, 30522, 32, 66, 8.2e6); }
+
+// FFN-only TP splits the FFN matmuls and their weights N ways and leaves attention whole: every
+// dispatch's FLOPs against the formulas written out here (t = B S tokens).
+TEST(PhysicalModel, FfnOnlyTensorParallelSplitsOnlyTheFfn) {
+  TransformerConfig c;
+  c.layers = 1;
+  c.hidden = 256;
+  c.heads = 4;
+  c.ff = 1024;
+  c.batch = 2;
+  c.seq = 64;
+  c.tokens = 1e6;
+  c.vocab = 0;
+  const double t = 2 * 64, d = 256, f = 1024, s = 64;
+  std::map<std::string, double> ffn, megatron;
+  for (const WorkItem& w : transformer_step_work(c, 2, 1, TpScheme::kFfnEager)) ffn[w.name] = w.flops;
+  for (const WorkItem& w : transformer_step_work(c, 2, 1, TpScheme::kMegatron)) megatron[w.name] = w.flops;
+  EXPECT_DOUBLE_EQ(ffn["layer0.qkv.fwd"], 2 * t * d * 3 * d);
+  EXPECT_DOUBLE_EQ(megatron["layer0.qkv.fwd"], 2 * t * d * 3 * d / 2);
+  EXPECT_DOUBLE_EQ(ffn["layer0.attn_scores.fwd"], 2 * t * s * d);
+  EXPECT_DOUBLE_EQ(ffn["layer0.attn_out.bwd_weight"], 2 * t * d * d);
+  EXPECT_DOUBLE_EQ(ffn["layer0.ffn_up.fwd"], 2 * t * d * f / 2);
+  EXPECT_DOUBLE_EQ(ffn["layer0.ffn_down.bwd_input"], 2 * t * f / 2 * d);
+  EXPECT_DOUBLE_EQ(megatron["layer0.ffn_up.fwd"], ffn["layer0.ffn_up.fwd"]);
+  // Adam, 12 FLOPs per parameter: attention weights whole, FFN weights halved, biases and
+  // norms (9 d + f) whole.
+  EXPECT_DOUBLE_EQ(ffn["layer0.adam"], 12 * (4 * d * d + 2 * d * f / 2 + 9 * d + f));
+}
+
+// FFN-only eager TP per layer and device step: two all-reduces of the B S d activations (half
+// of Megatron's four) and 8 + 2 + 4 x 10 / grad_accum ops on sharded tensors, each priced at
+// sharded_op_s; Megatron TP pays none.
+TEST(PhysicalModel, FfnOnlyTensorParallelPaysPerShardedOp) {
+  const DeviceSpec& gpu = table().find("rtx-2080-ti");
+  TransformerConfig c = shaped(6, 384, 6, 0, 16, 64, 4e6);
+  c.ff = 1536;
+  c.grad_accum = 2;
+  c.dtype = "fp16";
+  const ParallelConfig ffn{4, Strategy::kTensorParallel, false, true, TpScheme::kFfnEager};
+  // Six heads do not split four ways under Megatron TP: priced as a measured run would be.
+  const ParallelConfig megatron{4, Strategy::kTensorParallel, false, false, TpScheme::kMegatron};
+  const RunFeatures f = transformer_features(c, ffn, gpu);
+  const RunFeatures m = transformer_features(c, megatron, gpu);
+  EXPECT_DOUBLE_EQ(f.sharded_ops, 6 * (8 + 2 + 4 * 10 / 2.0));  // 180
+  EXPECT_DOUBLE_EQ(m.sharded_ops, 0);
+  EXPECT_DOUBLE_EQ(f.collectives, 3 * 2 * 6);
+  EXPECT_DOUBLE_EQ(m.collectives, 3 * 4 * 6);
+  // All-reduce of 16 x 64 x 384 fp16 values: 2 (N-1)/N of them over the table's link.
+  const double allreduce_s = 16 * 64 * 384 * 2 * 2 * 0.75 / (gpu.link_gbs * 1e9);
+  EXPECT_NEAR(f.comm_tp_s, 6 * 2 * allreduce_s, 1e-12);
+  EXPECT_NEAR(m.comm_tp_s, 6 * 4 * allreduce_s, 1e-12);
+  EXPECT_DOUBLE_EQ(f.steps, 4e6 / (16 * 64));  // TP: every device sees every token
+  PhysicalParams p = table().params();
+  p.sharded_op_s = 250e-6;
+  const TimeBreakdown tf = time_breakdown(f, p);
+  EXPECT_NEAR(tf.sharded_ops, 4e6 / (16 * 64) * 180 * 250e-6, 1e-9);
+  EXPECT_DOUBLE_EQ(time_breakdown(m, p).sharded_ops, 0);
+  // Host time, drawn near idle power: part of the fixed time, and of the "host" bound.
+  const PhysicalPrediction r = predict_transformer(c, ffn, gpu, p);
+  EXPECT_NEAR(tf.fixed(), tf.startup + tf.step_fixed + tf.launch + tf.optimizer + tf.comm_latency + tf.sharded_ops,
+              1e-9);
+  double sharded = -1;
+  for (const Term& term : r.time_terms) sharded = term.name == "sharded_ops" ? term.value : sharded;
+  EXPECT_NEAR(sharded, tf.sharded_ops, 1e-9);
+  EXPECT_EQ(r.bound, "host");
+  EXPECT_EQ(r.tp_scheme, TpScheme::kFfnEager);
+}
+
+// Attention heads are not split by FFN-only TP, so they need not divide by N; the FFN does.
+TEST(PhysicalModel, FfnOnlyTensorParallelNeedsOnlyTheFfnDivisible) {
+  const PhysicalParams p = table().params();
+  const DeviceSpec& gpu = table().find("rtx-2080-ti");
+  TransformerConfig c = shaped(3, 192, 3, 0, 32, 66, 8e6);
+  c.ff = 768;
+  EXPECT_THROW(predict_transformer(c, {2, Strategy::kTensorParallel, false, true, TpScheme::kMegatron}, gpu, p),
+               std::invalid_argument);
+  EXPECT_NO_THROW(predict_transformer(c, {2, Strategy::kTensorParallel, false, true, TpScheme::kFfnEager}, gpu, p));
+  c.ff = 770;
+  try {
+    predict_transformer(c, {4, Strategy::kTensorParallel, false, true, TpScheme::kFfnEager}, gpu, p);
+    FAIL() << "an FFN of 770 split four ways was accepted";
+  } catch (const std::invalid_argument& e) {
+    EXPECT_NE(std::string(e.what()).find("FFN-only tensor parallel over 4 GPUs needs ff (770)"), std::string::npos)
+        << e.what();
+  }
+  EXPECT_EQ(parse_tp_scheme("FFN"), TpScheme::kFfnEager);
+  EXPECT_EQ(parse_tp_scheme("megatron"), TpScheme::kMegatron);
+  EXPECT_THROW(parse_tp_scheme("pipeline"), std::invalid_argument);
+}
 
 TEST(PhysicalModel, ParallelismCostsCommunication) {
   const PhysicalParams p = table().params();
