@@ -1,5 +1,6 @@
 #include "backend/vulkan/program_kernel.h"
 
+#include <cstdio>
 #include <cstring>
 #include <map>
 #include <stdexcept>
