@@ -299,15 +299,8 @@ TransformerConfig bert_10x640() { return shaped(10, 640, 8, 30522, 32, 66, 8.2e6
 // FFN-only TP splits the FFN matmuls and their weights N ways and leaves attention whole: every
 // dispatch's FLOPs against the formulas written out here (t = B S tokens).
 TEST(PhysicalModel, FfnOnlyTensorParallelSplitsOnlyTheFfn) {
-  TransformerConfig c;
-  c.layers = 1;
-  c.hidden = 256;
-  c.heads = 4;
+  TransformerConfig c = shaped(1, 256, 4, 0, 2, 64, 1e6);
   c.ff = 1024;
-  c.batch = 2;
-  c.seq = 64;
-  c.tokens = 1e6;
-  c.vocab = 0;
   const double t = 2 * 64, d = 256, f = 1024, s = 64;
   std::map<std::string, double> ffn, megatron;
   for (const WorkItem& w : transformer_step_work(c, 2, 1, TpScheme::kFfnEager)) ffn[w.name] = w.flops;

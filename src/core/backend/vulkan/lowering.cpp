@@ -94,10 +94,10 @@ void wide_operands(const Dispatch& d, const KernelLaunch& k, Launch& l, size_t m
 
 uint64_t fused_program_cost(const Launch& l) {
   const uint32_t rank = l.push[ElementwiseLayout::kRank], full = (1u << rank) - 1;
-  const size_t instructions = l.code.size() / 4;
+  const size_t instructions = l.code.size() / 3;
   uint64_t cost = 0;
   for (size_t i = 0; i < instructions; ++i) {
-    const uint32_t w = l.code[4 * i], input = w >> 16;
+    const uint32_t w = l.code[3 * i], input = w >> 16;
     if ((w & 0xffu) != uint32_t(FusedInstr::input)) continue;
     const uint32_t mask = (l.push[ElementwiseLayout::kMasks + input / 4] >> ((input % 4) * 8)) & 0xffu;
     if ((mask & full) != full) cost += loop(rank);
@@ -112,14 +112,14 @@ void specialise_program(const Dispatch& d, Launch& l) {
     l.spec[1] = l.push[kPushMode];
     if (l.push[kPushMode] == kFusedCombine) return;
   }
-  const size_t n = l.code.size() / 4;
+  const size_t n = l.code.size() / 3;
   if (n > kFusedMaxCode)
     unsupported(d.op,
                 "a program of " + std::to_string(n) + " instructions (at most " + std::to_string(kFusedMaxCode) + ")");
   if (l.spec.size() > kProgramSpecBase) unsupported(d.op, "a kernel whose own constants reach the program's");
   l.spec.resize(kProgramSpecBase, 0);
   l.spec.push_back(uint32_t(n));
-  for (size_t i = 0; i < n; ++i) l.spec.insert(l.spec.end(), &l.code[4 * i], &l.code[4 * i + 3]);
+  l.spec.insert(l.spec.end(), l.code.begin(), l.code.end());
 }
 
 uint64_t reduction_chunks(uint64_t outputs, uint64_t len, uint32_t wg, uint64_t element, const DeviceClass& dc) {
@@ -475,7 +475,6 @@ class Lowerer {
       w.push_back(uint32_t(f.kind) | op << 8 | f.index << 16);
       w.push_back(fbits(f.a));
       w.push_back(fbits(f.b));
-      w.push_back(0);
     }
     return w;
   }

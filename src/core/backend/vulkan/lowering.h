@@ -26,7 +26,7 @@ struct Launch {
   uint32_t write = 0;                     // tensor written
   uint32_t dispatch = 0;                  // the Program dispatch it implements
   bool barrier_before = false;            // waits for the previous launch of its own dispatch
-  std::vector<uint32_t> code;             // fused programs: 4 words per instruction (also in `spec`)
+  std::vector<uint32_t> code;             // fused programs: 3 words per instruction (also in `spec`)
   uint64_t workspace_bytes = 0;           // scratch bound at kWorkspaceBinding
   // Upper bound of the loop back-edges any one invocation of this launch executes (all loops
   // together), as planned from its sizes: lavapipe leaves every loop of an invocation silently

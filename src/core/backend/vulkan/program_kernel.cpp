@@ -55,7 +55,8 @@ std::string expand(std::string_view text, const std::string& program, int depth 
     if (name == "fused_program.glsl") {
       out += program;
     } else if (name == "ops_generated.glsl") {
-      out += glsl_ops_source();
+      static const std::string ops = glsl_ops_source();
+      out += ops;
     } else if (auto it = sources().find(name); it != sources().end()) {
       out += expand(it->second, program, depth + 1);
     } else {
