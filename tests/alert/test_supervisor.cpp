@@ -241,15 +241,18 @@ TEST(Supervisor, GpuTelemetryAndEnergyFromTheCounter) {
     EXPECT_EQ(g["util_max_pct"].get<double>(), 50);
     EXPECT_EQ(g["power_max_w"].get<double>(), 200);
   }
-  // The counter's difference over the job: 200 W times the sampled span, which lies
-  // within the job's duration and misses at most the helper's start-up.
+  // The counter's difference over the job: 200 W times the sampled span (so 200 W on
+  // average over it, within 5% for the jitter between a read and its timestamp), a span that
+  // lies within the job's duration. How much of the job the helper's start-up misses depends
+  // on the machine's load, so no lower bound is put on the span itself.
   const double seconds = job_seconds(rep);
   ASSERT_EQ(rep["energy"]["devices"].size(), 2u);
   double total = 0;
   for (const auto& d : rep["energy"]["devices"]) {
     EXPECT_EQ(d["source"], "nvml-energy");
     EXPECT_LE(d["joules"].get<double>(), 200 * seconds * 1.01);
-    EXPECT_GE(d["joules"].get<double>(), 200 * (seconds - 0.5));
+    EXPECT_GT(d["joules"].get<double>(), 0);
+    EXPECT_NEAR(d["avg_watts"].get<double>(), 200, 10);
     total += d["joules"].get<double>();
   }
   EXPECT_NEAR(rep["energy"]["total_joules"].get<double>(), total, 1e-6);
