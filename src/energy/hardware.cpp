@@ -1,5 +1,6 @@
 #include "energy/hardware.h"
 
+#include <fmt/format.h>
 #include <toml++/toml.h>
 #include <unistd.h>
 
@@ -69,6 +70,23 @@ void parse_clocks(DeviceSpec& d, const toml::table& t, const std::string& origin
   }
 }
 
+// The power-limit range (both ends or neither), which must contain the default limit (max_w),
+// and the optional figures the plausibility checks use.
+void parse_limits(DeviceSpec& d, const toml::table& t, const std::string& origin) {
+  if (t.get("power_limit_min_w") || t.get("power_limit_max_w")) {
+    d.power_limit_min_w = number(t, "power_limit_min_w", origin, d.key);
+    d.power_limit_max_w = number(t, "power_limit_max_w", origin, d.key);
+    if (!(d.power_limit_min_w > d.idle_w) || d.power_limit_min_w > d.max_w) {
+      bad(origin, d.key + ".power_limit_min_w must lie above idle_w and at most max_w (the default limit)");
+    }
+    if (d.power_limit_max_w < d.max_w) bad(origin, d.key + ".power_limit_max_w must be at least max_w");
+  }
+  d.memory_bus_bits = number(t, "memory_bus_bits", origin, d.key, false);
+  d.memory_data_rate_gbps = number(t, "memory_data_rate_gbps", origin, d.key, false);
+  d.fp32_lanes = number(t, "fp32_lanes", origin, d.key, false);
+  d.fp32_ops_per_clock = number(t, "fp32_ops_per_clock", origin, d.key, false);
+}
+
 DeviceSpec parse_device(const std::string& key, const toml::table& t, const std::string& origin) {
   DeviceSpec d;
   d.key = key;
@@ -97,12 +115,14 @@ DeviceSpec parse_device(const std::string& key, const toml::table& t, const std:
   if (t.get("e_flop_pj")) d.e_flop_pj = number(t, "e_flop_pj", origin, key);
   if (t.get("e_byte_pj")) d.e_byte_pj = number(t, "e_byte_pj", origin, key);
   parse_clocks(d, t, origin);
+  parse_limits(d, t, origin);
   if (const toml::table* src = t.get_as<toml::table>("source")) {
     for (const auto& [field, v] : *src) d.sources[std::string(field.str())] = v.value_or(std::string());
   }
   // A number without a citation is a number nobody can check.
   std::vector<std::string> cited = {"peak_tflops", "memory_bandwidth_gbs", "max_w", "idle_w", "link_gbs"};
   if (d.base_clock_mhz > 0) cited.insert(cited.end(), {"base_clock_mhz", "boost_clock_mhz"});
+  if (d.power_limit_max_w > 0) cited.insert(cited.end(), {"power_limit_min_w", "power_limit_max_w"});
   for (const std::string& field : cited) {
     if (!d.sources.count(field)) bad(origin, key + " has no source for '" + field + "'");
   }
@@ -175,6 +195,55 @@ std::string read_file(const std::string& path) {
 }
 
 }  // namespace
+
+std::vector<std::string> entry_problems(const DeviceSpec& d) {
+  std::vector<std::string> out;
+  const auto need = [&](const char* field, double v) {
+    if (!(v > 0)) out.push_back(d.key + ": '" + field + "' is missing or not positive");
+  };
+  need("memory_gb", d.memory_gb);
+  need("base_clock_mhz", d.base_clock_mhz);
+  need("boost_clock_mhz", d.boost_clock_mhz);
+  need("power_limit_min_w", d.power_limit_min_w);
+  need("power_limit_max_w", d.power_limit_max_w);
+  need("memory_bus_bits", d.memory_bus_bits);
+  need("memory_data_rate_gbps", d.memory_data_rate_gbps);
+  need("fp32_lanes", d.fp32_lanes);
+  need("fp32_ops_per_clock", d.fp32_ops_per_clock);
+  need("pcie_gbs", d.pcie_gbs);
+  if (d.arch.empty()) out.push_back(d.key + ": 'arch' is missing");
+  if (d.link.empty()) out.push_back(d.key + ": 'link' is missing");
+  if (!d.peak_tflops.count("fp32")) out.push_back(d.key + ": 'peak_tflops.fp32' is missing");
+  for (const char* field : {"peak_tflops", "memory_bandwidth_gbs", "memory_gb", "idle_w", "max_w", "base_clock_mhz",
+                            "boost_clock_mhz", "power_limit_min_w", "power_limit_max_w", "link_gbs", "pcie_gbs",
+                            "memory_bus_bits", "memory_data_rate_gbps", "fp32_lanes", "fp32_ops_per_clock"}) {
+    const auto it = d.sources.find(field);
+    if (it == d.sources.end() || it->second.size() < 8) out.push_back(d.key + ": no source for '" + field + "'");
+  }
+  // Datasheet figures are rounded: 2% of slack above the product of the parts.
+  const double slack = 1.02;
+  const double bus_gbs = d.memory_bus_bits * d.memory_data_rate_gbps / 8;
+  if (bus_gbs > 0 && d.memory_bandwidth_gbs > bus_gbs * slack) {
+    out.push_back(fmt::format("{}: 'memory_bandwidth_gbs' {:g} exceeds bus width x data rate ({:g} GB/s)", d.key,
+                              d.memory_bandwidth_gbs, bus_gbs));
+  }
+  const double fp32_tflops = d.fp32_lanes * d.fp32_ops_per_clock * d.boost_clock_mhz * 1e-6;
+  if (fp32_tflops > 0 && d.peak_tflops.count("fp32") && d.peak_tflops.at("fp32") > fp32_tflops * slack) {
+    out.push_back(fmt::format("{}: 'peak_tflops.fp32' {:g} exceeds lanes x ops x boost clock ({:g} TFLOP/s)", d.key,
+                              d.peak_tflops.at("fp32"), fp32_tflops));
+  }
+  // Wide bounds that a unit slip (MHz for GHz, W for kW, MB for GB) falls outside.
+  const auto within = [&](const char* field, double v, double lo, double hi) {
+    if (v > 0 && (v < lo || v > hi)) out.push_back(fmt::format("{}: '{}' {:g} is implausible", d.key, field, v));
+  };
+  within("boost_clock_mhz", d.boost_clock_mhz, 500, 3500);
+  within("max_w", d.max_w, 25, 1500);
+  within("idle_w", d.idle_w, 2, 200);
+  within("memory_gb", d.memory_gb, 2, 512);
+  within("memory_bandwidth_gbs", d.memory_bandwidth_gbs, 100, 10000);
+  within("memory_data_rate_gbps", d.memory_data_rate_gbps, 0.5, 40);
+  return out;
+}
 
 double DeviceSpec::peak_flops(const std::string& dtype) const {
   auto it = peak_tflops.find(dtype);

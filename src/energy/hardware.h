@@ -30,7 +30,18 @@ struct DeviceSpec {
   // within its power limit. 0 when the table gives none.
   double base_clock_mhz = 0;
   double boost_clock_mhz = 0;
-  bool tensor_cores = true;         // the half-precision peaks are matrix-unit (tensor/matrix core) rates
+  bool tensor_cores = true;  // the half-precision peaks are matrix-unit (tensor/matrix core) rates
+  // Power-limit range the driver accepts (nvidia-smi -pl, rocm-smi --setpoweroverdrive); the
+  // default limit is max_w (the board's TDP). 0 when the table gives none.
+  double power_limit_min_w = 0;
+  double power_limit_max_w = 0;
+  // Figures for the plausibility checks: memory bus width and data rate per pin (bandwidth <=
+  // bits x Gb/s / 8), fp32 lanes and fp32 operations per lane and clock (fp32 peak <= lanes x
+  // ops x boost clock). 0 when the table gives none.
+  double memory_bus_bits = 0;
+  double memory_data_rate_gbps = 0;
+  double fp32_lanes = 0;
+  double fp32_ops_per_clock = 0;
   std::optional<double> e_flop_pj;  // calibrated; derived from powers when absent
   std::optional<double> e_byte_pj;
   std::map<std::string, std::string> sources;  // field -> citation
@@ -46,7 +57,15 @@ struct DeviceSpec {
   // Share of the peak rates a compute-bound kernel sustains: base over boost clock (a board at
   // its power limit holds the base clock), 1 without a clock range.
   double sustained_clock_ratio() const;
+  // The limit in force when none is set: the TDP (max_w).
+  double default_power_limit_w() const { return max_w; }
 };
+
+// Every way `d` falls short of a complete, plausible entry: a missing field or source, a power
+// limit range that does not contain the TDP, a peak above clock x lanes x ops per clock, a
+// bandwidth above bus width x data rate. Each line names the device and the field. Empty when
+// the entry is complete and plausible.
+std::vector<std::string> entry_problems(const DeviceSpec& d);
 
 class HardwareTable {
  public:
@@ -62,6 +81,7 @@ class HardwareTable {
   const DeviceSpec& find(const std::string& name) const;
   const DeviceSpec* try_find(const std::string& name) const;
   std::vector<std::string> keys() const;
+  const std::vector<DeviceSpec>& devices() const { return devices_; }
 
   // The [model] and [host] coefficients, and the [fitted] range they hold for.
   const PhysicalParams& params() const { return params_; }
