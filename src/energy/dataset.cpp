@@ -50,6 +50,7 @@ const std::vector<Field>& fields() {
       {"efficiency", {"efficiency", "eta"}, false},
       {"group", {"group"}, false},
       {"tp_scheme", {"tp_scheme"}, false},
+      {"power_limit", {"power_limit", "power_limit_w"}, false},
   };
   return f;
 }
@@ -159,7 +160,7 @@ TransformerConfig RunRecord::transformer() const {
   return c;
 }
 
-ParallelConfig RunRecord::parallel() const { return {gpus, strategy, false, false, tp_scheme}; }
+ParallelConfig RunRecord::parallel() const { return {gpus, strategy, false, false, tp_scheme, power_limit_w}; }
 
 ReferenceInputs RunRecord::reference_inputs() const {
   // M is the activation size of one micro-batch: gradient accumulation does not grow it.
@@ -223,6 +224,8 @@ void read_outcome(RunRecord& rec, const RowReader& r) {
   rec.tokens = r.positive("tokens", "tokens");
   if (r.has("duration")) rec.duration_s = r.positive("duration", "duration");
   rec.energy_kwh = r.positive("energy", "energy");
+  // An empty power_limit cell is the default limit.
+  if (r.has("power_limit")) rec.power_limit_w = r.positive("power_limit", "power limit");
   if (r.has("efficiency")) {
     const double e = r.positive("efficiency", "efficiency");
     if (e > 1.5) r.fail("efficiency", "efficiency must be at most 1.5, got " + r.text("efficiency"));

@@ -32,6 +32,7 @@ struct RunRecord {
   std::optional<double> duration_s;
   double energy_kwh = 0;
   std::optional<double> efficiency;  // given in the file, or derived from durations
+  double power_limit_w = 0;          // board power limit the run was made at; 0: the default (TDP)
   std::string group;                 // configuration family for cross-validation
 
   TransformerConfig transformer() const;

@@ -218,7 +218,8 @@ void set_energy(PhysicalParams& p, const EnergyVec& e) {
 
 EnergyVec energy_features(const Design& d, const TimeVec& tau) {
   double busy = 0, fixed = 0;
-  for (int k = 0; k < kTime; ++k) (kBusy[k] ? busy : fixed) += tau[k] * d.g[k];
+  // Compute time draws its busy power at the run's power limit (1 at the default limit).
+  for (int k = 0; k < kTime; ++k) (kBusy[k] ? busy : fixed) += tau[k] * d.g[k] * (k == 4 ? d.f.compute_power_scale : 1);
   const RunFeatures& f = d.f;
   const double n = f.gpus, t = busy + fixed;
   return {n * f.idle_w * t,

@@ -12,6 +12,9 @@ namespace {
 
 [[noreturn]] void invalid(const std::string& what) { throw std::invalid_argument("[energy] " + what); }
 
+// Dynamic power at clock f with the voltage flat below f_floor and proportional to f above it.
+double dvfs_power(double f, double f_floor) { return f * std::max(f, f_floor) * std::max(f, f_floor); }
+
 struct LayerShape {
   double tokens;               // B * S
   double d, f, s, heads, act;  // act: bytes per activation element
@@ -102,6 +105,35 @@ TransformerConfig TransformerConfig::resolved() const {
   return c;
 }
 
+PowerLimitEffect power_limit_effect(const DeviceSpec& dev, double limit_w) {
+  PowerLimitEffect e;
+  const double f0 = dev.base_clock_mhz > 0 ? dev.base_clock_mhz : dev.boost_clock_mhz;
+  e.limit_w = limit_w > 0 ? limit_w : dev.default_power_limit_w();
+  e.clock_mhz = f0;
+  if (!std::isfinite(limit_w) || limit_w < 0) invalid("power limit must be a positive number of watts");
+  if (limit_w == 0 || limit_w == dev.default_power_limit_w()) return e;  // exactly today's prediction
+  if (!(dev.power_limit_max_w > 0)) {
+    invalid(dev.key + " has no power-limit range in the hardware table (power_limit_min_w, power_limit_max_w)");
+  }
+  if (!(dev.boost_clock_mhz > 0)) invalid(dev.key + " has no clocks in the hardware table to scale by a power limit");
+  if (limit_w < dev.power_limit_min_w || limit_w > dev.power_limit_max_w) {
+    invalid(fmt::format("power limit {:g} W lies outside {}'s range [{:g}, {:g}] W", limit_w, dev.key,
+                        dev.power_limit_min_w, dev.power_limit_max_w));
+  }
+  // Compute-bound work holds the board at its limit: solve P(f) - P_idle = share * (TDP - P_idle).
+  const double f_floor = kVoltageFloorShare * dev.boost_clock_mhz;
+  const double share = (limit_w - dev.idle_w) / (dev.max_w - dev.idle_w);
+  const double target = share * dvfs_power(f0, f_floor);
+  double f = target <= dvfs_power(f_floor, f_floor) ? target / (f_floor * f_floor) : std::cbrt(target);
+  f = std::min(f, dev.boost_clock_mhz);  // a higher limit cannot lift the clock past its boost
+  e.clock_mhz = f;
+  e.clock_ratio = f / f0;
+  const double v = std::max(f, f_floor) / std::max(f0, f_floor);
+  e.energy_ratio = v * v;
+  e.power_ratio = e.clock_ratio * e.energy_ratio;
+  return e;
+}
+
 TpScheme parse_tp_scheme(const std::string& text) {
   std::string s = text;
   std::transform(s.begin(), s.end(), s.begin(), [](unsigned char ch) { return std::tolower(ch); });
@@ -159,18 +191,21 @@ void check_work(const WorkItem& w) {
 // One dispatch: its compute and memory roofline time (busy, near full power) plus a fixed launch
 // cost (the device waits on the host, near idle power). A launch-bound dispatch is one whose
 // fixed cost exceeds its roofline time.
-CostEstimate price(const WorkItem& w, const DeviceSpec& dev, const PhysicalParams& p, const std::string& dtype) {
+// Under a power limit `pl` the compute part runs at its clock and voltage.
+CostEstimate price(const WorkItem& w, const DeviceSpec& dev, const PhysicalParams& p, const std::string& dtype,
+                   const PowerLimitEffect& pl = {}) {
   check_work(w);
-  const double t_compute = w.flops / (peak_for(w, dev, dtype) * p.compute_efficiency);
+  const double t_compute = w.flops / (peak_for(w, dev, dtype) * p.compute_efficiency) / pl.clock_ratio;
   const double t_memory = w.bytes / (dev.memory_bandwidth_gbs * 1e9 * p.memory_efficiency);
   const double t_busy = t_compute + t_memory, t_launch = p.dispatch_overhead_s;
   CostEstimate e{w.name, w.kind, w.layer, w.flops, w.bytes, 0, 0, ""};
   e.time_s = t_busy + t_launch;
   e.bound = t_launch > t_busy ? "launch" : t_compute >= t_memory ? "compute" : "memory";
   const double dyn_w = dev.max_w - dev.idle_w;
-  e.energy_j = p.idle_scale * dev.idle_w * e.time_s + p.busy_fraction * dyn_w * t_busy +
-               p.fixed_power_fraction * dyn_w * t_launch +
-               p.dynamic_scale * (dev.joules_per_flop(dtype) * w.flops + dev.joules_per_byte() * w.bytes);
+  e.energy_j =
+      p.idle_scale * dev.idle_w * e.time_s + p.busy_fraction * dyn_w * (t_compute * pl.power_ratio + t_memory) +
+      p.fixed_power_fraction * dyn_w * t_launch +
+      p.dynamic_scale * (dev.joules_per_flop(dtype) * pl.energy_ratio * w.flops + dev.joules_per_byte() * w.bytes);
   return e;
 }
 
@@ -189,6 +224,13 @@ void device_constants(RunFeatures& f, const DeviceSpec& dev, const std::string& 
   f.dynamic_w = dev.max_w - dev.idle_w;
   f.e_flop = dev.joules_per_flop(dtype);
   f.e_byte = dev.joules_per_byte();
+}
+
+// Compute time at the limit's clock, compute-bound busy power and energy per operation at its voltage.
+void apply_power_limit(RunFeatures& f, const PowerLimitEffect& e) {
+  f.compute_s /= e.clock_ratio;
+  f.compute_power_scale = e.power_ratio;
+  f.e_flop *= e.energy_ratio;
 }
 
 void check_parallel(const TransformerConfig& c, const ParallelConfig& par) {
@@ -303,6 +345,7 @@ RunFeatures transformer_features(const TransformerConfig& cfg, const ParallelCon
   if (tp && par.tp_scheme == TpScheme::kFfnEager) f.sharded_ops = c.layers * sharded_ops_per_layer(c.grad_accum);
   add_communication(f, c, par, dev);
   device_constants(f, dev, c.dtype);
+  apply_power_limit(f, power_limit_effect(dev, par.power_limit_w));
   return f;
 }
 
@@ -322,11 +365,12 @@ TimeBreakdown time_breakdown(const RunFeatures& f, const PhysicalParams& p) {
 
 std::vector<Term> energy_breakdown(const RunFeatures& f, const PhysicalParams& p, const TimeBreakdown& t) {
   const double n = f.gpus;
-  return {{"static", p.idle_scale * n * f.idle_w * t.total()},
-          {"busy", p.busy_fraction * n * f.dynamic_w * t.busy()},
-          {"fixed", p.fixed_power_fraction * n * f.dynamic_w * t.fixed()},
-          {"dynamic", p.dynamic_scale * n * f.steps * (f.e_flop * f.flops + f.e_byte * f.bytes)},
-          {"host", (p.host_power_w * f.nodes + p.rank_power_w * n) * t.total()}};
+  return {
+      {"static", p.idle_scale * n * f.idle_w * t.total()},
+      {"busy", p.busy_fraction * n * f.dynamic_w * (t.compute * f.compute_power_scale + t.memory + t.comm_bandwidth)},
+      {"fixed", p.fixed_power_fraction * n * f.dynamic_w * t.fixed()},
+      {"dynamic", p.dynamic_scale * n * f.steps * (f.e_flop * f.flops + f.e_byte * f.bytes)},
+      {"host", (p.host_power_w * f.nodes + p.rank_power_w * n) * t.total()}};
 }
 
 namespace {
@@ -394,7 +438,7 @@ std::vector<CostEstimate> price_step(const TransformerConfig& c, const ParallelC
   std::vector<CostEstimate> out;
   for (const WorkItem& w :
        transformer_step_work(one, tp, par.strategy == Strategy::kFsdp ? par.gpus : 1, par.tp_scheme)) {
-    CostEstimate d = price(w, dev, p, c.dtype);
+    CostEstimate d = price(w, dev, p, c.dtype, power_limit_effect(dev, par.power_limit_w));
     if (w.kind == "optimizer") d.time_s /= c.grad_accum, d.energy_j /= c.grad_accum;
     out.push_back(d);
   }
@@ -433,10 +477,12 @@ PhysicalPrediction predict_transformer(const TransformerConfig& cfg, const Paral
   r.device = dev.key;
   r.strategy = par.strategy;
   r.tp_scheme = par.tp_scheme;
+  r.power_limit = power_limit_effect(dev, par.power_limit_w);
   fill_totals(r, transformer_features(c, par, dev), p);
-  const double t1 =
-      par.gpus == 1 ? r.time_s
-                    : time_breakdown(transformer_features(c, {1, Strategy::kBaseline, false, false}, dev), p).total();
+  r.average_power_w = r.device_energy_j / r.time_s;
+  ParallelConfig single{1, Strategy::kBaseline, false, false};
+  single.power_limit_w = par.power_limit_w;
+  const double t1 = par.gpus == 1 ? r.time_s : time_breakdown(transformer_features(c, single, dev), p).total();
   r.efficiency = t1 / r.time_s / par.gpus;
   r.joules_per_token = r.total_energy_j / c.tokens;
   r.dispatches = price_step(c, par, dev, p);
@@ -488,6 +534,8 @@ PhysicalPrediction predict_work(const std::vector<WorkItem>& work, const DeviceS
   r.device = dev.key;
   fill_totals(r, f, q);
   r.efficiency = 1;
+  r.power_limit = power_limit_effect(dev, 0);
+  r.average_power_w = r.device_energy_j / r.time_s;
   r.joules_per_token = tokens_per_step > 0 ? r.total_energy_j / (tokens_per_step * steps) : 0;
   for (const WorkItem& w : work) r.dispatches.push_back(price(w, dev, q, dtype));
   r.layers = per_layer(r.dispatches, steps);

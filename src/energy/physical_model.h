@@ -61,7 +61,27 @@ struct ParallelConfig {
   // were measured, since they evidently did run.
   bool check_feasible = true;
   TpScheme tp_scheme = TpScheme::kMegatron;  // with Strategy::kTensorParallel
+  double power_limit_w = 0;                  // board power limit per GPU; 0: the default limit (max_w)
 };
+
+// A board held at a power limit (docs/energy.md, "Power limit"). Compute-bound work holds the
+// board at its limit; its sustained clock f follows from the limit through dynamic power
+// P - P_idle ~ f V^2, with the voltage flat at its floor up to kVoltageFloorShare of the boost
+// clock and rising in proportion to the clock above it (so ~ f^3 there). Compute time scales
+// with 1/f, the energy of each operation with V^2; memory-bound, communication and host time
+// are left as they are (the memory clock is not lowered, and those phases draw less than the
+// limit). At the default limit every ratio is exactly 1.
+struct PowerLimitEffect {
+  double limit_w = 0;       // the limit in force
+  double clock_mhz = 0;     // sustained clock of compute-bound work under it
+  double clock_ratio = 1;   // that clock over the one at the default limit (the base clock)
+  double power_ratio = 1;   // compute-bound dynamic power over that at the default limit (f V^2)
+  double energy_ratio = 1;  // energy per operation over that at the default limit (V^2)
+};
+inline constexpr double kVoltageFloorShare = 0.6;
+// Throws "[energy] ..." when the limit lies outside the device's range, or the entry gives no
+// range or no clocks and the limit differs from the default. `limit_w` 0 is the default limit.
+PowerLimitEffect power_limit_effect(const DeviceSpec& device, double limit_w);
 
 // Time and energy of one dispatch (or of one layer, summed over the run).
 struct CostEstimate {
@@ -86,6 +106,8 @@ struct PhysicalPrediction {
   int gpus = 1;
   Strategy strategy = Strategy::kBaseline;
   TpScheme tp_scheme = TpScheme::kMegatron;  // with Strategy::kTensorParallel
+  PowerLimitEffect power_limit;              // the limit the run was priced at
+  double average_power_w = 0;                // per device: device energy over the wall time
   // What bounds a step: "host" (per-step, launch and optimizer host costs), "compute",
   // "memory" or "communication", whichever takes the most of the steps' time.
   std::string bound;
@@ -130,7 +152,8 @@ struct RunFeatures {
   double sharded_ops = 0;            // ops on sharded (DTensor) tensors per device step (FFN-only eager TP)
   double flops = 0, bytes = 0;       // per device step
   double idle_w = 0, dynamic_w = 0;  // per device: idle power and max - idle
-  double e_flop = 0, e_byte = 0;     // J per FLOP and per byte
+  double e_flop = 0, e_byte = 0;     // J per FLOP and per byte (e_flop at the power limit's voltage)
+  double compute_power_scale = 1;    // busy power of compute time at the power limit (f V^2), 1 at the default
 };
 
 RunFeatures transformer_features(const TransformerConfig& cfg, const ParallelConfig& par, const DeviceSpec& device);

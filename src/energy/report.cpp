@@ -18,6 +18,9 @@ nlohmann::json prediction_json(const PhysicalPrediction& p, double grid_g_per_kw
   j["comm_time_per_step_s"] = p.comm_time_s;
   j["time_s"] = p.time_s;
   j["efficiency"] = p.efficiency;
+  j["power_limit_w"] = p.power_limit.limit_w;
+  j["compute_clock_mhz"] = p.power_limit.clock_mhz;
+  j["average_power_w"] = p.average_power_w;
   j["energy_per_device_j"] = p.device_energy_j;
   j["energy_per_device_kwh"] = p.device_energy_j / 3.6e6;
   j["host_energy_j"] = p.host_energy_j;
