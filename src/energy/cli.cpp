@@ -34,6 +34,7 @@ void write_layer_svg(const PhysicalPrediction& p, const std::string& path, const
 }
 
 nlohmann::json predict_program(const PredictOptions& o, const EnergyCliHooks& hooks, const HardwareTable& table) {
+  if (o.parallel.power_limit_w != 0) invalid("--power-limit applies to transformers given by flags, not to --model");
   if (!hooks.program_work) {
     invalid("--model " + o.program + ": this build has no compiled programs to price");
   }
@@ -122,6 +123,9 @@ nlohmann::json run_predict(const PredictOptions& o, const EnergyCliHooks& hooks)
   if (method != "reference" && method != "physical" && method != "both") {
     invalid("unknown --method '" + method + "' (expected reference, physical or both)");
   }
+  if (method == "reference" && o.parallel.power_limit_w != 0) {
+    invalid("the reference model has no power-limit input; give --gpu for the physical model");
+  }
   nlohmann::json j;
   j["method"] = method;
   if (method != "physical") {
@@ -157,6 +161,9 @@ void print_predict(const nlohmann::json& j) {
         x["energy_per_device_j"].get<double>() / 1e3, x["host_energy_j"].get<double>() / 1e3,
         x["j_per_token"].is_number() ? x["j_per_token"].get<double>() : NAN, x["co2_kg"].get<double>(),
         x["grid_g_per_kwh"].get<double>());
+    std::printf("  power limit %.4g W: compute clock %.4g MHz, %.4g W average per device\n",
+                x["power_limit_w"].get<double>(), x["compute_clock_mhz"].get<double>(),
+                x["average_power_w"].get<double>());
     for (const auto& l : x["layers"]) {
       std::printf("  %-12s %12.4g s %12.4g J\n", l["name"].get<std::string>().c_str(), l["time_s"].get<double>(),
                   l["energy_j"].get<double>());
@@ -193,6 +200,8 @@ void add_predict(CLI::App& energy, const EnergyCliHooks& hooks) {
   c->add_option_function<std::string>(
       "--tp-scheme", [o](const std::string& s) { o->parallel.tp_scheme = parse_tp_scheme(s); },
       "TP split: megatron (attention and FFN) or ffn (FFN only, eager sharded tensors)");
+  c->add_option("--power-limit", o->parallel.power_limit_w,
+                "Board power limit per GPU in W (default: the table's TDP; nvidia-smi -pl)");
   c->add_option_function<double>(
       "--efficiency", [o](double e) { o->efficiency = e; },
       "Measured parallel efficiency (T_1/T_N)/N, for the reference model");
@@ -350,6 +359,7 @@ void add_energy_commands(CLI::App& app, EnergyCliHooks hooks) {
   add_fit(*energy);
   add_measure(*energy);
   add_hardware(*energy);
+  add_recommend_command(*energy);
 }
 
 }  // namespace meganeura::energy

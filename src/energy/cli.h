@@ -67,4 +67,21 @@ struct FitOptions {
 // Runs `energy fit`; writes OUT.json and OUT.svg and returns the JSON.
 nlohmann::json run_fit(const FitOptions& o);
 
+// Options of `energy recommend`: a planned run (the physical model's flags in `run`), the GPUs
+// to recommend for, and the batch sizes the user allows.
+struct RecommendOptions {
+  PredictOptions run;             // the planned run; run.gpu when `gpus` is empty
+  std::vector<std::string> gpus;  // devices from the hardware table
+  std::vector<double> batches;    // allowed batch sizes; empty: the run's batch only
+  double step_w = 0;              // power-limit sweep step; 0: 1 W (coarser beyond 600 points)
+  std::string svg;                // energy and time against the power limit
+};
+
+// For every GPU: the power limit (and batch) of least energy and of least energy x time, with
+// their predicted time and energy against the default limit, and the sweep behind them.
+nlohmann::json run_recommend(const RecommendOptions& o);
+
+// Adds `energy recommend` to the `energy` command.
+void add_recommend_command(CLI::App& energy);
+
 }  // namespace meganeura::energy

@@ -155,6 +155,97 @@ std::string bar_chart_svg(const std::vector<Bar>& bars, const std::string& title
   return svg + "</svg>\n";
 }
 
+namespace {
+
+constexpr int kLineW = 760, kLineH = 480, kLineRight = 210;
+
+struct LinearAxes {
+  double x0 = 0, x1 = 1, y0 = 0, y1 = 1;
+  double pw = kLineW - kLeft - kLineRight, ph = kLineH - kTop - kBottom;
+  double x(double v) const { return kLeft + (v - x0) / (x1 - x0) * pw; }
+  double y(double v) const { return kTop + ph - (v - y0) / (y1 - y0) * ph; }
+};
+
+// A round step giving about five ticks over `span`.
+double tick_step(double span) {
+  const double raw = span / 5, mag = std::pow(10.0, std::floor(std::log10(raw)));
+  for (double m : {1.0, 2.0, 5.0}) {
+    if (m * mag >= raw) return m * mag;
+  }
+  return 10 * mag;
+}
+
+std::string linear_grid(const LinearAxes& a) {
+  std::string svg = fmt::format("<rect x=\"{}\" y=\"{}\" width=\"{}\" height=\"{}\" fill=\"none\" stroke=\"#333\"/>\n",
+                                kLeft, kTop, a.pw, a.ph);
+  const double sx = tick_step(a.x1 - a.x0), sy = tick_step(a.y1 - a.y0);
+  for (double v = std::ceil(a.x0 / sx) * sx; v <= a.x1 + 1e-9 * sx; v += sx) {
+    svg += fmt::format(
+        "<line x1=\"{0:.1f}\" y1=\"{1}\" x2=\"{0:.1f}\" y2=\"{2}\" stroke=\"#ddd\"/>"
+        "<text x=\"{0:.1f}\" y=\"{3}\" text-anchor=\"middle\">{4}</text>\n",
+        a.x(v), kTop, kTop + a.ph, kTop + a.ph + 16, tick_label(std::round(v / sx) * sx));
+  }
+  for (double v = std::ceil(a.y0 / sy) * sy; v <= a.y1 + 1e-9 * sy; v += sy) {
+    svg += fmt::format(
+        "<line x1=\"{0}\" y1=\"{1:.1f}\" x2=\"{2}\" y2=\"{1:.1f}\" stroke=\"#ddd\"/>"
+        "<text x=\"{3}\" y=\"{4:.1f}\" text-anchor=\"end\">{5}</text>\n",
+        kLeft, a.y(v), kLeft + a.pw, kLeft - 6, a.y(v) + 4, tick_label(std::round(v / sy) * sy));
+  }
+  return svg;
+}
+
+}  // namespace
+
+std::string line_chart_svg(const std::vector<Series>& series, const std::string& title, const std::string& x_label,
+                           const std::string& y_label) {
+  LinearAxes a;
+  double x0 = INFINITY, x1 = -INFINITY, y0 = INFINITY, y1 = -INFINITY;
+  for (const Series& s : series) {
+    for (const auto& [x, y] : s.points) {
+      if (!std::isfinite(x) || !std::isfinite(y)) continue;
+      x0 = std::min(x0, x), x1 = std::max(x1, x), y0 = std::min(y0, y), y1 = std::max(y1, y);
+    }
+  }
+  if (x0 < x1) a.x0 = x0, a.x1 = x1;
+  if (y0 < y1) {
+    const double pad = 0.05 * (y1 - y0);
+    a.y0 = y0 - pad, a.y1 = y1 + pad;
+  } else if (std::isfinite(y0)) {
+    a.y0 = y0 - 0.5, a.y1 = y0 + 0.5;
+  }
+  std::map<std::string, std::string> colour;
+  std::string svg = header(kLineW, kLineH, title) + linear_grid(a);
+  int row = 0;
+  for (const Series& s : series) {
+    const std::string group = s.name.substr(0, s.name.find(' '));
+    if (!colour.count(group)) colour[group] = kPalette[colour.size() % std::size(kPalette)];
+    const std::string& c = colour[group];
+    std::string path;
+    for (const auto& [x, y] : s.points) {
+      if (std::isfinite(x) && std::isfinite(y)) path += fmt::format("{:.1f},{:.1f} ", a.x(x), a.y(y));
+    }
+    svg += fmt::format(
+        "<polyline points=\"{}\" fill=\"none\" stroke=\"{}\" stroke-width=\"2\"{}><title>{}</title></polyline>\n", path,
+        c, s.dashed ? " stroke-dasharray=\"6,4\"" : "", escape(s.name));
+    for (const auto& [x, y] : s.marks) {
+      svg +=
+          fmt::format("<circle cx=\"{:.1f}\" cy=\"{:.1f}\" r=\"5\" fill=\"none\" stroke=\"{}\" stroke-width=\"2\"/>\n",
+                      a.x(x), a.y(y), c);
+    }
+    const int y = kTop + 10 + 18 * row++;
+    svg += fmt::format(
+        "<line x1=\"{}\" y1=\"{}\" x2=\"{}\" y2=\"{}\" stroke=\"{}\" stroke-width=\"2\"{}/><text x=\"{}\" "
+        "y=\"{}\">{}</text>\n",
+        kLineW - kLineRight + 12, y, kLineW - kLineRight + 36, y, c, s.dashed ? " stroke-dasharray=\"6,4\"" : "",
+        kLineW - kLineRight + 42, y + 4, escape(s.name));
+  }
+  svg += fmt::format("<text x=\"{}\" y=\"{}\" text-anchor=\"middle\">{}</text>\n", kLeft + a.pw / 2, kLineH - 15,
+                     escape(x_label));
+  svg += fmt::format("<text x=\"20\" y=\"{0}\" text-anchor=\"middle\" transform=\"rotate(-90 20 {0})\">{1}</text>\n",
+                     kTop + a.ph / 2, escape(y_label));
+  return svg + "</svg>\n";
+}
+
 void write_text_file(const std::string& path, const std::string& text) {
   std::ofstream out(path);
   out << text;

@@ -26,6 +26,18 @@ struct Bar {
 
 std::string bar_chart_svg(const std::vector<Bar>& bars, const std::string& title, const std::string& unit);
 
+struct Series {
+  std::string name;                               // legend entry
+  std::vector<std::pair<double, double>> points;  // (x, y), drawn in order
+  bool dashed = false;
+  std::vector<std::pair<double, double>> marks;  // points to circle (recommendations)
+};
+
+// Lines on linear axes (one colour per series name before its first space, so a GPU's energy and
+// time share a colour); non-finite points are left out.
+std::string line_chart_svg(const std::vector<Series>& series, const std::string& title, const std::string& x_label,
+                           const std::string& y_label);
+
 // Writes `text` to `path`, throwing "[energy] cannot write PATH" on failure.
 void write_text_file(const std::string& path, const std::string& text);
 

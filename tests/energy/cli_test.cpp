@@ -17,6 +17,7 @@
 #include <thread>
 
 #include "common/process.h"
+#include "energy/dataset.h"
 #include "energy/hardware.h"
 #include "energy/reference_model.h"
 
@@ -538,15 +539,50 @@ TEST(EnergyCommand, StudyRunsPredictedOnUnseenGpus) {
   std::printf("pooled over GPUs left out: R2 %.3f MAPE %.1f%%; group-disjoint: R2 %.3f\n",
               pooled["heldout_r2"].get<double>(), pooled["heldout_mape"].get<double>(), grouped);
   ASSERT_EQ(r2.size(), 4u);
-  EXPECT_GE(r2["a100-40gb"], 0.85);
-  EXPECT_GE(r2["t4"], 0.85);
-  EXPECT_GE(r2["rtx-2080-ti"], 0.85);
+  // Nothing may get worse than the figures the README reports (rounded to three digits).
+  EXPECT_GE(r2["a100-40gb"], 0.9495);
+  EXPECT_GE(r2["rtx-2080-ti"], 0.8575);
+  EXPECT_GE(r2["t4"], 0.8965);
   EXPECT_GE(r2["v100-pcie"], 0.75);
   EXPECT_EQ(pooled["n"], 693);
   EXPECT_GE(pooled["heldout_r2"].get<double>(), 0.88);
-  EXPECT_GE(grouped, 0.90);
+  EXPECT_GE(grouped, 0.9415);
   fs::remove(out.string() + ".json");
   fs::remove(out.string() + ".svg");
+}
+
+// The same runs with a power_limit column at each board's TDP are the same predictions: the
+// default limit changes nothing.
+TEST(EnergyCommand, StudyRunsAtTheirTdpAreUnchanged) {
+  const char* csv = std::getenv("MEGANEURA_ENERGY_STUDY_CSV");
+  if (!csv || !*csv) GTEST_SKIP() << "MEGANEURA_ENERGY_STUDY_CSV is not set: no local copy of the study's runs";
+  if (!fs::exists(csv)) GTEST_SKIP() << "MEGANEURA_ENERGY_STUDY_CSV names " << csv << ", which does not exist";
+  const fs::path dir = fs::temp_directory_path() / ("mg_study_tdp_" + std::to_string(getpid()));
+  fs::create_directories(dir);
+  std::ifstream in(csv);
+  std::ofstream copy(dir / "runs.csv");
+  const std::map<std::string, int> tdp = {{"NVIDIA A100-SXM4-40GB", 400},
+                                          {"NVIDIA GeForce RTX 2080 Ti", 250},
+                                          {"Tesla T4", 70},
+                                          {"Tesla V100-PCIE-16GB", 250}};
+  std::string line;
+  std::getline(in, line);
+  copy << line << ",power_limit\n";
+  while (std::getline(in, line)) {
+    const std::vector<std::string> cells = split_csv_line(line);
+    copy << line << "," << (cells.size() > 1 && tdp.count(cells[1]) ? std::to_string(tdp.at(cells[1])) : "") << "\n";
+  }
+  copy.close();
+  const std::string hw =
+      " --model physical --leave-one-gpu-out --json --hardware " MEGANEURA_SOURCE_DIR "/data/hardware.toml";
+  const CommandRun a = run("energy fit " + std::string(csv) + hw + " --out " + (dir / "a").string());
+  const CommandRun b = run("energy fit " + (dir / "runs.csv").string() + hw + " --out " + (dir / "b").string());
+  ASSERT_EQ(a.status, 0) << a.output;
+  ASSERT_EQ(b.status, 0) << b.output;
+  const nlohmann::json ja = nlohmann::json::parse(a.output), jb = nlohmann::json::parse(b.output);
+  EXPECT_EQ(ja["heldout"]["physical"], jb["heldout"]["physical"]);
+  EXPECT_EQ(ja["leave_one_gpu_out"], jb["leave_one_gpu_out"]);
+  fs::remove_all(dir);
 }
 
 TEST(EnergyCommand, FitReportsBothModelsAndWritesSvg) {
@@ -624,6 +660,114 @@ TEST(EnergyCommand, FitRejectsMalformedCsv) {
   EXPECT_EQ(r.status, 1);
   EXPECT_NE(r.output.find("cannot read"), std::string::npos) << r.output;
   fs::remove_all(dir);
+}
+
+PredictOptions bert_base(const std::string& gpu) {
+  PredictOptions o;
+  o.transformer.layers = 12;
+  o.transformer.hidden = 768;
+  o.transformer.batch = 32;
+  o.transformer.seq = 128;
+  o.transformer.tokens = 3 * 100000 * 128.0;
+  o.transformer.dtype = "fp16";
+  o.transformer.vocab = -1;
+  o.gpu = gpu;
+  o.hardware = MEGANEURA_SOURCE_DIR "/data/hardware.toml";
+  return o;
+}
+
+TEST(EnergyPowerLimit, PredictTakesTheLimit) {
+  PredictOptions o = bert_base("a40");
+  const nlohmann::json full = run_predict(o, {})["physical"];
+  o.parallel.power_limit_w = 200;
+  const nlohmann::json low = run_predict(o, {})["physical"];
+  EXPECT_EQ(full["power_limit_w"], 300.0);
+  EXPECT_EQ(low["power_limit_w"], 200.0);
+  EXPECT_GT(low["time_s"].get<double>(), full["time_s"].get<double>());
+  EXPECT_LT(low["average_power_w"].get<double>(), full["average_power_w"].get<double>());
+  EXPECT_LT(low["compute_clock_mhz"].get<double>(), full["compute_clock_mhz"].get<double>());
+  EXPECT_DOUBLE_EQ(full["compute_clock_mhz"].get<double>(), 1305);  // the A40's base clock
+  const auto refuses = [&](double w, const std::string& method, const std::string& why) {
+    PredictOptions bad = bert_base("a40");
+    bad.parallel.power_limit_w = w;
+    bad.method = method;
+    if (method == "reference") bad.gpu.clear();
+    try {
+      run_predict(bad, {});
+      ADD_FAILURE() << w << " W accepted";
+    } catch (const std::invalid_argument& e) {
+      EXPECT_NE(std::string(e.what()).find(why), std::string::npos) << e.what();
+    }
+  };
+  refuses(50, "", "power limit 50 W lies outside a40's range [100, 300] W");
+  refuses(200, "reference", "the reference model has no power-limit input");
+}
+
+TEST(EnergyPowerLimit, RunsFileTakesAPowerLimitColumn) {
+  const std::string head = "gpu,strategy,gpus,layers,hidden,batch,seq,tokens,energy_kwh,power_limit\n";
+  const Dataset d =
+      parse_runs_csv(head + "a40,baseline,1,2,128,8,64,1e6,0.01,200\na40,baseline,1,2,128,8,64,1e6,0.01,\n", "t");
+  EXPECT_DOUBLE_EQ(d.records[0].power_limit_w, 200);
+  EXPECT_DOUBLE_EQ(d.records[0].parallel().power_limit_w, 200);
+  EXPECT_DOUBLE_EQ(d.records[1].power_limit_w, 0);
+  try {
+    parse_runs_csv(head + "a40,baseline,1,2,128,8,64,1e6,0.01,-3\n", "t.csv");
+    ADD_FAILURE() << "negative limit accepted";
+  } catch (const std::runtime_error& e) {
+    EXPECT_NE(std::string(e.what()).find("column 'power_limit': power limit must be positive"), std::string::npos)
+        << e.what();
+  }
+}
+
+TEST(EnergyRecommend, FindsTheLimitOfLeastEnergyBelowTheTdp) {
+  RecommendOptions o;
+  o.run = bert_base("");
+  o.gpus = {"a40", "rtx-a6000"};
+  o.batches = {16, 32, 64};
+  o.svg = (fs::temp_directory_path() / ("mg_rec_" + std::to_string(getpid()) + ".svg")).string();
+  const nlohmann::json j = run_recommend(o);
+  ASSERT_EQ(j["recommendations"].size(), 2u);
+  for (const auto& r : j["recommendations"]) {
+    const auto &base = r["default"], &least = r["min_energy"], &product = r["min_energy_time"];
+    EXPECT_EQ(base["power_limit_w"], r["tdp_w"]);
+    EXPECT_EQ(base["batch"], 32.0);
+    EXPECT_LT(least["power_limit_w"].get<double>(), r["tdp_w"].get<double>()) << r["device"];
+    EXPECT_LT(least["energy_change"].get<double>(), 0) << r["device"];
+    EXPECT_LE(least["energy_kwh"].get<double>(), product["energy_kwh"].get<double>());
+    EXPECT_LE(product["energy_kwh"].get<double>() * product["time_s"].get<double>(),
+              base["energy_kwh"].get<double>() * base["time_s"].get<double>());
+    // The reported changes are against the default.
+    EXPECT_NEAR(least["time_change"].get<double>(), least["time_s"].get<double>() / base["time_s"].get<double>() - 1,
+                1e-12);
+    // Every point of the sweep is no better than the least-energy one.
+    for (const auto& p : r["sweep"]) EXPECT_GE(p["energy_kwh"].get<double>(), least["energy_kwh"].get<double>());
+  }
+  std::ifstream svg(o.svg);
+  std::stringstream text;
+  text << svg.rdbuf();
+  EXPECT_NE(text.str().find("<polyline"), std::string::npos);
+  EXPECT_NE(text.str().find("a40 energy, batch 32"), std::string::npos);
+  EXPECT_NE(text.str().find("power limit (% of TDP)"), std::string::npos);
+  fs::remove(o.svg);
+  o.batches = {0};
+  EXPECT_THROW(run_recommend(o), std::invalid_argument);
+  o.batches = {};
+  o.gpus = {"gtx 480"};
+  EXPECT_THROW(run_recommend(o), std::invalid_argument);
+}
+
+TEST(EnergyRecommend, CommandPrintsATable) {
+  const CommandRun r =
+      run("energy recommend --family bert --layers 12 --hidden 768 --batch 32 --seq 128 --tokens 38400000 --dtype fp16 "
+          "--gpu l40 --hardware " MEGANEURA_SOURCE_DIR "/data/hardware.toml");
+  ASSERT_EQ(r.status, 0) << r.output;
+  EXPECT_NE(r.output.find("default (TDP)"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("least energy x time"), std::string::npos) << r.output;
+  const CommandRun bad =
+      run("energy recommend --layers 12 --hidden 768 --batch 32 --seq 128 --tokens 1e6 --gpu t4 "
+          "--step -1 --hardware " MEGANEURA_SOURCE_DIR "/data/hardware.toml");
+  EXPECT_NE(bad.status, 0);
+  EXPECT_NE(bad.output.find("--step must be a positive number of watts"), std::string::npos) << bad.output;
 }
 
 }  // namespace
