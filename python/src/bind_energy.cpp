@@ -1,5 +1,5 @@
-// The energy commands' library entry points, run_predict and run_fit, on the same options as
-// `meganeura energy predict|fit` (each flag a keyword, dashes as underscores) and returning the
+// The energy commands' library entry points, run_predict, run_recommend and run_fit, on the same
+// options as `meganeura energy predict|recommend|fit` (each flag a keyword, dashes as underscores) and returning the
 // same JSON report as a dict. Kept thin: options in, the library's report out.
 #include <functional>
 #include <map>
@@ -43,6 +43,11 @@ const Setters<energy::PredictOptions>& predict_setters() {
       {"strategy",
        [](O& o, const py::handle& v) { o.parallel.strategy = energy::parse_strategy(as<std::string>(v, "strategy")); }},
       {"pcie", [](O& o, const py::handle& v) { o.parallel.over_pcie = as<bool>(v, "pcie"); }},
+      {"tp_scheme",
+       [](O& o, const py::handle& v) {
+         o.parallel.tp_scheme = energy::parse_tp_scheme(as<std::string>(v, "tp_scheme"));
+       }},
+      {"power_limit", [](O& o, const py::handle& v) { o.parallel.power_limit_w = as<double>(v, "power_limit"); }},
       {"efficiency", [](O& o, const py::handle& v) { o.efficiency = as<double>(v, "efficiency"); }},
       {"gpu", [](O& o, const py::handle& v) { o.gpu = as<std::string>(v, "gpu"); }},
       {"model", [](O& o, const py::handle& v) { o.program = as<std::string>(v, "model"); }},
@@ -53,6 +58,28 @@ const Setters<energy::PredictOptions>& predict_setters() {
       {"hardware", [](O& o, const py::handle& v) { o.hardware = as<std::string>(v, "hardware"); }},
       {"svg", [](O& o, const py::handle& v) { o.svg = as<std::string>(v, "svg"); }},
   };
+  return s;
+}
+
+// recommend(): the planned run's keywords as predict() takes them, and its own.
+const Setters<energy::RecommendOptions>& recommend_setters() {
+  using O = energy::RecommendOptions;
+  static const Setters<O> s = [] {
+    Setters<O> out;
+    for (const char* key : {"family", "layers", "hidden", "heads", "ff", "vocab", "batch", "seq", "tokens",
+                            "grad_accum", "dtype", "gpus", "strategy", "pcie", "tp_scheme", "hardware"}) {
+      const auto& set = predict_setters().at(key);
+      out[key] = [set](O& o, const py::handle& v) { set(o.run, v); };
+    }
+    out["gpu"] = [](O& o, const py::handle& v) {
+      o.gpus = py::isinstance<py::str>(v) ? std::vector<std::string>{as<std::string>(v, "gpu")}
+                                          : as<std::vector<std::string>>(v, "gpu");
+    };
+    out["batches"] = [](O& o, const py::handle& v) { o.batches = as<std::vector<double>>(v, "batches"); };
+    out["step"] = [](O& o, const py::handle& v) { o.step_w = as<double>(v, "step"); };
+    out["svg"] = [](O& o, const py::handle& v) { o.svg = as<std::string>(v, "svg"); };
+    return out;
+  }();
   return s;
 }
 
@@ -101,6 +128,16 @@ void bind_energy(py::module_& m) {
         return json_to_python(energy::run_predict(o, energy::EnergyCliHooks{}).dump());
       },
       "A training run's time and energy before it starts: `meganeura energy predict` as a dict.");
+  m.def(
+      "recommend",
+      [](const py::kwargs& kwargs) {
+        energy::RecommendOptions o;
+        o.run.transformer.vocab = -1;
+        apply(o, kwargs, recommend_setters(), "recommend");
+        return json_to_python(energy::run_recommend(o).dump());
+      },
+      "The power limit (and batch) of least energy and of least energy x time: `meganeura energy recommend` as a "
+      "dict.");
   m.def(
       "fit",
       [](const std::string& csv, const py::kwargs& kwargs) {
