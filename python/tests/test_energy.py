@@ -19,6 +19,9 @@ HARDWARE = str(ROOT / "data" / "hardware.toml")
     dict(layers=12, hidden=768, batch=32, seq=128, tokens=1e9, gpu="v100", efficiency=0.9),  # both
     dict(family="gpt", method="physical", layers=24, hidden=1024, batch=8, seq=1024, tokens=2e9, gpu="a100-80gb",
          gpus=4, strategy="fsdp", dtype="bf16", grad_accum=2, grid=250, heads=16, ff=4096, vocab=50257),
+    dict(layers=12, hidden=768, batch=32, seq=128, tokens=3.84e7, dtype="fp16", gpu="a40", power_limit=220),
+    dict(layers=12, hidden=768, batch=32, seq=128, tokens=1e9, gpu="rtx-2080-ti", gpus=2, strategy="tp",
+         tp_scheme="ffn"),
 ])
 def test_predict_equals_the_cli(flags, cli):
     args = []
@@ -70,3 +73,38 @@ def test_fit_equals_the_cli(tmp_path, cli):
     assert got == expected and got["rows"] == 48
     with pytest.raises(ValueError, match="--folds must be at least 2"):
         mn.energy.fit(str(csv), folds=1)
+
+
+def test_power_limit_and_tp_scheme_change_the_prediction():
+    base = dict(layers=12, hidden=768, batch=32, seq=128, tokens=3.84e7, dtype="fp16", gpu="a40", hardware=HARDWARE)
+    full, low = mn.energy.predict(**base), mn.energy.predict(**base, power_limit=200)
+    assert full["physical"]["power_limit_w"] == 300 and low["physical"]["power_limit_w"] == 200
+    assert low["physical"]["time_s"] > full["physical"]["time_s"]
+    assert low["physical"]["average_power_w"] < full["physical"]["average_power_w"]
+    tp = dict(base, gpu="rtx-2080-ti", gpus=2, strategy="tp")
+    assert mn.energy.predict(**tp, tp_scheme="ffn")["physical"]["tp_scheme"] == "ffn"
+    assert mn.energy.predict(**tp)["physical"]["tp_scheme"] == "megatron"
+    with pytest.raises(ValueError, match="lies outside a40's range"):
+        mn.energy.predict(**base, power_limit=20)
+    with pytest.raises(ValueError, match="tp_scheme|megatron"):
+        mn.energy.predict(**tp, tp_scheme="diagonal")
+
+
+def test_recommend_equals_the_cli(tmp_path, cli):
+    flags = dict(layers=12, hidden=768, batch=32, seq=128, tokens=3.84e7, dtype="fp16")
+    args = []
+    for k, v in flags.items():
+        args += ["--" + k, v]
+    expected = json.loads(cli("energy", "recommend", *args, "--gpu", "a40,l4", "--batches", "16,32",
+                              "--hardware", HARDWARE, "--json").stdout)
+    got = mn.energy.recommend(**flags, gpu=["a40", "l4"], batches=[16, 32], hardware=HARDWARE,
+                              svg=str(tmp_path / "r.svg"))
+    assert pathlib.Path(got.pop("svg_path")).exists()
+    assert got == expected
+    a40 = got["recommendations"][0]
+    assert a40["device"] == "a40" and a40["min_energy"]["power_limit_w"] < a40["tdp_w"]
+    assert mn.energy.recommend(**flags, gpu="a40", hardware=HARDWARE)["recommendations"][0]["device"] == "a40"
+    with pytest.raises(TypeError, match="unexpected keyword argument 'power_limit'"):
+        mn.energy.recommend(**flags, gpu="a40", power_limit=200)
+    with pytest.raises(ValueError, match="needs --gpu"):
+        mn.energy.recommend(**flags, hardware=HARDWARE)
