@@ -28,6 +28,11 @@ nlohmann::json point_json(const Point& p, const Point& base) {
           {"energy_change", p.kwh / base.kwh - 1}};
 }
 
+// A chart series: "a40 energy", with ", batch 32" where several batches are swept.
+std::string series_name(const std::string& gpu, const char* what, double batch, size_t batches) {
+  return batches > 1 ? fmt::format("{} {}, batch {:g}", gpu, what, batch) : fmt::format("{} {}", gpu, what);
+}
+
 // The limits swept: the range in steps of `step_w` (1 W, coarser past 600 points), both ends and
 // the default limit itself.
 std::vector<double> sweep_limits(const DeviceSpec& dev, double step_w) {
@@ -62,13 +67,13 @@ nlohmann::json recommend_device(const RecommendOptions& o, const DeviceSpec& dev
                                 bool relative, std::vector<Series>& chart) {
   const auto x_of = [&](double w) { return relative ? 100 * w / dev.max_w : w; };
   const std::vector<double> limits = sweep_limits(dev, o.step_w);
-  std::vector<double> batches = o.batches.empty() ? std::vector<double>{o.run.transformer.batch} : o.batches;
+  const std::vector<double> batches = o.batches.empty() ? std::vector<double>{o.run.transformer.batch} : o.batches;
   const Point base = predict_point(o.run, dev, params, o.run.transformer.batch, dev.default_power_limit_w());
   Point best_e = base, best_et = base;
   nlohmann::json notes = nlohmann::json::array(), sweep = nlohmann::json::array();
   for (double batch : batches) {
-    Series energy{fmt::format("{} energy, batch {:g}", dev.key, batch), {}, false, {}};
-    Series time{fmt::format("{} time, batch {:g}", dev.key, batch), {}, true, {}};
+    Series energy{series_name(dev.key, "energy", batch, batches.size()), {}, false, {}};
+    Series time{series_name(dev.key, "time", batch, batches.size()), {}, true, {}};
     try {
       // From the highest limit down, so a tie keeps the faster setting.
       for (auto it = limits.rbegin(); it != limits.rend(); ++it) {
@@ -87,9 +92,7 @@ nlohmann::json recommend_device(const RecommendOptions& o, const DeviceSpec& dev
     chart.push_back(std::move(time));
   }
   for (Series& s : chart) {
-    if (s.name.rfind(dev.key + " energy", 0) != 0) continue;
-    const std::string suffix = fmt::format(", batch {:g}", best_e.batch);
-    if (s.name.size() >= suffix.size() && s.name.compare(s.name.size() - suffix.size(), suffix.size(), suffix) == 0) {
+    if (s.name == series_name(dev.key, "energy", best_e.batch, batches.size())) {
       s.marks.emplace_back(x_of(best_e.limit_w), best_e.kwh / base.kwh);
     }
   }

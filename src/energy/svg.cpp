@@ -232,10 +232,10 @@ std::string line_chart_svg(const std::vector<Series>& series, const std::string&
           fmt::format("<circle cx=\"{:.1f}\" cy=\"{:.1f}\" r=\"5\" fill=\"none\" stroke=\"{}\" stroke-width=\"2\"/>\n",
                       a.x(x), a.y(y), c);
     }
-    const int y = kTop + 10 + 18 * row++;
+    const int y = kTop + 8 + 15 * row++;  // 15 px a legend row: 24 series fit beside the plot
     svg += fmt::format(
         "<line x1=\"{}\" y1=\"{}\" x2=\"{}\" y2=\"{}\" stroke=\"{}\" stroke-width=\"2\"{}/><text x=\"{}\" "
-        "y=\"{}\">{}</text>\n",
+        "y=\"{}\" font-size=\"11\">{}</text>\n",
         kLineW - kLineRight + 12, y, kLineW - kLineRight + 36, y, c, s.dashed ? " stroke-dasharray=\"6,4\"" : "",
         kLineW - kLineRight + 42, y + 4, escape(s.name));
   }
