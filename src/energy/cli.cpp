@@ -343,9 +343,12 @@ void add_hardware(CLI::App& energy) {
       for (const auto& [dt, v] : d.peak_tflops) peaks += fmt::format(" {}={:g}", dt, v);
       const std::string clocks =
           d.boost_clock_mhz > 0 ? fmt::format("{:.0f}-{:.0f} MHz", d.base_clock_mhz, d.boost_clock_mhz) : "no clocks";
-      std::printf("%-12s %-30s %6.0f GB/s %4.0f GB %4.0f-%3.0f W  %-14s link %g GB/s  TFLOP/s:%s\n", k.c_str(),
-                  d.name.c_str(), d.memory_bandwidth_gbs, d.memory_gb, d.idle_w, d.max_w, clocks.c_str(), d.link_gbs,
-                  peaks.c_str());
+      const std::string limits = d.power_limit_max_w > 0
+                                     ? fmt::format("limit {:.0f}-{:.0f} W", d.power_limit_min_w, d.power_limit_max_w)
+                                     : "no limit range";
+      std::printf("%-16s %-30s %6.0f GB/s %4.0f GB %4.0f-%3.0f W  %-14s %-18s link %g GB/s  TFLOP/s:%s\n", k.c_str(),
+                  d.name.c_str(), d.memory_bandwidth_gbs, d.memory_gb, d.idle_w, d.max_w, clocks.c_str(),
+                  limits.c_str(), d.link_gbs, peaks.c_str());
     }
   });
 }

@@ -11,7 +11,9 @@
 //          + e_flop * FLOPs + e_byte * bytes             dynamic energy of the work
 //          + (P_host * nodes + P_rank * N) * T           CPU and DRAM: node, and one process per GPU
 // Every time term is a coefficient times a feature computed from the work, the strategy and the
-// datasheet (RunFeatures), so fitting is least squares in the coefficients.
+// datasheet (RunFeatures), so fitting is least squares in the coefficients. A board power limit
+// below or above the TDP scales the compute term by the clock it sustains, and the compute-bound
+// busy power and energy per FLOP by its voltage (PowerLimitEffect); at the TDP nothing changes.
 #pragma once
 
 #include <string>
