@@ -284,7 +284,12 @@ std::vector<Design> designs_of(const std::vector<RunRecord>& records, const Hard
   std::vector<Design> out;
   for (const RunRecord& r : records) {
     Design d;
-    d.f = transformer_features(r.transformer(), r.parallel(), table.find(r.gpu));
+    try {
+      d.f = transformer_features(r.transformer(), r.parallel(), table.find(r.gpu));
+    } catch (const std::invalid_argument& e) {
+      // A run's own values (its power limit, its shape) name the row they came from.
+      throw std::invalid_argument(std::string(e.what()) + " (data row " + std::to_string(r.row) + ")");
+    }
     d.g = time_features(d.f);
     d.joules = r.energy_kwh * 3.6e6;
     d.seconds = r.duration_s;

@@ -719,6 +719,34 @@ TEST(EnergyPowerLimit, RunsFileTakesAPowerLimitColumn) {
   }
 }
 
+TEST(EnergyPowerLimit, FitNamesTheRowOfALimitOutsideTheRange) {
+  const fs::path dir = fs::temp_directory_path() / ("mg_pl_fit_" + std::to_string(getpid()));
+  fs::create_directories(dir);
+  std::ofstream runs(dir / "runs.csv");
+  runs << "gpu,strategy,gpus,layers,hidden,batch,seq,tokens,energy_kwh,duration_s,power_limit\n";
+  const int shapes[][2] = {{2, 128}, {4, 256}, {6, 384}, {8, 512}, {2, 256}, {4, 128}};
+  for (int i = 0; i < 6; ++i) {
+    runs << "a40,baseline,1," << shapes[i][0] << "," << shapes[i][1] << ",8,64,1e7,0.01,10," << (i == 3 ? "50" : "")
+         << "\n";
+  }
+  runs.close();
+  FitOptions o;
+  o.csv = (dir / "runs.csv").string();
+  o.model = "physical";
+  o.folds = 2;
+  o.out = (dir / "out").string();
+  o.hardware = MEGANEURA_SOURCE_DIR "/data/hardware.toml";
+  try {
+    run_fit(o);
+    ADD_FAILURE() << "a 50 W limit on an A40 accepted";
+  } catch (const std::invalid_argument& e) {
+    EXPECT_NE(std::string(e.what()).find("power limit 50 W lies outside a40's range [100, 300] W (data row 4)"),
+              std::string::npos)
+        << e.what();
+  }
+  fs::remove_all(dir);
+}
+
 TEST(EnergyRecommend, FindsTheLimitOfLeastEnergyBelowTheTdp) {
   RecommendOptions o;
   o.run = bert_base("");
