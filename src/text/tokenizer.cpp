@@ -11,6 +11,11 @@
 namespace meganeura::text {
 
 Tokenizer Tokenizer::from_file(const std::filesystem::path& path) {
+  std::error_code ec;
+  uint64_t size = std::filesystem::file_size(path, ec);
+  if (!ec && size > kMaxTokenizerFileBytes)
+    throw TokenizerError("tokenizer: " + path.string() + " is " + std::to_string(size) +
+                         " bytes, over kMaxTokenizerFileBytes (" + std::to_string(kMaxTokenizerFileBytes) + ")");
   std::ifstream f(path, std::ios::binary);
   if (!f) throw TokenizerError("tokenizer: cannot open " + path.string());
   std::ostringstream s;

@@ -33,6 +33,12 @@ class TokenizerError : public std::runtime_error {
   using std::runtime_error::runtime_error;
 };
 
+// Input limits, each refused with an error naming it: token ids (the largest real
+// vocabularies hold about 260k tokens) and the size of a tokenizer.json file (real ones are
+// 2 to 12 MB).
+inline constexpr int64_t kMaxTokenId = (int64_t{1} << 21) - 1;
+inline constexpr uint64_t kMaxTokenizerFileBytes = uint64_t{256} << 20;
+
 struct AddedToken {
   int id = 0;
   std::string content;

@@ -11,9 +11,6 @@ namespace {
 
 using nlohmann::json;
 
-// Ids at or above this are refused (the largest real vocabularies hold about 260k tokens).
-constexpr int64_t kMaxId = 1 << 21;
-
 class Loader {
  public:
   Loader(std::string_view origin, Tokenizer::Impl& impl) : origin_(origin), impl_(impl) {}
@@ -53,8 +50,8 @@ class Loader {
   int id_of(const json& v, const std::string& field) const {
     if (!v.is_number_integer()) fail(field, "expected an integer id, got " + std::string(v.type_name()));
     int64_t id = v.get<int64_t>();
-    if (id < 0 || id >= kMaxId)
-      fail(field, "id " + std::to_string(id) + " outside [0, " + std::to_string(kMaxId) + ")");
+    if (id < 0 || id > kMaxTokenId)
+      fail(field, "id " + std::to_string(id) + " outside [0, kMaxTokenId = " + std::to_string(kMaxTokenId) + "]");
     return static_cast<int>(id);
   }
   void set_id_bytes(int id, std::string bytes) {
