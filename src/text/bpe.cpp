@@ -83,7 +83,7 @@ void BpeModel::add_token(const std::string& bytes, int id) {
 }
 
 int BpeModel::find(std::string_view bytes) const {
-  auto it = vocab_.find(std::string(bytes));
+  auto it = vocab_.find(bytes);
   return it == vocab_.end() ? -1 : it->second;
 }
 
@@ -94,18 +94,16 @@ bool BpeModel::add_merge(int left, int right, int merged, int rank) {
 void BpeModel::encode_word(std::string_view word, std::vector<int>& out) const {
   if (word.empty()) return;
   if (ignore_merges_ || word.size() == 1) {
-    auto it = vocab_.find(std::string(word));
+    auto it = vocab_.find(word);
     if (it != vocab_.end()) {
       out.push_back(it->second);
       return;
     }
   }
   bool cacheable = word.size() < kMaxCachedWord;
-  std::string key;
   if (cacheable) {
-    key.assign(word);
     std::lock_guard lock(cache_mutex_);
-    auto it = cache_.find(key);
+    auto it = cache_.find(word);
     if (it != cache_.end()) {
       out.insert(out.end(), it->second.begin(), it->second.end());
       return;
@@ -116,7 +114,7 @@ void BpeModel::encode_word(std::string_view word, std::vector<int>& out) const {
   if (cacheable) {
     std::lock_guard lock(cache_mutex_);
     if (cache_.size() >= kMaxCacheEntries) cache_.clear();
-    cache_.emplace(std::move(key), std::vector<int>(out.begin() + static_cast<std::ptrdiff_t>(start), out.end()));
+    cache_.emplace(std::string(word), std::vector<int>(out.begin() + static_cast<std::ptrdiff_t>(start), out.end()));
   }
 }
 

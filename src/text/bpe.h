@@ -20,6 +20,13 @@ std::optional<uint8_t> char_to_byte(uint32_t c);
 // the string's own UTF-8 bytes when some character is outside it (as the decoder does).
 std::string byte_level_decode(std::string_view token);
 
+// Hashes strings and string views alike, so that lookups by view allocate nothing.
+struct StringHash {
+  using is_transparent = void;
+  size_t operator()(std::string_view s) const { return std::hash<std::string_view>{}(s); }
+};
+using StringMap = std::unordered_map<std::string, int, StringHash, std::equal_to<>>;
+
 class BpeModel {
  public:
   // Registers a token by the bytes it stands for; the first id for given bytes is kept.
@@ -39,14 +46,14 @@ class BpeModel {
  private:
   void merge(std::string_view word, std::vector<int>& out) const;
 
-  std::unordered_map<std::string, int> vocab_;
+  StringMap vocab_;
   std::unordered_map<uint64_t, std::pair<int, int>> merges_;  // (left, right) -> (rank, merged)
   int byte_token_[256];
   bool byte_token_set_ = false;
   bool ignore_merges_ = false;
   int unknown_ = -1;
   mutable std::mutex cache_mutex_;
-  mutable std::unordered_map<std::string, std::vector<int>> cache_;
+  mutable std::unordered_map<std::string, std::vector<int>, StringHash, std::equal_to<>> cache_;
 };
 
 }  // namespace meganeura::text

@@ -32,15 +32,20 @@ Tokenizer Tokenizer::from_json(std::string_view json, std::string_view origin) {
 
 void Tokenizer::Impl::encode_segment(std::string_view segment, std::vector<int>& out) const {
   if (segment.empty()) return;
-  std::string text(segment);
-  for (NormalForm f : normalizers) text = normalize(text, f);
-  if (add_prefix_space && text[0] != ' ') text.insert(0, 1, ' ');
+  std::string_view text = segment;
+  std::string buffer;
+  if (!normalizers.empty() || add_prefix_space) {
+    buffer.assign(segment);
+    for (NormalForm f : normalizers) buffer = normalize(buffer, f);
+    if (add_prefix_space && buffer[0] != ' ') buffer.insert(0, 1, ' ');
+    text = buffer;
+  }
   thread_local CodePoints cps;
   thread_local std::vector<Piece> pieces;
   cps.assign(text);
   pre_tokenize(cps, pre_tokenizer, pieces);
   try {
-    for (Piece p : pieces) model.encode_word(std::string_view(text).substr(p.first, p.second - p.first), out);
+    for (Piece p : pieces) model.encode_word(text.substr(p.first, p.second - p.first), out);
   } catch (const std::invalid_argument& e) {
     throw TokenizerError(e.what());
   }

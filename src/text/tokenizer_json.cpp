@@ -58,15 +58,15 @@ class Loader {
     if (impl_.id_bytes.size() <= static_cast<size_t>(id)) impl_.id_bytes.resize(static_cast<size_t>(id) + 1);
     impl_.id_bytes[id] = std::move(bytes);
   }
-  int vocab_id(const json& vocab, const std::string& token, const std::string& field) const {
-    auto it = vocab.find(token);
-    if (it == vocab.end()) fail(field, "token \"" + token + "\" is not in model.vocab");
-    return it->get<int>();
+  int vocab_id(const std::string& token, const std::string& field) const {
+    auto it = token_ids_.find(token);
+    if (it == token_ids_.end()) fail(field, "token \"" + token + "\" is not in model.vocab");
+    return it->second;
   }
 
   void load_model(const json& model);
   void load_vocab(const json& vocab);
-  void load_merges(const json& merges, const json& vocab);
+  void load_merges(const json& merges);
   void load_added_tokens(const json& added);
   void load_normalizer(const json& n, const std::string& field, bool nested);
   void load_pre_tokenizer(const json& p, const std::string& field, bool nested);
@@ -75,6 +75,7 @@ class Loader {
   std::string origin_;
   Tokenizer::Impl& impl_;
   bool has_byte_level_ = false;
+  StringMap token_ids_;  // model.vocab as written (in the byte alphabet)
 };
 
 void Loader::load(const json& root) {
@@ -101,8 +102,8 @@ void Loader::load_model(const json& model) {
   const json& vocab = require(model, "model", "vocab");
   load_vocab(vocab);
   if (const json* unk = member(model, "unk_token"))
-    impl_.model.set_unknown(vocab_id(vocab, string_of(*unk, "model.unk_token"), "model.unk_token"));
-  load_merges(require(model, "model", "merges"), vocab);
+    impl_.model.set_unknown(vocab_id(string_of(*unk, "model.unk_token"), "model.unk_token"));
+  load_merges(require(model, "model", "merges"));
 }
 
 void Loader::load_vocab(const json& vocab) {
@@ -116,6 +117,7 @@ void Loader::load_vocab(const json& vocab) {
     if (seen.size() <= static_cast<size_t>(id)) seen.resize(static_cast<size_t>(id) + 1);
     if (seen[id]) fail(field, "id " + std::to_string(id) + " is given to another token too");
     seen[id] = true;
+    token_ids_.emplace(token, id);
     std::string bytes = byte_level_decode(token);
     set_id_bytes(id, bytes);
     // Tokens with characters outside the byte alphabet decode as themselves but cannot be
@@ -130,7 +132,7 @@ void Loader::load_vocab(const json& vocab) {
   }
 }
 
-void Loader::load_merges(const json& merges, const json& vocab) {
+void Loader::load_merges(const json& merges) {
   if (!merges.is_array()) fail("model.merges", "expected an array, got " + std::string(merges.type_name()));
   int rank = 0;
   for (const json& m : merges) {
@@ -149,9 +151,9 @@ void Loader::load_merges(const json& merges, const json& vocab) {
     } else {
       fail(field, "expected \"a b\" or [\"a\", \"b\"], got " + std::string(m.type_name()));
     }
-    int left = vocab_id(vocab, a, field);
-    int right = vocab_id(vocab, b, field);
-    int merged = vocab_id(vocab, a + b, field);
+    int left = vocab_id(a, field);
+    int right = vocab_id(b, field);
+    int merged = vocab_id(a + b, field);
     impl_.model.add_merge(left, right, merged, rank);
     ++rank;
   }
