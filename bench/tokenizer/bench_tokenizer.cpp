@@ -25,7 +25,8 @@ double median(std::vector<double> v) {
   return v.size() % 2 ? v[v.size() / 2] : 0.5 * (v[v.size() / 2 - 1] + v[v.size() / 2]);
 }
 
-// The CPU model and the widest vector extension it has, from /proc/cpuinfo.
+// The CPU model and the widest vector extension it has (/proc/cpuinfo), and how busy the
+// machine was at the start (/proc/loadavg): on a shared machine the other load moves both sides.
 json machine() {
   std::ifstream f("/proc/cpuinfo");
   std::string line, model, flags;
@@ -36,7 +37,10 @@ json machine() {
   std::string isa = flags.find(" avx512f ") != std::string::npos ? "AVX-512"
                     : flags.find(" avx2 ") != std::string::npos  ? "AVX2"
                                                                  : "SSE";
-  return {{"cpu", model}, {"isa", isa}};
+  std::ifstream l("/proc/loadavg");
+  double load = 0;
+  l >> load;
+  return {{"cpu", model}, {"isa", isa}, {"load_average_1min", load}};
 }
 
 json bench_one(const std::string& name, const std::vector<std::string>& lines, size_t bytes, int runs, bool reference) {
