@@ -52,6 +52,8 @@ void Tokenizer::Impl::encode_segment(std::string_view segment, std::vector<int>&
 }
 
 std::vector<int> Tokenizer::encode(std::string_view text) const {
+  if (text.size() > UINT32_MAX)  // code point offsets are 32-bit
+    throw TokenizerError("tokenizer: input of " + std::to_string(text.size()) + " bytes is over 4 GiB");
   size_t bad = utf8_first_invalid(text);
   if (bad != text.size()) throw TokenizerError("tokenizer: input is not valid UTF-8 at byte " + std::to_string(bad));
   std::vector<int> ids;
