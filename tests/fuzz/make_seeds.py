@@ -186,6 +186,54 @@ put("program_json", "huge_shape", program(
 put("program_json", "not_json", '{"float_dtype": "f32", "limits": [')
 
 
+# tokenizer.json (byte-level BPE), optionally followed by a NUL byte and a text to encode.
+def byte_alphabet():
+    chars, n = {}, 256
+    for b in range(256):
+        printable = 33 <= b <= 126 or 161 <= b <= 172 or b >= 174
+        chars[b] = chr(b) if printable else chr(n)
+        n += 0 if printable else 1
+    return chars
+
+
+def tokenizer_json(merges, extra=(), pre=None, normalizer=None, added=(), text="", **model):
+    a = byte_alphabet()
+    vocab = {a[b]: b for b in range(256)}
+    for t in extra:
+        vocab[t] = len(vocab)
+    j = {"version": "1.0", "added_tokens": list(added), "normalizer": normalizer,
+         "pre_tokenizer": pre or {"type": "ByteLevel", "add_prefix_space": False, "use_regex": True},
+         "decoder": {"type": "ByteLevel"},
+         "model": dict({"type": "BPE", "vocab": vocab, "merges": merges}, **model)}
+    return json.dumps(j, ensure_ascii=False) + ("\0" + text if text else "")
+
+
+LLAMA3 = r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+"
+QWEN2 = LLAMA3.replace(r"\p{N}{1,3}", r"\p{N}")
+put("tokenizer_json", "gpt2_style", tokenizer_json(["h e", "l l", "he ll", "hell o", "\u0120 w"],
+                                                  ["he", "ll", "hell", "hello", "\u0120w"], text="hello world's 123"))
+put("tokenizer_json", "llama3_style", tokenizer_json(
+    [["h", "e"], ["he", "y"]], ["he", "hey"], ignore_merges=True,
+    pre={"type": "Sequence", "pretokenizers": [
+        {"type": "Split", "pattern": {"Regex": LLAMA3}, "behavior": "Isolated", "invert": False},
+        {"type": "ByteLevel", "add_prefix_space": False, "use_regex": False}]},
+    added=[{"id": 300, "content": "<|eot_id|>", "special": True, "single_word": False, "lstrip": False,
+            "rstrip": False, "normalized": False}],
+    text="hey  THEY'LL \u65e5\u672c 12345\n\n<|eot_id|>x"))
+put("tokenizer_json", "qwen_style", tokenizer_json(
+    [], normalizer={"type": "NFC"},
+    pre={"type": "Sequence", "pretokenizers": [
+        {"type": "Split", "pattern": {"Regex": QWEN2}, "behavior": "Isolated", "invert": False},
+        {"type": "ByteLevel", "add_prefix_space": False, "use_regex": False}]},
+    text="e\u0301t\u00e9 \U0001F3F3\uFE0F\u200D\U0001F308 42"))
+put("tokenizer_json", "smollm2_style", tokenizer_json(
+    ["a b"], ["ab"], pre={"type": "Sequence", "pretokenizers": [
+        {"type": "Digits", "individual_digits": True},
+        {"type": "ByteLevel", "add_prefix_space": True, "use_regex": True}]}, text="ab 2024 ab"))
+put("tokenizer_json", "bad_merge", tokenizer_json(["a zz"]))
+put("tokenizer_json", "not_json", '{"model": {"type": "BPE", "vocab": {"a": 0}, "merges": [')
+
+
 def real_programs(meganeura):
     """Programs the planner makes for the built-in models, as Program::to_json writes them
     (`meganeura program --json` adds each dispatch's kernel launch and Vulkan launches, and the

@@ -16,6 +16,7 @@ void add_workload_commands(CLI::App& app);
 void add_bench_command(CLI::App& app);
 void add_devices_command(CLI::App& app);
 void add_profile_command(CLI::App& app);
+void add_tokenize_command(CLI::App& app);
 // The session options every command starts from. The environment is read here, in the tool,
 // never by the library: MEGANEURA_VULKAN_VALIDATION=1 switches the Khronos validation layer on.
 SessionOptions base_session_options();
