@@ -2,7 +2,8 @@
 """Times one workload on both sides in one run: `meganeura bench --json` and the PyTorch
 reference (eager, the protocol of docs/bench-core.md: 5 warm-ups, at least 20 samples, median and IQR, raw
 samples kept), prints ours / PyTorch ratios and writes bench/results/<workload>-<scale>.json
-with the machine, both versions and the BLAS PyTorch loaded.
+with the machine (its vector ISA and load average), both versions, the BLAS PyTorch loaded and
+the math libraries our CLI links.
 
 Usage: bench/side_by_side.py --workload W [--scale ci|full] [--meganeura build/bin/meganeura] [--vulkan | --gpu]
 --vulkan also times our Vulkan backend (`--device vulkan`: lavapipe where there is no GPU) and
@@ -55,6 +56,25 @@ def blas_name():
         return sorted(os.path.basename(x) for x in libs)
     except OSError:
         return []
+
+
+def cpu_isa():
+    """The widest x86 vector ISA the CPU reports (the ratios depend on it): AVX-512, AVX2 or older."""
+    try:
+        with open("/proc/cpuinfo") as f:
+            flags = next((line.split(":", 1)[1].split() for line in f if line.startswith("flags")), [])
+    except OSError:
+        return "unknown"
+    return "AVX-512" if "avx512f" in flags else "AVX2" if "avx2" in flags else "pre-AVX2"
+
+
+def linked_math_libraries(cli):
+    """The GEMM and convolution libraries our CLI is linked against (oneDNN, OpenBLAS), from ldd."""
+    try:
+        out = subprocess.run(["ldd", cli[-1]], capture_output=True, text=True, timeout=30).stdout
+    except (OSError, subprocess.SubprocessError):
+        return []
+    return sorted({line.split()[0] for line in out.splitlines() if "dnnl" in line or "blas" in line})
 
 
 def torch_side(workload, scale, weights, inputs, warmup, samples, device="cpu"):
@@ -170,7 +190,9 @@ def main():
     graphs = theirs.get("cuda_graph_phases") or {}
     graph_ratios = {p: ours["phases"][p]["median_ms"] / v["median_ms"] for p, v in graphs.items() if "median_ms" in v}
     result = {"workload": a.workload, "scale": a.scale,
-              "machine": {"cpu": ours["machine"]["cpu"], "cores": ours["machine"]["cores"], "system": platform.platform()},
+              "machine": {"cpu": ours["machine"]["cpu"], "cores": ours["machine"]["cores"], "isa": cpu_isa(),
+                          "system": platform.platform(), "load_average": os.getloadavg()},
+              "meganeura_libraries": linked_math_libraries(cli),
               "meganeura": ours, "pytorch": theirs, "ratios_ours_over_pytorch": ratios}
     if a.gpu:
         result["ratios_ours_over_pytorch_cuda_graphs"] = graph_ratios

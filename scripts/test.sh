@@ -9,7 +9,12 @@ set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 build="$root/build"
 t0=$SECONDS
-"$root/scripts/setup.sh" "$build"
+sanitized=${MEGANEURA_SANITIZED:-}
+[ -z "$sanitized" ] && [ "${CI:-}" = "true" ] && sanitized=1
+# The test suite's packages; the sanitized stage adds clang-15, libFuzzer and LLVM.
+need=test
+[ "$sanitized" = "1" ] && need=ci
+"$root/scripts/setup.sh" --for "$need" "$build"
 "$root/scripts/check-code.sh"
 cd "$build"
 # The op table with each op's gradient-check status (the checks themselves run under ctest).
@@ -37,8 +42,6 @@ else
   echo "test: python: skipped, the module was not built (pybind11-dev or python3-dev missing)"
 fi
 
-sanitized=${MEGANEURA_SANITIZED:-}
-[ -z "$sanitized" ] && [ "${CI:-}" = "true" ] && sanitized=1
 if [ "$sanitized" != "1" ]; then
   exit 0
 fi
@@ -47,9 +50,9 @@ fi
 # One clang build serves both: MEGANEURA_FUZZ instruments every library for ASan, UBSan and
 # libFuzzer's coverage, and the test suite is built against those libraries. Kept small for
 # two CI cores: -O1 and line tables only (enough for the sanitizers' stack traces), no
-# benchmarks and no Python module (its tests ran above; an instrumented extension would need the
-# sanitizer runtimes preloaded into python3); -fno-sanitize-recover=all comes from the top-level
-# CMakeLists.
+# benchmarks; -fno-sanitize-recover=all comes from the top-level CMakeLists. The Python module is
+# built instrumented too, and its tests run below in python3 with clang's shared ASan runtime
+# preloaded.
 t1=$SECONDS
 san="$root/build-san"
 werror=OFF
@@ -60,7 +63,7 @@ flags="-O1 -gline-tables-only -DNDEBUG"
 cmake -S "$root" -B "$san" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DMEGANEURA_WERROR=$werror \
   -DCMAKE_CXX_COMPILER=clang++-15 -DCMAKE_C_COMPILER=clang-15 \
   -DCMAKE_CXX_FLAGS_RELWITHDEBINFO="$flags" -DCMAKE_C_FLAGS_RELWITHDEBINFO="$flags" \
-  -DMEGANEURA_BENCH=OFF -DMEGANEURA_FUZZ=ON -DMEGANEURA_PYTHON=OFF "${launcher[@]}" >/dev/null
+  -DMEGANEURA_BENCH=OFF -DMEGANEURA_FUZZ=ON -DMEGANEURA_PYTHON=ON "${launcher[@]}" >/dev/null
 cmake --build "$san" -j "$(nproc)"
 t2=$SECONDS
 # Every report fails its test: ASan and UBSan stop at the first one, and leaks count
@@ -98,6 +101,28 @@ cd "$san"
 ctest --output-on-failure -j "$(nproc)" --timeout 1800 ${exclude_regex:+-E "$exclude_regex"} 2>&1 | tee ctest.log
 t3=$SECONDS
 echo "test: sanitized suite: $(grep -E 'tests passed' ctest.log) (build $((t2 - t1)) s, run $((t3 - t2)) s)"
+
+# ---- The Python package's tests against the instrumented module --------------------------
+# python3 itself is not instrumented: clang's shared ASan runtime (which carries UBSan's handlers
+# too) is preloaded so that the module's checks have their runtime. PYTHONMALLOC=malloc sends
+# Python's own objects through ASan's allocator as well, so a use after free of a NumPy array or
+# a Python object is caught, not only of our memory. Leak detection is off for the interpreter:
+# CPython keeps interned strings, static types and module state allocated until the process
+# ends, by design, and each would be reported; leaks of our code are found by the C++ suite
+# above (LeakSanitizer on) and by python/tests/test_leak.py (memory over 1000 steps). The CLI the
+# tests start is linked with ASan's static runtime, so conftest.py keeps the preload from it.
+asan_rt=$(clang-15 -print-file-name=libclang_rt.asan-x86_64.so)
+t_pys=$SECONDS
+set +e
+LD_PRELOAD="$asan_rt${LD_PRELOAD:+:$LD_PRELOAD}" PYTHONMALLOC=malloc \
+  ASAN_OPTIONS="${ASAN_OPTIONS/detect_leaks=1/detect_leaks=0}" MEGANEURA_BUILD="$san" \
+  /usr/bin/python3 -m pytest "$root/python/tests" -q -p no:cacheprovider 2>&1 | tee pytest.log
+py_status=${PIPESTATUS[0]}
+set -e
+summary=$(grep -E '^[0-9]+ (passed|failed|errors?|skipped)|^no tests ran' pytest.log | tail -1)
+echo "test: sanitized python: ${summary:-no summary (exit status $py_status)} ($((SECONDS - t_pys)) s)"
+[ "$py_status" -eq 0 ] || exit "$py_status"
+t3=$SECONDS
 
 # ---- A short fuzzing run of every parser, with the build above ---------------------------
 unset LD_PRELOAD

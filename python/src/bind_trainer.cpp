@@ -190,6 +190,7 @@ void bind_trainer(py::module_& m) {
       .def_property_readonly("updates",
                              [](PyTrainer& t) {
                                SessionLock lock(*t.session);
+                               t.session->get();  // RuntimeError once the session is closed, as for step()
                                return t.trainer->updates();
                              })
       .def_property_readonly("optimizer", [](const PyTrainer& t) { return t.trainer->config(); })

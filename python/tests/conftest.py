@@ -12,6 +12,18 @@ sys.path.insert(0, str(BUILD / "python"))
 CLI = BUILD / "bin" / "meganeura"
 
 
+def cli_env(env=None):
+    """The environment for the CLI: without the shared sanitizer runtime that a sanitized run of these
+    tests preloads into python3 (the sanitized CLI carries its own, and two would refuse to start)."""
+    env = dict(os.environ if env is None else env)
+    preload = [p for p in env.get("LD_PRELOAD", "").split(":") if p and "libclang_rt." not in p]
+    if preload:
+        env["LD_PRELOAD"] = ":".join(preload)
+    else:
+        env.pop("LD_PRELOAD", None)
+    return env
+
+
 @pytest.fixture(scope="session")
 def cli():
     """Runs the meganeura CLI; returns the CompletedProcess (text), failing the test on a non-zero exit."""
@@ -19,7 +31,7 @@ def cli():
         pytest.fail(f"the CLI is not built: {CLI}")
 
     def run(*args, check=True, env=None):
-        r = subprocess.run([str(CLI), *map(str, args)], capture_output=True, text=True, env=env)
+        r = subprocess.run([str(CLI), *map(str, args)], capture_output=True, text=True, env=cli_env(env))
         if check and r.returncode != 0:
             pytest.fail(f"meganeura {' '.join(map(str, args))}: exit {r.returncode}\n{r.stderr}")
         return r

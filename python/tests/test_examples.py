@@ -1,5 +1,6 @@
 """The examples in examples/python run and reach what they claim (small sizes)."""
 import json
+import os
 import subprocess
 import sys
 
@@ -8,6 +9,9 @@ from conftest import BUILD, ROOT
 
 def run_example(name, *args, cwd):
     env = {"PYTHONPATH": str(BUILD / "python"), "PATH": "/usr/bin:/bin"}
+    # A sanitized run preloads the sanitizer runtime that the instrumented module needs.
+    env.update({k: v for k, v in os.environ.items()
+                if k in ("LD_PRELOAD", "ASAN_OPTIONS", "UBSAN_OPTIONS", "ASAN_SYMBOLIZER_PATH", "PYTHONMALLOC")})
     r = subprocess.run([sys.executable, str(ROOT / "examples" / "python" / name), *args], capture_output=True,
                        text=True, env=env, cwd=cwd, timeout=300)
     assert r.returncode == 0, r.stdout + r.stderr

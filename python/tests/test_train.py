@@ -97,7 +97,10 @@ def test_trainer_api_and_accumulation():
 
 
 INTERRUPTED = textwrap.dedent("""
-    import sys, numpy as np
+    import signal, sys, numpy as np
+    # Ctrl-C raises KeyboardInterrupt even where the parent ignores SIGINT (a shell's background
+    # job does), which the child would inherit and Python would then leave ignored.
+    signal.signal(signal.SIGINT, signal.default_int_handler)
     sys.path.insert(0, sys.argv[1])
     import meganeura as mn
     g = mn.Graph()

@@ -123,6 +123,7 @@ class CpuBackend final : public Backend {
 
   void run_marked(size_t index, std::span<const uint32_t> marks, const std::function<void(size_t)>& reached) override {
     Prepared& p = *programs_.at(index);
+    const cpu::SignalsDeferred deferred;  // no handler runs on this thread mid-program
     const bool f64 = p.program.float_dtype == DType::f64;
     std::byte* ws = static_cast<std::byte*>(p.workspace->data());
     size_t next = 0;

@@ -1,5 +1,7 @@
 #include "backend/cpu/parallel.h"
 
+#include <pthread.h>
+
 #include <condition_variable>
 #include <exception>
 #include <memory>
@@ -10,9 +12,18 @@
 namespace meganeura::cpu {
 namespace {
 
+sigset_t asynchronous_signals() {
+  sigset_t s;
+  sigfillset(&s);
+  for (int fault : {SIGSEGV, SIGBUS, SIGFPE, SIGILL, SIGTRAP, SIGABRT, SIGSYS}) sigdelset(&s, fault);
+  return s;
+}
+
 class Pool {
  public:
   explicit Pool(int threads) {
+    // A thread starts with its creator's mask: the workers never take an asynchronous signal.
+    SignalsDeferred deferred;
     for (int i = 1; i < threads; ++i) workers_.emplace_back([this, i] { work(i); });
   }
   ~Pool() {
@@ -97,6 +108,12 @@ std::mutex& run_mutex() {
 }
 
 }  // namespace
+
+SignalsDeferred::SignalsDeferred() {
+  const sigset_t block = asynchronous_signals();
+  pthread_sigmask(SIG_BLOCK, &block, &old_);
+}
+SignalsDeferred::~SignalsDeferred() { pthread_sigmask(SIG_SETMASK, &old_, nullptr); }
 
 void set_threads(int threads) {
   std::lock_guard lock(run_mutex());
