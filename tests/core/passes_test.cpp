@@ -14,8 +14,8 @@
 #include "graph/internal.h"
 #include "graph/op_table.h"
 #include "meganeura/models.h"
-#include "meganeura/schedule.h"
 #include "meganeura/train.h"
+#include "schedule/schedule.h"
 
 namespace meganeura {
 namespace {
