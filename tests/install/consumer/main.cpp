@@ -1,12 +1,12 @@
 // Fits a linear map with the installed library on the CPU: y = x A + c with A, c known, 20 SGD
 // steps on the mean squared error. Exits 0 when the loss falls below a tenth of its start and
 // the fitted bias is nearer c than the start (zeros) was.
+#include <meganeura/graph.h>
+#include <meganeura/train.h>
+
 #include <cmath>
 #include <cstdio>
 #include <vector>
-
-#include <meganeura/graph.h>
-#include <meganeura/train.h>
 
 using namespace meganeura;
 
