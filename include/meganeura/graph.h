@@ -297,10 +297,8 @@ class Graph {
  private:
   friend Tensor graph_internal::add_node(Graph&, Op, Attrs, std::vector<NodeId>, TensorType, std::string);
   Tensor leaf(Op op, const std::string& name, Shape shape, DType dtype, Init init);
-  // The slot the graph's tensors hold, made with the first of them.
-  const std::shared_ptr<graph_internal::GraphSlot>& slot();
-  // Clears the slot: every tensor made so far reports its graph as gone.
-  void release_slot();
+  const std::shared_ptr<graph_internal::GraphSlot>& slot();  // made with the first tensor
+  void release_slot();  // clears the slot: the graph's tensors report it gone from here on
   // A deque: appending never moves existing nodes, so a `const Node&` held by a builder or a
   // vjp rule stays valid while it appends more (a vector here caused dangling references).
   std::deque<Node> nodes_;
