@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <deque>
 #include <initializer_list>
+#include <memory>
 #include <optional>
 #include <span>
 #include <string>
@@ -218,11 +219,36 @@ class Graph;
 struct Tensor;
 namespace graph_internal {  // src/core/graph/internal.h
 Tensor add_node(Graph& g, Op op, Attrs attrs, std::vector<NodeId> inputs, TensorType type, std::string name);
-}
-
-// A handle to one node's output: what builders take and return.
-struct Tensor {
+// Where a graph lives now. A Graph owns one slot: moving the graph moves the slot and points it
+// at the new address; destroying the graph (or assigning over it) clears it.
+struct GraphSlot {
   Graph* graph = nullptr;
+};
+}  // namespace graph_internal
+
+// A tensor's reference to its graph. It follows the graph when the graph is moved; once the
+// graph is destroyed or assigned over, using it throws std::logic_error saying so, instead of
+// reading freed memory.
+class GraphRef {
+ public:
+  GraphRef() = default;
+  explicit GraphRef(std::shared_ptr<const graph_internal::GraphSlot> slot) : slot_(std::move(slot)) {}
+  // The graph, or nullptr for a tensor made without one; throws when the graph is gone.
+  Graph* get() const;
+  Graph& operator*() const;  // throws also for a tensor made without a graph
+  Graph* operator->() const { return &**this; }
+  explicit operator bool() const { return slot_ != nullptr; }
+  bool operator==(const GraphRef& o) const { return slot_ == o.slot_; }
+  bool operator==(const Graph* g) const { return get() == g; }
+
+ private:
+  std::shared_ptr<const graph_internal::GraphSlot> slot_;
+};
+
+// A handle to one node's output: what builders take and return. Valid while its graph lives
+// (wherever the graph is moved to); afterwards every use throws std::logic_error.
+struct Tensor {
+  GraphRef graph;
   NodeId id = 0;
   TensorType type() const;
   Shape shape() const { return type().shape; }
@@ -233,6 +259,15 @@ struct Tensor {
 
 class Graph {
  public:
+  Graph() = default;
+  // A copy is a graph of its own: the tensors of `other` stay with `other`.
+  Graph(const Graph& other);
+  // Tensors of `other` follow its nodes here; `other` is left empty, a new graph.
+  Graph(Graph&& other) noexcept;
+  Graph& operator=(const Graph& other);
+  Graph& operator=(Graph&& other) noexcept;
+  ~Graph();
+
   Tensor input(const std::string& name, Shape shape, DType dtype = DType::f32);
   Tensor parameter(const std::string& name, Shape shape, Init init, DType dtype = DType::f32);
   // Persistent non-trainable tensor carried across steps (optimizer moments, step counter).
@@ -247,7 +282,7 @@ class Graph {
 
   const Node& node(NodeId id) const { return nodes_.at(id); }
   size_t size() const { return nodes_.size(); }
-  Tensor tensor(NodeId id) { return Tensor{this, id}; }
+  Tensor tensor(NodeId id) { return Tensor{GraphRef(slot()), id}; }
 
   const std::vector<std::pair<std::string, NodeId>>& outputs() const { return outputs_; }
   const std::vector<std::pair<NodeId, NodeId>>& assignments() const { return assignments_; }
@@ -262,6 +297,8 @@ class Graph {
  private:
   friend Tensor graph_internal::add_node(Graph&, Op, Attrs, std::vector<NodeId>, TensorType, std::string);
   Tensor leaf(Op op, const std::string& name, Shape shape, DType dtype, Init init);
+  const std::shared_ptr<graph_internal::GraphSlot>& slot();  // made with the first tensor
+  void release_slot();  // clears the slot: the graph's tensors report it gone from here on
   // A deque: appending never moves existing nodes, so a `const Node&` held by a builder or a
   // vjp rule stays valid while it appends more (a vector here caused dangling references).
   std::deque<Node> nodes_;
@@ -270,6 +307,7 @@ class Graph {
   // Leaf name -> node: find() runs for every new leaf, and a scan made copying a graph
   // quadratic in its size.
   std::unordered_map<std::string, NodeId> leaf_names_;
+  std::shared_ptr<graph_internal::GraphSlot> slot_;
 };
 
 // ---- Builders. All check their inputs and throw std::invalid_argument("[op] ...") -----

@@ -43,17 +43,19 @@ struct PassStats {
   uint32_t multi_outputs = 0;  // programs merged into another as its secondary outputs
 };
 
+// The passes one by one (each in its own file under src/core/passes/).
 Graph remove_dead_nodes(const Graph& g, PassStats* stats = nullptr);
 Graph fuse_softmax(const Graph& g, PassStats* stats = nullptr);
 Graph fuse_norms(const Graph& g, PassStats* stats = nullptr);
 Graph fold_batched_matmul_sums(const Graph& g, PassStats* stats = nullptr);
-Graph fuse_pointwise(const Graph& g, bool matmul_epilogues, PassStats* stats = nullptr, bool multi_output = true,
-                     bool strided_reductions = true);
-
-// All enabled passes in order: softmax, norms, batched matmul sums, pointwise (+ epilogues),
-// dead nodes.
+// Pointwise fusion; reads PassOptions::matmul_epilogue, multi_output and strided_reductions.
+Graph fuse_pointwise(const Graph& g, const PassOptions& options = {}, PassStats* stats = nullptr);
 // Rewrites softmax_cross_entropy(_backward) and where into primitive ops (PassOptions::decompose).
 Graph decompose_to_primitives(const Graph& g);
+
+// All enabled passes in the pipeline's order (src/core/passes/pipeline.cpp): decompose, dead
+// nodes, softmax, norms, batched matmul sums, pointwise (with epilogues, fused reductions and
+// multi-output programs), dead nodes.
 Graph optimize(const Graph& g, const PassOptions& options = {}, PassStats* stats = nullptr);
 
 }  // namespace meganeura

@@ -14,8 +14,9 @@
 #include "graph/internal.h"
 #include "graph/op_table.h"
 #include "meganeura/models.h"
-#include "meganeura/schedule.h"
 #include "meganeura/train.h"
+#include "passes/registry.h"
+#include "schedule/schedule.h"
 
 namespace meganeura {
 namespace {
@@ -33,10 +34,10 @@ std::vector<NamedPass> passes() {
       {"softmax", [](const Graph& g, PassStats* s) { return fuse_softmax(g, s); }},
       {"norms", [](const Graph& g, PassStats* s) { return fuse_norms(g, s); }},
       {"batched_matmul_sums", [](const Graph& g, PassStats* s) { return fold_batched_matmul_sums(g, s); }},
-      {"pointwise", [](const Graph& g, PassStats* s) { return fuse_pointwise(g, false, s); }},
-      {"pointwise+epilogue", [](const Graph& g, PassStats* s) { return fuse_pointwise(g, true, s); }},
+      {"pointwise", [](const Graph& g, PassStats* s) { return fuse_pointwise(g, {.matmul_epilogue = false}, s); }},
+      {"pointwise+epilogue", [](const Graph& g, PassStats* s) { return fuse_pointwise(g, {}, s); }},
       {"pointwise+epilogue, one output each",
-       [](const Graph& g, PassStats* s) { return fuse_pointwise(g, true, s, false); }},
+       [](const Graph& g, PassStats* s) { return fuse_pointwise(g, {.multi_output = false}, s); }},
       {"all", [](const Graph& g, PassStats* s) { return optimize(g, {}, s); }},
   };
 }
@@ -268,6 +269,96 @@ TEST(Passes, PatternsFire) {
   for (NodeId id = 0; id < step.size(); ++id) fused_ops += op_info(step.node(id).op).family == OpFamily::fused;
   EXPECT_GT(fused_ops, 0u);
 }
+
+// ---- The registry: the pipeline's order, and each registered pass alone on a graph where it
+// fires, compared with the unrewritten graph.
+TEST(PassRegistry, PipelineOrder) {
+  std::vector<std::string> names;
+  for (const passes::Pass& p : passes::pipeline()) names.push_back(p.name);
+  EXPECT_EQ(names, (std::vector<std::string>{"decompose", "prune", "softmax", "norms", "batched_matmul_sums",
+                                             "pointwise", "dead_nodes"}));
+  ASSERT_NE(passes::find_pass("norms"), nullptr);
+  EXPECT_STREQ(passes::find_pass("norms")->name, "norms");
+  EXPECT_EQ(passes::find_pass("no_such_pass"), nullptr);
+}
+
+// Switching a pass off in PassOptions leaves its rewrite out of optimize() and nothing else.
+TEST(PassRegistry, OptionsSwitchPassesOff) {
+  const Graph g = cases()[0].build();  // chargpt's step: every counted pass fires
+  PassStats all;
+  optimize(g, {}, &all);
+  int checked = 0;
+  for (const passes::Pass& p : passes::pipeline()) {
+    if (!p.enabled || !p.counter || all.*p.counter == 0) continue;
+    PassOptions o;
+    o.*p.enabled = false;
+    PassStats st;
+    optimize(g, o, &st);
+    EXPECT_EQ(st.*p.counter, 0u) << p.name << " ran while switched off";
+    ++checked;
+  }
+  EXPECT_GE(checked, 4);  // softmax, batched matmul sums, pointwise, dead nodes at least
+}
+
+struct PassCase {
+  std::string pass;
+  std::function<Graph()> build;
+  int64_t id_range = 3;
+};
+void PrintTo(const PassCase& c, std::ostream* os) { *os << c.pass; }
+
+// One graph per registered pass on which that pass has something to do.
+std::vector<PassCase> pass_cases() {
+  auto with_dead_node = [] {
+    Graph g;
+    Tensor x = g.input("x", {3, 4});
+    Tensor unused = exp(x) * 2.0;
+    (void)unused;
+    g.output("y", relu(x) + 1.0);
+    return g;
+  };
+  auto cross_entropy_where = [] {
+    Graph g;
+    Tensor x = g.input("x", {5, 3});
+    Tensor w = g.parameter("w", {3, 3}, Init{Init::normal, 0.5});
+    Tensor logits = matmul(x, w);
+    g.output("loss", cross_entropy(logits, g.input("labels", {5}, DType::i32)));
+    g.output("w2", where(less(x, g.scalar(0.0)), x, exp(x)));
+    return g;
+  };
+  return {
+      {"decompose", cross_entropy_where},
+      {"prune", with_dead_node},
+      {"softmax", cases()[6].build},
+      {"norms", cases()[5].build},
+      {"batched_matmul_sums", cases()[0].build, 11},
+      {"pointwise", cases()[2].build},
+      {"dead_nodes", with_dead_node},
+  };
+}
+
+class EachPass : public testing::TestWithParam<PassCase> {};
+
+TEST_P(EachPass, RewritesAndKeepsValues) {
+  const PassCase& c = GetParam();
+  const passes::Pass* p = passes::find_pass(c.pass);
+  ASSERT_NE(p, nullptr) << c.pass;
+  const Graph g = c.build();
+  PassStats st;
+  const Graph r = p->run(g, PassOptions{}, &st);
+  if (p->counter) EXPECT_GT(st.*p->counter, 0u) << c.pass << " found nothing to rewrite";
+  if (c.pass == "decompose") {
+    for (NodeId id = 0; id < r.size(); ++id) {
+      const Op op = r.node(id).op;
+      EXPECT_TRUE(op != Op::softmax_cross_entropy && op != Op::where) << op_name(op) << " left";
+    }
+  }
+  if (c.pass == "prune") EXPECT_LT(r.size(), g.size());
+  for (bool f64 : {true, false}) expect_same(g, r, f64, c.id_range, c.pass);
+}
+
+INSTANTIATE_TEST_SUITE_P(Pipeline, EachPass, testing::ValuesIn(pass_cases()),
+                         [](const testing::TestParamInfo<PassCase>& i) { return i.param.pass; });
 
 // A value read by several consumers is recomputed in each only where that reads no more
 // full-size tensors than writing it once and reading it back would: with k consumers and L

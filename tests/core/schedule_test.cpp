@@ -2,7 +2,7 @@
 // read them from there. Expected push words are worked out by hand from the shapes below (in
 // the comments), not by calling the lowering; the kernel checks run one dispatch with a launch
 // whose sizes were cut down by hand and check that only that part of the output is written.
-#include "meganeura/schedule.h"
+#include "schedule/schedule.h"
 
 #include <gtest/gtest.h>
 

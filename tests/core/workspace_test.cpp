@@ -10,8 +10,8 @@
 #include "io/allocation_counter.h"
 #include "meganeura/autodiff.h"
 #include "meganeura/passes.h"
-#include "meganeura/schedule.h"
 #include "meganeura/session.h"
+#include "schedule/schedule.h"
 
 namespace meganeura {
 namespace {

@@ -15,9 +15,9 @@
 #include "meganeura/checkpoint.h"
 #include "meganeura/distributed.h"
 #include "meganeura/passes.h"
-#include "meganeura/schedule.h"
 #include "meganeura/train.h"
 #include "parallel.h"
+#include "schedule/schedule.h"
 #include "tasks.h"
 
 namespace meganeura::cli {

@@ -64,7 +64,75 @@ std::string shape_str(const Shape& s) {
   return r + ")";
 }
 
-TensorType Tensor::type() const { return graph->node(id).type; }
+Graph* GraphRef::get() const {
+  if (!slot_) return nullptr;
+  if (!slot_->graph) {
+    throw std::logic_error(
+        "[graph] a tensor whose graph was destroyed or assigned over was used: a Tensor is valid only while its "
+        "Graph lives");
+  }
+  return slot_->graph;
+}
+
+Graph& GraphRef::operator*() const {
+  Graph* g = get();
+  if (!g) throw std::logic_error("[graph] a tensor that belongs to no graph was used (a default-constructed Tensor)");
+  return *g;
+}
+
+Graph::Graph(const Graph& other)
+    : nodes_(other.nodes_),
+      outputs_(other.outputs_),
+      assignments_(other.assignments_),
+      leaf_names_(other.leaf_names_) {}
+
+Graph::Graph(Graph&& other) noexcept
+    : nodes_(std::move(other.nodes_)),
+      outputs_(std::move(other.outputs_)),
+      assignments_(std::move(other.assignments_)),
+      leaf_names_(std::move(other.leaf_names_)),
+      slot_(std::move(other.slot_)) {
+  if (slot_) slot_->graph = this;
+  other.nodes_.clear();
+  other.outputs_.clear();
+  other.assignments_.clear();
+  other.leaf_names_.clear();
+}
+
+Graph& Graph::operator=(const Graph& other) {
+  if (this != &other) *this = Graph(other);
+  return *this;
+}
+
+Graph& Graph::operator=(Graph&& other) noexcept {
+  if (this == &other) return *this;
+  release_slot();
+  nodes_ = std::move(other.nodes_);
+  outputs_ = std::move(other.outputs_);
+  assignments_ = std::move(other.assignments_);
+  leaf_names_ = std::move(other.leaf_names_);
+  slot_ = std::move(other.slot_);
+  if (slot_) slot_->graph = this;
+  other.nodes_.clear();
+  other.outputs_.clear();
+  other.assignments_.clear();
+  other.leaf_names_.clear();
+  return *this;
+}
+
+Graph::~Graph() { release_slot(); }
+
+void Graph::release_slot() {
+  if (slot_) slot_->graph = nullptr;
+  slot_.reset();
+}
+
+const std::shared_ptr<graph_internal::GraphSlot>& Graph::slot() {
+  if (!slot_) slot_ = std::make_shared<graph_internal::GraphSlot>(graph_internal::GraphSlot{this});
+  return slot_;
+}
+
+TensorType Tensor::type() const { return (*graph).node(id).type; }
 
 int64_t Tensor::dim(int64_t i) const {
   const Shape s = shape();
@@ -94,7 +162,7 @@ Tensor Graph::leaf(Op op, const std::string& name, Shape shape, DType dtype, Ini
   Node n{op, NoAttrs{}, {}, TensorType{dtype, std::move(shape)}, name, init, {}};
   nodes_.push_back(std::move(n));
   leaf_names_.emplace(name, NodeId(nodes_.size() - 1));
-  return Tensor{this, NodeId(nodes_.size() - 1)};
+  return Tensor{GraphRef(slot()), NodeId(nodes_.size() - 1)};
 }
 
 Tensor Graph::input(const std::string& name, Shape shape, DType dtype) {
@@ -116,12 +184,12 @@ Tensor Graph::constant(std::vector<double> values, Shape shape, DType dtype) {
   }
   Node n{Op::constant, NoAttrs{}, {}, TensorType{dtype, std::move(shape)}, {}, {}, std::move(values)};
   nodes_.push_back(std::move(n));
-  return Tensor{this, NodeId(nodes_.size() - 1)};
+  return Tensor{GraphRef(slot()), NodeId(nodes_.size() - 1)};
 }
 
 void Graph::output(const std::string& name, Tensor t) {
   check_name("output", name);
-  if (t.graph != this) throw std::invalid_argument("[graph] output '" + name + "' is from another graph");
+  if (t.graph.get() != this) throw std::invalid_argument("[graph] output '" + name + "' is from another graph");
   for (auto& [n, id] : outputs_) {
     if (n == name) throw std::invalid_argument("[graph] duplicate output '" + name + "'");
   }
@@ -156,7 +224,7 @@ Tensor graph_internal::add_node(Graph& g, Op op, Attrs attrs, std::vector<NodeId
   }
   check_shape(std::string(info.name), type.shape);
   g.nodes_.push_back(Node{op, std::move(attrs), std::move(inputs), std::move(type), std::move(name), {}, {}});
-  return Tensor{&g, NodeId(g.nodes_.size() - 1)};
+  return Tensor{GraphRef(g.slot()), NodeId(g.nodes_.size() - 1)};
 }
 
 std::vector<NodeId> Graph::parameters() const {

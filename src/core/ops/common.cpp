@@ -14,8 +14,9 @@ Graph& graph_of(Op op, std::initializer_list<Tensor> ts) {
   Graph* g = nullptr;
   for (const Tensor& t : ts) {
     if (!t.graph) fail(op, "input tensor is not attached to a graph");
-    if (g && g != t.graph) fail(op, "inputs come from different graphs");
-    g = t.graph;
+    Graph* tg = t.graph.get();
+    if (g && g != tg) fail(op, "inputs come from different graphs");
+    g = tg;
   }
   return *g;
 }

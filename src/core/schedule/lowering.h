@@ -5,7 +5,7 @@
 #include <cstdint>
 #include <vector>
 
-#include "meganeura/schedule.h"
+#include "schedule/schedule.h"
 
 namespace meganeura::lowering {
 

@@ -1,5 +1,5 @@
 // Lowering of Program dispatches to kernel launches (see schedule.h for the push layouts).
-#include "meganeura/schedule.h"
+#include "schedule/schedule.h"
 
 #include <algorithm>
 #include <cstdio>

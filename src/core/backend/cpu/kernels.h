@@ -10,7 +10,7 @@
 
 #include "graph/op_table.h"
 #include "meganeura/program.h"
-#include "meganeura/schedule.h"
+#include "schedule/schedule.h"
 
 namespace meganeura::cpu {
 

@@ -10,7 +10,7 @@
 
 #include "backend/vulkan/gemm_problem.h"
 #include "graph/op_table.h"
-#include "meganeura/schedule.h"
+#include "schedule/schedule.h"
 
 namespace meganeura::vk {
 namespace gemm {

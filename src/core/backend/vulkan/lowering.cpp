@@ -10,7 +10,7 @@
 #include "backend/vulkan/lower_gemm.h"
 #include "backend/vulkan/lowering_internal.h"
 #include "graph/op_table.h"
-#include "meganeura/schedule.h"
+#include "schedule/schedule.h"
 
 namespace meganeura::vk {
 namespace detail {

@@ -9,7 +9,7 @@
 
 #include "backend/vulkan/lowering.h"
 #include "graph/op_table.h"
-#include "meganeura/schedule.h"
+#include "schedule/schedule.h"
 
 namespace meganeura::vk::detail {
 
