@@ -346,14 +346,18 @@ TEST_P(EachPass, RewritesAndKeepsValues) {
   const Graph g = c.build();
   PassStats st;
   const Graph r = p->run(g, PassOptions{}, &st);
-  if (p->counter) EXPECT_GT(st.*p->counter, 0u) << c.pass << " found nothing to rewrite";
+  if (p->counter) {
+    EXPECT_GT(st.*p->counter, 0u) << c.pass << " found nothing to rewrite";
+  }
   if (c.pass == "decompose") {
     for (NodeId id = 0; id < r.size(); ++id) {
       const Op op = r.node(id).op;
       EXPECT_TRUE(op != Op::softmax_cross_entropy && op != Op::where) << op_name(op) << " left";
     }
   }
-  if (c.pass == "prune") EXPECT_LT(r.size(), g.size());
+  if (c.pass == "prune") {
+    EXPECT_LT(r.size(), g.size());
+  }
   for (bool f64 : {true, false}) expect_same(g, r, f64, c.id_range, c.pass);
 }
 
