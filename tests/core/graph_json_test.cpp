@@ -8,6 +8,7 @@
 #include <nlohmann/json.hpp>
 #include <string>
 
+#include "graph/attr_fields.h"
 #include "graph/op_table.h"
 #include "meganeura/autodiff.h"
 #include "meganeura/optim.h"
@@ -102,6 +103,69 @@ TEST(GraphJson, MultiOutputPrograms) {
   EXPECT_EQ(text, document(o)) << o.dump();
   EXPECT_NE(text.find("\"store1\""), std::string::npos) << text;
   EXPECT_NE(text.find("\"load"), std::string::npos) << text;
+}
+
+// Every attribute struct, with each field set away from its default, written by attrs_json and
+// read back by parse_attrs (the program reader's), equal and of the same struct: so every
+// field of every table is both written and read, and no two structs share a key set (the
+// reader would return the other one).
+struct NonDefault {
+  void operator()(bool& v) const { v = !v; }
+  void operator()(int64_t& v) const { v = v * 3 + 7; }
+  void operator()(double& v) const { v = v * -0.5 + 0.375; }
+  void operator()(DType& v) const { v = v == DType::i32 ? DType::f16 : DType::i32; }
+  void operator()(Op& v) const { v = v == Op::max ? Op::mean : Op::max; }
+  void operator()(int64_t (&v)[2]) const { v[0] += 2, v[1] += 5; }
+  void operator()(std::vector<int64_t>& v) const { v = {3, 0, 5}; }
+  void operator()(std::vector<FusedInstr>& code) const {
+    code = {{FusedInstr::input, Op::copy, 1},
+            {FusedInstr::constant, Op::copy, 0, -2.5},
+            {FusedInstr::unary, Op::affine, 0, 2, 0.25},
+            {FusedInstr::binary, Op::mul}};
+  }
+};
+
+TEST(AttrFields, EveryStructRoundTripsWithEveryField) {
+  size_t structs = 0, fields = 0;
+  attr_fields::for_each_attrs_type([&](auto attrs) {
+    using S = decltype(attrs);
+    const Attrs before = attrs;
+    attr_fields::for_each_field<S>([&](const auto& f) {
+      NonDefault{}(f.get(attrs));
+      ++fields;
+    });
+    if constexpr (!std::is_same_v<S, NoAttrs>) {
+      EXPECT_NE(Attrs(attrs), before) << "a field the table names is not the struct's: " << attrs_json(attrs);
+    }
+    const std::string text = attrs_json(attrs);
+    EXPECT_EQ(json::parse(text).dump(), text) << "not canonical JSON";
+    const Attrs back = parse_attrs(text);
+    EXPECT_EQ(back.index(), Attrs(attrs).index()) << text << " read back as another struct";
+    EXPECT_EQ(back, Attrs(attrs)) << text << " read back as " << attrs_json(back);
+    ++structs;
+  });
+  EXPECT_EQ(structs, std::variant_size_v<Attrs>);
+  EXPECT_GE(fields, 50u);
+}
+
+TEST(AttrFields, MalformedAttributesAreNamed) {
+  auto message = [](std::string_view text) {
+    try {
+      (void)parse_attrs(text);
+    } catch (const std::exception& e) {
+      return std::string(e.what());
+    }
+    return std::string("no error");
+  };
+  EXPECT_NE(message(R"({"trans_a":true})").find("match no op's attribute set"), std::string::npos);
+  EXPECT_NE(message(R"({"trans_a":1,"trans_b":false})").find("attrs.trans_a"), std::string::npos);
+  EXPECT_NE(message(R"({"dilation":[1],"grad_shape":[],"groups":1,"pad":[0,0],"stride":[1,1]})")
+                .find("attrs.dilation: expected two integers"),
+            std::string::npos);
+  EXPECT_NE(message(R"({"causal":false,"k":[-1],"q":[1],"scale":1,"v":[1]})").find("attrs.k"), std::string::npos);
+  EXPECT_NE(message(R"({"to":"f128"})").find("unknown dtype 'f128'"), std::string::npos);
+  EXPECT_NE(message("[1,2]").find("expected an object"), std::string::npos);
+  EXPECT_NE(message("{").find("not JSON"), std::string::npos);
 }
 
 }  // namespace

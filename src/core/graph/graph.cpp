@@ -5,6 +5,7 @@
 #include <sstream>
 #include <stdexcept>
 
+#include "graph/attr_fields.h"
 #include "graph/internal.h"
 #include "graph/op_table.h"
 
@@ -252,159 +253,92 @@ json real(double v) {
   return std::isnan(v) ? "nan" : v > 0 ? "inf" : "-inf";
 }
 
-struct AttrJson {
-  json operator()(const NoAttrs&) const { return json::object(); }
-  json operator()(const AffineAttrs& a) const { return {{"scale", real(a.scale)}, {"shift", real(a.shift)}}; }
-  json operator()(const CastAttrs& a) const { return {{"to", dtype_name(a.to)}}; }
-  json operator()(const ClipAttrs& a) const { return {{"max_norm", real(a.max_norm)}}; }
-  json operator()(const ReduceAttrs& a) const { return {{"axes", a.axes}, {"keepdims", a.keepdims}}; }
-  json operator()(const AxisAttrs& a) const { return {{"axis", a.axis}}; }
-  json operator()(const MatmulAttrs& a) const { return {{"trans_a", a.trans_a}, {"trans_b", a.trans_b}}; }
-  json operator()(const ConvAttrs& a) const {
-    return {{"stride", {a.stride[0], a.stride[1]}},
-            {"pad", {a.pad[0], a.pad[1]}},
-            {"dilation", {a.dilation[0], a.dilation[1]}},
-            {"groups", a.groups},
-            {"grad_shape", a.grad_shape}};
-  }
-  json operator()(const PoolAttrs& a) const {
-    return {{"kernel", {a.kernel[0], a.kernel[1]}},
-            {"stride", {a.stride[0], a.stride[1]}},
-            {"pad", {a.pad[0], a.pad[1]}},
-            {"grad_shape", a.grad_shape}};
-  }
-  json operator()(const ShapeAttrs& a) const { return {{"shape", a.shape}}; }
-  json operator()(const PermuteAttrs& a) const { return {{"perm", a.perm}}; }
-  json operator()(const SliceAttrs& a) const { return {{"starts", a.starts}, {"ends", a.ends}}; }
-  json operator()(const PadAttrs& a) const { return {{"before", a.before}, {"after", a.after}}; }
-  json operator()(const EmbeddingAttrs& a) const { return {{"num_rows", a.num_rows}}; }
-  json operator()(const OneHotAttrs& a) const { return {{"classes", a.classes}, {"ignore_index", a.ignore_index}}; }
-  json operator()(const RopeAttrs& a) const { return {{"theta", real(a.theta)}, {"inverse", a.inverse}}; }
-  json operator()(const MaskAttrs& a) const { return {{"fill", real(a.fill)}}; }
-  json operator()(const BiasCorrectionAttrs& a) const { return {{"beta", real(a.beta)}, {"power", real(a.power)}}; }
-  json operator()(const ScheduleAttrs& a) const {
-    return {{"base_lr", real(a.base_lr)}, {"warmup", a.warmup}, {"total", a.total}, {"min_lr", real(a.min_lr)}};
-  }
-  json operator()(const FusedAttrs& a) const {
-    json code = json::array();
-    for (const FusedInstr& f : a.code) {
-      switch (f.kind) {
-        case FusedInstr::input: code.push_back("in" + std::to_string(f.index)); break;
-        case FusedInstr::constant: code.push_back(real(f.a)); break;
-        case FusedInstr::unary:
-          if (f.op == Op::affine)
-            code.push_back({op_name(f.op), real(f.a), real(f.b)});
-          else if (f.op == Op::clip_coef)
-            code.push_back({op_name(f.op), real(f.a)});
-          else
-            code.push_back(op_name(f.op));
-          break;
-        case FusedInstr::binary: code.push_back(op_name(f.op)); break;
-        case FusedInstr::store: code.push_back("store" + std::to_string(f.index)); break;
-        case FusedInstr::load: code.push_back("load" + std::to_string(f.index)); break;
-      }
-    }
-    return {{"code", code},
-            {"trans_a", a.matmul.trans_a},
-            {"trans_b", a.matmul.trans_b},
-            {"reduce", op_name(a.reduce)},
-            {"domain", a.domain},
-            {"axes", a.axes},
-            {"keepdims", a.keepdims}};
-  }
-  json operator()(const NormAttrs& a) const { return {{"center", a.center}, {"eps", real(a.eps)}}; }
-  json operator()(const SoftmaxAttrs& a) const {
-    return {{"scale", real(a.scale)}, {"causal", a.causal}, {"fill", real(a.fill)}};
-  }
-  json operator()(const GatherAttrs& a) const { return {{"axis", a.axis}, {"size", a.size}}; }
-  json operator()(const AttentionAttrs& a) const {
-    return {{"causal", a.causal}, {"scale", a.scale}, {"q", a.q}, {"k", a.k}, {"v", a.v}};
-  }
-};
-// The text attrs_json() gives (keys sorted) for the attributes most nodes of a large graph
-// carry, written directly; false for the others.
-bool attrs_text(const Attrs& a, std::string& o) {
-  auto ints = [&](const std::vector<int64_t>& v) {
+// The canonical text of attributes, walked from their field tables (graph/attr_fields.h): what
+// json's dump() gives (keys sorted, no spaces), written directly, since a full-scale graph has
+// tens of thousands of nodes.
+struct AttrWriter {
+  std::string& o;
+
+  void operator()(bool v) const { o += v ? "true" : "false"; }
+  void operator()(int64_t v) const { o += std::to_string(v); }
+  void operator()(double v) const { o += real(v).dump(); }
+  void operator()(DType v) const { quoted(dtype_name(v)); }
+  void operator()(Op v) const { quoted(op_name(v)); }
+  void operator()(const int64_t (&v)[2]) const { ints(v, 2); }
+  void operator()(const std::vector<int64_t>& v) const { ints(v.data(), v.size()); }
+  // A fused program: "in<k>", "store<k>", "load<k>", a constant, an op name, or [op, constants...]
+  // for the ops that carry constants (affine: scale, shift; clip_coef: max_norm).
+  void operator()(const std::vector<FusedInstr>& code) const {
     o += '[';
-    for (size_t i = 0; i < v.size(); ++i) {
-      if (i) o += ',';
-      o += std::to_string(v[i]);
-    }
-    o += ']';
-  };
-  auto flag = [&](bool b) { o += b ? "true" : "false"; };
-  auto name = [&](Op op) {  // op names are plain identifiers: nothing to escape
-    o += '"';
-    o += op_name(op);
-    o += '"';
-  };
-  auto number = [&](double v) { o += real(v).dump(); };
-  if (const auto* m = std::get_if<MatmulAttrs>(&a)) {
-    o += "{\"trans_a\":";
-    flag(m->trans_a);
-    o += ",\"trans_b\":";
-    flag(m->trans_b);
-  } else if (const auto* r = std::get_if<ReduceAttrs>(&a)) {
-    o += "{\"axes\":";
-    ints(r->axes);
-    o += ",\"keepdims\":";
-    flag(r->keepdims);
-  } else if (const auto* sh = std::get_if<ShapeAttrs>(&a)) {
-    o += "{\"shape\":";
-    ints(sh->shape);
-  } else if (const auto* pe = std::get_if<PermuteAttrs>(&a)) {
-    o += "{\"perm\":";
-    ints(pe->perm);
-  } else if (const auto* f = std::get_if<FusedAttrs>(&a)) {
-    o += "{\"axes\":";
-    ints(f->axes);
-    o += ",\"code\":[";
-    for (size_t i = 0; i < f->code.size(); ++i) {
-      const FusedInstr& c = f->code[i];
+    for (size_t i = 0; i < code.size(); ++i) {
+      const FusedInstr& c = code[i];
       if (i) o += ',';
       switch (c.kind) {
         case FusedInstr::input: o += "\"in" + std::to_string(c.index) + "\""; break;
-        case FusedInstr::constant: number(c.a); break;
+        case FusedInstr::constant: (*this)(c.a); break;
         case FusedInstr::unary:
           if (c.op == Op::affine || c.op == Op::clip_coef) {
             o += '[';
-            name(c.op);
+            quoted(op_name(c.op));
             o += ',';
-            number(c.a);
+            (*this)(c.a);
             if (c.op == Op::affine) {
               o += ',';
-              number(c.b);
+              (*this)(c.b);
             }
             o += ']';
           } else {
-            name(c.op);
+            quoted(op_name(c.op));
           }
           break;
-        case FusedInstr::binary: name(c.op); break;
+        case FusedInstr::binary: quoted(op_name(c.op)); break;
         case FusedInstr::store: o += "\"store" + std::to_string(c.index) + "\""; break;
         case FusedInstr::load: o += "\"load" + std::to_string(c.index) + "\""; break;
       }
     }
-    o += "],\"domain\":";
-    ints(f->domain);
-    o += ",\"keepdims\":";
-    flag(f->keepdims);
-    o += ",\"reduce\":";
-    name(f->reduce);
-    o += ",\"trans_a\":";
-    flag(f->matmul.trans_a);
-    o += ",\"trans_b\":";
-    flag(f->matmul.trans_b);
-  } else {
-    return false;
+    o += ']';
   }
-  o += '}';
-  return true;
-}
+
+  template <class S>
+  void attrs(const S& s) const {
+    o += '{';
+    bool first = true;
+    attr_fields::for_each_field<S>([&](const auto& f) {
+      o += first ? "\"" : ",\"";
+      first = false;
+      o += f.key;
+      o += "\":";
+      (*this)(f.get(s));
+    });
+    o += '}';
+  }
+  void attrs(const Attrs& a) const {
+    std::visit([&](const auto& s) { attrs(s); }, a);
+  }
+
+ private:
+  void quoted(std::string_view name) const {  // dtype and op names are plain identifiers: nothing to escape
+    o += '"';
+    o += name;
+    o += '"';
+  }
+  void ints(const int64_t* v, size_t n) const {
+    o += '[';
+    for (size_t i = 0; i < n; ++i) {
+      if (i) o += ',';
+      o += std::to_string(v[i]);
+    }
+    o += ']';
+  }
+};
 
 }  // namespace
 
-std::string attrs_json(const Attrs& a) { return std::visit(AttrJson{}, a).dump(); }
+std::string attrs_json(const Attrs& a) {
+  std::string o;
+  AttrWriter{o}.attrs(a);
+  return o;
+}
 
 // Written out directly, not through a json document (building one for a full-scale graph
 // took longer than planning it), in exactly the text json's dump() gives: objects with their
@@ -444,10 +378,7 @@ std::string Graph::to_json() const {
   for (size_t i = 0; i < nodes_.size(); ++i) {
     const Node& n = nodes_[i];
     o += i ? ",{\"attrs\":" : "{\"attrs\":";
-    if (std::holds_alternative<NoAttrs>(n.attrs))
-      o += "{}";
-    else if (!attrs_text(n.attrs, o))
-      o += attrs_json(n.attrs);
+    AttrWriter{o}.attrs(n.attrs);
     o += ",\"dtype\":";
     text(dtype_name(n.type.dtype));
     if (n.op == Op::parameter || n.op == Op::state) {
@@ -504,7 +435,7 @@ std::string Graph::dump() const {
     os << '%' << i << " = " << op_name(n.op) << '(';
     for (size_t k = 0; k < n.inputs.size(); ++k) os << (k ? ", %" : "%") << n.inputs[k];
     os << ')';
-    std::string a = std::visit(AttrJson{}, n.attrs).dump();
+    const std::string a = attrs_json(n.attrs);
     if (a != "{}") os << ' ' << a;
     if (!n.name.empty()) os << " \"" << n.name << '"';
     os << " : " << dtype_name(n.type.dtype) << shape_str(n.type.shape) << '\n';

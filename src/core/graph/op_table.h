@@ -19,6 +19,9 @@ const std::array<OpInfo, kOpCount>& op_table();
 OpCost op_cost(const Graph& g, const Node& n);
 
 std::string attrs_json(const Attrs& a);  // canonical JSON of an op's attributes
+// The inverse of attrs_json: the attribute struct whose keys the object has (plan/program_json.cpp).
+// Throws, naming the key, for a malformed object or one that matches no struct.
+Attrs parse_attrs(std::string_view text);
 uint64_t fnv1a(std::string_view s);
 
 }  // namespace meganeura

@@ -1,10 +1,12 @@
 // The Program's JSON form (to_json, from_json), its text dump and its hash.
 #include <cmath>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <set>
 #include <sstream>
 #include <stdexcept>
 
+#include "graph/attr_fields.h"
 #include "graph/op_table.h"
 #include "meganeura/program.h"
 
@@ -208,14 +210,7 @@ Op as_op(const json& j, const std::string& path) {
   }
   bad(path, "unknown op '" + s + "'");
 }
-void pair2(const json& j, const std::string& key, const std::string& path, int64_t out[2]) {
-  auto v = as_ints(field(j, key, path), path + "." + key);
-  if (v.size() != 2) bad(path + "." + key, "expected two integers");
-  out[0] = v[0];
-  out[1] = v[1];
-}
-
-// A fused op's code as AttrJson writes it: "in<k>" pushes input k, "store<k>" / "load<k>" store
+// A fused op's code as attrs_json writes it: "in<k>" pushes input k, "store<k>" / "load<k>" store
 // and load output k of a multi-output program, a number pushes a constant,
 // an op name applies a unary or binary op, [affine, a, b] and [clip_coef, a] carry constants.
 std::vector<FusedInstr> fused_code(const json& j, const std::string& path) {
@@ -261,78 +256,43 @@ std::vector<FusedInstr> fused_code(const json& j, const std::string& path) {
   return code;
 }
 
-// Attributes are written without their type; the set of keys names it.
+// One attribute, read as its C++ type codes it (graph/attr_fields.h).
+void read_attr(const json& j, const std::string& path, bool, bool& v) { v = as_bool(j, path); }
+void read_attr(const json& j, const std::string& path, bool, int64_t& v) { v = as_i64(j, path); }
+void read_attr(const json& j, const std::string& path, bool, double& v) { v = as_double(j, path); }
+void read_attr(const json& j, const std::string& path, bool, DType& v) { v = as_dtype(j, path); }
+void read_attr(const json& j, const std::string& path, bool, Op& v) { v = as_op(j, path); }
+void read_attr(const json& j, const std::string& path, bool, int64_t (&v)[2]) {
+  const std::vector<int64_t> pair = as_ints(j, path);
+  if (pair.size() != 2) bad(path, "expected two integers");
+  v[0] = pair[0];
+  v[1] = pair[1];
+}
+void read_attr(const json& j, const std::string& path, bool shape, std::vector<int64_t>& v) {
+  v = shape ? as_shape(j, path) : as_ints(j, path);
+}
+void read_attr(const json& j, const std::string& path, bool, std::vector<FusedInstr>& v) { v = fused_code(j, path); }
+
+// Attributes are written without their type; the set of keys names it (no two attribute
+// structs share one), and the struct's field table says how to read each key.
 Attrs attrs_from(const json& j, const std::string& path) {
   if (!j.is_object()) bad(path, "expected an object");
-  std::set<std::string> keys;
+  std::set<std::string, std::less<>> keys;
   for (auto& [k, v] : j.items()) keys.insert(k);
-  using K = std::set<std::string>;
-  auto f = [&](const char* k) { return field(j, k, path); };
-  auto p = [&](const char* k) { return path + "." + k; };
-  if (keys.empty()) return NoAttrs{};
-  if (keys == K{"scale", "shift"})
-    return AffineAttrs{as_double(f("scale"), p("scale")), as_double(f("shift"), p("shift"))};
-  if (keys == K{"to"}) return CastAttrs{as_dtype(f("to"), p("to"))};
-  if (keys == K{"max_norm"}) return ClipAttrs{as_double(f("max_norm"), p("max_norm"))};
-  if (keys == K{"axes", "keepdims"})
-    return ReduceAttrs{as_ints(f("axes"), p("axes")), as_bool(f("keepdims"), p("keepdims"))};
-  if (keys == K{"axis"}) return AxisAttrs{as_i64(f("axis"), p("axis"))};
-  if (keys == K{"trans_a", "trans_b"})
-    return MatmulAttrs{as_bool(f("trans_a"), p("trans_a")), as_bool(f("trans_b"), p("trans_b"))};
-  if (keys == K{"stride", "pad", "dilation", "groups", "grad_shape"}) {
-    ConvAttrs a;
-    pair2(j, "stride", path, a.stride);
-    pair2(j, "pad", path, a.pad);
-    pair2(j, "dilation", path, a.dilation);
-    a.groups = as_i64(f("groups"), p("groups"));
-    a.grad_shape = as_ints(f("grad_shape"), p("grad_shape"));
-    return a;
-  }
-  if (keys == K{"kernel", "stride", "pad", "grad_shape"}) {
-    PoolAttrs a;
-    pair2(j, "kernel", path, a.kernel);
-    pair2(j, "stride", path, a.stride);
-    pair2(j, "pad", path, a.pad);
-    a.grad_shape = as_ints(f("grad_shape"), p("grad_shape"));
-    return a;
-  }
-  if (keys == K{"shape"}) return ShapeAttrs{as_ints(f("shape"), p("shape"))};
-  if (keys == K{"perm"}) return PermuteAttrs{as_ints(f("perm"), p("perm"))};
-  if (keys == K{"starts", "ends"}) return SliceAttrs{as_ints(f("starts"), p("starts")), as_ints(f("ends"), p("ends"))};
-  if (keys == K{"before", "after"}) return PadAttrs{as_ints(f("before"), p("before")), as_ints(f("after"), p("after"))};
-  if (keys == K{"num_rows"}) return EmbeddingAttrs{as_i64(f("num_rows"), p("num_rows"))};
-  if (keys == K{"classes", "ignore_index"})
-    return OneHotAttrs{as_i64(f("classes"), p("classes")), as_i64(f("ignore_index"), p("ignore_index"))};
-  if (keys == K{"theta", "inverse"})
-    return RopeAttrs{as_double(f("theta"), p("theta")), as_bool(f("inverse"), p("inverse"))};
-  if (keys == K{"fill"}) return MaskAttrs{as_double(f("fill"), p("fill"))};
-  if (keys == K{"base_lr", "warmup", "total", "min_lr"}) {
-    return ScheduleAttrs{as_double(f("base_lr"), p("base_lr")), as_i64(f("warmup"), p("warmup")),
-                         as_i64(f("total"), p("total")), as_double(f("min_lr"), p("min_lr"))};
-  }
-  if (keys == K{"beta", "power"})
-    return BiasCorrectionAttrs{as_double(f("beta"), p("beta")), as_double(f("power"), p("power"))};
-  if (keys == K{"axis", "size"}) return GatherAttrs{as_i64(f("axis"), p("axis")), as_i64(f("size"), p("size"))};
-  if (keys == K{"causal", "scale", "q", "k", "v"}) {
-    return AttentionAttrs{as_bool(f("causal"), p("causal")), as_double(f("scale"), p("scale")),
-                          as_shape(f("q"), p("q")), as_shape(f("k"), p("k")), as_shape(f("v"), p("v"))};
-  }
-  if (keys == K{"center", "eps"}) return NormAttrs{as_bool(f("center"), p("center")), as_double(f("eps"), p("eps"))};
-  if (keys == K{"scale", "causal", "fill"}) {
-    return SoftmaxAttrs{as_double(f("scale"), p("scale")), as_bool(f("causal"), p("causal")),
-                        as_double(f("fill"), p("fill"))};
-  }
-  if (keys == K{"code", "trans_a", "trans_b", "reduce", "domain", "axes", "keepdims"}) {
-    FusedAttrs a;
-    a.code = fused_code(f("code"), p("code"));
-    a.matmul = MatmulAttrs{as_bool(f("trans_a"), p("trans_a")), as_bool(f("trans_b"), p("trans_b"))};
-    a.reduce = as_op(f("reduce"), p("reduce"));
-    a.domain = as_shape(f("domain"), p("domain"));
-    a.axes = as_ints(f("axes"), p("axes"));
-    a.keepdims = as_bool(f("keepdims"), p("keepdims"));
-    return a;
-  }
-  bad(path, "attributes " + j.dump() + " match no op's attribute set");
+  std::optional<Attrs> out;
+  attr_fields::for_each_attrs_type([&](auto attrs) {
+    using S = decltype(attrs);
+    std::set<std::string, std::less<>> want;
+    attr_fields::for_each_field<S>([&](const auto& f) { want.emplace(f.key); });
+    if (out || want != keys) return;
+    attr_fields::for_each_field<S>([&](const auto& f) {
+      const std::string key(f.key);
+      read_attr(field(j, key, path), path + "." + key, f.shape, f.get(attrs));
+    });
+    out = std::move(attrs);
+  });
+  if (!out) bad(path, "attributes " + j.dump() + " match no op's attribute set");
+  return *std::move(out);
 }
 
 // One JSON object's fields, with paths for the errors ("tensors[3].shape").
@@ -444,6 +404,16 @@ void memory_from(const Fields& m, MemoryStats& s) {
 }
 
 }  // namespace
+
+Attrs parse_attrs(std::string_view text) {
+  json j;
+  try {
+    j = json::parse(text);
+  } catch (const json::parse_error& e) {
+    bad("attrs", std::string("not JSON: ") + e.what());
+  }
+  return attrs_from(j, "attrs");
+}
 
 Program Program::from_json(const std::string& text) {
   json root;
