@@ -311,9 +311,10 @@ class Graph {
 };
 
 // ---- Builders. All check their inputs and throw std::invalid_argument("[op] ...") -----
-// The plain elementwise ops, one builder each: neg exp log sqrt rsqrt abs tanh sigmoid relu
-// silu sin cos, sign and positive_mask (1 where x > 0, else 0); add sub mul div with
-// broadcasting, maximum (ties send the gradient to a), equal and less (1 where true, else 0).
+// The plain elementwise ops, one builder each, declared by the build from the ops' own files
+// (src/core/ops/unary, src/core/ops/binary; the list is meganeura/op_builders.inc). Binary ones
+// broadcast; positive_mask, equal and less give 1 where true, else 0; maximum sends the
+// gradient of ties to a.
 #include "meganeura/op_builders.inc"
 Tensor copy(Tensor x);
 Tensor detach(Tensor x);  // stop-gradient

@@ -1,8 +1,10 @@
 // The graph builders of include/meganeura/graph.h as module functions. Each checks its inputs in
 // C++ and raises ValueError with the builder's message ("[matmul] ...") on a bad shape or dtype.
 // Left out: the backward ops and optimizer steps that autodiff and the optimizer build themselves.
+#include <iterator>
 #include <optional>
 
+#include "graph/op_table.h"
 #include "pymeganeura.h"
 
 namespace meganeura::python {
@@ -27,18 +29,20 @@ std::vector<int64_t> axes_of(const py::object& axes) {
 }
 
 void bind_elementwise(py::module_& m) {
-  const std::pair<const char*, Unary> unary[] = {
-      {"copy", &copy}, {"detach", &detach},   {"neg", &neg},     {"exp", &exp},
-      {"log", &log},   {"sqrt", &sqrt},       {"rsqrt", &rsqrt}, {"abs", &abs},
-      {"tanh", &tanh}, {"sigmoid", &sigmoid}, {"relu", &relu},   {"silu", &silu},
-      {"sign", &sign}, {"sin", &sin},         {"cos", &cos},     {"positive_mask", &positive_mask}};
+  // The plain unary and binary builders come from the op declarations themselves (generated
+  // list), so an op declared with MEGANEURA_UNARY_BUILDER or MEGANEURA_BINARY_BUILDER is here
+  // without an edit. The rest are builders written by hand (any dtype, composites).
+  std::vector<std::pair<const char*, Unary>> unary = {{"copy", &copy}, {"detach", &detach}};
+  std::vector<std::pair<const char*, Binary>> binary = {{"swiglu", &swiglu}, {"mse", &mse}};
+#define MEGANEURA_X_UNARY(name) unary.emplace_back(#name, &name);
+#define MEGANEURA_X_BINARY(name) binary.emplace_back(#name, &name);
+#include "op_builder_list.inc"
+#undef MEGANEURA_X_UNARY
+#undef MEGANEURA_X_BINARY
   for (const auto& [name, f] : unary) {
     m.def(
         name, [f = f](const PyTensor& x) { return wrap(x.graph, f(x.t)); }, py::arg("x"));
   }
-  const std::pair<const char*, Binary> binary[] = {{"add", &add},   {"sub", &sub},       {"mul", &mul},
-                                                   {"div", &div},   {"equal", &equal},   {"maximum", &maximum},
-                                                   {"less", &less}, {"swiglu", &swiglu}, {"mse", &mse}};
   for (const auto& [name, f] : binary) {
     m.def(
         name, [f = f](const PyTensor& a, const PyTensor& b) { return wrap(a.graph, f(a.t, b.t)); }, py::arg("a"),
@@ -267,9 +271,23 @@ void bind_norms(py::module_& m) {
       py::arg("eps") = 1e-5);
 }
 
+// Every declared op as (name, family, gradient kind): what the op-coverage test checks the
+// module's functions against.
+py::list op_list() {
+  static constexpr const char* families[] = {"leaf", "unary",    "binary", "reduce", "linalg", "conv",
+                                             "pool", "movement", "index",  "seq",    "optim",  "fused"};
+  static constexpr const char* grads[] = {"leaf", "vjp", "none", "backward_only", "fused"};
+  static_assert(std::size(families) == size_t(OpFamily::fused) + 1 && std::size(grads) == size_t(GradKind::fused) + 1);
+  py::list out;
+  for (const OpInfo& info : op_table())
+    out.append(py::make_tuple(std::string(info.name), families[size_t(info.family)], grads[size_t(info.grad)]));
+  return out;
+}
+
 }  // namespace
 
 void bind_builders(py::module_& m) {
+  m.def("_ops", &op_list, "Every declared op: (name, family, gradient kind).");
   bind_elementwise(m);
   bind_reductions(m);
   bind_linear(m);

@@ -163,9 +163,10 @@ void bind_session_class(py::module_& m) {
                       bool validation, bool profile, const std::string& cache_dir) {
             return make_session(device_args(device, seed, threads, f64, vulkan_device, validation, profile, cache_dir));
           }),
-          py::arg("device") = "cpu", py::kw_only(), py::arg("seed") = 0, py::arg("threads") = 0, py::arg("f64") = false,
-          py::arg("vulkan_device") = "", py::arg("validation") = false, py::arg("profile") = false,
-          py::arg("cache_dir") = "")
+          py::arg("device") = kDeviceDefaults.device, py::kw_only(), py::arg("seed") = kDeviceDefaults.seed,
+          py::arg("threads") = kDeviceDefaults.threads, py::arg("f64") = kDeviceDefaults.f64,
+          py::arg("vulkan_device") = kDeviceDefaults.vulkan_device, py::arg("validation") = kDeviceDefaults.validation,
+          py::arg("profile") = kDeviceDefaults.profile, py::arg("cache_dir") = kDeviceDefaults.cache_dir)
       .def(
           "add", [](SessionHandle& h, const Graph& g, bool optimize) { return add_graph(h, g, optimize); },
           py::arg("graph"), py::arg("optimize") = true)
@@ -219,9 +220,11 @@ void bind_compile(py::module_& m) {
         add_graph(*h, g, optimize);
         return h;
       },
-      py::arg("graph"), py::arg("device") = "cpu", py::kw_only(), py::arg("optimize") = true, py::arg("seed") = 0,
-      py::arg("threads") = 0, py::arg("f64") = false, py::arg("vulkan_device") = "", py::arg("validation") = false,
-      py::arg("profile") = false, py::arg("cache_dir") = "",
+      py::arg("graph"), py::arg("device") = kDeviceDefaults.device, py::kw_only(), py::arg("optimize") = true,
+      py::arg("seed") = kDeviceDefaults.seed, py::arg("threads") = kDeviceDefaults.threads,
+      py::arg("f64") = kDeviceDefaults.f64, py::arg("vulkan_device") = kDeviceDefaults.vulkan_device,
+      py::arg("validation") = kDeviceDefaults.validation, py::arg("profile") = kDeviceDefaults.profile,
+      py::arg("cache_dir") = kDeviceDefaults.cache_dir,
       "Plans `graph` for a device and returns a Session holding it as program 0.");
 }
 

@@ -24,6 +24,7 @@ std::string kind_name(OptimizerConfig::Kind k) {
 }
 
 void bind_optimizer(py::module_& m) {
+  const OptimizerConfig defaults;
   py::class_<OptimizerConfig>(m, "Optimizer", "SGD, Adam or AdamW with clipping, warm-up and cosine decay.")
       .def(py::init([](const std::string& kind, double lr, double momentum, bool nesterov, double beta1, double beta2,
                        double eps, double weight_decay, double clip_norm, int64_t warmup_steps, int64_t total_steps,
@@ -42,10 +43,13 @@ void bind_optimizer(py::module_& m) {
                                     .min_lr = min_lr,
                                     .accumulation = accumulation};
            }),
-           py::arg("kind") = "adamw", py::kw_only(), py::arg("lr") = 1e-3, py::arg("momentum") = 0.0,
-           py::arg("nesterov") = false, py::arg("beta1") = 0.9, py::arg("beta2") = 0.999, py::arg("eps") = 1e-8,
-           py::arg("weight_decay") = 0.0, py::arg("clip_norm") = 0.0, py::arg("warmup_steps") = 0,
-           py::arg("total_steps") = 0, py::arg("min_lr") = 0.0, py::arg("accumulation") = 1)
+           // The defaults are OptimizerConfig's own (meganeura/optim.h), written nowhere else.
+           py::arg("kind") = kind_name(defaults.kind), py::kw_only(), py::arg("lr") = defaults.lr,
+           py::arg("momentum") = defaults.momentum, py::arg("nesterov") = defaults.nesterov,
+           py::arg("beta1") = defaults.beta1, py::arg("beta2") = defaults.beta2, py::arg("eps") = defaults.eps,
+           py::arg("weight_decay") = defaults.weight_decay, py::arg("clip_norm") = defaults.clip_norm,
+           py::arg("warmup_steps") = defaults.warmup_steps, py::arg("total_steps") = defaults.total_steps,
+           py::arg("min_lr") = defaults.min_lr, py::arg("accumulation") = defaults.accumulation)
       .def_property(
           "kind", [](const OptimizerConfig& o) { return kind_name(o.kind); },
           [](OptimizerConfig& o, const std::string& k) { o.kind = parse_optimizer(k); })
@@ -180,9 +184,10 @@ void bind_trainer(py::module_& m) {
                  device_args(device, seed, threads, f64, vulkan_device, validation, profile, cache_dir));
            }),
            py::arg("graph"), py::arg("loss"), py::arg("optimizer") = OptimizerConfig{}, py::kw_only(),
-           py::arg("device") = "cpu", py::arg("seed") = 0, py::arg("threads") = 0, py::arg("f64") = false,
-           py::arg("vulkan_device") = "", py::arg("validation") = false, py::arg("profile") = false,
-           py::arg("cache_dir") = "")
+           py::arg("device") = kDeviceDefaults.device, py::arg("seed") = kDeviceDefaults.seed,
+           py::arg("threads") = kDeviceDefaults.threads, py::arg("f64") = kDeviceDefaults.f64,
+           py::arg("vulkan_device") = kDeviceDefaults.vulkan_device, py::arg("validation") = kDeviceDefaults.validation,
+           py::arg("profile") = kDeviceDefaults.profile, py::arg("cache_dir") = kDeviceDefaults.cache_dir)
       .def("step", &step, py::arg("inputs") = py::none())
       .def("train", &train, py::arg("steps"), py::arg("feed") = py::none(), py::arg("callback") = py::none())
       .def_property_readonly("session", [](const PyTrainer& t) { return t.session; })

@@ -59,16 +59,18 @@ class SessionLock {
 };
 
 // The device keywords shared by Session(), compile() and Trainer().
+// Defaults: SessionOptions' own; the bindings read them from here (kDeviceDefaults).
 struct DeviceArgs {
   std::string device = "cpu";  // cpu | vulkan | auto
-  uint64_t seed = 0;
-  int threads = 0;
-  bool f64 = false;
-  std::string vulkan_device;  // a Vulkan device's index or name substring
-  bool validation = false;
-  bool profile = false;
-  std::string cache_dir;
+  uint64_t seed = SessionOptions{}.seed;
+  int threads = SessionOptions{}.threads;
+  bool f64 = SessionOptions{}.f64_oracle;
+  std::string vulkan_device = SessionOptions{}.vulkan_device;  // a Vulkan device's index or name substring
+  bool validation = SessionOptions{}.vulkan_validation;
+  bool profile = SessionOptions{}.vulkan_profile;
+  std::string cache_dir = SessionOptions{}.vulkan_cache_dir;
 };
+inline const DeviceArgs kDeviceDefaults{};
 inline DeviceArgs device_args(std::string device, uint64_t seed, int threads, bool f64, std::string vulkan_device,
                               bool validation, bool profile, std::string cache_dir) {
   return DeviceArgs{.device = std::move(device),

@@ -4,9 +4,9 @@ import ast
 import importlib
 import pathlib
 
-from conftest import ROOT
+from conftest import BUILD
 
-STUBS = ROOT / "python" / "meganeura"
+STUBS = BUILD / "python" / "meganeura"  # as built: __init__.pyi has the generated builders spliced in
 MODULES = {"meganeura": "__init__.pyi", "meganeura.energy": "energy.pyi", "meganeura.models": "models.pyi",
            "meganeura.workloads": "workloads.pyi"}
 

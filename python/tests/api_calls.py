@@ -1,5 +1,6 @@
 """Counts calls of every public function and method the stubs declare, by wrapping them in place
 (module attributes and class attributes), for conftest.py's --api-coverage."""
+import functools
 import importlib
 
 from api import declared
@@ -8,6 +9,7 @@ from api import declared
 def _counting(counts, key, f):
     counts[key] = 0
 
+    @functools.wraps(f)
     def wrapper(*args, **kwargs):
         counts[key] += 1
         return f(*args, **kwargs)

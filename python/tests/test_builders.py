@@ -46,6 +46,7 @@ UNARY = {
     "sin": np.sin,
     "cos": np.cos,
     "positive_mask": lambda x: (x > 0).astype(np.float64),
+    "softplus": lambda x: np.logaddexp(0, x),
 }
 POSITIVE = {"log": np.log, "sqrt": np.sqrt, "rsqrt": lambda x: 1 / np.sqrt(x)}
 
