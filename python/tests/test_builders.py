@@ -47,6 +47,7 @@ UNARY = {
     "cos": np.cos,
     "positive_mask": lambda x: (x > 0).astype(np.float64),
     "softplus": lambda x: np.logaddexp(0, x),
+    "hardswish": lambda x: x * np.clip(x + 3, 0, 6) / 6,
 }
 POSITIVE = {"log": np.log, "sqrt": np.sqrt, "rsqrt": lambda x: 1 / np.sqrt(x)}
 

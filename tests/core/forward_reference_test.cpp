@@ -183,6 +183,20 @@ TEST(Forward, Softplus) {
   }
 }
 
+// hardswish on each piece and at both kinks, in f32, against x * min(max(x + 3, 0), 6) / 6 in
+// long double: within an f32 rounding or two of the result.
+TEST(Forward, Hardswish) {
+  Harness r;
+  Tensor x = r.in("x", {9});
+  r.values["x"] = {-7, -3, -2.9f, -1.5, 0, 0.4f, 2.9f, 3, 11};
+  const Vec got = r.eval(hardswish(x));
+  for (size_t i = 0; i < got.size(); ++i) {
+    const long double v = r.values["x"][i];
+    const double want = double(v * std::min(std::max(v + 3, 0.0L), 6.0L) / 6);
+    EXPECT_NEAR(got[i], want, 3e-7 * (1 + std::abs(want))) << "hardswish(" << double(v) << ")";
+  }
+}
+
 // Naive attention: per query head, keys/values of head h / (Hq/Hkv); causal aligned bottom-right.
 Vec naive_attention(const Vec& q, const Vec& k, const Vec& v, int64_t B, int64_t Hq, int64_t Hk, int64_t Sq, int64_t Sk,
                     int64_t D, bool causal) {

@@ -76,6 +76,13 @@ inline std::vector<Case> cases() {
   un(Op::gelu_erf, [](Tensor x) { return gelu(x, false); });
   un(Op::silu, [](Tensor x) { return silu(x); });
   un(Op::softplus, [](Tensor x) { return softplus(x); });
+  // Each of hardswish's three pieces, at least 0.5 from its kinks at -3 and 3.
+  un(
+      Op::hardswish, [](Tensor x) { return hardswish(x); },
+      [](const std::string&, int64_t i, std::mt19937& rng) {
+        static constexpr double centres[] = {-4.5, -1.5, 0.5, 4.5};
+        return centres[i % 4] + std::uniform_real_distribution<double>(-1, 1)(rng);
+      });
   un(Op::affine, [](Tensor x) { return affine(x, -1.7, 0.3); });
   un(Op::cast, [](Tensor x) { return cast(x, DType::f32); });
   un(
