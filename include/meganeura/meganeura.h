@@ -116,8 +116,9 @@ typedef struct meganeura_vulkan_device {
   void* device;
   void* queue; /* a queue of `queue_family`, which must support compute */
   uint32_t queue_family;
-  /* PFN_vkGetInstanceProcAddr the application loaded Vulkan with; NULL: libvulkan.so.1's. */
-  void* get_instance_proc_addr;
+  /* The vkGetInstanceProcAddr the application loaded Vulkan with, cast to this type; NULL:
+   * libvulkan.so.1's. */
+  void (*get_instance_proc_addr)(void);
 } meganeura_vulkan_device;
 
 typedef struct meganeura_session_options {

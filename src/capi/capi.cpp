@@ -261,8 +261,9 @@ meganeura_status meganeura_session_create(const meganeura_session_options* optio
     if (options->vulkan_cache_dir) so.vulkan_cache_dir = options->vulkan_cache_dir;
     auto s = std::make_unique<meganeura_session>();
     if (const meganeura_vulkan_device* d = options->vulkan_device) {
-      s->external = VulkanExternalDevice{d->instance, d->physical_device, d->device,
-                                         d->queue,    d->queue_family,    d->get_instance_proc_addr};
+      s->external =
+          VulkanExternalDevice{d->instance, d->physical_device, d->device,
+                               d->queue,    d->queue_family,    reinterpret_cast<void*>(d->get_instance_proc_addr)};
       so.device = Device::vulkan;
       so.vulkan_external = &s->external;
     }
