@@ -6,7 +6,8 @@
  * Conventions (docs/embedding.md):
  * - Every function returns a meganeura_status; MEGANEURA_OK is 0. On any other status
  *   meganeura_last_error() gives a one-line message naming what was wrong (the argument, the
- *   buffer, the expected and the given shape, the file), and the out-parameters are unchanged.
+ *   buffer, the expected and the given shape, the file), and the out-parameters are unchanged
+ *   (the contents of a failed meganeura_session_get's value buffer are unspecified).
  * - A NULL handle or out-pointer is MEGANEURA_ERROR_INVALID_ARGUMENT, never a crash. The
  *   destroy functions accept NULL.
  * - Strings given to the library are NUL-terminated UTF-8 and are copied. Strings returned by
