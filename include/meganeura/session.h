@@ -38,6 +38,9 @@ struct SessionOptions {
   std::string vulkan_cache_dir{};
   // Vulkan: the GEMM and convolution kernels (VulkanOptions::kernels).
   VulkanOptions::Kernels vulkan_kernels = VulkanOptions::Kernels::automatic;
+  // Vulkan (device = vulkan): run on the application's instance, device and queue instead of
+  // creating them (VulkanOptions::external); what it points to must outlive the session.
+  const VulkanExternalDevice* vulkan_external = nullptr;
 };
 
 // Sets `o` from a --device value: "cpu", "auto" (discrete GPU > integrated GPU > CPU backend),

@@ -39,6 +39,7 @@ VulkanOptions vulkan_options(const SessionOptions& o, const std::string& device)
   v.kernels = o.vulkan_kernels;
   v.pipeline_cache = o.vulkan_cache_dir != "-";
   if (v.pipeline_cache) v.cache_dir = o.vulkan_cache_dir;
+  v.external = o.vulkan_external;
   return v;
 }
 
@@ -63,6 +64,9 @@ std::unique_ptr<Backend> make_backend(const SessionOptions& o, std::string& note
 Session::Session(SessionOptions options) : options_(options) {
   if (options.f64_oracle && options.device == Device::vulkan) {
     throw std::invalid_argument("[session] the f64 oracle runs on the reference CPU backend only");
+  }
+  if (options.vulkan_external && options.device != Device::vulkan) {
+    throw std::invalid_argument("[session] an application's Vulkan device (vulkan_external) needs Device::vulkan");
   }
   backend_ = make_backend(options, device_note_);
 }

@@ -2,6 +2,7 @@
 
 #include <pthread.h>
 
+#include <atomic>
 #include <condition_variable>
 #include <exception>
 #include <memory>
@@ -98,8 +99,15 @@ class Pool {
 };
 
 int default_threads() { return int(std::max(1u, std::thread::hardware_concurrency())); }
+// The pool's size, read without the lock: set_threads() may replace the pool (under the lock)
+// while a session on another thread asks how many threads there are.
+std::atomic<int> pool_size{0};
 std::unique_ptr<Pool>& pool() {
-  static std::unique_ptr<Pool> p = std::make_unique<Pool>(default_threads());
+  static std::unique_ptr<Pool> p = [] {
+    auto q = std::make_unique<Pool>(default_threads());
+    pool_size = q->size();
+    return q;
+  }();
   return p;
 }
 std::mutex& run_mutex() {
@@ -118,9 +126,13 @@ SignalsDeferred::~SignalsDeferred() { pthread_sigmask(SIG_SETMASK, &old_, nullpt
 void set_threads(int threads) {
   std::lock_guard lock(run_mutex());
   pool() = std::make_unique<Pool>(threads > 0 ? threads : default_threads());
+  pool_size = pool()->size();
 }
 
-int thread_count() { return pool()->size(); }
+int thread_count() {
+  pool();  // created on first use
+  return pool_size;
+}
 
 void parallel_for(int64_t n, int64_t min_parallel, const std::function<void(int64_t, int64_t)>& body) {
   if (n <= 0) return;
