@@ -126,6 +126,43 @@ TEST(Cli, MlpReachesAccuracyAndInferenceAgrees) {
   EXPECT_EQ(i.json()["trained_steps"], 600);
 }
 
+// The sampling flags of `infer`, on a trained chargpt checkpoint.
+void expect_generation_options(const std::string& checkpoint) {
+  const std::string infer = "infer --model chargpt --device cpu --json --checkpoint " + checkpoint + " ";
+  auto sample = [&](const std::string& flags) {
+    Result r = run(infer + flags);
+    EXPECT_EQ(r.status, 0) << flags << ": " << r.err;
+    return r.status == 0 ? r.json() : nlohmann::json::object();
+  };
+  const std::string prompt = "The river";
+  // Greedy decoding ignores the seed; top-k 1 at any temperature is greedy too.
+  auto greedy = sample("--temperature 0 --max-new-tokens 40 --seed 1");
+  ASSERT_TRUE(greedy.contains("sample"));
+  const std::string text = greedy["sample"];
+  EXPECT_EQ(greedy["new_tokens"], 40);
+  ASSERT_EQ(text.size(), prompt.size() + 40) << text;
+  EXPECT_EQ(sample("--temperature 0 --max-new-tokens 40 --seed 2")["sample"], text);
+  EXPECT_EQ(sample("--temperature 1.5 --top-k 1 --max-new-tokens 40 --seed 3")["sample"], text);
+  // A stop string taken from the greedy continuation: the sample ends just before its first
+  // occurrence in the generated text.
+  const std::string generated = text.substr(prompt.size());
+  size_t at = 20;  // a window the shell passes through single quotes unchanged
+  while (generated.substr(at, 4).find('\'') != std::string::npos) ++at;
+  const std::string stop = generated.substr(at, 4);
+  auto stopped = sample("--temperature 0 --max-new-tokens 40 --stop '" + stop + "'");
+  EXPECT_EQ(stopped["sample"], prompt + generated.substr(0, generated.find(stop))) << "stop '" << stop << "'";
+  // A seeded draw is reproducible.
+  EXPECT_EQ(sample("--top-p 0.9 --repetition-penalty 1.2 --max-new-tokens 30 --seed 7")["sample"],
+            sample("--top-p 0.9 --repetition-penalty 1.2 --max-new-tokens 30 --seed 7")["sample"]);
+  // Bad options are named.
+  Result bad = run(infer + "--top-p 1.5");
+  EXPECT_NE(bad.status, 0);
+  EXPECT_NE(bad.err.find("top_p"), std::string::npos) << bad.err;
+  Result unknown = run(infer + "--prompt 'The ~river'");
+  EXPECT_NE(unknown.status, 0);
+  EXPECT_NE(unknown.err.find("'~'"), std::string::npos) << unknown.err;
+}
+
 TEST(Cli, CharTransformerLearnsText) {
   // Uniform prediction over the 47 characters costs ln(47) = 3.85 nats and the text's
   // character unigram entropy is about 3 nats; below 1.0 the model has learned context.
@@ -140,6 +177,7 @@ TEST(Cli, CharTransformerLearnsText) {
   ASSERT_EQ(i.status, 0) << i.err;
   EXPECT_LT(i.json()["final_loss"].get<double>(), 1.0);
   EXPECT_EQ(i.json()["sample"].get<std::string>().rfind("The river", 0), 0u);
+  expect_generation_options(path("gpt.safetensors"));
 }
 
 void expect_resume_exact(const std::string& model, int total, int half) {

@@ -109,7 +109,12 @@ class MlpTask final : public Task {
 class CharGptTask final : public Task {
  public:
   CharGptTask(uint64_t seed, const ModelOptions& o)
-      : seed_(seed), batch_(o.batch ? o.batch : kBatch), vocab_(models::vocabulary_of(models::builtin_text())) {
+      : seed_(seed),
+        batch_(o.batch ? o.batch : kBatch),
+        prompt_(o.prompt),
+        sampling_(o.sampling),
+        stop_(o.stop),
+        vocab_(models::vocabulary_of(models::builtin_text())) {
     cfg_.vocab = int64_t(vocab_.chars.size());
     if (o.width) cfg_.dim = o.width;
     if (o.layers) cfg_.layers = o.layers;
@@ -156,22 +161,34 @@ class CharGptTask final : public Task {
       s.run(pe);
       loss += s.scalar("eval_loss") / 4;
     }
-    std::vector<int32_t> text = vocab_.encode("The river");
-    std::mt19937_64 rng(seed_);
-    for (int i = 0; i < 160; ++i) {
+    nlohmann::json out = generate(s, pg);
+    out["eval_loss"] = loss;
+    return out;
+  }
+  // The prompt and the text generated after it, drawn by the shared sampler (the seed of
+  // `--seed` unless the sampling options name one) and cut by the stop criteria.
+  nlohmann::json generate(Session& s, size_t program) const {
+    std::vector<int32_t> text = vocab_.encode(prompt_);
+    if (text.empty()) throw std::invalid_argument("--prompt: empty (the model needs at least one character)");
+    text::SamplingOptions so = sampling_;
+    if (so.seed == 0) so.seed = seed_;
+    text::Sampler sampler(so);
+    text::StopChecker stop(stop_);
+    const size_t prompt_tokens = text.size();
+    while (!stop.stopped()) {
       const size_t start = text.size() > size_t(cfg_.seq) ? text.size() - size_t(cfg_.seq) : 0;
       std::vector<int32_t> window(size_t(cfg_.seq), 0);
       std::copy(text.begin() + int64_t(start), text.end(), window.begin());
       s.set("gen_ids", std::span<const int32_t>(window));
-      s.run(pg);
+      s.run(program);
       auto logits = s.get("gen_logits");
       const float* row = logits.data() + (text.size() - start - 1) * size_t(cfg_.vocab);
-      std::vector<double> p(size_t(cfg_.vocab));
-      const double m = *std::max_element(row, row + cfg_.vocab);
-      for (size_t c = 0; c < p.size(); ++c) p[c] = std::exp((double(row[c]) - m) / 0.7);  // temperature 0.7
-      text.push_back(int32_t(std::discrete_distribution<size_t>(p.begin(), p.end())(rng)));
+      const std::vector<int> previous(text.begin(), text.end());  // the prompt too, as Hugging Face does
+      const int next = sampler.sample(std::span<const float>(row, size_t(cfg_.vocab)), previous);
+      text.push_back(next);
+      stop.push(next, vocab_.decode({next}));
     }
-    return {{"eval_loss", loss}, {"sample", vocab_.decode(text)}};
+    return {{"sample", prompt_ + stop.text()}, {"new_tokens", text.size() - prompt_tokens}};
   }
 
  private:
@@ -201,6 +218,9 @@ class CharGptTask final : public Task {
   static constexpr int64_t kBatch = 16;
   uint64_t seed_;
   int64_t batch_;
+  std::string prompt_;
+  text::SamplingOptions sampling_;
+  text::StopCriteria stop_;
   size_t eval_program_ = 0, gen_program_ = 0;
   models::Vocabulary vocab_;
   models::CharGptConfig cfg_{};

@@ -9,6 +9,7 @@
 
 #include "meganeura/optim.h"
 #include "meganeura/session.h"
+#include "text/sampling.h"
 
 namespace meganeura::cli {
 
@@ -50,6 +51,11 @@ struct ModelOptions {
   int64_t layers = 0;
   int64_t heads = 0;  // chargpt
   int64_t batch = 0;  // examples per process (mlp, chargpt)
+  // Text generation after evaluation (chargpt): the prompt, how the next token is drawn and
+  // when generation stops.
+  std::string prompt = "The river";
+  text::SamplingOptions sampling{.temperature = 0.7f};
+  text::StopCriteria stop{.max_new_tokens = 160};
 };
 
 std::unique_ptr<Task> make_task(const std::string& model, uint64_t seed, const ModelOptions& options = {});

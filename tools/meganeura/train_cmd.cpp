@@ -57,6 +57,19 @@ void add_model_options(CLI::App* c, TrainArgs& a) {
   c->add_option("--heads", a.sizes.heads, "attention heads (chargpt)")->check(CLI::PositiveNumber);
 }
 
+// Generation after evaluation (chargpt); see docs/generation.md for the order the filters apply in.
+void add_sampling_options(CLI::App* c, ModelOptions& o) {
+  c->add_option("--prompt", o.prompt, "text the sample continues (default \"The river\")");
+  c->add_option("--max-new-tokens", o.stop.max_new_tokens, "tokens to generate (default 160)")
+      ->check(CLI::PositiveNumber);
+  c->add_option("--temperature", o.sampling.temperature, "0: greedy; default 0.7");
+  c->add_option("--top-k", o.sampling.top_k, "keep the k most likely tokens (0: off)");
+  c->add_option("--top-p", o.sampling.top_p, "keep the smallest set with this much probability (1: off)");
+  c->add_option("--min-p", o.sampling.min_p, "drop tokens below this fraction of the top one (0: off)");
+  c->add_option("--repetition-penalty", o.sampling.repetition_penalty, "divide seen tokens' logits (1: off)");
+  c->add_option("--stop", o.stop.stop_strings, "stop before this text (repeatable)");
+}
+
 class Progress {
  public:
   Progress(int64_t first, int64_t total) : first_(first), total_(total), tty_(isatty(2)) {}
@@ -398,8 +411,12 @@ void add_infer_command(CLI::App& app) {
   c->add_option("--device", a->device,
                 "cpu | vulkan | auto | a Vulkan device's index or name (see `meganeura devices`)");
   c->add_option("--seed", a->seed, "sampling seed");
+  add_sampling_options(c, a->sizes);
   c->add_flag("--json", a->json, "print a JSON summary on stdout");
-  c->callback([a] { throw CLI::RuntimeError(run_infer(*a)); });
+  c->callback([a] {
+    text::validate(a->sizes.sampling);
+    throw CLI::RuntimeError(run_infer(*a));
+  });
 }
 
 }  // namespace meganeura::cli
