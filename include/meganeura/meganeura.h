@@ -63,6 +63,8 @@ typedef enum meganeura_status {
   MEGANEURA_ERROR_UNAVAILABLE = 10,
   /* Anything else: a bug; the message says what happened. */
   MEGANEURA_ERROR_INTERNAL = 11,
+  /* The call needs the queue while a run is partly submitted (meganeura_session_submit). */
+  MEGANEURA_ERROR_BUSY = 12,
   /* Not a status: makes the enum as wide as an int (any int value is valid to pass). */
   MEGANEURA_STATUS_MAX_ENUM = 0x7FFFFFFF
 } meganeura_status;
@@ -145,6 +147,9 @@ typedef struct meganeura_session_options {
   /* Non-NULL: run on the application's Vulkan device instead of creating one (copied by
    * meganeura_session_create; the objects it names must outlive the session). */
   const meganeura_vulkan_device* vulkan_device;
+  /* Vulkan: each run is submitted in this many command buffers (0 or 1: one), so the
+   * application's own queue work can run between them (meganeura_session_submit). */
+  int32_t vulkan_chunks;
 } meganeura_session_options;
 
 /* Fills `options` with the defaults (device "cpu", all cores, seed 0) and api_major =
@@ -228,6 +233,73 @@ MEGANEURA_C_EXPORT meganeura_status meganeura_session_get(const meganeura_sessio
 
 /* Runs program `program` to completion (blocking): its outputs are then ready to read. */
 MEGANEURA_C_EXPORT meganeura_status meganeura_session_run(meganeura_session* session, size_t program);
+
+/* ---- the application's buffers and images as program tensors (Vulkan) ---- */
+
+/* Uses the application's VkBuffer (its handle cast to uint64_t; storage and transfer src/dst
+ * usage, at least `bytes`) as the session's buffer `name` for programs added afterwards: no
+ * copy, no allocation. Bind before adding the programs that use the name. */
+MEGANEURA_C_EXPORT meganeura_status meganeura_session_bind_buffer(meganeura_session* session, const char* name,
+                                                                  uint64_t buffer, uint64_t bytes);
+
+/* An application's 2D VkImage for an f32 input or output of width * height * channels
+ * elements, row-major [height, width, channels]; `format` (a VkFormat) gives the channels:
+ * R32_SFLOAT (1), R32G32_SFLOAT (2), R32G32B32A32_SFLOAT (4). One mip level and layer;
+ * TRANSFER_SRC usage for an input, TRANSFER_DST for an output. Every run copies an input's
+ * image into the tensor before its first kernel and an output's tensor into its image after
+ * its last. Layout transitions: the run expects the image in `layout` (VkImageLayout; an
+ * output may say UNDEFINED, discarding its contents), holds it in TRANSFER_SRC_OPTIMAL or
+ * TRANSFER_DST_OPTIMAL, and leaves it in `final_layout`; the barriers around the copies wait
+ * for and are waited for by all commands on the queue. */
+typedef struct meganeura_vulkan_image {
+  uint64_t image;
+  uint32_t format;
+  uint32_t width;
+  uint32_t height;
+  uint32_t layout;
+  uint32_t final_layout;
+} meganeura_vulkan_image;
+/* Binds `image` to the tensor `name` of programs added afterwards. A program whose tensor of
+ * that name is not an f32 input or output of as many elements is refused when added
+ * (MEGANEURA_ERROR_INVALID_ARGUMENT naming both). A session not on Vulkan:
+ * MEGANEURA_ERROR_UNAVAILABLE. */
+MEGANEURA_C_EXPORT meganeura_status meganeura_session_bind_image(meganeura_session* session, const char* name,
+                                                                 const meganeura_vulkan_image* image);
+
+/* ---- runs that share the queue with the application (Vulkan) ---- */
+
+/* One of the application's semaphores: a VkSemaphore's handle, cast to uint64_t. `value`: a
+ * timeline semaphore's value (the device must enable the timelineSemaphore feature); 0: a
+ * binary semaphore. `stages`: for a wait, the VkPipelineStageFlags it holds (0: all commands). */
+typedef struct meganeura_vulkan_semaphore {
+  uint64_t semaphore;
+  uint64_t value;
+  uint32_t stages;
+} meganeura_vulkan_semaphore;
+
+/* Queues chunks [first_chunk, first_chunk + chunk_count) of a run of `program` on the queue
+ * and returns without waiting (chunk_count 0: through the last chunk). The first of them waits
+ * on `waits`, the last signals `signals` when its work is done, all the run's writes made
+ * available. A run's chunks go in order from chunk 0, in one call or several, with the
+ * application's own submissions between them; while a run is partly submitted, any other call
+ * that needs the queue (run, set, get, load, add a program) is MEGANEURA_ERROR_BUSY. Once the
+ * last chunk is queued the run is pending: meganeura_session_poll tells whether it finished,
+ * and the session's next call that reads, writes or runs waits for it first. Any buffer the
+ * run reads or writes must not be touched by the application until the run's signal (or the
+ * pending run has been waited for). A session not on Vulkan: MEGANEURA_ERROR_UNAVAILABLE. */
+MEGANEURA_C_EXPORT meganeura_status meganeura_session_submit(meganeura_session* session, size_t program,
+                                                             size_t first_chunk, size_t chunk_count,
+                                                             const meganeura_vulkan_semaphore* waits, size_t wait_count,
+                                                             const meganeura_vulkan_semaphore* signals,
+                                                             size_t signal_count);
+/* The number of chunks a run of `program` is submitted in (vulkan_chunks, at most one per
+ * kernel launch). */
+MEGANEURA_C_EXPORT meganeura_status meganeura_session_chunk_count(const meganeura_session* session, size_t program,
+                                                                  size_t* count);
+/* `*done` = 1 when no submitted run is still executing, 0 otherwise; never blocks. */
+MEGANEURA_C_EXPORT meganeura_status meganeura_session_poll(const meganeura_session* session, int* done);
+/* Blocks until the submitted run has finished (not the application's work on the queue). */
+MEGANEURA_C_EXPORT meganeura_status meganeura_session_wait(meganeura_session* session);
 
 /* The work of the last run of `program`, from the Vulkan backend's timestamp queries: sessions
  * created with vulkan_profile set. Otherwise MEGANEURA_ERROR_UNAVAILABLE. */

@@ -41,6 +41,9 @@ struct SessionOptions {
   // Vulkan (device = vulkan): run on the application's instance, device and queue instead of
   // creating them (VulkanOptions::external); what it points to must outlive the session.
   const VulkanExternalDevice* vulkan_external = nullptr;
+  // Vulkan: split each run's submission into this many command buffers (VulkanOptions::chunks),
+  // so work of the application's can run on the queue between them (vulkan_submit).
+  int vulkan_chunks = 1;
 };
 
 // Sets `o` from a --device value: "cpu", "auto" (discrete GPU > integrated GPU > CPU backend),

@@ -1,6 +1,7 @@
 // The C API (include/meganeura/meganeura.h) over Session: every entry point checks its
 // pointers, runs its body inside guard(), which turns every exception into a status and the
 // thread's last-error message, and never lets one escape.
+#include <algorithm>
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
@@ -71,6 +72,8 @@ meganeura_status guard(const char* function, meganeura_status other, Body&& body
     return record(MEGANEURA_ERROR_INVALID_ARGUMENT, function, e.what());
   } catch (const std::length_error& e) {
     return record(MEGANEURA_ERROR_INVALID_ARGUMENT, function, e.what());
+  } catch (const std::logic_error& e) {  // a call out of turn (a partly submitted run)
+    return record(MEGANEURA_ERROR_BUSY, function, e.what());
   } catch (const std::exception& e) {
     return record(other, function, e.what());
   } catch (...) {
@@ -190,6 +193,11 @@ const VulkanProgramProfile& profile_of(const meganeura_session* s, size_t progra
   return *p;
 }
 
+void on_vulkan(const meganeura_session* s) {
+  if (session_of(s).device_name().rfind("vulkan", 0) != 0)
+    fail(MEGANEURA_ERROR_UNAVAILABLE, "the session runs on " + s->device_name + ", not on Vulkan");
+}
+
 }  // namespace
 
 extern "C" {
@@ -222,6 +230,7 @@ const char* meganeura_status_name(meganeura_status status) {
     case MEGANEURA_ERROR_OUT_OF_MEMORY: return "MEGANEURA_ERROR_OUT_OF_MEMORY";
     case MEGANEURA_ERROR_UNAVAILABLE: return "MEGANEURA_ERROR_UNAVAILABLE";
     case MEGANEURA_ERROR_INTERNAL: return "MEGANEURA_ERROR_INTERNAL";
+    case MEGANEURA_ERROR_BUSY: return "MEGANEURA_ERROR_BUSY";
     case MEGANEURA_STATUS_MAX_ENUM: break;
   }
   return "MEGANEURA_ERROR_UNKNOWN_STATUS";
@@ -259,6 +268,11 @@ meganeura_status meganeura_session_create(const meganeura_session_options* optio
     so.vulkan_validation = options->vulkan_validation != 0;
     so.vulkan_profile = options->vulkan_profile != 0;
     if (options->vulkan_cache_dir) so.vulkan_cache_dir = options->vulkan_cache_dir;
+    if (options->vulkan_chunks < 0) {
+      fail(MEGANEURA_ERROR_INVALID_ARGUMENT,
+           "vulkan_chunks is " + std::to_string(options->vulkan_chunks) + " (0 or 1: one)");
+    }
+    so.vulkan_chunks = std::max(1, int(options->vulkan_chunks));
     auto s = std::make_unique<meganeura_session>();
     if (const meganeura_vulkan_device* d = options->vulkan_device) {
       s->external =
@@ -449,6 +463,74 @@ meganeura_status meganeura_session_run(meganeura_session* session, size_t progra
     }
     s.run(program);
   });
+}
+
+meganeura_status meganeura_session_bind_buffer(meganeura_session* session, const char* name, uint64_t buffer,
+                                               uint64_t bytes) {
+  return guard(__func__, MEGANEURA_ERROR_DEVICE, [&] {
+    Session& s = session_of(session);
+    on_vulkan(session);
+    need(name, "name");
+    if (!buffer) fail(MEGANEURA_ERROR_INVALID_ARGUMENT, "buffer is VK_NULL_HANDLE");
+    vulkan_bind_buffer(s.backend(), name, reinterpret_cast<void*>(uintptr_t(buffer)), bytes);
+  });
+}
+
+meganeura_status meganeura_session_bind_image(meganeura_session* session, const char* name,
+                                              const meganeura_vulkan_image* image) {
+  return guard(__func__, MEGANEURA_ERROR_DEVICE, [&] {
+    Session& s = session_of(session);
+    on_vulkan(session);
+    need(name, "name");
+    need(image, "image");
+    vulkan_bind_image(
+        s.backend(), name,
+        VulkanImage{image->image, image->format, image->width, image->height, image->layout, image->final_layout});
+  });
+}
+
+meganeura_status meganeura_session_submit(meganeura_session* session, size_t program, size_t first_chunk,
+                                          size_t chunk_count, const meganeura_vulkan_semaphore* waits,
+                                          size_t wait_count, const meganeura_vulkan_semaphore* signals,
+                                          size_t signal_count) {
+  return guard(__func__, MEGANEURA_ERROR_DEVICE, [&] {
+    Session& s = session_of(session);
+    on_vulkan(session);
+    if (wait_count) need(waits, "waits");
+    if (signal_count) need(signals, "signals");
+    VulkanSubmit sub{.first_chunk = first_chunk, .chunk_count = chunk_count, .wait = {}, .signal = {}};
+    for (size_t i = 0; i < wait_count; ++i) {
+      if (!waits[i].semaphore) fail(MEGANEURA_ERROR_INVALID_ARGUMENT, "waits[" + std::to_string(i) + "] is NULL");
+      sub.wait.push_back(
+          {waits[i].semaphore, waits[i].value, waits[i].stages ? waits[i].stages : VulkanSemaphore{}.stages});
+    }
+    for (size_t i = 0; i < signal_count; ++i) {
+      if (!signals[i].semaphore) fail(MEGANEURA_ERROR_INVALID_ARGUMENT, "signals[" + std::to_string(i) + "] is NULL");
+      sub.signal.push_back({signals[i].semaphore, signals[i].value, 0});
+    }
+    vulkan_submit(s, program, sub);
+  });
+}
+
+meganeura_status meganeura_session_chunk_count(const meganeura_session* session, size_t program, size_t* count) {
+  return guard(__func__, MEGANEURA_ERROR_INTERNAL, [&] {
+    const Session& s = session_of(session);
+    on_vulkan(session);
+    need(count, "count");
+    *count = vulkan_chunk_count(s.backend(), program);
+  });
+}
+
+meganeura_status meganeura_session_poll(const meganeura_session* session, int* done) {
+  return guard(__func__, MEGANEURA_ERROR_DEVICE, [&] {
+    const Session& s = session_of(session);
+    need(done, "done");
+    *done = vulkan_run_done(s.backend()) ? 1 : 0;
+  });
+}
+
+meganeura_status meganeura_session_wait(meganeura_session* session) {
+  return guard(__func__, MEGANEURA_ERROR_DEVICE, [&] { vulkan_wait(session_of(session).backend()); });
 }
 
 meganeura_status meganeura_session_profile(const meganeura_session* session, size_t program,

@@ -176,6 +176,20 @@ static void check_misuse(meganeura_session* s) {
   EXPECT_ERROR(meganeura_session_run(s, 3), MEGANEURA_ERROR_INVALID_ARGUMENT, "no program 3", NULL, NULL);
   meganeura_profile p;
   EXPECT_ERROR(meganeura_session_profile(s, 0, &p), MEGANEURA_ERROR_UNAVAILABLE, "no profile", NULL, NULL);
+  /* Runs that do not block share a Vulkan queue; a CPU session has none. */
+  EXPECT_ERROR(meganeura_session_submit(s, 0, 0, 0, NULL, 0, NULL, 0), MEGANEURA_ERROR_UNAVAILABLE, "not on Vulkan",
+               NULL, NULL);
+  size_t chunks = 0;
+  EXPECT_ERROR(meganeura_session_chunk_count(s, 0, &chunks), MEGANEURA_ERROR_UNAVAILABLE, "not on Vulkan", NULL, NULL);
+  const meganeura_vulkan_image image = {1, 100 /* VK_FORMAT_R32_SFLOAT */, K, N, 0, 0};
+  EXPECT_ERROR(meganeura_session_bind_image(s, "x", &image), MEGANEURA_ERROR_UNAVAILABLE, "not on Vulkan", NULL, NULL);
+  EXPECT_ERROR(meganeura_session_bind_buffer(s, "x", 1, sizeof x), MEGANEURA_ERROR_UNAVAILABLE, "not on Vulkan", NULL,
+               NULL);
+  int done = -1;
+  MUST(meganeura_session_poll(s, &done));
+  CHECK(done == 1, "a CPU session has a run pending");
+  MUST(meganeura_session_wait(s));
+  EXPECT_ERROR(meganeura_session_poll(s, NULL), MEGANEURA_ERROR_INVALID_ARGUMENT, "done", NULL, NULL);
 }
 
 static void check_programs(meganeura_session* s, const char* work) {
@@ -335,6 +349,22 @@ static void check_vulkan(const float* y_cpu, const char* program) {
   EXPECT_ERROR(meganeura_session_profile_launch(s, 0, p.launches, &l), MEGANEURA_ERROR_INVALID_ARGUMENT, "no launch",
                NULL, NULL);
   printf("  ok: %s: profile of %zu launches, first %s (%s)\n", name, p.launches, l.kernel, l.op);
+  /* A run that does not block, on the session's own queue: a get waits for it. */
+  for (int e = 0; e < N * M; ++e) y[e] = -1.0f;
+  MUST(meganeura_session_submit(s, 0, 0, 0, NULL, 0, NULL, 0));
+  size_t written = 0;
+  MUST(meganeura_session_get(s, "y", MEGANEURA_DTYPE_F32, y, sizeof y, &written));
+  compare(name, y);
+  int done = 0;
+  MUST(meganeura_session_poll(s, &done));
+  CHECK(done == 1, "a run still pending after a get");
+  MUST(meganeura_session_profile(s, 0, &p));
+  CHECK(p.runs == 2, "profile after a submitted run: %llu runs", (unsigned long long)p.runs);
+  meganeura_vulkan_semaphore null_sem = {0, 0, 0};
+  EXPECT_ERROR(meganeura_session_submit(s, 0, 0, 0, &null_sem, 1, NULL, 0), MEGANEURA_ERROR_INVALID_ARGUMENT,
+               "waits[0]", NULL, NULL);
+  EXPECT_ERROR(meganeura_session_submit(s, 7, 0, 0, NULL, 0, NULL, 0), MEGANEURA_ERROR_INVALID_ARGUMENT, "no program 7",
+               NULL, NULL);
   meganeura_session_destroy(s);
 }
 

@@ -40,6 +40,9 @@ VulkanOptions vulkan_options(const SessionOptions& o, const std::string& device)
   v.pipeline_cache = o.vulkan_cache_dir != "-";
   if (v.pipeline_cache) v.cache_dir = o.vulkan_cache_dir;
   v.external = o.vulkan_external;
+  if (o.vulkan_chunks < 1)
+    throw std::invalid_argument("[session] vulkan_chunks is " + std::to_string(o.vulkan_chunks) + " (at least 1)");
+  v.chunks = o.vulkan_chunks;
   return v;
 }
 

@@ -72,6 +72,8 @@ namespace meganeura::vk {
   X(vkCmdDispatch) \
   X(vkCmdPipelineBarrier) \
   X(vkCmdCopyBuffer) \
+  X(vkCmdCopyImageToBuffer) \
+  X(vkCmdCopyBufferToImage) \
   X(vkCmdFillBuffer) \
   X(vkCmdResetQueryPool) \
   X(vkCmdWriteTimestamp) \
@@ -83,6 +85,7 @@ namespace meganeura::vk {
   X(vkCreateFence) \
   X(vkDestroyFence) \
   X(vkWaitForFences) \
+  X(vkGetFenceStatus) \
   X(vkResetFences)
 // clang-format on
 

@@ -2,6 +2,8 @@
 #include <cstring>
 #include <map>
 #include <memory>
+#include <optional>
+#include <span>
 #include <thread>
 
 #include "backend/vulkan/context.h"
@@ -9,6 +11,7 @@
 #include "backend/vulkan/memory.h"
 #include "backend/vulkan/pipelines.h"
 #include "graph/op_table.h"
+#include "meganeura/session.h"
 #include "meganeura/vulkan.h"
 
 namespace meganeura {
@@ -92,11 +95,13 @@ class VulkanBackend final : public Backend {
   }
 
   size_t add_program(const Program& p) override {
+    settle("adding a program");
     auto prep = std::make_unique<Prepared>();
     prep->program = p;
     const Program& q = prep->program;
     if (q.float_dtype != DType::f32)
       throw std::invalid_argument("[vulkan] programs must compute in f32 (the f64 oracle runs on the CPU backend)");
+    check_images(q);
     std::vector<Buffer*> fresh;
     for (const ExternalBuffer& e : q.externals) {
       const uint64_t bytes = uint64_t(e.type.numel()) * dtype_size(e.stored);
@@ -136,6 +141,7 @@ class VulkanBackend final : public Backend {
   }
 
   void write(const std::string& name, const void* data, size_t bytes) override {
+    settle("writing '" + name + "'");
     External& x = external(name);
     if (bytes != x.buffer->bytes)
       throw std::invalid_argument("[vulkan] writing " + std::to_string(bytes) + " bytes into '" + name + "' of " +
@@ -147,6 +153,7 @@ class VulkanBackend final : public Backend {
 
   void read(const std::string& name, void* data, size_t bytes) const override {
     auto* self = const_cast<VulkanBackend*>(this);  // staging and pre-recorded copies are caches
+    self->settle("reading '" + name + "'");
     External& x = self->external(name);
     if (bytes != x.buffer->bytes)
       throw std::invalid_argument("[vulkan] reading " + std::to_string(bytes) + " bytes from '" + name + "' of " +
@@ -158,6 +165,7 @@ class VulkanBackend final : public Backend {
   }
 
   void run(size_t index) override {
+    settle("running program " + std::to_string(index));
     Prepared& p = *programs_.at(index);
     submit(p.chunks);
     stats_.dispatches = p.dispatches;
@@ -193,6 +201,73 @@ class VulkanBackend final : public Backend {
   }
   size_t pipeline_count() const { return pipelines_->created(); }
 
+  size_t chunk_count(size_t index) const { return programs_.at(index)->chunks.size(); }
+
+  // Queues chunks of a run without waiting (vulkan_submit). The fence goes with the run's last
+  // chunk; the application's semaphores with the first and last chunks of this range.
+  void submit_async(size_t index, const VulkanSubmit& s) {
+    if (index >= programs_.size()) throw std::invalid_argument("[vulkan] no program " + std::to_string(index));
+    Prepared& p = *programs_[index];
+    const size_t n = p.chunks.size(), first = s.first_chunk, count = s.chunk_count ? s.chunk_count : n - first;
+    if (first >= n || count > n - first)
+      throw std::invalid_argument("[vulkan] chunks " + std::to_string(first) + ".." +
+                                  std::to_string(first + count - 1) + " of program " + std::to_string(index) +
+                                  ", which has " + std::to_string(n));
+    if (partial_) {
+      if (partial_->program != index || partial_->next != first) {
+        throw std::logic_error("[vulkan] chunk " + std::to_string(first) + " of program " + std::to_string(index) +
+                               " submitted while program " + std::to_string(partial_->program) +
+                               "'s run waits for its chunk " + std::to_string(partial_->next));
+      }
+    } else {
+      if (first != 0)
+        throw std::logic_error("[vulkan] a run of program " + std::to_string(index) + " starts at chunk 0, not chunk " +
+                               std::to_string(first));
+      finish();  // the previous run's fence, before the fence is used again
+    }
+    const bool last = first + count == n;
+    submit_range(std::span(p.chunks).subspan(first, count), s, last ? fence_ : VK_NULL_HANDLE);
+    if (last) {
+      partial_.reset();
+      pending_ = index;
+      stats_.dispatches = p.dispatches;
+      stats_.barriers = p.barriers;
+    } else {
+      partial_ = Partial{index, first + count};
+    }
+  }
+
+  bool run_done() const {
+    if (!pending_) return true;
+    const VkResult r = api().vkGetFenceStatus(dev_->device, fence_);
+    if (r != VK_SUCCESS && r != VK_NOT_READY) VK_CHECK(r);
+    return r == VK_SUCCESS;
+  }
+
+  // Waits for the pending run (if any), then collects its profile and validation messages.
+  void finish() {
+    if (!pending_) return;
+    const size_t index = *pending_;
+    pending_.reset();
+    VK_CHECK(api().vkWaitForFences(dev_->device, 1, &fence_, VK_TRUE, UINT64_MAX));
+    VK_CHECK(api().vkResetFences(dev_->device, 1, &fence_));
+    Prepared& p = *programs_.at(index);
+    if (p.queries) collect_profile(p);
+    check_messages();
+  }
+
+  void bind_image(const std::string& name, const VulkanImage& im) {
+    if (buffers_.count(name))
+      throw std::invalid_argument("[vulkan] buffer '" + name +
+                                  "' already exists; bind application images before adding programs");
+    if (!im.image) throw std::invalid_argument("[vulkan] image for '" + name + "' is VK_NULL_HANDLE");
+    if (!image_channels(im.format))
+      throw std::invalid_argument("[vulkan] image for '" + name + "': format " + std::to_string(im.format) +
+                                  " (expected R32_SFLOAT, R32G32_SFLOAT or R32G32B32A32_SFLOAT)");
+    if (!im.width || !im.height) throw std::invalid_argument("[vulkan] image for '" + name + "' has no pixels");
+    images_[name] = im;
+  }
+
   void bind_external(const std::string& name, VkBuffer buffer, uint64_t bytes) {
     if (buffers_.count(name))
       throw std::invalid_argument("[vulkan] buffer '" + name +
@@ -210,6 +285,124 @@ class VulkanBackend final : public Backend {
  private:
   const Api& api() const { return dev_->api; }
 
+  static uint32_t image_channels(uint32_t format) {
+    switch (format) {
+      case VK_FORMAT_R32_SFLOAT: return 1;
+      case VK_FORMAT_R32G32_SFLOAT: return 2;
+      case VK_FORMAT_R32G32B32A32_SFLOAT: return 4;
+      default: return 0;
+    }
+  }
+
+  void check_images(const Program& q) const {
+    for (const ExternalBuffer& e : q.externals) {
+      auto it = images_.find(e.name);
+      if (it == images_.end()) continue;
+      const VulkanImage& im = it->second;
+      const int64_t pixels = int64_t(im.width) * im.height * image_channels(im.format);
+      if ((e.role != Role::input && e.role != Role::output) || e.stored != DType::f32 || e.type.numel() != pixels) {
+        throw std::invalid_argument("[vulkan] image '" + e.name + "' (" + std::to_string(im.width) + "x" +
+                                    std::to_string(im.height) + ", " + std::to_string(image_channels(im.format)) +
+                                    " channels) is bound to the " + std::string(role_name(e.role)) + " " +
+                                    shape_str(e.type.shape) + " " + std::string(dtype_name(e.stored)) +
+                                    "; an image is an f32 input or output of as many elements");
+      }
+    }
+  }
+
+  // The image copies of the program's inputs (at the start of its first chunk) or outputs (at
+  // the end of its last): layout `layout` -> transfer -> `final_layout`, ordered against all
+  // commands on both sides.
+  void record_images(const Prepared& p, VkCommandBuffer cmd, Role role) {
+    for (const ExternalBuffer& e : p.program.externals) {
+      auto it = images_.find(e.name);
+      if (it == images_.end() || e.role != role) continue;
+      const VulkanImage& im = it->second;
+      const bool in = role == Role::input;
+      const auto image = reinterpret_cast<VkImage>(uintptr_t(im.image));
+      const VkImageLayout transfer = in ? VK_IMAGE_LAYOUT_TRANSFER_SRC_OPTIMAL : VK_IMAGE_LAYOUT_TRANSFER_DST_OPTIMAL;
+      const VkAccessFlags access = in ? VK_ACCESS_TRANSFER_READ_BIT : VK_ACCESS_TRANSFER_WRITE_BIT;
+      constexpr VkAccessFlags kMemory = VK_ACCESS_MEMORY_READ_BIT | VK_ACCESS_MEMORY_WRITE_BIT;
+      image_barrier(cmd, image, VkImageLayout(im.layout), transfer, kMemory, access);
+      VkBufferImageCopy region{};
+      region.imageSubresource = {VK_IMAGE_ASPECT_COLOR_BIT, 0, 0, 1};
+      region.imageExtent = {im.width, im.height, 1};
+      const VkBuffer buffer = external(e.name).buffer->buffer;
+      if (in) {
+        api().vkCmdCopyImageToBuffer(cmd, image, transfer, buffer, 1, &region);
+        barrier(cmd, kTransfer, VK_ACCESS_TRANSFER_WRITE_BIT, kCompute | kTransfer, kRW | kTRW);
+      } else {
+        api().vkCmdCopyBufferToImage(cmd, buffer, image, transfer, 1, &region);
+      }
+      image_barrier(cmd, image, transfer, VkImageLayout(im.final_layout), access, kMemory);
+    }
+  }
+
+  void image_barrier(VkCommandBuffer cmd, VkImage image, VkImageLayout from, VkImageLayout to, VkAccessFlags src,
+                     VkAccessFlags dst) {
+    auto ib = make<VkImageMemoryBarrier>(VK_STRUCTURE_TYPE_IMAGE_MEMORY_BARRIER);
+    ib.srcAccessMask = src;
+    ib.dstAccessMask = dst;
+    ib.oldLayout = from;
+    ib.newLayout = to;
+    ib.srcQueueFamilyIndex = ib.dstQueueFamilyIndex = VK_QUEUE_FAMILY_IGNORED;
+    ib.image = image;
+    ib.subresourceRange = {VK_IMAGE_ASPECT_COLOR_BIT, 0, 1, 0, 1};
+    constexpr VkPipelineStageFlags kAll = VK_PIPELINE_STAGE_ALL_COMMANDS_BIT;
+    api().vkCmdPipelineBarrier(cmd, kAll, kAll, 0, 0, nullptr, 0, nullptr, 1, &ib);
+  }
+
+  // Before a call that uses the queue and waits: no run may be partly submitted, and the
+  // pending one completes first.
+  void settle(const std::string& what) {
+    if (partial_) {
+      throw std::logic_error("[vulkan] " + what + " while program " + std::to_string(partial_->program) +
+                             "'s run is partly submitted (chunk " + std::to_string(partial_->next) + " of " +
+                             std::to_string(programs_.at(partial_->program)->chunks.size()) + " is next)");
+    }
+    finish();
+  }
+
+  void submit_range(std::span<const VkCommandBuffer> cmds, const VulkanSubmit& s, VkFence fence) {
+    std::vector<VkSemaphore> waits, signals;
+    std::vector<uint64_t> wait_values, signal_values;
+    std::vector<VkPipelineStageFlags> stages;
+    bool timeline = false;
+    for (const VulkanSemaphore& w : s.wait) {
+      waits.push_back(reinterpret_cast<VkSemaphore>(uintptr_t(w.semaphore)));
+      wait_values.push_back(w.value);
+      stages.push_back(w.stages);
+      timeline = timeline || w.value;
+    }
+    for (const VulkanSemaphore& g : s.signal) {
+      signals.push_back(reinterpret_cast<VkSemaphore>(uintptr_t(g.semaphore)));
+      signal_values.push_back(g.value);
+      timeline = timeline || g.value;
+    }
+    for (size_t i = 0; i < cmds.size(); ++i) {
+      const bool first = i == 0, last = i + 1 == cmds.size();
+      auto ti = make<VkTimelineSemaphoreSubmitInfo>(VK_STRUCTURE_TYPE_TIMELINE_SEMAPHORE_SUBMIT_INFO);
+      auto si = make<VkSubmitInfo>(VK_STRUCTURE_TYPE_SUBMIT_INFO);
+      si.commandBufferCount = 1;
+      si.pCommandBuffers = &cmds[i];
+      if (first) {
+        si.waitSemaphoreCount = ti.waitSemaphoreValueCount = uint32_t(waits.size());
+        si.pWaitSemaphores = waits.data();
+        si.pWaitDstStageMask = stages.data();
+        ti.pWaitSemaphoreValues = wait_values.data();
+      }
+      if (last) {
+        si.signalSemaphoreCount = ti.signalSemaphoreValueCount = uint32_t(signals.size());
+        si.pSignalSemaphores = signals.data();
+        ti.pSignalSemaphoreValues = signal_values.data();
+      }
+      if (timeline) si.pNext = &ti;
+      VK_CHECK(api().vkQueueSubmit(dev_->queue, 1, &si, last ? fence : VK_NULL_HANDLE));
+      stats_.submissions++;
+    }
+    check_messages();
+  }
+
   void check_messages() {
     auto m = instance_->take_messages();
     if (m.empty()) return;
@@ -224,10 +417,11 @@ class VulkanBackend final : public Backend {
   }
 
   // Returns false when the staging buffer was (re)created, invalidating recorded copies.
+  // Called after settle(): every submission of ours has completed (each blocking one waited on
+  // the fence), so nothing waits on the queue, which may be the application's.
   bool ensure_staging(uint64_t bytes) {
     if (staging_ && staging_->bytes >= bytes) return true;
     uint64_t size = std::max<uint64_t>(bytes, staging_ ? staging_->bytes * 2 : 1 << 16);
-    api().vkQueueWaitIdle(dev_->queue);
     for (auto& [n, x] : buffers_) {
       for (VkCommandBuffer* c : {&x.upload, &x.download}) {
         if (*c) api().vkFreeCommandBuffers(dev_->device, pool_, 1, c);
@@ -346,11 +540,13 @@ class VulkanBackend final : public Backend {
         api().vkCmdResetQueryPool(cmd, p.queries, 0, uint32_t(p.launches.size() + 1));
         api().vkCmdWriteTimestamp(cmd, VK_PIPELINE_STAGE_TOP_OF_PIPE_BIT, p.queries, 0);
       }
+      if (c == 0) record_images(p, cmd, Role::input);
       record_launches(p, sets, cmd, (p.launches.size() * (c + 1)) / chunks, profiling, at);
       if (c + 1 == chunks) {
         // The step's results become visible to the next step and to read-back copies.
         barrier(cmd, kCompute, VK_ACCESS_SHADER_WRITE_BIT, kCompute | kTransfer, kRW | kTRW);
         p.barriers++;
+        record_images(p, cmd, Role::output);
       }
       VK_CHECK(api().vkEndCommandBuffer(cmd));
       p.chunks.push_back(cmd);
@@ -472,14 +668,22 @@ class VulkanBackend final : public Backend {
 
   VulkanOptions options_;
   std::shared_ptr<Instance> instance_;
-  std::unique_ptr<Device> dev_;
+  std::unique_ptr<vk::Device> dev_;
   DeviceClass dc_;
   bool wide_ = false;  // the fused kernels' layout fits the device
   std::unique_ptr<PipelineCache> cache_;
   std::unique_ptr<Pipelines> pipelines_;
   VkCommandPool pool_ = VK_NULL_HANDLE;
   VkFence fence_ = VK_NULL_HANDLE;
+  // vulkan_submit: the run whose last chunk is queued and not yet waited for, and the run
+  // whose chunks are partly queued.
+  std::optional<size_t> pending_;
+  struct Partial {
+    size_t program, next;
+  };
+  std::optional<Partial> partial_;
   std::map<std::string, External> buffers_;
+  std::map<std::string, VulkanImage> images_;  // the application's images, by tensor name
   std::unique_ptr<Buffer> staging_;
   std::vector<std::unique_ptr<Prepared>> programs_;
   uint32_t next_id_ = 1;
@@ -548,6 +752,39 @@ void vulkan_bind_buffer(Backend& b, const std::string& name, void* vk_buffer, ui
   auto* v = dynamic_cast<VulkanBackend*>(&b);
   if (!v) throw std::invalid_argument("[vulkan] application buffers bind only to a Vulkan backend");
   v->bind_external(name, static_cast<VkBuffer>(vk_buffer), bytes);
+}
+
+void vulkan_bind_image(Backend& b, const std::string& name, const VulkanImage& image) {
+  auto* v = dynamic_cast<VulkanBackend*>(&b);
+  if (!v) throw std::invalid_argument("[vulkan] application images bind only to a Vulkan backend");
+  v->bind_image(name, image);
+}
+
+VulkanBackend& vulkan_of(Backend& b) {
+  auto* v = dynamic_cast<VulkanBackend*>(&b);
+  if (!v) throw std::invalid_argument("[vulkan] the session does not run on Vulkan (" + b.device_name() + ")");
+  return *v;
+}
+
+void vulkan_submit(Session& s, size_t program, const VulkanSubmit& submit) {
+  VulkanBackend& v = vulkan_of(s.backend());
+  if (submit.first_chunk == 0) s.initialise();  // parameters waiting for their values get them first
+  v.submit_async(program, submit);
+}
+
+size_t vulkan_chunk_count(const Backend& b, size_t program) {
+  const VulkanBackend* v = as_vulkan(b);
+  if (!v) throw std::invalid_argument("[vulkan] the session does not run on Vulkan (" + b.device_name() + ")");
+  return v->chunk_count(program);
+}
+
+bool vulkan_run_done(const Backend& b) {
+  const VulkanBackend* v = as_vulkan(b);
+  return !v || v->run_done();
+}
+
+void vulkan_wait(Backend& b) {
+  if (auto* v = dynamic_cast<VulkanBackend*>(&b)) v->finish();
 }
 
 }  // namespace meganeura
