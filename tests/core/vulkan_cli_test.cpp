@@ -11,13 +11,18 @@
 
 #include <algorithm>
 #include <array>
+#include <cmath>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
+#include <span>
 #include <string>
+#include <vector>
 
 #include "cli_run.h"
+#include "meganeura/program.h"
+#include "meganeura/session.h"
 #include "vulkan_test_util.h"
 
 namespace fs = std::filesystem;
@@ -198,6 +203,61 @@ TEST(VulkanCli, ProfileReportsKernelsAndATrace) {
   auto t = nlohmann::json::parse(f);
   EXPECT_EQ(t["traceEvents"].size(), size_t(dispatches));
   EXPECT_EQ(t["traceEvents"][0]["ph"], "X");
+}
+
+// A program planned by `program --device vulkan` carries the device's limits, so a Vulkan
+// session accepts it (one planned without limits is refused) and computes what the CPU does.
+TEST(VulkanCli, ProgramPlannedForTheDeviceRunsThere) {
+  const std::string why = meganeura::testing_vulkan::missing_device();
+  if (!why.empty()) GTEST_SKIP() << "skipped: " << why;
+  Result planned = run("program --model mlp --inference --json --device vulkan");
+  ASSERT_EQ(planned.status, 0) << planned.err;
+  Result unplanned = run("program --model mlp --inference --json");
+  ASSERT_EQ(unplanned.status, 0) << unplanned.err;
+  using meganeura::Program;
+  using meganeura::Session;
+  using meganeura::SessionOptions;
+  auto session = [](meganeura::Device d) {
+    SessionOptions o{.device = d, .seed = 5};
+    o.vulkan_cache_dir = "-";
+    o.vulkan_validation = meganeura::testing_vulkan::validation_wanted();
+    return Session(o);
+  };
+  const Program p = Program::from_json(planned.out);
+  EXPECT_GE(p.limits.offset_alignment, 16u);
+  Session vk = session(meganeura::Device::vulkan);
+  try {
+    vk.add(Program::from_json(unplanned.out));
+    ADD_FAILURE() << "a program planned without limits was accepted on Vulkan";
+  } catch (const std::invalid_argument& e) {
+    EXPECT_NE(std::string(e.what()).find("planned for buffers"), std::string::npos) << e.what();
+  }
+  Session cpu = session(meganeura::Device::cpu);  // its own plan (the CPU backend aligns to 256 bytes)
+  vk.add(p);
+  cpu.add(Program::from_json(unplanned.out));
+  std::vector<float> x;
+  for (const auto& e : p.externals) {
+    if (e.role != meganeura::Role::input) continue;
+    x.resize(size_t(e.type.numel()));
+    for (size_t i = 0; i < x.size(); ++i) x[i] = float(std::sin(0.37 * double(i)));
+    vk.set(e.name, std::span<const float>(x));
+    cpu.set(e.name, std::span<const float>(x));
+  }
+  vk.run();
+  cpu.run();
+  size_t outputs = 0;
+  for (const auto& e : p.externals) {
+    if (e.role != meganeura::Role::output) continue;
+    ++outputs;
+    const auto a = vk.get(e.name), b = cpu.get(e.name);
+    ASSERT_EQ(a.size(), b.size());
+    // Same f32 parameters from the same seed; sums of 16 and 128 terms in different orders:
+    // 1e-4 of the output's scale is far above their rounding and far below any indexing error.
+    double scale = 0;
+    for (float v : b) scale = std::max(scale, double(std::abs(v)));
+    for (size_t i = 0; i < a.size(); ++i) ASSERT_NEAR(a[i], b[i], 1e-4 * scale + 1e-6) << e.name << "[" << i << "]";
+  }
+  EXPECT_GT(outputs, 0u);
 }
 
 }  // namespace

@@ -34,6 +34,7 @@ struct TrainArgs {
   ModelOptions sizes;
   bool inference = false;           // program: the inference graph instead of the training step
   std::string vulkan = "lavapipe";  // program: the Vulkan device whose launches it reports
+  std::string plan_device;          // program: plan for this device's limits and passes ("": none)
   bool data_parallel = false;
   double bucket_mb = 25, comm_timeout = 300;
   int check_replicas = 0;
@@ -297,8 +298,10 @@ void add_vulkan_plan(nlohmann::json& j, const Program& p, const std::string& dev
 int run_program(const TrainArgs& a) {
   auto task = make_task(a.model, a.seed, a.sizes);
   Program p;
+  SessionOptions so = base_session_options();
+  if (!a.plan_device.empty()) select_device(so, a.plan_device);
   if (a.inference) {
-    Session s;  // the planned inference programs of the task, without running them
+    Session s(so);  // the planned inference programs of the task, without running them
     task->add_inference(s);
     p = s.program(0);
   } else {
@@ -311,7 +314,13 @@ int run_program(const TrainArgs& a) {
     const auto t1 = Clock::now();
     PlanOptions po;
     po.verify = false;
-    p = plan(optimize(g), po);
+    if (a.plan_device.empty()) {
+      p = plan(optimize(g), po);
+    } else {
+      const Session s(so);
+      po.limits = s.backend().limits();
+      p = plan(optimize(g, s.backend().passes()), po);
+    }
     const auto t2 = Clock::now();
     verify(p);
     const auto t3 = Clock::now();
@@ -353,6 +362,9 @@ void add_program_command(CLI::App& app) {
   add_model_options(c, *a);
   c->add_flag("--inference", a->inference, "the inference program instead of the training step");
   c->add_flag("--json", a->json, "the program as JSON");
+  c->add_option("--device", a->plan_device,
+                "plan for this device's limits and kernels (cpu | vulkan | auto | a Vulkan device's index or name), "
+                "so that a session there accepts the program; default: no limits (the CPU backend only)");
   c->add_option("--vulkan", a->vulkan,
                 "with --json: report each dispatch's Vulkan launches and planned loop iterations per invocation for "
                 "this device: lavapipe (default; planned without it) or a Vulkan device's index or name");
