@@ -111,6 +111,15 @@ struct OneHotAttrs {
 struct RopeAttrs {
   double theta = 10000;
   bool inverse = false;
+  // Frequency scaling (Hugging Face `rope_scaling`). With original_max_position = 0 every
+  // frequency is divided by `factor` ("linear"; factor 1: none). With original_max_position
+  // = L > 0, Llama 3's: frequencies whose wavelength exceeds L / low_freq_factor are divided by
+  // `factor`, those shorter than L / high_freq_factor are kept, and those between are blended
+  // (see rope_frequency).
+  double factor = 1;
+  double low_freq_factor = 1;
+  double high_freq_factor = 1;
+  int64_t original_max_position = 0;
   bool operator==(const RopeAttrs&) const = default;
 };
 struct MaskAttrs {
@@ -380,6 +389,11 @@ Tensor arange(Graph& g, int64_t n, double start = 0, double step = 1, DType dtyp
 
 // Rotary position embedding over the last dimension (halves rotated), positions along axis -2.
 Tensor rope(Tensor x, double theta = 10000, bool inverse = false);
+// The same with every attribute given, frequency scaling included.
+Tensor rope_scaled(Tensor x, const RopeAttrs& attrs);
+// The rotation frequency of pair `pair` of a head of `dim` channels, scaling applied:
+// theta^(-2 pair / dim), then Llama 3's blend or the linear division (RopeAttrs).
+double rope_frequency(const RopeAttrs& a, int64_t pair, int64_t dim);
 // Sets entries above the diagonal of the last two axes (aligned to the bottom right) to fill.
 Tensor causal_mask(Tensor x, double fill = -1e30);
 

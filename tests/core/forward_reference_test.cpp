@@ -7,6 +7,7 @@
 #include <cmath>
 #include <functional>
 #include <nlohmann/json.hpp>
+#include <numbers>
 #include <random>
 
 #include "forward_harness.h"
@@ -258,6 +259,44 @@ TEST(Forward, RotaryHalfSplit) {
     }
   }
   expect_close(y, want, "rope");
+}
+
+// Llama 3 and linear frequency scaling against transformers' three-branch formula
+// (_compute_llama3_parameters), written out here: keep where the wavelength is under
+// L / high_freq_factor, divide by factor where over L / low_freq_factor, else blend.
+TEST(Forward, RotaryFrequencyScaling) {
+  const double factor = 8, low = 1, high = 4, L = 64;
+  for (bool llama3 : {true, false}) {
+    Harness r;
+    Tensor x = r.in("x", {1, 2, 6, 16});
+    RopeAttrs attrs;
+    attrs.factor = factor;
+    if (llama3) {
+      attrs.low_freq_factor = low;
+      attrs.high_freq_factor = high;
+      attrs.original_max_position = int64_t(L);
+    }
+    Vec y = r.eval(rope_scaled(x, attrs));
+    const Vec& X = r.values["x"];
+    Vec want(X.size());
+    for (int64_t row = 0; row < 12; ++row) {
+      const int64_t pos = row % 6;
+      for (int64_t i = 0; i < 8; ++i) {
+        const double f = std::pow(10000.0, -2.0 * double(i) / 16.0), wavelen = 2 * std::numbers::pi / f;
+        double g = f / factor;
+        if (llama3 && wavelen < L / high) {
+          g = f;
+        } else if (llama3 && wavelen <= L / low) {
+          const double smooth = (L / wavelen - low) / (high - low);
+          g = (1 - smooth) * f / factor + smooth * f;
+        }
+        const double th = double(pos) * g, a = X[size_t(row * 16 + i)], b = X[size_t(row * 16 + i + 8)];
+        want[size_t(row * 16 + i)] = a * std::cos(th) - b * std::sin(th);
+        want[size_t(row * 16 + i + 8)] = b * std::cos(th) + a * std::sin(th);
+      }
+    }
+    expect_close(y, want, llama3 ? "rope/llama3" : "rope/linear");
+  }
 }
 
 TEST(Forward, CrossEntropyIgnoreIndexAndEmbedding) {

@@ -324,6 +324,30 @@ inline std::vector<Case> cases() {
                },
                nullptr,
                {}});
+  // Llama 3 scaling over a 16-wide head: wavelengths 2 pi 10000^(i/8) = 6.3, 20, 63, 199, ...
+  // against L / high = 16 and L / low = 64, so pair 0 is kept, pairs 1-2 blended, the rest divided.
+  c.push_back({"rope/llama3",
+               Op::rope,
+               [](G& g) {
+                 RopeAttrs a;
+                 a.factor = 8;
+                 a.low_freq_factor = 1;
+                 a.high_freq_factor = 4;
+                 a.original_max_position = 64;
+                 return rope_scaled(P(g, "x", {1, 2, 5, 16}), a);
+               },
+               nullptr,
+               {}});
+  c.push_back({"rope/linear",
+               Op::rope,
+               [](G& g) {
+                 RopeAttrs a;
+                 a.theta = 500;
+                 a.factor = 4;
+                 return rope_scaled(P(g, "x", {2, 7, 6}), a);
+               },
+               nullptr,
+               {}});
   c.push_back({"causal_mask",
                Op::causal_mask,
                [](G& g) {

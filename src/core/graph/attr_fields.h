@@ -106,7 +106,8 @@ constexpr auto fields<OneHotAttrs>() {
 }
 template <>
 constexpr auto fields<RopeAttrs>() {
-  return std::tuple{MEGANEURA_FIELD(inverse), MEGANEURA_FIELD(theta)};
+  return std::tuple{MEGANEURA_FIELD(factor),          MEGANEURA_FIELD(high_freq_factor),      MEGANEURA_FIELD(inverse),
+                    MEGANEURA_FIELD(low_freq_factor), MEGANEURA_FIELD(original_max_position), MEGANEURA_FIELD(theta)};
 }
 template <>
 constexpr auto fields<MaskAttrs>() {

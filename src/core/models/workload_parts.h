@@ -51,6 +51,13 @@ inline Tensor group_norm_p(Graph& g, Tensor x, const std::string& prefix, int64_
                     param(g, prefix + ".bias", {channels}, zeros()), eps);
 }
 
+// Llama's SwiGLU MLP: down(silu(gate(h)) * up(h)), no biases.
+inline Tensor swiglu_mlp(Graph& g, Tensor h, const std::string& p, int64_t dim, int64_t ffn) {
+  Tensor gate = linear(g, h, p + "mlp.gate_proj", dim, ffn, false);
+  Tensor up = linear(g, h, p + "mlp.up_proj", dim, ffn, false);
+  return linear(g, swiglu(gate, up), p + "mlp.down_proj", ffn, dim, false);
+}
+
 // [B, S, H*D] -> [B, H, S, D] and back.
 inline Tensor split_heads(Tensor t, int64_t heads) {
   const int64_t b = t.dim(0), s = t.dim(1), d = t.dim(2) / heads;

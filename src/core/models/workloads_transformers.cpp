@@ -1,6 +1,7 @@
 // SmolLM2-135M, the SmolVLA action expert and the Whisper-tiny encoder.
 #include <cmath>
 
+#include "meganeura/llama.h"
 #include "meganeura/workloads.h"
 #include "models/workload_parts.h"
 #include "models/workloads_internal.h"
@@ -10,47 +11,32 @@ using namespace parts;
 
 // ---- SmolLM2 (Llama architecture, Hugging Face names) -----
 namespace {
-struct LmConfig {
-  int64_t vocab, dim, layers, heads, kv_heads, head_dim, ffn, seq;
-  double theta = 100000, eps = 1e-5;
-};
-LmConfig lm_config(Scale s) {
-  if (s == Scale::full) return {49152, 576, 30, 9, 3, 64, 1536, 128};
-  return {512, 96, 2, 6, 2, 16, 256, 16};
+// The full scale is SmolLM2-135M's config.json; the ci scale the same architecture, smaller.
+LlamaConfig lm_config(Scale s) {
+  if (s == Scale::full) return smollm2_135m_config();
+  LlamaConfig c = smollm2_135m_config();
+  c.vocab_size = 512;
+  c.hidden_size = 96;
+  c.num_hidden_layers = 2;
+  c.num_attention_heads = 6;
+  c.num_key_value_heads = 2;
+  c.head_dim = 16;
+  c.intermediate_size = 256;
+  return c;
 }
-
-// Llama decoder layer body shared by SmolLM2 and the SmolVLA expert's self-attention layers.
-Tensor swiglu_mlp(Graph& g, Tensor h, const std::string& p, int64_t dim, int64_t ffn) {
-  Tensor gate = linear(g, h, p + "mlp.gate_proj", dim, ffn, false);
-  Tensor up = linear(g, h, p + "mlp.up_proj", dim, ffn, false);
-  return linear(g, swiglu(gate, up), p + "mlp.down_proj", ffn, dim, false);
-}
+int64_t lm_seq(Scale s) { return s == Scale::full ? 128 : 16; }
 }  // namespace
 
 Workload build_smollm2(Graph& g, Scale scale, bool minimal) {
-  const LmConfig c = lm_config(scale);
-  const int64_t s = minimal ? 1 : c.seq;
+  const LlamaConfig c = lm_config(scale);
+  const int64_t s = minimal ? 1 : lm_seq(scale);
   Workload w;
   w.inputs = {{"input_ids", {1, s}, DType::i32}, {"labels", {s}, DType::i32}};
   Tensor ids = g.input("input_ids", {1, s}, DType::i32);
   Tensor labels = g.input("labels", {s}, DType::i32);
-  Tensor emb = param(g, "model.embed_tokens.weight", {c.vocab, c.dim}, normal(0.02));
-  Tensor x = embedding(emb, ids);  // [1, S, D]
-  for (int64_t l = 0; l < c.layers; ++l) {
-    const std::string p = "model.layers." + std::to_string(l) + ".";
-    Tensor h = rms_norm(x, param(g, p + "input_layernorm.weight", {c.dim}, ones()), c.eps);
-    Tensor q =
-        rope(split_heads(linear(g, h, p + "self_attn.q_proj", c.dim, c.heads * c.head_dim, false), c.heads), c.theta);
-    Tensor k = rope(
-        split_heads(linear(g, h, p + "self_attn.k_proj", c.dim, c.kv_heads * c.head_dim, false), c.kv_heads), c.theta);
-    Tensor v = split_heads(linear(g, h, p + "self_attn.v_proj", c.dim, c.kv_heads * c.head_dim, false), c.kv_heads);
-    x = x +
-        linear(g, merge_heads(attention(q, k, v, true)), p + "self_attn.o_proj", c.heads * c.head_dim, c.dim, false);
-    h = rms_norm(x, param(g, p + "post_attention_layernorm.weight", {c.dim}, ones()), c.eps);
-    x = x + swiglu_mlp(g, h, p, c.dim, c.ffn);
-  }
-  x = rms_norm(x, param(g, "model.norm.weight", {c.dim}, ones()), c.eps);
-  Tensor logits = matmul(reshape(x, {s, c.dim}), emb, false, true);  // tied lm_head
+  Tensor x = llama_decoder(g, c, ids);
+  Tensor emb = g.tensor(*g.find("model.embed_tokens.weight"));
+  Tensor logits = matmul(reshape(x, {s, c.hidden_size}), emb, false, true);  // tied lm_head
   w.outputs = {{"logits", logits}};
   w.loss = cross_entropy(logits, labels, -100);
   return w;

@@ -191,7 +191,7 @@ void sequence(const Dispatch& d, const KernelLaunch& l, const std::vector<Arg>& 
     std::vector<double> cs(size_t(seq * half)), sn(size_t(seq * half));  // per (position, pair)
     for (int64_t pos = 0; pos < seq; ++pos) {
       for (int64_t i = 0; i < half; ++i) {
-        const double angle = sign * double(pos) * std::pow(a.theta, -2.0 * double(i) / double(dim));
+        const double angle = sign * double(pos) * rope_frequency(a, i, dim);
         cs[size_t(pos * half + i)] = std::cos(angle);
         sn[size_t(pos * half + i)] = std::sin(angle);
       }

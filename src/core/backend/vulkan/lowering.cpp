@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <numbers>
 #include <stdexcept>
 #include <string>
 
@@ -371,9 +372,12 @@ class Lowerer {
       pc.u(uint64_t(s[s.size() - 2]));
       pc.f(std::log2(a.theta));
       pc.f(a.inverse ? -1.0 : 1.0);
-      pc.f(0);
-      pc.f(0);
-      pc.f(0);
+      // Scaling (rope_frequency): f * mix(1 / factor, 1, clamp(smooth_a * f - smooth_b, 0, 1)).
+      const bool llama3 = a.original_max_position > 0;
+      const double span = a.high_freq_factor - a.low_freq_factor;
+      pc.f(1.0 / a.factor);
+      pc.f(llama3 ? double(a.original_max_position) / (2 * std::numbers::pi * span) : 0.0);
+      pc.f(llama3 ? a.low_freq_factor / span : 0.0);
       pc.f(0);
       pc.i(0);
       pc.i(0);

@@ -10,8 +10,8 @@ const uint ROPE = 0, CAUSAL_MASK = 1, LR_SCHEDULE = 2, BIAS_CORRECTION = 3, INCR
 
 layout(push_constant) uniform P {
   uint n, op, dim, seq;       // rope: n = rows * half; mask: dim = keys, seq = queries
-  float theta_log2, sign, fill, pad0;
-  float base_lr, min_lr;
+  float theta_log2, sign, fill, pad0;  // rope: fill = 1 / factor, pad0 = smooth_a
+  float base_lr, min_lr;               // rope: base_lr = smooth_b
   int warmup, total;
   uint counter_i32;           // the step counter is i32 (else f32)
   float ln_beta, power;       // bias correction: ln(beta) from the host in double; 0 when beta = 0
@@ -39,7 +39,10 @@ void main() {
     uint half_ = pc.dim / 2, row = i / half_, p = i % half_;
     float pos = float(row % pc.seq);
     // theta^(-2p/dim) = 2^(-2p/dim * log2(theta))
-    float angle = pc.sign * pos * exp2(-2.0 * float(p) / float(pc.dim) * pc.theta_log2);
+    float f = exp2(-2.0 * float(p) / float(pc.dim) * pc.theta_log2);
+    // Scaling (rope_frequency in ops/rope.cpp): linear when smooth_a = smooth_b = 0.
+    f *= mix(pc.fill, 1.0, clamp(pc.pad0 * f - pc.base_lr, 0.0, 1.0));
+    float angle = pc.sign * pos * f;
     float c = cos(angle), s = sin(angle);
     uint o = row * pc.dim + p;
     float x1 = x[o], x2 = x[o + half_];
