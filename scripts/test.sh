@@ -82,6 +82,12 @@ export ASAN_SYMBOLIZER_PATH=/usr/lib/llvm-15/bin/llvm-symbolizer
 # Preloading the drivers keeps them mapped until the leak check (ASan then does not come
 # first in the library list, which it only warns about when asked to verify).
 icds=$(sed -n 's/.*"library_path": *"\([^"]*\)".*/\1/p' /usr/share/vulkan/icd.d/*.json 2>/dev/null | while read -r l; do [ -f "$l" ] && printf '%s:' "$l"; done)
+# The same for the validation layer, which the loader unloads with the instance too (its
+# state is then unreachable, and reported as leaked, from "<unknown module>").
+layer=$(sed -n 's/.*"library_path": *"\([^"]*\)".*/\1/p' /usr/share/vulkan/explicit_layer.d/VkLayer_khronos_validation.json 2>/dev/null)
+for d in /usr/lib/x86_64-linux-gnu /usr/lib64 /usr/lib; do
+  if [ -n "$layer" ] && [ -f "$d/$layer" ]; then icds+="$d/$layer:"; break; fi
+done
 if [ -n "$icds" ]; then
   export LD_PRELOAD="${icds%:}${LD_PRELOAD:+:$LD_PRELOAD}"
   ASAN_OPTIONS+=":verify_asan_link_order=0"

@@ -7,6 +7,7 @@
 #include <stdexcept>
 
 #include "meganeura/models.h"
+#include "models/workload_parts.h"
 
 namespace meganeura::cli {
 
@@ -227,12 +228,105 @@ class CharGptTask final : public Task {
   std::vector<int32_t> tokens_;
 };
 
+// A small convolutional decoder: six features (a disc's centre, radius and colour) to a
+// 16x16 RGBA image of that disc, NHWC, as an application composites it (examples/embed/).
+// The data is drawn from the seed and step; the test set is fixed.
+class DecoderTask final : public Task {
+ public:
+  static constexpr int64_t kFeatures = 6, kSide = 16, kChannels = 4;
+  DecoderTask(uint64_t seed, const ModelOptions& o) : seed_(seed), batch_(o.batch ? o.batch : kBatch) {}
+  std::string name() const override { return "decoder"; }
+  int64_t default_steps() const override { return 400; }
+  OptimizerConfig default_optimizer() const override {
+    OptimizerConfig o;
+    o.kind = OptimizerConfig::Kind::adam;
+    o.lr = 3e-3;
+    o.warmup_steps = 20;
+    o.total_steps = 400;
+    o.min_lr = 3e-4;
+    return o;
+  }
+  Tensor build_loss(Graph& g) const override { return loss_at(g, batch_); }
+  Tensor reference_loss(Graph& g) const override { return loss_at(g, kBatch); }
+  void feed(Session& s, int64_t step, const Shard& shard) const override {
+    std::vector<float> f, img;
+    draw(seed_ * 7919 + uint64_t(step), batch_, shard.rank * batch_, f, img);
+    s.set("batch_features", std::span<const float>(f));
+    s.set("batch_target", std::span<const float>(img));
+  }
+  void add_inference(Session& s) override {
+    Graph g;
+    g.output("image", decoder(g, g.input("features", {1, kFeatures})));
+    program_ = s.add(g);
+    Graph eval;
+    Tensor f = eval.input("eval_features", {kTest, kFeatures});
+    eval.output("eval_loss", mse(decoder(eval, f), eval.input("eval_target", {kTest, kSide, kSide, kChannels})));
+    eval_program_ = s.add(eval);
+  }
+  nlohmann::json evaluate(Session& s) const override {
+    std::vector<float> f, img;
+    draw(0xDEC0DE, kTest, 0, f, img);
+    s.set("eval_features", std::span<const float>(f));
+    s.set("eval_target", std::span<const float>(img));
+    s.run(eval_program_);
+    return {{"eval_loss", s.scalar("eval_loss")}};
+  }
+
+  // The image of one disc: colour where it covers the pixel (a soft edge), a dark background,
+  // alpha = coverage. Features: centre x, y and radius in [0, 1] image units, then RGB.
+  static void render(const float* f, float* out) {
+    for (int64_t i = 0; i < kSide; ++i) {
+      for (int64_t j = 0; j < kSide; ++j) {
+        const double x = (double(j) + 0.5) / kSide - f[0], y = (double(i) + 0.5) / kSide - f[1];
+        const double a = 1.0 / (1.0 + std::exp((std::sqrt(x * x + y * y) - f[2]) * 30.0));
+        float* px = out + (i * kSide + j) * kChannels;
+        for (int c = 0; c < 3; ++c) px[c] = float(a * f[3 + c] + (1 - a) * 0.1);
+        px[3] = float(a);
+      }
+    }
+  }
+
+ private:
+  static Tensor decoder(Graph& g, Tensor f) {
+    using namespace models::parts;
+    const int64_t b = f.dim(0);
+    Tensor h = relu(linear(g, f, "decoder.fc1", kFeatures, 128, true, 0.4));
+    h = reshape(linear(g, h, "decoder.fc2", 128, 16 * 4 * 4, true, 0.1), {b, 16, 4, 4});
+    h = relu(conv(g, upsample_nearest2x(h), "decoder.conv1", 16, 16, 3, 1, 1, true));
+    h = conv(g, upsample_nearest2x(h), "decoder.conv2", 16, kChannels, 3, 1, 1, true);
+    return permute(sigmoid(h), {0, 2, 3, 1});  // [B, 16, 16, 4]
+  }
+  Tensor loss_at(Graph& g, int64_t batch) const {
+    Tensor f = g.input("batch_features", {batch, kFeatures});
+    return mse(decoder(g, f), g.input("batch_target", {batch, kSide, kSide, kChannels}));
+  }
+  // `n` examples of the stream `stream`, after the first `skip`.
+  static void draw(uint64_t stream, int64_t n, int64_t skip, std::vector<float>& f, std::vector<float>& img) {
+    std::mt19937_64 rng(stream);
+    std::uniform_real_distribution<float> u(0.0f, 1.0f);
+    rng.discard(uint64_t(skip) * kFeatures);
+    f.resize(size_t(n * kFeatures));
+    img.resize(size_t(n * kSide * kSide * kChannels));
+    for (int64_t e = 0; e < n; ++e) {
+      float* x = f.data() + e * kFeatures;
+      x[0] = 0.25f + 0.5f * u(rng), x[1] = 0.25f + 0.5f * u(rng), x[2] = 0.1f + 0.2f * u(rng);
+      for (int c = 0; c < 3; ++c) x[3 + c] = u(rng);
+      render(x, img.data() + e * kSide * kSide * kChannels);
+    }
+  }
+  static constexpr int64_t kBatch = 32, kTest = 64;
+  uint64_t seed_;
+  int64_t batch_;
+  size_t program_ = 0, eval_program_ = 0;
+};
+
 }  // namespace
 
 std::unique_ptr<Task> make_task(const std::string& model, uint64_t seed, const ModelOptions& options) {
   if (model == "mlp") return std::make_unique<MlpTask>(seed, options);
   if (model == "chargpt") return std::make_unique<CharGptTask>(seed, options);
-  throw std::invalid_argument("unknown model '" + model + "' (expected mlp or chargpt)");
+  if (model == "decoder") return std::make_unique<DecoderTask>(seed, options);
+  throw std::invalid_argument("unknown model '" + model + "' (expected mlp, chargpt or decoder)");
 }
 
 }  // namespace meganeura::cli

@@ -51,7 +51,7 @@ const CLI::Validator kPositiveFinite(
     "POSITIVE");
 
 void add_model_options(CLI::App* c, TrainArgs& a) {
-  c->add_option("--model", a.model, "mlp | chargpt")->check(CLI::IsMember({"mlp", "chargpt"}));
+  c->add_option("--model", a.model, "mlp | chargpt | decoder")->check(CLI::IsMember({"mlp", "chargpt", "decoder"}));
   c->add_option("--width", a.sizes.width, "hidden width (mlp) or model dimension (chargpt)")
       ->check(CLI::PositiveNumber);
   c->add_option("--layers", a.sizes.layers, "number of hidden layers / transformer blocks")->check(CLI::PositiveNumber);
