@@ -1,0 +1,68 @@
+// The key/value cache ops on kv_cache.comp: the schedule's push block, the mode and its
+// parameters after it, the position's buffer at binding 3 whatever its operand index.
+#include <algorithm>
+#include <cmath>
+
+#include "backend/vulkan/lowering_internal.h"
+
+namespace meganeura::vk::detail {
+namespace {
+
+constexpr uint32_t kCopy = 0, kRows = 1, kAttend = 2, kRope = 3;
+constexpr size_t kPushWindow = 26, kPushThetaLog2 = 25, kPushSign = 26;
+
+// The output is the input's own memory: the same external buffer, or the same place in an arena.
+bool same_memory(const Program& p, uint32_t a, uint32_t b) {
+  const ProgramTensor &x = p.tensors[a], &y = p.tensors[b];
+  if (x.external() || y.external()) return x.external() && y.external() && x.binding == y.binding;
+  return x.buffer == y.buffer && x.offset == y.offset;
+}
+
+}  // namespace
+
+void lower_kv_cache(const Context& c, const Dispatch& d, const KernelLaunch& k, Launch l, std::vector<Launch>& out) {
+  wide_operands(d, k, l, 4);
+  l.bindings[3] = d.reads.back();  // the position is every op's last operand
+  if (d.op == Op::kv_cache_write) {
+    const uint64_t outer = k.push.get(push::kCacheOuter), s = k.push.get(push::kCacheRows),
+                   tmax = k.push.get(push::kCacheLen), dim = k.push.get(push::kCacheDim);
+    l.loop_iterations = 0;
+    if (!same_memory(c.p, d.reads[0], d.write())) {  // not in place: the cache first
+      Launch copy = l;
+      copy.push[kPushMode] = kCopy;
+      elementwise_grid(copy, outer * tmax * dim, c.dc);
+      out.push_back(std::move(copy));
+      l.barrier_before = true;
+    }
+    l.push[kPushMode] = kRows;
+    elementwise_grid(l, outer * s * dim, c.dc);
+    out.push_back(std::move(l));
+  } else if (d.op == Op::cached_attention) {
+    const auto& a = std::get<CachedAttentionAttrs>(d.attrs);
+    auto word = [&](size_t i) { return uint64_t(k.push.get(push::kAttention + i)); };
+    const uint64_t rows = word(0) * word(1) * word(3), tmax = word(4), dim = word(5), dv = word(6);
+    if (dv > kAttentionMaxHead) {
+      unsupported(d.op, "value head dimension " + std::to_string(dv) + " exceeds the kernel's " +
+                            std::to_string(kAttentionMaxHead));
+    }
+    l.push[kPushMode] = kAttend;
+    l.push[kPushScale] = fbits(a.scale);
+    l.push[kPushWindow] = uint32_t(a.window);
+    // One row per invocation: its keys (at most the window), each a dot product over d and
+    // an update over dv; the accumulator's clearing and the final division over dv.
+    const uint64_t keys = a.window > 0 ? std::min<uint64_t>(tmax, uint64_t(a.window)) : tmax;
+    l.loop_iterations = 2 * loop(dv) + nest(keys, loop(dim) + loop(dv)) + loop(dv);
+    elementwise_grid(l, rows, c.dc);
+    out.push_back(std::move(l));
+  } else {  // rope_at
+    const auto& a = std::get<RopeAttrs>(d.attrs);
+    l.push[kPushMode] = kRope;
+    l.push[kPushThetaLog2] = fbits(std::log2(a.theta));
+    l.push[kPushSign] = fbits(a.inverse ? -1.0 : 1.0);
+    l.loop_iterations = 0;
+    elementwise_grid(l, k.push.get(push::kSeqRows) * (k.push.get(push::kSeqLen) / 2), c.dc);
+    out.push_back(std::move(l));
+  }
+}
+
+}  // namespace meganeura::vk::detail
