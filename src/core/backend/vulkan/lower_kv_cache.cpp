@@ -10,6 +10,7 @@ namespace {
 
 constexpr uint32_t kCopy = 0, kRows = 1, kAttend = 2, kRope = 3;
 constexpr size_t kPushWindow = 26, kPushThetaLog2 = 25, kPushSign = 26;
+constexpr uint32_t kFirstChunk = 1, kLastChunk = 2;
 
 // The output is the input's own memory: the same external buffer, or the same place in an arena.
 bool same_memory(const Program& p, uint32_t a, uint32_t b) {
@@ -48,12 +49,25 @@ void lower_kv_cache(const Context& c, const Dispatch& d, const KernelLaunch& k, 
     l.push[kPushMode] = kAttend;
     l.push[kPushScale] = fbits(a.scale);
     l.push[kPushWindow] = uint32_t(a.window);
-    // One row per invocation: its keys (at most the window), each a dot product over d and
-    // an update over dv; the accumulator's clearing and the final division over dv.
-    const uint64_t keys = a.window > 0 ? std::min<uint64_t>(tmax, uint64_t(a.window)) : tmax;
-    l.loop_iterations = 2 * loop(dv) + nest(keys, loop(dim) + loop(dv)) + loop(dv);
-    elementwise_grid(l, rows, c.dc);
-    out.push_back(std::move(l));
+    // One row per invocation, over the cache positions of its chunk: per position a dot
+    // product over d and an update over dv; the accumulator's start and end over dv (loading
+    // or clearing it, dividing or storing it). Chunks as long as the loop budget allows.
+    const uint64_t fixed = 3 * loop(dv) + 1, per_key = loop(dim) + loop(dv);
+    const uint64_t room = c.dc.loop_budget - std::min(c.dc.loop_budget, fixed);
+    const uint64_t chunk = std::min<uint64_t>(tmax, room / (per_key + 1));
+    if (chunk == 0) unsupported(d.op, "one cache position alone passes the device's loop budget");
+    for (uint64_t first = 0; first < tmax; first += chunk) {
+      Launch part = l;
+      const uint64_t last = std::min(tmax, first + chunk);
+      part.push[kPushChunkFirst] = uint32_t(first);
+      part.push[kPushChunkLast] = uint32_t(last);
+      part.push[kPushChunkFlags] = (first == 0 ? kFirstChunk : 0u) | (last == tmax ? kLastChunk : 0u);
+      part.loop_iterations = fixed + nest(last - first, per_key);
+      part.barrier_before = first > 0;
+      if (chunk < tmax) part.bindings[5] = kWorkspaceBinding, part.workspace_bytes = 2 * rows * 4;
+      elementwise_grid(part, rows, c.dc);
+      out.push_back(std::move(part));
+    }
   } else {  // rope_at
     const auto& a = std::get<RopeAttrs>(d.attrs);
     l.push[kPushMode] = kRope;

@@ -2,8 +2,10 @@
 // The key/value cache ops (ops/kv_cache.cpp), the position read from its i32 buffer at run
 // time: the cache write (COPY: the whole cache into the output when it is not the cache's own
 // memory; ROWS: the new rows at pos..pos+S-1), attention of query rows at pos..pos+S-1 over the
-// cache prefix (ATTEND: a row per invocation, an online softmax over its keys), and rope at
-// pos (ROPE). A position outside the cache writes nothing and attends to nothing (its rows come
+// cache prefix (ATTEND: a row per invocation, an online softmax over its keys, in chunks of
+// cache positions [FIRST, LAST), one launch each, so that no invocation passes the loop
+// budget: a row's running maximum and sum pass between launches through the workspace, its
+// unnormalised output through the output), and rope at pos (ROPE). A position outside the cache writes nothing and attends to nothing (its rows come
 // out NaN): the backend refuses such a position before it runs a program whose position is an
 // input, so this is the guard for a position computed on the device.
 #include "common.glsl"
@@ -12,13 +14,15 @@ layout(std430, binding = 0) readonly buffer X { float x[]; };   // cache, q or x
 layout(std430, binding = 1) readonly buffer K { float k[]; };   // new rows or the key cache
 layout(std430, binding = 2) readonly buffer V { float v[]; };   // the value cache
 layout(std430, binding = 3) readonly buffer P { int pos_[]; };  // the position (every mode)
+layout(std430, binding = 5) buffer W { float ws[]; };           // attention chunks: max, sum per row
 layout(std430, binding = 8) buffer Y { float y[]; };
 
 // The schedule's push words (schedule.h): write: outer, S, Tmax, D; attention: b, hq, hkv,
 // sq, Tmax, d, dv; rope: rows, dim, positions. Then the mode, and per mode: attention's scale
 // (f32 bits) and window; rope's log2(theta) and sign.
 layout(push_constant) uniform Push { uint w[32]; } pc;
-const uint MODE = 24, SCALE = 25, WINDOW = 26, THETA_LOG2 = 25, SIGN = 26;
+const uint MODE = 24, SCALE = 25, WINDOW = 26, THETA_LOG2 = 25, SIGN = 26, FIRST = 27, LAST = 28, FLAGS = 29;
+const uint FIRST_CHUNK = 1, LAST_CHUNK = 2;
 const uint COPY = 0, ROWS = 1, ATTEND = 2, ROPE = 3;
 const uint MAX_HEAD = 128;
 
@@ -46,10 +50,18 @@ void attend(uint r) {
   const uint hi = uint(p) + i, window = pc.w[WINDOW];
   const uint lo = window > 0 && hi + 1 > window ? hi + 1 - window : 0;
   const float scale = uintBitsToFloat(pc.w[SCALE]);
+  const uint flags = pc.w[FLAGS];
   float acc[MAX_HEAD];
-  for (uint c = 0; c < dv; ++c) acc[c] = 0.0;
   float mx = LOWEST, sum = 0.0;
-  for (uint j = lo; j <= hi; ++j) {
+  if ((flags & FIRST_CHUNK) != 0) {
+    for (uint c = 0; c < dv; ++c) acc[c] = 0.0;
+  } else {
+    for (uint c = 0; c < dv; ++c) acc[c] = y[r * dv + c];
+    mx = ws[2 * r];
+    sum = ws[2 * r + 1];
+  }
+  const uint end = min(hi + 1, pc.w[LAST]);
+  for (uint j = max(lo, pc.w[FIRST]); j < end; ++j) {
     float dot = 0.0;
     for (uint c = 0; c < d; ++c) dot += x[r * d + c] * k[(kvh * tmax + j) * d + c];
     const float s = dot * scale, m = max(mx, s);
@@ -58,7 +70,13 @@ void attend(uint r) {
     for (uint c = 0; c < dv; ++c) acc[c] = acc[c] * old + e * v[(kvh * tmax + j) * dv + c];
     mx = m;
   }
-  for (uint c = 0; c < dv; ++c) y[r * dv + c] = acc[c] / sum;
+  if ((flags & LAST_CHUNK) != 0) {
+    for (uint c = 0; c < dv; ++c) y[r * dv + c] = acc[c] / sum;
+  } else {
+    for (uint c = 0; c < dv; ++c) y[r * dv + c] = acc[c];
+    ws[2 * r] = mx;
+    ws[2 * r + 1] = sum;
+  }
 }
 
 void rope(uint i) {
