@@ -281,137 +281,33 @@ TEST(KvCache, PrefillThenDecodeMatchesFullCausalAttention) {
   for (int64_t t = prompt; t < total; ++t) run_step(decode, t, 1);
 }
 
-// ---- A Llama decoder (SmolLM2's ci-scale configuration and parameter names) in two forms:
-// over a whole window, recomputed for every token, and in decode form with a cache per layer.
-struct Lm {
-  int64_t vocab = 512, dim = 96, layers = 2, heads = 6, kv_heads = 2, head_dim = 16, ffn = 256;
-  double theta = 100000, eps = 1e-5;
-};
-
-// Weights drawn so that attention and the MLP, not the token's own embedding, decide the next
-// token (a small embedding): greedy tokens vary, and depend on the cache being right.
-Tensor weight(Graph& g, const std::string& name, Shape shape, double std = 0.2) {
-  return g.parameter(name, std::move(shape), Init{Init::normal, std});
-}
-Tensor lin(Graph& g, Tensor x, const std::string& name, int64_t in, int64_t out) {
-  return matmul(x, weight(g, name + ".weight", {out, in}), false, true);
-}
-Tensor split(Tensor x, int64_t heads, int64_t hd) {
-  return permute(reshape(x, {1, x.dim(1), heads, hd}), {0, 2, 1, 3});  // [1, H, S, Dh]
-}
-Tensor merge(Tensor x) { return reshape(permute(x, {0, 2, 1, 3}), {1, x.dim(2), x.dim(1) * x.dim(3)}); }
-
-// Logits [S, vocab] of `s` tokens ("ids.<s>"); with `cached`, at positions pos..pos+S-1 through
-// the caches "cache.{k,v}.<layer>" of `tmax` positions, else over positions 0..S-1 alone.
-Graph lm_graph(const Lm& c, int64_t s, bool cached, int64_t tmax) {
-  Graph g;
-  Tensor ids = g.input(kv_case::named("ids", s), {1, s}, DType::i32);
-  Tensor pos = cached ? g.input("pos", {1}, DType::i32) : Tensor{};
-  Tensor emb = weight(g, "model.embed_tokens.weight", {c.vocab, c.dim}, 0.1);
-  Tensor x = embedding(emb, ids);
-  for (int64_t l = 0; l < c.layers; ++l) {
-    const std::string p = "model.layers." + std::to_string(l) + ".";
-    Tensor h = rms_norm(x, g.parameter(p + "input_layernorm.weight", {c.dim}, Init{Init::ones}), c.eps);
-    Tensor q = split(lin(g, h, p + "self_attn.q_proj", c.dim, c.heads * c.head_dim), c.heads, c.head_dim);
-    Tensor k = split(lin(g, h, p + "self_attn.k_proj", c.dim, c.kv_heads * c.head_dim), c.kv_heads, c.head_dim);
-    Tensor v = split(lin(g, h, p + "self_attn.v_proj", c.dim, c.kv_heads * c.head_dim), c.kv_heads, c.head_dim);
-    Tensor a;
-    if (cached) {
-      Tensor kc = g.state("cache.k." + std::to_string(l), {1, c.kv_heads, tmax, c.head_dim});
-      Tensor vc = g.state("cache.v." + std::to_string(l), {1, c.kv_heads, tmax, c.head_dim});
-      Tensor kn = kv_cache_write(kc, rope_at(k, pos, c.theta), pos), vn = kv_cache_write(vc, v, pos);
-      g.assign(kc, kn);
-      g.assign(vc, vn);
-      a = cached_attention(rope_at(q, pos, c.theta), kn, vn, pos);
-    } else {
-      a = attention(rope(q, c.theta), rope(k, c.theta), v, true);
-    }
-    x = x + lin(g, merge(a), p + "self_attn.o_proj", c.heads * c.head_dim, c.dim);
-    h = rms_norm(x, g.parameter(p + "post_attention_layernorm.weight", {c.dim}, Init{Init::ones}), c.eps);
-    Tensor gate = lin(g, h, p + "mlp.gate_proj", c.dim, c.ffn), up = lin(g, h, p + "mlp.up_proj", c.dim, c.ffn);
-    x = x + lin(g, swiglu(gate, up), p + "mlp.down_proj", c.ffn, c.dim);
-  }
-  x = rms_norm(x, g.parameter("model.norm.weight", {c.dim}, Init{Init::ones}), c.eps);
-  g.output(kv_case::named("logits", s), matmul(reshape(x, {s, c.dim}), emb, false, true));  // tied head
-  return g;
-}
-
-// Row `r` of logits [rows, vocab]: its argmax and the gap to the runner-up.
-std::pair<int32_t, float> greedy(const std::vector<float>& logits, int64_t vocab, int64_t r) {
-  const float* row = logits.data() + r * vocab;
-  int32_t best = 0;
-  for (int32_t j = 1; j < int32_t(vocab); ++j)
-    if (row[j] > row[best]) best = j;
-  float second = -1e30f;
-  for (int32_t j = 0; j < int32_t(vocab); ++j)
-    if (j != best) second = std::max(second, row[j]);
-  return {best, row[best] - second};
-}
-
 // Greedy decoding of 16 new tokens: through the cache (a prefill of the prompt, then one
 // token per decode step) and by recomputing the whole window for every token (causal: the
 // logits at position t do not depend on the padding after it) give the same tokens, with
 // logits equal to within f32 summation-order noise.
 TEST(KvCache, DecoderGreedyTokensMatchRecomputingTheWindow) {
-  const Lm c;
+  const kv_case::Lm c;
   const std::vector<int32_t> prompt = {1, 17, 300, 42};
-  const int64_t fresh = 16, total = int64_t(prompt.size()) + fresh;
+  const int64_t total = int64_t(prompt.size()) + 16;
   Session s(SessionOptions{.seed = 3});
-  const size_t full = s.add(lm_graph(c, total, false, 0));
-  const size_t prefill = s.add(lm_graph(c, int64_t(prompt.size()), true, total));
-  const size_t decode = s.add(lm_graph(c, 1, true, total));
-
-  std::vector<int32_t> window = prompt;  // recomputed
-  float margin = 1e30f;
-  std::vector<std::vector<float>> full_rows;
-  while (int64_t(window.size()) < total) {
-    std::vector<int32_t> ids = window;
-    ids.resize(size_t(total), 0);
-    s.set(kv_case::named("ids", total), ids);
-    s.run(full);
-    const auto logits = s.get(kv_case::named("logits", total));
-    const int64_t last = int64_t(window.size()) - 1;
-    full_rows.emplace_back(logits.begin() + last * c.vocab, logits.begin() + (last + 1) * c.vocab);
-    auto [token, gap] = greedy(logits, c.vocab, last);
-    margin = std::min(margin, gap);
-    window.push_back(token);
-  }
-
-  std::vector<int32_t> cached = prompt;
-  std::vector<std::vector<float>> cached_rows;
-  s.set(kv_case::named("ids", int64_t(prompt.size())), prompt);
-  s.set("pos", std::vector<int32_t>{0});
-  s.run(prefill);
-  auto logits = s.get(kv_case::named("logits", int64_t(prompt.size())));
-  const int64_t last = int64_t(prompt.size()) - 1;
-  cached_rows.emplace_back(logits.begin() + last * c.vocab, logits.end());
-  cached.push_back(greedy(logits, c.vocab, last).first);
-  while (int64_t(cached.size()) < total) {
-    s.set(kv_case::named("ids", 1), std::vector<int32_t>{cached.back()});
-    s.set("pos", std::vector<int32_t>{int32_t(cached.size()) - 1});
-    s.run(decode);
-    logits = s.get(kv_case::named("logits", 1));
-    cached_rows.push_back(logits);
-    cached.push_back(greedy(logits, c.vocab, 0).first);
-  }
-
-  EXPECT_EQ(cached, window);
+  const size_t full = s.add(kv_case::lm_graph(c, total, false, 0));
+  const size_t prefill = s.add(kv_case::lm_graph(c, int64_t(prompt.size()), true, total));
+  const size_t decode = s.add(kv_case::lm_graph(c, 1, true, total));
+  const kv_case::Greedy window = kv_case::greedy_full(s, full, c, prompt, total);
+  const kv_case::Greedy cached = kv_case::greedy_cached(s, prefill, decode, c, prompt, total);
+  EXPECT_EQ(cached.tokens, window.tokens);
   // Logits of order one, computed in f32 by two summation orders (the cache's per-row attention
   // against the whole-window kernels): a few 1e-6 apart. 1e-4 bounds that with margin, while a
   // wrong position or key range moves logits by 1e-2 or more.
-  ASSERT_EQ(cached_rows.size(), full_rows.size());
-  double worst = 0;
-  for (size_t t = 0; t < full_rows.size(); ++t)
-    for (size_t j = 0; j < full_rows[t].size(); ++j)
-      worst = std::max(worst, double(std::abs(cached_rows[t][j] - full_rows[t][j])));
+  const double worst = kv_case::largest_difference(cached, window);
   EXPECT_LT(worst, 1e-4);
   // Logits within 1e-4 cannot flip a choice whose top-1 margin exceeds 2e-4: equal tokens are
   // not luck. And the tokens vary (the model does not just repeat its input).
-  EXPECT_GT(margin, 2e-4);
-  EXPECT_GE(std::set<int32_t>(window.begin() + int64_t(prompt.size()), window.end()).size(), 8u);
+  EXPECT_GT(window.margin, 2e-4);
+  EXPECT_GE(std::set<int32_t>(window.tokens.begin() + int64_t(prompt.size()), window.tokens.end()).size(), 8u);
   std::printf("greedy tokens:");
-  for (int32_t t : window) std::printf(" %d", t);
-  std::printf("\nlargest logit difference %.3g, smallest top-1 margin %.3g\n", worst, double(margin));
+  for (int32_t t : window.tokens) std::printf(" %d", t);
+  std::printf("\nlargest logit difference %.3g, smallest top-1 margin %.3g\n", worst, double(window.margin));
 }
 
 }  // namespace
