@@ -144,6 +144,14 @@ struct AttentionAttrs {
   Shape q, k, v;  // the operand shapes the packed output and gradients are laid out for
   bool operator==(const AttentionAttrs&) const = default;
 };
+// cached_attention: queries at absolute positions pos..pos+S-1 over a key/value cache prefix
+// [0, pos + S); window > 0 keeps only the keys within `window` positions of the query (the
+// query's own position included), 0 keeps all.
+struct CachedAttentionAttrs {
+  double scale = 1;
+  int64_t window = 0;
+  bool operator==(const CachedAttentionAttrs&) const = default;
+};
 
 // Adam's bias correction (1 - beta^t)^power for the step t being taken, computed in double.
 struct BiasCorrectionAttrs {
@@ -203,10 +211,10 @@ struct SoftmaxAttrs {
   bool operator==(const SoftmaxAttrs&) const = default;
 };
 
-using Attrs =
-    std::variant<NoAttrs, AffineAttrs, CastAttrs, ClipAttrs, ReduceAttrs, AxisAttrs, MatmulAttrs, ConvAttrs, PoolAttrs,
-                 ShapeAttrs, PermuteAttrs, SliceAttrs, PadAttrs, EmbeddingAttrs, OneHotAttrs, RopeAttrs, MaskAttrs,
-                 ScheduleAttrs, BiasCorrectionAttrs, FusedAttrs, NormAttrs, SoftmaxAttrs, GatherAttrs, AttentionAttrs>;
+using Attrs = std::variant<NoAttrs, AffineAttrs, CastAttrs, ClipAttrs, ReduceAttrs, AxisAttrs, MatmulAttrs, ConvAttrs,
+                           PoolAttrs, ShapeAttrs, PermuteAttrs, SliceAttrs, PadAttrs, EmbeddingAttrs, OneHotAttrs,
+                           RopeAttrs, MaskAttrs, ScheduleAttrs, BiasCorrectionAttrs, FusedAttrs, NormAttrs,
+                           SoftmaxAttrs, GatherAttrs, AttentionAttrs, CachedAttentionAttrs>;
 
 // How a parameter or state is initialised before training.
 struct Init {
@@ -394,6 +402,11 @@ Tensor rope_scaled(Tensor x, const RopeAttrs& attrs);
 // The rotation frequency of pair `pair` of a head of `dim` channels, scaling applied:
 // theta^(-2 pair / dim), then Llama 3's blend or the linear division (RopeAttrs).
 double rope_frequency(const RopeAttrs& a, int64_t pair, int64_t dim);
+// rope at absolute positions: rows along axis -2 are at positions offset, offset + 1, ...,
+// where offset is a runtime i32 tensor of one element (a decode step's position).
+Tensor rope_at(Tensor x, Tensor offset, double theta = 10000, bool inverse = false);
+// The same with every attribute given, frequency scaling included (as rope_scaled).
+Tensor rope_at_scaled(Tensor x, Tensor offset, const RopeAttrs& attrs);
 // Sets entries above the diagonal of the last two axes (aligned to the bottom right) to fill.
 Tensor causal_mask(Tensor x, double fill = -1e30);
 
@@ -406,6 +419,19 @@ Tensor swiglu(Tensor gate, Tensor up);  // silu(gate) * up
 // q: [B, Hq, Sq, D], k: [B, Hkv, Sk, D], v: [B, Hkv, Sk, Dv]; Hq a multiple of Hkv (grouped
 // heads); causal aligns the mask to the bottom right so Sq < Sk attends to a prefix.
 Tensor attention(Tensor q, Tensor k, Tensor v, bool causal, std::optional<double> scale = {});
+// ---- Key/value cache for autoregressive decoding (forward only: autodiff refuses them). ---
+// cache: [B, Hkv, Tmax, D], usually a Graph::state; rows: [B, Hkv, S, D]; pos: i32 tensor of
+// one element, read at run time. Returns the cache with rows written at positions pos..pos+S-1
+// (the rest unchanged). Assign the result to the cache state: the planner then writes the rows
+// into the state's own memory, no copy of the cache per step. Running with pos < 0 or
+// pos + S > Tmax fails with an error naming the position.
+Tensor kv_cache_write(Tensor cache, Tensor rows, Tensor pos);
+// q: [B, Hq, S, D] at positions pos..pos+S-1 attends causally over keys and values [0, pos + S)
+// of k_cache [B, Hkv, Tmax, D] and v_cache [B, Hkv, Tmax, Dv] (query head h reads kv head
+// h / (Hq / Hkv)); window > 0: only the last `window` positions up to the query's own. Scale
+// defaults to 1 / sqrt(D). Output [B, Hq, S, Dv].
+Tensor cached_attention(Tensor q, Tensor k_cache, Tensor v_cache, Tensor pos, int64_t window = 0,
+                        std::optional<double> scale = {});
 // logits [N, C], targets i32 [N]; mean over targets != ignore_index.
 Tensor cross_entropy(Tensor logits, Tensor targets, int64_t ignore_index = -100);
 Tensor mse(Tensor pred, Tensor target);

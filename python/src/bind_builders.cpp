@@ -220,6 +220,24 @@ void bind_sequence(py::module_& m) {
       "rope", [](const PyTensor& x, double theta, bool inv) { return wrap(x.graph, rope(x.t, theta, inv)); },
       py::arg("x"), py::arg("theta") = 10000.0, py::arg("inverse") = false);
   m.def(
+      "rope_at",
+      [](const PyTensor& x, const PyTensor& offset, double theta, bool inv) {
+        return wrap(x.graph, rope_at(x.t, offset.t, theta, inv));
+      },
+      py::arg("x"), py::arg("offset"), py::arg("theta") = 10000.0, py::arg("inverse") = false);
+  m.def(
+      "kv_cache_write",
+      [](const PyTensor& cache, const PyTensor& rows, const PyTensor& pos) {
+        return wrap(cache.graph, kv_cache_write(cache.t, rows.t, pos.t));
+      },
+      py::arg("cache"), py::arg("rows"), py::arg("pos"));
+  m.def(
+      "cached_attention",
+      [](const PyTensor& q, const PyTensor& k, const PyTensor& v, const PyTensor& pos, int64_t window,
+         std::optional<double> scale) { return wrap(q.graph, cached_attention(q.t, k.t, v.t, pos.t, window, scale)); },
+      py::arg("q"), py::arg("k_cache"), py::arg("v_cache"), py::arg("pos"), py::arg("window") = 0,
+      py::arg("scale") = py::none());
+  m.def(
       "causal_mask", [](const PyTensor& x, double fill) { return wrap(x.graph, causal_mask(x.t, fill)); }, py::arg("x"),
       py::arg("fill") = -1e30);
   m.def(
@@ -276,8 +294,9 @@ void bind_norms(py::module_& m) {
 py::list op_list() {
   static constexpr const char* families[] = {"leaf", "unary",    "binary", "reduce", "linalg", "conv",
                                              "pool", "movement", "index",  "seq",    "optim",  "fused"};
-  static constexpr const char* grads[] = {"leaf", "vjp", "none", "backward_only", "fused"};
-  static_assert(std::size(families) == size_t(OpFamily::fused) + 1 && std::size(grads) == size_t(GradKind::fused) + 1);
+  static constexpr const char* grads[] = {"leaf", "vjp", "none", "backward_only", "fused", "forward_only"};
+  static_assert(std::size(families) == size_t(OpFamily::fused) + 1 &&
+                std::size(grads) == size_t(GradKind::forward_only) + 1);
   py::list out;
   for (const OpInfo& info : op_table())
     out.append(py::make_tuple(std::string(info.name), families[size_t(info.family)], grads[size_t(info.grad)]));

@@ -143,16 +143,18 @@ TEST(GradCheck, EveryOpIsCovered) {
     switch (info.grad) {
       case GradKind::leaf: status = "leaf (no check needed)"; break;
       case GradKind::fused: status = "created after autodiff: core_passes_test"; break;
+      case GradKind::forward_only: status = "inference only, autodiff refuses: core_kv_cache_test"; break;
       case GradKind::backward_only:
         status = covered.count(info.checked_by) ? "via " + std::string(op_name(info.checked_by)) : "MISSING";
         break;
       default: status = covered.count(info.op) ? std::to_string(covered[info.op]) + " case(s)" : "MISSING";
     }
-    const char* kind = info.grad == GradKind::vjp     ? "vjp"
-                       : info.grad == GradKind::none  ? "zero"
-                       : info.grad == GradKind::leaf  ? "leaf"
-                       : info.grad == GradKind::fused ? "fused"
-                                                      : "backward-only";
+    const char* kind = info.grad == GradKind::vjp            ? "vjp"
+                       : info.grad == GradKind::none         ? "zero"
+                       : info.grad == GradKind::leaf         ? "leaf"
+                       : info.grad == GradKind::fused        ? "fused"
+                       : info.grad == GradKind::forward_only ? "forward-only"
+                                                             : "backward-only";
     std::printf("%-24s %-14s %s\n", std::string(info.name).c_str(), kind, status.c_str());
     if (status == "MISSING") {
       ++missing;

@@ -405,6 +405,52 @@ inline std::vector<Case> cases() {
     k.forward_only = true;
     c.push_back(k);
   };
+  c.push_back({"rope_at",
+               Op::rope_at,
+               [](G& g) {
+                 return rope_at(P(g, "x", {2, 3, 6}), g.input("off", {1}, DType::i32), 100.0);
+               },
+               nullptr,
+               {{"off", {7}}}});
+  c.push_back({"rope_at/llama3",
+               Op::rope_at,
+               [](G& g) {
+                 RopeAttrs a;
+                 a.factor = 8;
+                 a.low_freq_factor = 1;
+                 a.high_freq_factor = 4;
+                 a.original_max_position = 64;
+                 return rope_at_scaled(P(g, "x", {1, 2, 3, 16}), g.input("off", {1}, DType::i32), a);
+               },
+               nullptr,
+               {{"off", {40}}}});
+  // The key/value cache ops are for inference only: forward cases. The write's output is a
+  // temporary here (the cache is a parameter), so its kernel copies the cache first.
+  auto kv = [&](std::string name, Op op, std::function<Tensor(G&)> f, int32_t pos) {
+    Case k{std::move(name), op, std::move(f), nullptr, {{"pos", {pos}}}};
+    k.forward_only = true;
+    c.push_back(k);
+  };
+  kv(
+      "kv_cache_write", Op::kv_cache_write,
+      [](G& g) {
+        return kv_cache_write(P(g, "cache", {2, 2, 6, 4}), P(g, "rows", {2, 2, 2, 4}), g.input("pos", {1}, DType::i32));
+      },
+      3);
+  kv(
+      "cached_attention/decode_gqa", Op::cached_attention,
+      [](G& g) {
+        return cached_attention(P(g, "q", {1, 4, 1, 8}), P(g, "k", {1, 2, 9, 8}), P(g, "v", {1, 2, 9, 6}),
+                                g.input("pos", {1}, DType::i32));
+      },
+      6);
+  kv(
+      "cached_attention/prefill_window", Op::cached_attention,
+      [](G& g) {
+        return cached_attention(P(g, "q", {2, 2, 3, 4}), P(g, "k", {2, 1, 8, 4}), P(g, "v", {2, 1, 8, 4}),
+                                g.input("pos", {1}, DType::i32), 2);
+      },
+      4);
   fwd("norm/rms", Op::norm, [](G& g) { return rms_norm(P(g, "x", {3, 6}), P(g, "g", {6})); });
   fwd("norm/layer_long_rows", Op::norm, [](G& g) {
     return layer_norm(P(g, "x", {2, 300}), P(g, "g", {300}), P(g, "b", {300}));

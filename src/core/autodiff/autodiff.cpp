@@ -19,11 +19,12 @@ std::vector<Tensor> vjp(Tensor y, Tensor seed, const std::vector<Tensor>& wrt) {
     if (w.graph != &G) throw std::invalid_argument("[autodiff] wrt tensor from another graph");
     if (w.id < end) needs[w.id] = 1;
   }
-  // Backward-only ops propagate the need too, so that differentiating through one is caught
-  // below instead of silently giving zero.
+  // Backward-only and forward-only ops propagate the need too, so that differentiating through
+  // one is caught below instead of silently giving zero.
   for (NodeId i = 0; i < end; ++i) {  // inputs precede their users: one pass suffices
     GradKind kind = op_info(G.node(i).op).grad;
-    if (needs[i] || (kind != GradKind::vjp && kind != GradKind::backward_only)) continue;
+    if (needs[i] || (kind != GradKind::vjp && kind != GradKind::backward_only && kind != GradKind::forward_only))
+      continue;
     for (NodeId k : G.node(i).inputs) needs[i] |= needs[k];
   }
   std::vector<std::optional<Tensor>> grads(end);
@@ -34,6 +35,10 @@ std::vector<Tensor> vjp(Tensor y, Tensor seed, const std::vector<Tensor>& wrt) {
     if (op_info(n.op).grad == GradKind::backward_only) {
       throw std::invalid_argument("[autodiff] cannot differentiate through " + std::string(op_name(n.op)) + " (node " +
                                   std::to_string(i) + "): it only appears inside gradients and has no gradient rule");
+    }
+    if (op_info(n.op).grad == GradKind::forward_only) {
+      throw std::invalid_argument("[autodiff] cannot differentiate through " + std::string(op_name(n.op)) + " (node " +
+                                  std::to_string(i) + "): it is for inference only and has no gradient rule");
     }
     const OpInfo& info = op_info(n.op);
     if (info.grad != GradKind::vjp) continue;

@@ -148,6 +148,10 @@ constexpr auto fields<AttentionAttrs>() {
   return std::tuple{MEGANEURA_FIELD(causal), MEGANEURA_SHAPE_FIELD(k), MEGANEURA_SHAPE_FIELD(q), MEGANEURA_FIELD(scale),
                     MEGANEURA_SHAPE_FIELD(v)};
 }
+template <>
+constexpr auto fields<CachedAttentionAttrs>() {
+  return std::tuple{MEGANEURA_FIELD(scale), MEGANEURA_FIELD(window)};
+}
 
 #undef MEGANEURA_FIELD_AT
 #undef MEGANEURA_FIELD

@@ -31,6 +31,7 @@ enum class GradKind : uint8_t {
   none,           // output is piecewise constant or integer-valued: zero gradient by definition
   backward_only,  // only appears inside gradients; checked through `checked_by`'s check
   fused,          // created by rewrite passes after autodiff; checked by the pass-equivalence tests
+  forward_only,   // inference only (the key/value cache): autodiff refuses to differentiate through it
 };
 
 enum class OpFamily : uint8_t { leaf, unary, binary, reduce, linalg, conv, pool, movement, index, seq, optim, fused };
@@ -68,6 +69,7 @@ enum class VkKernel : uint8_t {
   sequence,
   workload,
   attention,
+  kv_cache,  // the key/value cache ops (kv_cache.comp)
   fused
 };
 

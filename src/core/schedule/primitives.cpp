@@ -162,7 +162,7 @@ void index_launch(PushConstants& p, const Operands& o) {
 void sequence_launch(PushConstants& p, const Operands& o) {
   const Dispatch& d = o.d;
   const Shape& os = o.out();
-  if (d.op == Op::rope || d.op == Op::causal_mask) {
+  if (d.op == Op::rope || d.op == Op::causal_mask || d.op == Op::rope_at) {
     if (os.size() < 2) refuse(d.op, "needs rank >= 2, got " + shape_str(os));
     p.set(push::kSeqRows, u32(numel(os) / std::max<int64_t>(os.back(), 1), "rows"));
     p.set(push::kSeqLen, u32(os.back(), "row length"));
@@ -172,6 +172,16 @@ void sequence_launch(PushConstants& p, const Operands& o) {
     if (a.q.size() != 4 || a.k.size() != 4 || a.v.size() != 4) refuse(d.op, "expects [B, H, S, D] operands");
     const int64_t w[7] = {a.q[0], a.q[1], a.k[1], a.q[2], a.k[2], a.q[3], a.v[3]};
     for (size_t i = 0; i < 7; ++i) p.set(push::kAttention + i, u32(w[i], "attention size"));
+  } else if (d.op == Op::cached_attention) {
+    const Shape &q = o.in(0), &k = o.in(1), &v = o.in(2);
+    const int64_t w[7] = {q[0], q[1], k[1], q[2], k[2], q[3], v[3]};
+    for (size_t i = 0; i < 7; ++i) p.set(push::kAttention + i, u32(w[i], "attention size"));
+  } else if (d.op == Op::kv_cache_write) {
+    const Shape& c = o.in(0);
+    p.set(push::kCacheOuter, u32(c[0] * c[1], "cache rows"));
+    p.set(push::kCacheRows, u32(o.in(1)[2], "new rows"));
+    p.set(push::kCacheLen, u32(c[2], "cache length"));
+    p.set(push::kCacheDim, u32(c[3], "row width"));
   } else {  // the optimizer's scalars
     p.set(ElementwiseLayout::kNumel, u32(numel(os), "elements"));
   }

@@ -81,8 +81,11 @@ constexpr size_t kIndexRows = 0, kIndexWidth = 1, kIndexCount = 2, kIndexAxis = 
 // rope: rows (all but the last dimension), row length (head dim) and positions per sequence;
 // causal_mask: rows, keys per row (sk) and query positions (sq).
 constexpr size_t kSeqRows = 0, kSeqLen = 1, kSeqPositions = 2;
-// attention_fused (+ backward): b, hq, hkv, sq, sk, d, dv
+// attention_fused (+ backward): b, hq, hkv, sq, sk, d, dv; cached_attention the same with the
+// cache length (Tmax) as sk. rope_at: as rope.
 constexpr size_t kAttention = 0;
+// kv_cache_write: rows before the position axis (B * H), new rows S, cache length Tmax, row width.
+constexpr size_t kCacheOuter = 0, kCacheRows = 1, kCacheLen = 2, kCacheDim = 3;
 }  // namespace push
 
 struct KernelLaunch {

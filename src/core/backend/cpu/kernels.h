@@ -47,6 +47,9 @@ void sequence(const Dispatch& d, const KernelLaunch& l, const std::vector<Arg>& 
 // where, gather, gather_backward and the fused cross-entropy (workload_ops.cpp).
 template <class T>
 void workload_index(const Dispatch& d, const KernelLaunch& l, const std::vector<Arg>& in, const Arg& out);
+// The key/value cache ops: kv_cache_write, cached_attention, rope_at (kv_cache_ops.cpp).
+template <class T>
+void kv_cache(const Dispatch& d, const KernelLaunch& l, const std::vector<Arg>& in, const Arg& out);
 // Query-tiled attention and its backward (attention_ops.cpp).
 template <class T>
 void attention_tiled(const Dispatch& d, const KernelLaunch& l, const std::vector<Arg>& in, const Arg& out);

@@ -180,6 +180,8 @@ double counter_value(const Arg& a) {
 template <class T>
 void sequence(const Dispatch& d, const KernelLaunch& l, const std::vector<Arg>& in, const Arg& out) {
   if (d.op == Op::attention_fused || d.op == Op::attention_fused_backward) return attention_tiled<T>(d, l, in, out);
+  if (d.op == Op::kv_cache_write || d.op == Op::cached_attention || d.op == Op::rope_at)
+    return kv_cache<T>(d, l, in, out);
   const T* x = in[0].as<T>();
   T* y = out.as<T>();
   const int64_t rows = l.push.get(push::kSeqRows), len = l.push.get(push::kSeqLen),

@@ -41,6 +41,7 @@ uint64_t primitive_loop_bound(const Launch& l) {
     case Kernel::matmul:  // the GEMM kernels' lowering (lower_gemm.cpp) plans them
     case Kernel::matmul_fused:
     case Kernel::matmul_reference:
+    case Kernel::kv_cache:  // lower_kv_cache.cpp plans them
     case Kernel::conv:
     case Kernel::count_: return Launch::kUnplanned;
   }
@@ -68,6 +69,7 @@ uint64_t shared_memory_bytes(const Launch& l) {
     case Kernel::sequence:
     case Kernel::pool:
     case Kernel::attention_rows:
+    case Kernel::kv_cache:
     case Kernel::count_: return 0;
   }
   return 0;

@@ -181,6 +181,7 @@ class Lowerer {
       case VkKernel::sequence: return sequence(d, make(Kernel::sequence), out);
       case VkKernel::workload: return workload(d, schedule, make(Kernel::workload), out);
       case VkKernel::attention: return attention(d, schedule, make(Kernel::attention), out);
+      case VkKernel::kv_cache: return lower_kv_cache(ctx_, d, schedule, make(Kernel::kv_cache), out);
       case VkKernel::fused:
         return fused(d, schedule, make(Kernel::fused), make(Kernel::rows), make(Kernel::matmul), out);
       case VkKernel::none: unsupported(d.op, "is not dispatched");

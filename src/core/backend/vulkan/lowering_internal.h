@@ -77,6 +77,8 @@ void wide_operands(const Dispatch& d, const KernelLaunch& k, Launch& l, size_t m
 // The kernel families lowered outside lowering.cpp (lower_attention.cpp, lower_gradients.cpp,
 // lower_rows.cpp). Each appends the dispatch's launches, loop_iterations planned.
 void lower_attention(const Context& c, const Dispatch& d, const KernelLaunch& k, Launch l, std::vector<Launch>& out);
+// kv_cache_write, cached_attention and rope_at (lower_kv_cache.cpp).
+void lower_kv_cache(const Context& c, const Dispatch& d, const KernelLaunch& k, Launch l, std::vector<Launch>& out);
 void lower_pool(const Context& c, const Dispatch& d, Launch l, std::vector<Launch>& out);
 void lower_index(const Context& c, const Dispatch& d, Launch l, std::vector<Launch>& out);
 void lower_workload(const Context& c, const Dispatch& d, const KernelLaunch& k, Launch l, std::vector<Launch>& out);

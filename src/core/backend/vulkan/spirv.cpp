@@ -63,6 +63,9 @@ const uint32_t kMatmulFused[] = {
 const uint32_t kMatmulReference[] = {
 #include "matmul_reference.spv.inc"
 };
+const uint32_t kKvCache[] = {
+#include "kv_cache.spv.inc"
+};
 // As glslc wrote it.
 std::span<const uint32_t> glslc_spirv(Kernel k) {
   switch (k) {
@@ -84,6 +87,7 @@ std::span<const uint32_t> glslc_spirv(Kernel k) {
     case Kernel::attention_rows: return kAttentionRows;
     case Kernel::matmul_fused: return kMatmulFused;
     case Kernel::matmul_reference: return kMatmulReference;
+    case Kernel::kv_cache: return kKvCache;
     case Kernel::count_: break;
   }
   return {};
@@ -97,7 +101,8 @@ const char* kernel_name(Kernel k) {
                                 "sequence",       "conv",          "pool",
                                 "fused",          "rows",          "attention",
                                 "workload",       "rows_subgroup", "reduce_subgroup",
-                                "attention_rows", "matmul_fused",  "matmul_reference"};
+                                "attention_rows", "matmul_fused",  "matmul_reference",
+                                "kv_cache"};
   static_assert(sizeof(names) / sizeof(names[0]) == kKernelCount);
   return names[size_t(k)];
 }

@@ -24,7 +24,30 @@ struct External {
   uint32_t id = 0;
   // Pre-recorded copies through the staging buffer, made on first use.
   VkCommandBuffer upload = VK_NULL_HANDLE, download = VK_NULL_HANDLE;
+  int32_t last_i32 = 0;  // a one-word buffer's last written value (a cache position), as zeroed
 };
+
+// A key/value cache op whose position is an input: checked on the host before each run, as a
+// shader cannot fail (kv_cache.comp writes nothing for a position outside the cache).
+struct PositionCheck {
+  Op op;
+  std::string buffer;
+  int64_t rows = 0, capacity = 0;
+};
+
+std::vector<PositionCheck> position_checks(const Program& p) {
+  std::vector<PositionCheck> out;
+  for (const Dispatch& d : p.dispatches) {
+    if (d.op != Op::kv_cache_write && d.op != Op::cached_attention) continue;
+    const ProgramTensor& pos = p.tensors[d.reads.back()];
+    if (pos.role != Role::input) continue;
+    const bool write = d.op == Op::kv_cache_write;
+    const Shape &rows = p.tensors[d.reads[write ? 1 : 0]].type.shape,
+                &cache = p.tensors[d.reads[write ? 0 : 1]].type.shape;
+    out.push_back(PositionCheck{d.op, pos.binding, rows.at(2), cache.at(2)});
+  }
+  return out;
+}
 
 struct Prepared {
   Program program;
@@ -33,6 +56,7 @@ struct Prepared {
   std::unique_ptr<Buffer> workspace;  // the launches' scratch (kWorkspaceBinding), when any needs it
   uint32_t workspace_id = 0;
   std::vector<Launch> launches;
+  std::vector<PositionCheck> positions;
   VkDescriptorPool descriptors = VK_NULL_HANDLE;
   std::vector<VkCommandBuffer> chunks;
   VkQueryPool queries = VK_NULL_HANDLE;
@@ -125,6 +149,7 @@ class VulkanBackend final : public Backend {
       fresh.push_back(prep->arenas.back().get());
     }
     prep->launches = lower_program(q, dc_);
+    prep->positions = position_checks(q);
     uint64_t scratch = 0;
     for (const Launch& l : prep->launches) scratch = std::max(scratch, l.workspace_bytes);
     if (scratch) {
@@ -149,6 +174,7 @@ class VulkanBackend final : public Backend {
     if (!ensure_staging(bytes) || !x.upload) x.upload = record_copy(staging_->buffer, x.buffer->buffer, bytes, true);
     std::memcpy(staging_->mapped, data, bytes);
     submit({x.upload});
+    if (bytes == sizeof(int32_t)) std::memcpy(&x.last_i32, data, bytes);
   }
 
   void read(const std::string& name, void* data, size_t bytes) const override {
@@ -167,6 +193,14 @@ class VulkanBackend final : public Backend {
   void run(size_t index) override {
     settle("running program " + std::to_string(index));
     Prepared& p = *programs_.at(index);
+    for (const PositionCheck& c : p.positions) {
+      const int64_t at = external(c.buffer).last_i32;
+      if (at < 0 || at + c.rows > c.capacity) {
+        throw std::runtime_error("[vulkan:" + std::string(op_name(c.op)) + "] position " + std::to_string(at) +
+                                 " with " + std::to_string(c.rows) + " new rows is outside the cache of " +
+                                 std::to_string(c.capacity) + " positions");
+      }
+    }
     submit(p.chunks);
     stats_.dispatches = p.dispatches;
     stats_.barriers = p.barriers;
