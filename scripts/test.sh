@@ -82,11 +82,18 @@ export ASAN_SYMBOLIZER_PATH=/usr/lib/llvm-15/bin/llvm-symbolizer
 # Preloading the drivers keeps them mapped until the leak check (ASan then does not come
 # first in the library list, which it only warns about when asked to verify).
 icds=$(sed -n 's/.*"library_path": *"\([^"]*\)".*/\1/p' /usr/share/vulkan/icd.d/*.json 2>/dev/null | while read -r l; do [ -f "$l" ] && printf '%s:' "$l"; done)
-# The same for the validation layer, which the loader unloads with the instance too (its
-# state is then unreachable, and reported as leaked, from "<unknown module>").
+# The validation layer is unloaded with the instance too (its state is then unreachable, and
+# reported as leaked, from "<unknown module>"), but it cannot be preloaded: it exports loader
+# entry points, which would then interpose on the loader's own. A small preloaded library opens
+# it privately and keeps it mapped instead (tests/sanitizers/hold_libraries.c).
 layer=$(sed -n 's/.*"library_path": *"\([^"]*\)".*/\1/p' /usr/share/vulkan/explicit_layer.d/VkLayer_khronos_validation.json 2>/dev/null)
 for d in /usr/lib/x86_64-linux-gnu /usr/lib64 /usr/lib; do
-  if [ -n "$layer" ] && [ -f "$d/$layer" ]; then icds+="$d/$layer:"; break; fi
+  if [ -n "$layer" ] && [ -f "$d/$layer" ]; then
+    clang-15 -shared -fPIC -O1 -o "$san/hold_libraries.so" "$root/tests/sanitizers/hold_libraries.c" -ldl
+    export MEGANEURA_HOLD_LIBRARIES="$d/$layer"
+    icds+="$san/hold_libraries.so:"
+    break
+  fi
 done
 if [ -n "$icds" ]; then
   export LD_PRELOAD="${icds%:}${LD_PRELOAD:+:$LD_PRELOAD}"
