@@ -28,6 +28,8 @@ std::map<std::string, io::TensorRecord> read_weights(const std::filesystem::path
 // Loads every parameter and state of `g` from `path` into `s` (strict: each must be present
 // with the graph's shape). Returns the number of tensors loaded.
 size_t load_weights(Session& s, const Graph& g, const std::filesystem::path& path);
+// The same for the parameters alone: states (a generator's key/value caches) keep their values.
+size_t load_parameters(Session& s, const Graph& g, const std::filesystem::path& path);
 
 // Writes every parameter and state of `g` from `s` as f32 (single file).
 void save_weights(const Session& s, const Graph& g, const std::filesystem::path& path);

@@ -19,6 +19,8 @@ void add_profile_command(CLI::App& app);
 void add_tokenize_command(CLI::App& app);
 // llama: a Hugging Face Llama checkpoint over token ids.
 void add_llama_command(CLI::App& app);
+// generate: text from a Llama checkpoint through the key/value cache.
+void add_generate_command(CLI::App& app);
 // The session options every command starts from. The environment is read here, in the tool,
 // never by the library: MEGANEURA_VULKAN_VALIDATION=1 switches the Khronos validation layer on.
 SessionOptions base_session_options();

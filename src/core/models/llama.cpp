@@ -6,38 +6,85 @@
 namespace meganeura::models {
 using namespace parts;
 
-Tensor llama_decoder(Graph& g, const LlamaConfig& c, Tensor ids) {
+namespace {
+
+// The per-layer key/value caches of generation and the position their new rows go to.
+struct Cache {
+  Tensor position;  // i32 [1]
+  int64_t max_context = 0;
+};
+
+Tensor attend(Graph& g, const LlamaConfig& c, const std::string& p, Tensor h, const Cache* cache) {
   const int64_t dim = c.hidden_size, hd = c.head_dim, heads = c.num_attention_heads, kv = c.num_key_value_heads;
   const RopeAttrs ra = llama_rope_attrs(c);
+  Tensor q = split_heads(linear(g, h, p + "self_attn.q_proj", dim, heads * hd, false), heads);
+  Tensor k = split_heads(linear(g, h, p + "self_attn.k_proj", dim, kv * hd, false), kv);
+  Tensor v = split_heads(linear(g, h, p + "self_attn.v_proj", dim, kv * hd, false), kv);
+  if (cache == nullptr) return attention(rope_scaled(q, ra), rope_scaled(k, ra), v, true);
+  const Shape shape{h.dim(0), kv, cache->max_context, hd};
+  Tensor kc = g.state(p + "self_attn.key_cache", shape), vc = g.state(p + "self_attn.value_cache", shape);
+  Tensor kn = kv_cache_write(kc, rope_at_scaled(k, cache->position, ra), cache->position);
+  Tensor vn = kv_cache_write(vc, v, cache->position);
+  g.assign(kc, kn);
+  g.assign(vc, vn);
+  return cached_attention(rope_at_scaled(q, cache->position, ra), kn, vn, cache->position);
+}
+
+Tensor decoder(Graph& g, const LlamaConfig& c, Tensor ids, const Cache* cache) {
+  const int64_t dim = c.hidden_size, heads = c.num_attention_heads, hd = c.head_dim;
   Tensor emb = param(g, "model.embed_tokens.weight", {c.vocab_size, dim}, normal(0.02));
   Tensor x = embedding(emb, ids);  // [B, S, D]
   for (int64_t l = 0; l < c.num_hidden_layers; ++l) {
     const std::string p = "model.layers." + std::to_string(l) + ".";
     Tensor h = rms_norm(x, param(g, p + "input_layernorm.weight", {dim}, ones()), c.rms_norm_eps);
-    Tensor q = rope_scaled(split_heads(linear(g, h, p + "self_attn.q_proj", dim, heads * hd, false), heads), ra);
-    Tensor k = rope_scaled(split_heads(linear(g, h, p + "self_attn.k_proj", dim, kv * hd, false), kv), ra);
-    Tensor v = split_heads(linear(g, h, p + "self_attn.v_proj", dim, kv * hd, false), kv);
-    x = x + linear(g, merge_heads(attention(q, k, v, true)), p + "self_attn.o_proj", heads * hd, dim, false);
+    x = x + linear(g, merge_heads(attend(g, c, p, h, cache)), p + "self_attn.o_proj", heads * hd, dim, false);
     h = rms_norm(x, param(g, p + "post_attention_layernorm.weight", {dim}, ones()), c.rms_norm_eps);
     x = x + swiglu_mlp(g, h, p, dim, c.intermediate_size);
   }
   return rms_norm(x, param(g, "model.norm.weight", {dim}, ones()), c.rms_norm_eps);
 }
 
-Tensor build_llama(Graph& g, const LlamaConfig& c, int64_t batch, int64_t seq) {
+Tensor head(Graph& g, const LlamaConfig& c, Tensor x) {  // [N, hidden] -> [N, vocab]
+  Tensor w = c.tie_word_embeddings ? g.tensor(*g.find("model.embed_tokens.weight"))
+                                   : param(g, "lm_head.weight", {c.vocab_size, c.hidden_size}, normal(0.02));
+  return matmul(x, w, false, true);
+}
+
+void require_positive(int64_t batch, int64_t seq) {
   if (batch <= 0 || seq <= 0) {
     throw std::invalid_argument("[llama] batch and sequence length must be positive, got " + std::to_string(batch) +
                                 " and " + std::to_string(seq));
   }
+}
+
+}  // namespace
+
+Tensor llama_decoder(Graph& g, const LlamaConfig& c, Tensor ids) { return decoder(g, c, ids, nullptr); }
+
+Tensor build_llama_cached(Graph& g, const LlamaConfig& c, int64_t batch, int64_t seq, int64_t max_context) {
+  require_positive(batch, seq);
+  if (max_context < seq || max_context > c.max_position_embeddings) {
+    throw std::invalid_argument("[llama] max_context " + std::to_string(max_context) + " must be in [" +
+                                std::to_string(seq) +
+                                ", max_position_embeddings = " + std::to_string(c.max_position_embeddings) + "]");
+  }
+  Tensor ids = g.input("input_ids." + std::to_string(seq), {batch, seq}, DType::i32);
+  const Cache cache{g.find("position") ? g.tensor(*g.find("position")) : g.input("position", {1}, DType::i32),
+                    max_context};
+  Tensor x = decoder(g, c, ids, &cache);                                          // [B, S, D]
+  Tensor last = reshape(slice_axis(x, 1, seq - 1, seq), {batch, c.hidden_size});  // the last new token
+  return head(g, c, last);
+}
+
+Tensor build_llama(Graph& g, const LlamaConfig& c, int64_t batch, int64_t seq) {
+  require_positive(batch, seq);
   if (seq > c.max_position_embeddings) {
     throw std::invalid_argument("[llama] sequence length " + std::to_string(seq) +
                                 " exceeds max_position_embeddings = " + std::to_string(c.max_position_embeddings));
   }
   Tensor ids = g.input("input_ids", {batch, seq}, DType::i32);
   Tensor x = reshape(llama_decoder(g, c, ids), {batch * seq, c.hidden_size});
-  Tensor head = c.tie_word_embeddings ? g.tensor(*g.find("model.embed_tokens.weight"))
-                                      : param(g, "lm_head.weight", {c.vocab_size, c.hidden_size}, normal(0.02));
-  return reshape(matmul(x, head, false, true), {batch, seq, c.vocab_size});
+  return reshape(head(g, c, x), {batch, seq, c.vocab_size});
 }
 
 }  // namespace meganeura::models

@@ -84,12 +84,16 @@ std::map<std::string, io::TensorRecord> read_weights(const fs::path& path_in, co
   return out;
 }
 
-size_t load_weights(Session& s, const Graph& g, const fs::path& path) {
+namespace {
+
+size_t load(Session& s, const Graph& g, const fs::path& path, bool states) {
+  auto wanted = leaves(g);
+  if (!states) std::erase_if(wanted, [](const auto& leaf) { return leaf.second == "state"; });
   std::vector<std::string> names;
-  for (auto& [name, kind] : leaves(g)) names.push_back(name);
+  for (auto& [name, kind] : wanted) names.push_back(name);
   auto tensors = read_weights(path, names);
   size_t loaded = 0;
-  for (auto& [name, kind] : leaves(g)) {
+  for (auto& [name, kind] : wanted) {
     const TensorType& type = g.node(*g.find(name)).type;
     auto it = tensors.find(name);
     if (it == tensors.end()) throw io::Error("[weights] " + kind + " '" + name + "' is missing from " + path.string());
@@ -110,6 +114,12 @@ size_t load_weights(Session& s, const Graph& g, const fs::path& path) {
   }
   return loaded;
 }
+
+}  // namespace
+
+size_t load_weights(Session& s, const Graph& g, const fs::path& path) { return load(s, g, path, true); }
+
+size_t load_parameters(Session& s, const Graph& g, const fs::path& path) { return load(s, g, path, false); }
 
 void save_weights(const Session& s, const Graph& g, const fs::path& path) {
   std::vector<std::pair<std::string, io::TensorRecord>> recs;

@@ -1,0 +1,111 @@
+"""Generation speed: `meganeura generate` (CPU, and Vulkan when a device is present) against
+PyTorch eager with a key/value cache (torch_generate.py), SmolLM2-135M's full shape with random
+weights, a 128-token prompt, 128 new tokens, batch 1, greedy, both sides on the same number of
+threads in one run on one machine. Also the decode bound: the bytes of f32 weights read per
+token against the copy bandwidth bench_stream measures with the same threads.
+
+Prints a markdown table and writes bench/generate/results/<host>.json.
+
+Usage: bench/generate/run.py [--build DIR] [--threads 2] [--repetitions 5] [--devices cpu,vulkan]"""
+import argparse
+import json
+import os
+import platform
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(os.path.dirname(HERE))
+# SmolLM2-135M's config.json (the fields the forward pass reads).
+SMOLLM2 = {"architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_act": "silu",
+           "vocab_size": 49152, "hidden_size": 576, "intermediate_size": 1536, "num_hidden_layers": 30,
+           "num_attention_heads": 9, "num_key_value_heads": 3, "max_position_embeddings": 8192,
+           "rms_norm_eps": 1e-5, "rope_theta": 100000.0, "tie_word_embeddings": True}
+PROMPT, NEW = 128, 128
+
+
+def parameters(c):
+    h, f, v, hd = c["hidden_size"], c["intermediate_size"], c["vocab_size"], c["hidden_size"] // c["num_attention_heads"]
+    layer = h * hd * (2 * c["num_attention_heads"] + 2 * c["num_key_value_heads"]) + 3 * h * f + 2 * h
+    return v * h + c["num_hidden_layers"] * layer + h
+
+
+def isa():
+    flags = open("/proc/cpuinfo").read()
+    return "AVX-512" if "avx512f" in flags else "AVX2" if "avx2" in flags else "no AVX2"
+
+
+def cpu_model():
+    for line in open("/proc/cpuinfo"):
+        if line.startswith("model name"):
+            return line.split(":", 1)[1].strip()
+    return platform.processor()
+
+
+def ours(binary, config, device, threads, reps):
+    ids = ",".join(str((i * 7919) % SMOLLM2["vocab_size"]) for i in range(PROMPT))
+    runs = []
+    for _ in range(reps + 1):
+        r = subprocess.run([binary, "generate", "--config", config, "--random-weights", "--prompt-ids", ids,
+                            "--max-new-tokens", str(NEW), "--temperature", "0", "--ignore-eos", "--json",
+                            "--device", device, "--threads", str(threads), "--max-context", str(PROMPT + NEW)],
+                           capture_output=True, text=True)
+        if r.returncode != 0:
+            return {"error": r.stderr.strip()}
+        runs.append(json.loads(r.stdout.strip().splitlines()[-1]))
+    runs = runs[1:]  # the first run warms the shader and page caches
+    med = {k: statistics.median(r[k] for r in runs)
+           for k in ("prefill_tokens_per_second", "decode_tokens_per_second", "ttft_ms", "peak_rss_mb")}
+    med["device"] = runs[0]["device"]
+    return med
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--build", default=os.path.join(ROOT, "build"))
+    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--repetitions", type=int, default=5)
+    ap.add_argument("--devices", default="cpu,vulkan")
+    a = ap.parse_args()
+    binary = os.path.join(a.build, "bin", "meganeura")
+    work = tempfile.mkdtemp(prefix="bench-generate-")
+    config = os.path.join(work, "config.json")
+    with open(config, "w") as f:
+        json.dump(SMOLLM2, f)
+    stream = json.loads(subprocess.run([os.path.join(a.build, "bin", "bench_stream"), str(a.threads)],
+                                       capture_output=True, text=True, check=True).stdout)
+    torch_env = dict(os.environ, OMP_NUM_THREADS=str(a.threads))
+    ref = json.loads(subprocess.run([sys.executable, os.path.join(HERE, "torch_generate.py"), config, str(PROMPT),
+                                     str(NEW), str(a.threads), str(a.repetitions)],
+                                    capture_output=True, text=True, check=True, env=torch_env).stdout)
+    weight_bytes = 4 * parameters(SMOLLM2)
+    bound = stream["copy_bytes_per_second"] / weight_bytes
+    rows = {"pytorch": ref}
+    for dev in a.devices.split(","):
+        rows[dev] = ours(binary, config, dev, a.threads, a.repetitions)
+    out = {"machine": {"host": socket.gethostname(), "cpu": cpu_model(), "isa": isa(), "threads": a.threads},
+           "shape": "SmolLM2-135M, f32, prompt 128, 128 new tokens, batch 1, greedy",
+           "weights_bytes": weight_bytes, "stream": stream, "decode_bound_tokens_per_second": bound, "results": rows}
+    os.makedirs(os.path.join(HERE, "results"), exist_ok=True)
+    with open(os.path.join(HERE, "results", f"{socket.gethostname()}.json"), "w") as f:
+        json.dump(out, f, indent=1)
+    print(f"{cpu_model()} ({isa()}), {a.threads} threads; medians of {a.repetitions} runs")
+    print(f"copy bandwidth {stream['copy_bytes_per_second'] / 1e9:.1f} GB/s; f32 weights {weight_bytes / 1e6:.0f} MB "
+          f"-> decode bound {bound:.1f} tok/s\n")
+    print("| side | prefill tok/s | decode tok/s | decode / PyTorch | prefill / PyTorch | decode / bound | peak RSS MB |")
+    print("|---|---|---|---|---|---|---|")
+    for name, r in rows.items():
+        if "error" in r:
+            print(f"| {name} | failed: {r['error'][:80]} |")
+            continue
+        p, d = r["prefill_tokens_per_second"], r["decode_tokens_per_second"]
+        print(f"| {name} ({r.get('device', 'torch ' + r.get('torch', ''))}) | {p:.0f} | {d:.1f} | "
+              f"{d / ref['decode_tokens_per_second']:.2f} | {p / ref['prefill_tokens_per_second']:.2f} | "
+              f"{d / bound:.0%} | {r['peak_rss_mb']:.0f} |")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,69 @@
+// Autoregressive generation with a Llama-architecture model (meganeura/llama.h) through
+// per-layer key/value caches. One session holds the programs of build_llama_cached for one
+// token (decode) and for prompt chunks of 2, 4, ..., prefill_chunk tokens; they share the
+// weights, the caches and the position input by name, so memory is planned once, and the decode
+// program is recorded once and replayed for every token. Sampling, stop criteria and text
+// belong to the caller (meganeura/text: Sampler, StopChecker, Tokenizer).
+#pragma once
+
+#include <cstdint>
+#include <filesystem>
+#include <span>
+#include <vector>
+
+#include "meganeura/llama.h"
+#include "meganeura/session.h"
+
+namespace meganeura {
+
+struct GeneratorOptions {
+  int64_t batch = 1;           // sequences decoded together, all at the same position
+  int64_t max_context = 0;     // cache positions; 0: min(max_position_embeddings, 2048)
+  int64_t prefill_chunk = 64;  // the longest prompt chunk one run takes (a power of two)
+  SessionOptions session;
+};
+
+class Generator {
+ public:
+  // Throws std::invalid_argument for options that do not fit the config.
+  explicit Generator(models::LlamaConfig config, const GeneratorOptions& options = {});
+
+  // Loads the model's parameters by name (meganeura/weights.h: a safetensors file, an index,
+  // or a directory); the caches are not read. Returns the number of tensors loaded.
+  size_t load_weights(const std::filesystem::path& path);
+  // Random weights (the builders' initialisation, from the session's seed).
+  void initialise_weights();
+
+  // Appends `ids` (batch rows of equal length, row-major) to the sequences, in chunks of at most
+  // prefill_chunk tokens, and returns the next-token logits [batch, vocab_size]. Throws
+  // std::invalid_argument, leaving the sequences as they were, when an id is out of the
+  // vocabulary or the tokens would pass max_context.
+  const std::vector<float>& feed(std::span<const int32_t> ids);
+  // Forgets the sequences: the next feed starts at position 0 (the cache rows beyond the
+  // position are never read, so nothing of a previous sequence is seen).
+  void reset() { position_ = 0; }
+
+  int64_t position() const { return position_; }
+  int64_t max_context() const { return max_context_; }
+  int64_t batch() const { return batch_; }
+  const models::LlamaConfig& config() const { return config_; }
+  Session& session() { return session_; }
+  const Session& session() const { return session_; }
+
+ private:
+  struct Chunk {
+    int64_t tokens;
+    size_t program;
+    Graph graph;
+  };
+  void run_chunk(const Chunk& c, std::span<const int32_t> ids, int64_t offset, int64_t length);
+
+  models::LlamaConfig config_;
+  int64_t batch_, max_context_;
+  Session session_;
+  std::vector<Chunk> chunks_;  // longest first
+  int64_t position_ = 0;
+  std::vector<float> logits_;
+};
+
+}  // namespace meganeura

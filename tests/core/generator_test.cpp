@@ -1,0 +1,251 @@
+// Generator (meganeura/generate.h): a Llama decoder with GQA, tied embeddings and Llama 3 rope
+// scaling, through its key/value caches, on the CPU backend and on Vulkan (lavapipe in CI):
+// greedy tokens equal recomputing the whole window with build_llama for 64 new tokens; a prompt
+// fed in chunks equals it fed a token at a time; a batch equals each sequence alone; reset
+// forgets a sequence; what does not fit is refused and leaves the sequence as it was; the decode
+// program is recorded once on Vulkan.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <random>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "meganeura/generate.h"
+#include "vulkan_test_util.h"
+
+namespace meganeura {
+namespace {
+
+models::LlamaConfig small_config() {
+  models::LlamaConfig c;
+  c.vocab_size = 384;
+  c.hidden_size = 64;
+  c.intermediate_size = 160;
+  c.num_hidden_layers = 2;
+  c.num_attention_heads = 4;
+  c.num_key_value_heads = 2;
+  c.head_dim = 16;
+  c.max_position_embeddings = 256;
+  c.rope_theta = 10000;
+  c.rms_norm_eps = 1e-5;
+  c.tie_word_embeddings = true;
+  c.rope_scaling = {models::RopeScaling::Type::llama3, 8, 1, 4, 32};
+  return c;
+}
+
+// Weights drawn so that attention and the MLP, not a token's own embedding, decide the next
+// token: greedy tokens vary along the sequence and depend on the cache being right.
+void draw_weights(Session& s, uint32_t seed) {
+  std::mt19937 rng(seed);
+  for (const auto& [name, b] : s.buffers()) {
+    if (b.role != Role::parameter) continue;
+    const bool norm = name.find("norm") != std::string::npos;
+    const double std = norm ? 0.1 : name.find("embed") != std::string::npos ? 0.5 : 0.35;
+    std::normal_distribution<double> d(norm ? 1.0 : 0.0, std);
+    std::vector<float> v(size_t(b.type.numel()));
+    for (float& x : v) x = float(d(rng));
+    s.set(name, v);
+  }
+}
+
+void copy_weights(const Session& from, Session& to) {
+  for (const auto& [name, b] : to.buffers())
+    if (b.role == Role::parameter) to.write_raw(name, from.read_raw(name));
+}
+
+int32_t argmax(std::span<const float> row) { return int32_t(std::max_element(row.begin(), row.end()) - row.begin()); }
+
+struct Greedy {
+  std::vector<int32_t> tokens;
+  std::vector<std::vector<float>> rows;  // the logits each token was chosen from
+  float margin = 1e30f;                  // the smallest top-1 margin among them
+  void take(std::span<const float> row) {
+    rows.emplace_back(row.begin(), row.end());
+    const int32_t best = argmax(row);
+    float second = -1e30f;
+    for (size_t j = 0; j < row.size(); ++j)
+      if (int32_t(j) != best) second = std::max(second, row[j]);
+    margin = std::min(margin, row[size_t(best)] - second);
+    tokens.push_back(best);
+  }
+};
+
+Greedy greedy_cached(Generator& gen, std::vector<int32_t> prompt, int n) {
+  Greedy r;
+  r.take(gen.feed(prompt));
+  while (int(r.tokens.size()) < n) r.take(gen.feed(std::vector<int32_t>{r.tokens.back()}));
+  return r;
+}
+
+// The whole window recomputed for every token (padding after the last token does not reach its
+// logits: causal attention).
+Greedy greedy_window(const models::LlamaConfig& c, const Session& weights, std::vector<int32_t> ids, int n) {
+  const int64_t total = int64_t(ids.size()) + n - 1;
+  Graph g;
+  g.output("logits", models::build_llama(g, c, 1, total));
+  Session s;
+  s.add(g);
+  copy_weights(weights, s);
+  Greedy r;
+  while (int(r.tokens.size()) < n) {
+    std::vector<int32_t> window = ids;
+    window.resize(size_t(total), 0);
+    s.set("input_ids", window);
+    s.run();
+    const auto logits = s.get("logits");
+    r.take(std::span<const float>(logits).subspan((ids.size() - 1) * size_t(c.vocab_size), size_t(c.vocab_size)));
+    ids.push_back(r.tokens.back());
+  }
+  return r;
+}
+
+double largest_difference(const Greedy& a, const Greedy& b) {
+  if (a.rows.size() != b.rows.size()) return 1e30;
+  double worst = 0;
+  for (size_t t = 0; t < a.rows.size(); ++t)
+    for (size_t j = 0; j < a.rows[t].size(); ++j)
+      worst = std::max(worst, double(std::abs(a.rows[t][j] - b.rows[t][j])));
+  return worst;
+}
+
+const std::vector<int32_t> kPrompt = {3, 141, 59, 265, 35, 89, 79, 323, 84, 62, 6};  // 11: chunks 8, 2, 1
+
+TEST(Generator, GreedyTokensThroughTheCacheEqualRecomputingTheWindow) {
+  const models::LlamaConfig c = small_config();
+  Generator gen(c, {.max_context = 96, .prefill_chunk = 8});
+  draw_weights(gen.session(), 1);
+  const Greedy cached = greedy_cached(gen, kPrompt, 64);
+  const Greedy window = greedy_window(c, gen.session(), kPrompt, 64);
+  EXPECT_EQ(cached.tokens, window.tokens);
+  EXPECT_EQ(gen.position(), int64_t(kPrompt.size()) + 63);
+  // f32 on both sides, different kernels and summation orders: logits of order ten agree to a
+  // few 1e-6 relative; 1e-3 bounds that, and every top-1 margin exceeds twice it (checked), so
+  // equal tokens are not luck. A position off by one moves logits by more than 0.1.
+  const double worst = largest_difference(cached, window);
+  EXPECT_LT(worst, 1e-3);
+  EXPECT_GT(window.margin, 2e-3);
+  std::set<int32_t> distinct(window.tokens.begin(), window.tokens.end());
+  EXPECT_GT(distinct.size(), 8u) << "the tokens hardly vary: the test would not see a wrong cache";
+  std::printf("64 tokens, %zu distinct; largest logit difference %.3g, smallest top-1 margin %.3g\n", distinct.size(),
+              worst, double(window.margin));
+}
+
+TEST(Generator, APromptInChunksEqualsItTokenByToken) {
+  const models::LlamaConfig c = small_config();
+  Generator chunked(c, {.max_context = 32, .prefill_chunk = 8});
+  Generator single(c, {.max_context = 32, .prefill_chunk = 1});
+  draw_weights(chunked.session(), 2);
+  copy_weights(chunked.session(), single.session());
+  const std::vector<float> a = chunked.feed(kPrompt);
+  std::vector<float> b;
+  for (int32_t id : kPrompt) b = single.feed(std::vector<int32_t>{id});
+  ASSERT_EQ(a.size(), b.size());
+  // Rows computed in different GEMM shapes: summation orders differ, values of order ten.
+  for (size_t i = 0; i < a.size(); ++i) ASSERT_NEAR(a[i], b[i], 1e-4) << "logit " << i;
+}
+
+TEST(Generator, ABatchEqualsEachSequenceAlone) {
+  const models::LlamaConfig c = small_config();
+  Generator both(c, {.batch = 2, .max_context = 32, .prefill_chunk = 4});
+  Generator alone(c, {.max_context = 32, .prefill_chunk = 4});
+  draw_weights(both.session(), 3);
+  copy_weights(both.session(), alone.session());
+  const std::vector<int32_t> second = {7, 7, 300, 2, 19, 250, 11, 0, 5, 381, 44};
+  std::vector<int32_t> ids = kPrompt;
+  ids.insert(ids.end(), second.begin(), second.end());
+  std::vector<std::vector<float>> together;  // [step] -> [2, vocab]
+  together.push_back(both.feed(ids));
+  for (int step = 0; step < 8; ++step) {
+    const auto& last = together.back();
+    const std::vector<int32_t> next = {argmax(std::span(last).first(size_t(c.vocab_size))),
+                                       argmax(std::span(last).subspan(size_t(c.vocab_size)))};
+    together.push_back(both.feed(next));
+  }
+  for (int b = 0; b < 2; ++b) {
+    alone.reset();
+    const Greedy r = greedy_cached(alone, b == 0 ? kPrompt : second, 9);
+    for (size_t t = 0; t < r.rows.size(); ++t)
+      for (int64_t j = 0; j < c.vocab_size; ++j)
+        ASSERT_NEAR(together[t][size_t(b * c.vocab_size + j)], r.rows[t][size_t(j)], 1e-4)
+            << "sequence " << b << " step " << t << " logit " << j;
+  }
+}
+
+TEST(Generator, ResetForgetsThePreviousSequence) {
+  const models::LlamaConfig c = small_config();
+  Generator reused(c, {.max_context = 48, .prefill_chunk = 8});
+  Generator fresh(c, {.max_context = 48, .prefill_chunk = 8});
+  draw_weights(reused.session(), 4);
+  copy_weights(reused.session(), fresh.session());
+  greedy_cached(reused, kPrompt, 20);  // fills 30 cache rows
+  reused.reset();
+  const std::vector<int32_t> other = {200, 100, 50, 25};
+  const Greedy a = greedy_cached(reused, other, 10), b = greedy_cached(fresh, other, 10);
+  EXPECT_EQ(a.tokens, b.tokens);
+  EXPECT_EQ(a.rows, b.rows) << "rows left in the cache by the first sequence were read";
+}
+
+TEST(Generator, RefusesWhatDoesNotFitAndKeepsTheSequence) {
+  const models::LlamaConfig c = small_config();
+  Generator gen(c, {.max_context = 16, .prefill_chunk = 8});
+  Generator whole(c, {.max_context = 16, .prefill_chunk = 8});
+  draw_weights(gen.session(), 5);
+  copy_weights(gen.session(), whole.session());
+  const std::vector<int32_t> ten(kPrompt.begin(), kPrompt.begin() + 10), six = {1, 2, 3, 4, 5, 6};
+  gen.feed(ten);
+  try {
+    gen.feed(std::vector<int32_t>(7, 1));
+    ADD_FAILURE() << "17 tokens fed into a 16-position cache";
+  } catch (const std::invalid_argument& e) {
+    EXPECT_NE(std::string(e.what()).find("max_context = 16"), std::string::npos) << e.what();
+  }
+  EXPECT_THROW(gen.feed(std::vector<int32_t>{int32_t(c.vocab_size)}), std::invalid_argument);
+  EXPECT_THROW(gen.feed(std::vector<int32_t>{-1}), std::invalid_argument);
+  EXPECT_THROW(gen.feed(std::vector<int32_t>{}), std::invalid_argument);
+  EXPECT_EQ(gen.position(), 10);
+  std::vector<int32_t> all = ten;
+  all.insert(all.end(), six.begin(), six.end());
+  EXPECT_EQ(gen.feed(six), whole.feed(all));  // the same programs on the same cache rows
+  EXPECT_EQ(gen.position(), 16);
+  EXPECT_THROW(gen.feed(std::vector<int32_t>{1}), std::invalid_argument);
+
+  EXPECT_THROW(Generator(c, {.max_context = 512}), std::invalid_argument);  // > max_position_embeddings
+  EXPECT_THROW(Generator(c, {.max_context = 16, .prefill_chunk = 6}), std::invalid_argument);
+  EXPECT_THROW(Generator(c, {.batch = 0}), std::invalid_argument);
+}
+
+// Vulkan against the CPU window: the same 64 greedy tokens; the decode program is recorded once
+// (its first run records uploads and read-backs) and replayed for every later token.
+TEST(Generator, VulkanGreedyTokensEqualTheCpuWindowAndDecodeIsRecordedOnce) {
+  MEGANEURA_REQUIRE_VULKAN();
+  const models::LlamaConfig c = small_config();
+  Generator gen(c, {.max_context = 96, .prefill_chunk = 8, .session = testing_vulkan::vulkan_options()});
+  Session cpu_weights;
+  {
+    Graph g;
+    g.output("logits", models::build_llama(g, c, 1, 1));
+    cpu_weights.add(g);
+  }
+  draw_weights(cpu_weights, 1);
+  copy_weights(cpu_weights, gen.session());
+  Greedy cached;
+  cached.take(gen.feed(kPrompt));
+  cached.take(gen.feed(std::vector<int32_t>{cached.tokens.back()}));
+  const Backend::Stats first = gen.session().backend().stats();
+  while (cached.tokens.size() < 64) cached.take(gen.feed(std::vector<int32_t>{cached.tokens.back()}));
+  const Backend::Stats last = gen.session().backend().stats();
+  EXPECT_EQ(last.recordings, first.recordings) << "a decode step recorded command buffers";
+  const Greedy window = greedy_window(c, cpu_weights, kPrompt, 64);
+  EXPECT_EQ(cached.tokens, window.tokens);
+  const double worst = largest_difference(cached, window);
+  EXPECT_LT(worst, 1e-3);
+  EXPECT_GT(window.margin, 2e-3);
+  std::printf("Vulkan: largest logit difference %.3g to the CPU window\n", worst);
+}
+
+}  // namespace
+}  // namespace meganeura

@@ -1,0 +1,218 @@
+// meganeura generate: text from a Llama-architecture checkpoint (config.json + safetensors)
+// through the key/value cache (meganeura/generate.h), a Hugging Face tokenizer.json and the
+// shared sampler. Streams the text to stdout as it comes; --json prints one object instead.
+#include <chrono>
+#include <fstream>
+#include <iostream>
+#include <nlohmann/json.hpp>
+#include <sstream>
+
+#include "commands.h"
+#include "meganeura/generate.h"
+#include "text/sampling.h"
+#include "text/tokenizer.h"
+#include "workload_run.h"
+
+namespace meganeura::cli {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+struct GenerateArgs {
+  std::string config, weights, tokenizer, prompt, prompt_ids, device = "cpu", dump;
+  bool random_weights = false, json = false, ignore_eos = false;
+  int64_t max_context = 0, prefill_chunk = 64;
+  int threads = 0;
+  uint64_t seed = 0;
+  text::SamplingOptions sampling{.temperature = 0.7f};
+  text::StopCriteria stop{.max_new_tokens = 128};
+};
+
+double seconds(Clock::time_point a, Clock::time_point b) { return std::chrono::duration<double>(b - a).count(); }
+
+int64_t peak_rss_bytes() {  // VmHWM: this process alone (ru_maxrss would survive exec)
+  std::ifstream f("/proc/self/status");
+  std::string line;
+  while (std::getline(f, line))
+    if (line.rfind("VmHWM:", 0) == 0) return std::stoll(line.substr(6)) * 1024;
+  return -1;
+}
+
+std::vector<int32_t> parse_ids(const std::string& text) {
+  std::vector<int32_t> out;
+  std::stringstream in(text);
+  std::string tok;
+  while (std::getline(in, tok, ',')) {
+    size_t used = 0;
+    long long v = -1;
+    try {
+      v = std::stoll(tok, &used);
+    } catch (const std::exception&) {
+      used = 0;
+    }
+    if (used != tok.size() || v < 0 || v > INT32_MAX)
+      throw std::invalid_argument("--prompt-ids: '" + tok + "' is not a token id");
+    out.push_back(int32_t(v));
+  }
+  return out;
+}
+
+// config.json's eos_token_id (an id or a list of them), when present.
+std::vector<int> eos_ids(const std::string& config_path) {
+  std::filesystem::path p = config_path;
+  if (std::filesystem::is_directory(p)) p /= "config.json";
+  std::ifstream f(p);
+  const nlohmann::json j = nlohmann::json::parse(f, nullptr, false);
+  std::vector<int> out;
+  if (j.is_discarded() || !j.contains("eos_token_id")) return out;
+  const nlohmann::json& e = j["eos_token_id"];
+  for (const nlohmann::json& v : e.is_array() ? e : nlohmann::json::array({e}))
+    if (v.is_number_integer()) out.push_back(v.get<int>());
+  return out;
+}
+
+// The prompt's ids: --prompt through the tokenizer (no special tokens added), or --prompt-ids.
+std::vector<int32_t> prompt_ids(const GenerateArgs& a, const text::Tokenizer* tok) {
+  if (!a.prompt_ids.empty() && !a.prompt.empty())
+    throw std::invalid_argument("give --prompt or --prompt-ids, not both");
+  std::vector<int32_t> ids;
+  if (!a.prompt_ids.empty()) {
+    ids = parse_ids(a.prompt_ids);
+  } else {
+    if (tok == nullptr) throw std::invalid_argument("--prompt needs --tokenizer (or give --prompt-ids)");
+    const std::vector<int> e = tok->encode(a.prompt);
+    ids.assign(e.begin(), e.end());
+  }
+  if (ids.empty()) throw std::invalid_argument("the prompt is empty: the model needs at least one token");
+  return ids;
+}
+
+// Writes what the stop checker has released since the last call (text mode, not --json).
+class Streamer {
+ public:
+  explicit Streamer(bool on) : on_(on) {}
+  void flush(std::string_view ready) {
+    if (!on_ || ready.size() <= written_) return;
+    std::cout << ready.substr(written_) << std::flush;
+    written_ = ready.size();
+  }
+  void finish(const std::string& text) {
+    flush(text);
+    if (on_) std::cout << "\n";
+  }
+
+ private:
+  bool on_;
+  size_t written_ = 0;
+};
+
+int run_generate(GenerateArgs a) {
+  if (a.weights.empty() == !a.random_weights)
+    throw std::invalid_argument("give --weights or --random-weights (one of them)");
+  const models::LlamaConfig config = models::read_llama_config(a.config);
+  std::optional<text::Tokenizer> tok;
+  if (!a.tokenizer.empty()) tok = text::Tokenizer::from_file(a.tokenizer);
+  const std::vector<int32_t> prompt = prompt_ids(a, tok ? &*tok : nullptr);
+  if (a.sampling.seed == 0) a.sampling.seed = a.seed;
+  text::validate(a.sampling);
+  if (!a.ignore_eos)
+    for (int id : eos_ids(a.config)) a.stop.stop_token_ids.push_back(id);
+
+  SessionOptions so = base_session_options();
+  so.device = parse_device(a.device);
+  so.seed = a.seed;
+  so.threads = a.threads;
+  Generator gen(config, {.max_context = a.max_context, .prefill_chunk = a.prefill_chunk, .session = so});
+  const int64_t room = gen.max_context() - int64_t(prompt.size());
+  if (room < 1 || (a.stop.max_new_tokens > 0 && a.stop.max_new_tokens > room)) {
+    throw std::invalid_argument("the prompt's " + std::to_string(prompt.size()) + " tokens and --max-new-tokens " +
+                                std::to_string(a.stop.max_new_tokens) + " do not fit --max-context " +
+                                std::to_string(gen.max_context()));
+  }
+  if (a.stop.max_new_tokens == 0) a.stop.max_new_tokens = int(room);  // until the cache is full
+  if (a.random_weights)
+    gen.initialise_weights();
+  else
+    gen.load_weights(a.weights);
+
+  text::Sampler sampler(a.sampling);
+  text::StopChecker stop(a.stop);
+  std::optional<text::StreamDecoder> dec;
+  if (tok) dec.emplace(*tok);
+  Streamer out(!a.json);
+  std::vector<int> history(prompt.begin(), prompt.end()), fresh;
+  std::vector<float> dumped;
+  const Clock::time_point t0 = Clock::now();
+  Clock::time_point first{};
+  const std::vector<float>* logits = &gen.feed(prompt);
+  while (true) {
+    if (!a.dump.empty()) dumped.insert(dumped.end(), logits->begin(), logits->end());
+    const int next = sampler.sample(*logits, history);
+    if (fresh.empty()) first = Clock::now();
+    history.push_back(next);
+    fresh.push_back(next);
+    const std::string piece = dec ? dec->push(next) : (fresh.size() > 1 ? " " : "") + std::to_string(next);
+    const bool done = stop.push(next, piece);
+    out.flush(stop.ready());
+    if (done || gen.position() >= gen.max_context()) break;
+    logits = &gen.feed(std::vector<int32_t>{next});
+  }
+  const Clock::time_point t1 = Clock::now();
+  std::string text = stop.text();
+  if (dec && !stop.stopped()) text += dec->finish();  // bytes of a character the tokens left unfinished
+  out.finish(text);
+  if (!a.dump.empty()) {
+    write_dump(a.dump, {{"logits", {Shape{int64_t(fresh.size()), config.vocab_size}, std::move(dumped)}}});
+  }
+  if (a.json) {
+    const double prefill_s = seconds(t0, first), decode_s = seconds(first, t1);
+    nlohmann::json j = {{"device", gen.session().device_name()},
+                        {"prompt_tokens", prompt.size()},
+                        {"new_tokens", fresh.size()},
+                        {"tokens", fresh},
+                        {"text", tok ? nlohmann::json(text) : nlohmann::json(nullptr)},
+                        {"ttft_ms", prefill_s * 1e3},
+                        {"prefill_tokens_per_second", double(prompt.size()) / prefill_s},
+                        {"decode_tokens_per_second", fresh.size() > 1 ? double(fresh.size() - 1) / decode_s : 0.0},
+                        {"peak_rss_mb", double(peak_rss_bytes()) / (1 << 20)}};
+    std::cout << j.dump() << "\n";
+  }
+  return 0;
+}
+
+}  // namespace
+
+void add_generate_command(CLI::App& app) {
+  auto a = std::make_shared<GenerateArgs>();
+  CLI::App* c = app.add_subcommand("generate", "generate text from a Llama-architecture checkpoint (key/value cached)");
+  c->add_option("--config", a->config, "config.json, or the checkpoint directory holding it")->required();
+  c->add_option("--weights", a->weights,
+                "a .safetensors file, model.safetensors.index.json, or a directory holding either");
+  c->add_flag("--random-weights", a->random_weights, "random weights instead (benchmarks)");
+  c->add_option("--tokenizer", a->tokenizer, "a Hugging Face tokenizer.json (byte-level BPE)");
+  c->add_option("--prompt", a->prompt, "text to continue (encoded without special tokens)");
+  c->add_option("--prompt-ids", a->prompt_ids, "comma-separated token ids instead of --prompt");
+  c->add_option("--max-new-tokens", a->stop.max_new_tokens,
+                "tokens to generate (default 128; 0: until the cache is full)")
+      ->check(CLI::NonNegativeNumber);
+  c->add_option("--temperature", a->sampling.temperature, "0: greedy; default 0.7");
+  c->add_option("--top-k", a->sampling.top_k, "keep the k most likely tokens (0: off)");
+  c->add_option("--top-p", a->sampling.top_p, "keep the smallest set with this much probability (1: off)");
+  c->add_option("--min-p", a->sampling.min_p, "drop tokens below this fraction of the top one (0: off)");
+  c->add_option("--repetition-penalty", a->sampling.repetition_penalty, "divide seen tokens' logits (1: off)");
+  c->add_option("--seed", a->seed, "seed of the draws (and of --random-weights)");
+  c->add_option("--stop", a->stop.stop_strings, "stop before this text (repeatable)");
+  c->add_option("--stop-id", a->stop.stop_token_ids, "stop after this token id (repeatable)");
+  c->add_flag("--ignore-eos", a->ignore_eos, "do not stop at config.json's eos_token_id");
+  c->add_option("--device", a->device, "cpu | vulkan | auto")->check(CLI::IsMember({"cpu", "vulkan", "auto"}));
+  c->add_option("--max-context", a->max_context, "cache positions (default: max_position_embeddings, at most 2048)")
+      ->check(CLI::PositiveNumber);
+  c->add_option("--prefill-chunk", a->prefill_chunk, "longest prompt chunk per run, a power of two (default 64)")
+      ->check(CLI::PositiveNumber);
+  c->add_option("--threads", a->threads, "CPU threads (default: every core)")->check(CLI::NonNegativeNumber);
+  c->add_flag("--json", a->json, "print one JSON object (tokens, text, timings, peak RSS) instead of the text");
+  c->add_option("--dump-logits", a->dump, "safetensors file: the logits each new token was drawn from [new, vocab]");
+  c->callback([a] { throw CLI::RuntimeError(run_generate(*a)); });
+}
+
+}  // namespace meganeura::cli
