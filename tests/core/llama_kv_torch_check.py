@@ -168,8 +168,8 @@ def check_refusals(binary, work, device, failures):
     folder = os.path.join(work, "untied")
     # 11 prompt tokens + 6 new ones do not fit 16 cache positions: refused before running.
     cases = [(["--max-new-tokens", "6", "--max-context", "16"], "--max-context 16"),
-             (["--prompt-ids", "1,x"], "--prompt-ids: 'x'"),
-             (["--prompt-ids", "1,64"], "token id 64 is outside the vocabulary"),
+             (["--prompt-ids", "1,x"], "--prompt-ids: 'x' is not a token id"),
+             (["--prompt-ids", "1,64"], "--prompt-ids: '64' is not a token id in [0, 64)"),
              (["--prompt", "hi"], "--prompt needs --tokenizer"),
              (["--top-p", "0"], "top_p")]
     for extra, message in cases:

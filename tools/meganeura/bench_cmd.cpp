@@ -59,17 +59,6 @@ void feed(Session& s, const models::Workload& w, const std::string& id) {
   s.initialise();
 }
 
-// VmHWM of this process: getrusage's ru_maxrss survives exec, so a parent's footprint (a
-// Python driver with PyTorch loaded) would be reported as ours.
-int64_t peak_rss_bytes() {
-  std::ifstream f("/proc/self/status");
-  std::string line;
-  while (std::getline(f, line)) {
-    if (line.rfind("VmHWM:", 0) == 0) return std::stoll(line.substr(6)) * 1024;
-  }
-  return -1;
-}
-
 std::string cpu_model() {
   std::ifstream f("/proc/cpuinfo");
   std::string line;
@@ -169,6 +158,17 @@ int run_bench(const BenchArgs& a) {
 
 }  // namespace
 
+// VmHWM of this process: getrusage's ru_maxrss survives exec, so a parent's footprint (a
+// Python driver with PyTorch loaded) would be reported as ours.
+int64_t peak_rss_bytes() {
+  std::ifstream f("/proc/self/status");
+  std::string line;
+  while (std::getline(f, line)) {
+    if (line.rfind("VmHWM:", 0) == 0) return std::stoll(line.substr(6)) * 1024;
+  }
+  return -1;
+}
+
 void add_bench_command(CLI::App& app) {
   auto a = std::make_shared<BenchArgs>();
   CLI::App* c = app.add_subcommand("bench", "time the phases of a workload (compile, forward, backward, step)");
@@ -177,7 +177,8 @@ void add_bench_command(CLI::App& app) {
       ->check(CLI::IsMember({"smollm2", "smolvla", "unet", "resnet50", "whisper"}));
   c->add_option("--scale", a->scale, "full | ci")->check(CLI::IsMember({"full", "ci"}));
   c->add_option("--device", a->device, "cpu | vulkan | auto")->check(CLI::IsMember({"cpu", "vulkan", "auto"}));
-  c->add_option("--samples", a->samples, "timed samples per phase (at least 20 for a stable median)")->check(CLI::PositiveNumber);
+  c->add_option("--samples", a->samples, "timed samples per phase (at least 20 for a stable median)")
+      ->check(CLI::PositiveNumber);
   c->add_option("--warmup", a->warmup, "warm-up runs per phase")->check(CLI::NonNegativeNumber);
   c->add_flag("--json", a->json, "JSON on stdout");
   c->add_option("--phases", a->phases, "only these phases (the cold compile always runs: it gives the arena)")

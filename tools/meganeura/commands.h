@@ -2,6 +2,9 @@
 #pragma once
 
 #include <CLI/CLI.hpp>
+#include <cstdint>
+#include <string>
+#include <vector>
 
 #include "energy/cli.h"
 #include "meganeura/session.h"
@@ -21,6 +24,11 @@ void add_tokenize_command(CLI::App& app);
 void add_llama_command(CLI::App& app);
 // generate: text from a Llama checkpoint through the key/value cache.
 void add_generate_command(CLI::App& app);
+// Comma-separated token ids, each in [0, vocab); `option` names the flag in messages.
+std::vector<int32_t> parse_token_ids(const std::string& text, const std::string& option, int64_t vocab);
+// VmHWM of this process in bytes (-1 when unknown): getrusage's ru_maxrss survives exec, so a
+// parent's footprint (a Python driver with PyTorch loaded) would be reported as ours.
+int64_t peak_rss_bytes();
 // The session options every command starts from. The environment is read here, in the tool,
 // never by the library: MEGANEURA_VULKAN_VALIDATION=1 switches the Khronos validation layer on.
 SessionOptions base_session_options();

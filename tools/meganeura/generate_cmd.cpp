@@ -5,7 +5,6 @@
 #include <fstream>
 #include <iostream>
 #include <nlohmann/json.hpp>
-#include <sstream>
 
 #include "commands.h"
 #include "meganeura/generate.h"
@@ -30,33 +29,6 @@ struct GenerateArgs {
 
 double seconds(Clock::time_point a, Clock::time_point b) { return std::chrono::duration<double>(b - a).count(); }
 
-int64_t peak_rss_bytes() {  // VmHWM: this process alone (ru_maxrss would survive exec)
-  std::ifstream f("/proc/self/status");
-  std::string line;
-  while (std::getline(f, line))
-    if (line.rfind("VmHWM:", 0) == 0) return std::stoll(line.substr(6)) * 1024;
-  return -1;
-}
-
-std::vector<int32_t> parse_ids(const std::string& text) {
-  std::vector<int32_t> out;
-  std::stringstream in(text);
-  std::string tok;
-  while (std::getline(in, tok, ',')) {
-    size_t used = 0;
-    long long v = -1;
-    try {
-      v = std::stoll(tok, &used);
-    } catch (const std::exception&) {
-      used = 0;
-    }
-    if (used != tok.size() || v < 0 || v > INT32_MAX)
-      throw std::invalid_argument("--prompt-ids: '" + tok + "' is not a token id");
-    out.push_back(int32_t(v));
-  }
-  return out;
-}
-
 // config.json's eos_token_id (an id or a list of them), when present.
 std::vector<int> eos_ids(const std::string& config_path) {
   std::filesystem::path p = config_path;
@@ -72,12 +44,12 @@ std::vector<int> eos_ids(const std::string& config_path) {
 }
 
 // The prompt's ids: --prompt through the tokenizer (no special tokens added), or --prompt-ids.
-std::vector<int32_t> prompt_ids(const GenerateArgs& a, const text::Tokenizer* tok) {
+std::vector<int32_t> prompt_ids(const GenerateArgs& a, const text::Tokenizer* tok, int64_t vocab) {
   if (!a.prompt_ids.empty() && !a.prompt.empty())
     throw std::invalid_argument("give --prompt or --prompt-ids, not both");
   std::vector<int32_t> ids;
   if (!a.prompt_ids.empty()) {
-    ids = parse_ids(a.prompt_ids);
+    ids = parse_token_ids(a.prompt_ids, "--prompt-ids", vocab);
   } else {
     if (tok == nullptr) throw std::invalid_argument("--prompt needs --tokenizer (or give --prompt-ids)");
     const std::vector<int> e = tok->encode(a.prompt);
@@ -112,7 +84,7 @@ int run_generate(GenerateArgs a) {
   const models::LlamaConfig config = models::read_llama_config(a.config);
   std::optional<text::Tokenizer> tok;
   if (!a.tokenizer.empty()) tok = text::Tokenizer::from_file(a.tokenizer);
-  const std::vector<int32_t> prompt = prompt_ids(a, tok ? &*tok : nullptr);
+  const std::vector<int32_t> prompt = prompt_ids(a, tok ? &*tok : nullptr, config.vocab_size);
   if (a.sampling.seed == 0) a.sampling.seed = a.seed;
   text::validate(a.sampling);
   if (!a.ignore_eos)

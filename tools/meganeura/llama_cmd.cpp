@@ -23,27 +23,11 @@ std::vector<int32_t> parse_ids(const std::vector<std::string>& seqs, const model
   std::vector<int32_t> out;
   seq = -1;
   for (const std::string& text : seqs) {
-    std::stringstream in(text);
-    std::string tok;
-    int64_t n = 0;
-    while (std::getline(in, tok, ',')) {
-      size_t used = 0;
-      long long v = -1;
-      try {
-        v = std::stoll(tok, &used);
-      } catch (const std::exception&) {
-        used = 0;
-      }
-      if (used != tok.size() || v < 0 || v >= c.vocab_size) {
-        throw std::invalid_argument("--input-ids: '" + tok + "' is not a token id in [0, " +
-                                    std::to_string(c.vocab_size) + ")");
-      }
-      out.push_back(int32_t(v));
-      ++n;
-    }
-    if (n == 0) throw std::invalid_argument("--input-ids: an empty sequence");
-    if (seq >= 0 && n != seq) throw std::invalid_argument("--input-ids: the sequences differ in length");
-    seq = n;
+    const std::vector<int32_t> ids = parse_token_ids(text, "--input-ids", c.vocab_size);
+    if (seq >= 0 && int64_t(ids.size()) != seq)
+      throw std::invalid_argument("--input-ids: the sequences differ in length");
+    seq = int64_t(ids.size());
+    out.insert(out.end(), ids.begin(), ids.end());
   }
   return out;
 }
@@ -78,6 +62,27 @@ int run_llama(const LlamaArgs& a) {
 }
 
 }  // namespace
+
+std::vector<int32_t> parse_token_ids(const std::string& text, const std::string& option, int64_t vocab) {
+  std::vector<int32_t> out;
+  std::stringstream in(text);
+  std::string tok;
+  while (std::getline(in, tok, ',')) {
+    size_t used = 0;
+    long long v = -1;
+    try {
+      v = std::stoll(tok, &used);
+    } catch (const std::exception&) {
+      used = 0;
+    }
+    if (used != tok.size() || v < 0 || v >= vocab) {
+      throw std::invalid_argument(option + ": '" + tok + "' is not a token id in [0, " + std::to_string(vocab) + ")");
+    }
+    out.push_back(int32_t(v));
+  }
+  if (out.empty()) throw std::invalid_argument(option + ": an empty sequence");
+  return out;
+}
 
 void add_llama_command(CLI::App& app) {
   auto a = std::make_shared<LlamaArgs>();

@@ -76,12 +76,7 @@ meganeura::Tensor meganeura::rope_at_scaled(Tensor x, Tensor offset, const RopeA
   Graph& g = ops::graph_of(op, {x, offset});
   ops::require_float(op, x);
   ops::require_position(op, offset);
-  if (x.rank() < 2 || x.dim(-1) % 2)
-    ops::fail(op, "expects [..., seq, dim] with even dim, got " + shape_str(x.shape()));
-  if (!(a.theta > 0) || !(a.factor > 0) || a.original_max_position < 0)
-    ops::fail(op, "expects theta > 0, factor > 0 and original_max_position >= 0");
-  if (a.original_max_position > 0 && !(a.high_freq_factor > a.low_freq_factor && a.low_freq_factor > 0))
-    ops::fail(op, "Llama 3 scaling expects high_freq_factor > low_freq_factor > 0");
+  ops::require_rope(op, x, a);
   return graph_internal::add_node(g, op, a, {x.id, offset.id}, x.type());
 }
 

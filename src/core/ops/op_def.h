@@ -319,6 +319,8 @@ Graph& graph_of(Op op, std::initializer_list<Tensor> ts);     // the one graph a
 void require_float(Op op, Tensor x);
 int64_t norm_axis(Op op, int64_t axis, int64_t rank);  // a negative axis counts from the end
 Shape broadcast_shapes(Op op, const std::vector<Shape>& shapes);
+// [..., seq, dim] with dim even, theta and the scaling attributes in range (rope, rope_at).
+void require_rope(Op op, Tensor x, const RopeAttrs& a);
 
 }  // namespace ops
 }  // namespace meganeura

@@ -23,15 +23,17 @@ meganeura::Tensor meganeura::rope(Tensor x, double theta, bool inverse) {
   return rope_scaled(x, a);
 }
 
-meganeura::Tensor meganeura::rope_scaled(Tensor x, const RopeAttrs& a) {
-  constexpr Op op = Op::rope;
-  if (x.rank() < 2 || x.dim(-1) % 2)
-    ops::fail(op, "expects [..., seq, dim] with even dim, got " + shape_str(x.shape()));
+void meganeura::ops::require_rope(Op op, Tensor x, const RopeAttrs& a) {
+  if (x.rank() < 2 || x.dim(-1) % 2) fail(op, "expects [..., seq, dim] with even dim, got " + shape_str(x.shape()));
   if (!(a.theta > 0) || !(a.factor > 0) || a.original_max_position < 0)
-    ops::fail(op, "expects theta > 0, factor > 0 and original_max_position >= 0");
+    fail(op, "expects theta > 0, factor > 0 and original_max_position >= 0");
   if (a.original_max_position > 0 && !(a.high_freq_factor > a.low_freq_factor && a.low_freq_factor > 0))
-    ops::fail(op, "Llama 3 scaling expects high_freq_factor > low_freq_factor > 0");
-  return ops::unary_node(op, x, a);
+    fail(op, "Llama 3 scaling expects high_freq_factor > low_freq_factor > 0");
+}
+
+meganeura::Tensor meganeura::rope_scaled(Tensor x, const RopeAttrs& a) {
+  ops::require_rope(Op::rope, x, a);
+  return ops::unary_node(Op::rope, x, a);
 }
 
 // Llama 3 (transformers' _compute_llama3_parameters): with wavelength w = 2 pi / f and L the
