@@ -71,14 +71,16 @@ std::vector<double> Sampler::probabilities(std::span<const float> logits, std::s
     x[i] = logits[i];
   }
   apply_penalty(x, previous, options_.repetition_penalty);
+  if (options_.temperature == 0) {  // greedy: the first largest, no sort of the vocabulary
+    const size_t best = size_t(std::max_element(x.begin(), x.end()) - x.begin());
+    if (!(x[best] > -INFINITY)) throw std::invalid_argument("sampling: every logit is -inf");
+    std::vector<double> p(x.size(), 0.0);
+    p[best] = 1.0;
+    return p;
+  }
   const std::vector<size_t> idx = order(x);
   if (!(x[idx[0]] > -INFINITY)) throw std::invalid_argument("sampling: every logit is -inf");
   std::vector<bool> keep(x.size(), false);
-  if (options_.temperature == 0) {
-    std::vector<double> p(x.size(), 0.0);
-    p[idx[0]] = 1.0;
-    return p;
-  }
   for (double& v : x) v /= options_.temperature;
   size_t k = x.size();
   if (options_.top_k > 0) k = std::min(k, static_cast<size_t>(options_.top_k));

@@ -82,8 +82,10 @@ namespace {
 template <class T>
 void split_gemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, T alpha, const T* a, int64_t lda, const T* b,
                 int64_t ldb, T beta, T* c, int64_t ldc) {
-  const int64_t min_work = int64_t(1) << 21;
-  if (m * n * k < min_work || thread_count() == 1) {
+  // Threads pay off above 2M multiply-adds, or where B alone is large: a product with a few rows
+  // (a decode step's matrix-vector products) is bound by reading B, which threads share.
+  const int64_t min_work = int64_t(1) << 21, min_b = int64_t(1) << 17;
+  if ((m * n * k < min_work && n * k < min_b) || thread_count() == 1) {
     gemm_serial(ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
   } else if (m >= 4 * thread_count()) {
     parallel_for(m, 1, [&](int64_t i0, int64_t i1) {
