@@ -19,7 +19,7 @@ namespace meganeura {
 struct GeneratorOptions {
   int64_t batch = 1;           // sequences decoded together, all at the same position
   int64_t max_context = 0;     // cache positions; 0: min(max_position_embeddings, 2048)
-  int64_t prefill_chunk = 64;  // the longest prompt chunk one run takes (a power of two)
+  int64_t prefill_chunk = 128;  // the longest prompt chunk one run takes (a power of two)
   SessionOptions session;
 };
 

@@ -20,7 +20,7 @@ using Clock = std::chrono::steady_clock;
 struct GenerateArgs {
   std::string config, weights, tokenizer, prompt, prompt_ids, device = "cpu", dump;
   bool random_weights = false, json = false, ignore_eos = false;
-  int64_t max_context = 0, prefill_chunk = 64;
+  int64_t max_context = 0, prefill_chunk = 128;
   int threads = 0;
   uint64_t seed = 0;
   text::SamplingOptions sampling{.temperature = 0.7f};
@@ -179,7 +179,7 @@ void add_generate_command(CLI::App& app) {
   c->add_option("--device", a->device, "cpu | vulkan | auto")->check(CLI::IsMember({"cpu", "vulkan", "auto"}));
   c->add_option("--max-context", a->max_context, "cache positions (default: max_position_embeddings, at most 2048)")
       ->check(CLI::PositiveNumber);
-  c->add_option("--prefill-chunk", a->prefill_chunk, "longest prompt chunk per run, a power of two (default 64)")
+  c->add_option("--prefill-chunk", a->prefill_chunk, "longest prompt chunk per run, a power of two (default 128)")
       ->check(CLI::PositiveNumber);
   c->add_option("--threads", a->threads, "CPU threads (default: every core)")->check(CLI::NonNegativeNumber);
   c->add_flag("--json", a->json, "print one JSON object (tokens, text, timings, peak RSS) instead of the text");

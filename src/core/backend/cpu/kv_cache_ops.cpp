@@ -7,6 +7,7 @@
 #include <limits>
 #include <vector>
 
+#include "backend/cpu/gemm.h"
 #include "backend/cpu/kernels.h"
 #include "backend/cpu/parallel.h"
 
@@ -37,26 +38,11 @@ void cache_write(const KernelLaunch& l, const std::vector<Arg>& in, const Arg& o
   for (int64_t o = 0; o < outer; ++o) std::memcpy(y + (o * tmax + p) * d, rows + o * s * d, size_t(s * d) * sizeof(T));
 }
 
-// One query row over keys [lo, hi] of its kv head: softmax(q k^T * scale) v, in double.
-template <class T>
-void attend_row(const T* q, const T* k, const T* v, int64_t lo, int64_t hi, int64_t d, int64_t dv, double scale,
-                std::vector<double>& s, std::vector<double>& acc, T* y) {
-  double mx = -std::numeric_limits<double>::infinity();
-  for (int64_t j = lo; j <= hi; ++j) {
-    double dot = 0;
-    for (int64_t c = 0; c < d; ++c) dot += double(q[c]) * double(k[j * d + c]);
-    s[size_t(j - lo)] = dot * scale;
-    mx = std::max(mx, s[size_t(j - lo)]);
-  }
-  std::fill(acc.begin(), acc.end(), 0.0);
-  double sum = 0;
-  for (int64_t j = lo; j <= hi; ++j) {
-    const double e = std::exp(s[size_t(j - lo)] - mx);
-    sum += e;
-    for (int64_t c = 0; c < dv; ++c) acc[size_t(c)] += e * double(v[j * dv + c]);
-  }
-  for (int64_t c = 0; c < dv; ++c) y[c] = T(acc[size_t(c)] / sum);
-}
+// Attention of query rows at positions p..p+sq-1 over the cache prefix, in tiles of query rows
+// of one head: scores by GEMM over the keys up to the tile's last position, the future (and
+// what lies outside the window) masked, softmax with the sum in double, then P V by GEMM (as
+// the attention kernel's forward).
+constexpr int64_t kRowTile = 64;
 
 template <class T>
 void cached_attention(const Dispatch& d, const KernelLaunch& l, const std::vector<Arg>& in, const Arg& out) {
@@ -66,14 +52,29 @@ void cached_attention(const Dispatch& d, const KernelLaunch& l, const std::vecto
   const int64_t p = checked_position(d.op, in[3], sq, tmax);
   const T *q = in[0].as<T>(), *k = in[1].as<T>(), *v = in[2].as<T>();
   T* y = out.as<T>();
-  const int64_t rows = b * hq * sq, group = hq / hkv;
-  parallel_for(rows, rows * (p + sq) * (dim + dv) > kParallelMin ? 1 : INT64_MAX, [&](int64_t r0, int64_t r1) {
-    std::vector<double> s(static_cast<size_t>(p + sq)), acc(static_cast<size_t>(dv));
-    for (int64_t r = r0; r < r1; ++r) {
-      const int64_t i = r % sq, h = (r / sq) % hq, bi = r / (sq * hq);
-      const int64_t kvh = bi * hkv + h / group;  // the kv head this query head reads
-      const int64_t hi = p + i, lo = a.window > 0 ? std::max<int64_t>(0, hi - a.window + 1) : 0;
-      attend_row(q + r * dim, k + kvh * tmax * dim, v + kvh * tmax * dv, lo, hi, dim, dv, a.scale, s, acc, y + r * dv);
+  const int64_t group = hq / hkv, tiles = (sq + kRowTile - 1) / kRowTile, tasks = b * hq * tiles;
+  const T ninf = -std::numeric_limits<T>::infinity();
+  parallel_for(tasks, tasks * (p + sq) * (dim + dv) > kParallelMin ? 1 : INT64_MAX, [&](int64_t t0, int64_t t1) {
+    std::vector<T> s(size_t(std::min(kRowTile, sq) * (p + sq)));
+    for (int64_t t = t0; t < t1; ++t) {
+      const int64_t bh = t / tiles, r0 = (t % tiles) * kRowTile, rows = std::min(kRowTile, sq - r0);
+      const int64_t kvh = (bh / hq) * hkv + (bh % hq) / group;  // the kv head this query head reads
+      const int64_t keys = p + r0 + rows;                        // positions 0 .. the tile's last
+      const T* qt = q + (bh * sq + r0) * dim;
+      gemm_serial(false, true, rows, keys, dim, T(a.scale), qt, dim, k + kvh * tmax * dim, dim, T(0), s.data(), keys);
+      for (int64_t i = 0; i < rows; ++i) {
+        T* row = s.data() + i * keys;
+        const int64_t hi = p + r0 + i, lo = a.window > 0 ? std::max<int64_t>(0, hi - a.window + 1) : 0;
+        std::fill(row, row + lo, ninf);
+        std::fill(row + hi + 1, row + keys, ninf);
+        const T mx = *std::max_element(row + lo, row + hi + 1);
+        double sum = 0;
+        for (int64_t j = 0; j < keys; ++j) sum += double(row[j] = row[j] == ninf ? T(0) : std::exp(row[j] - mx));
+        const T inv = T(1 / sum);
+        for (int64_t j = lo; j <= hi; ++j) row[j] *= inv;
+      }
+      gemm_serial(false, false, rows, dv, keys, T(1), s.data(), keys, v + kvh * tmax * dv, dv, T(0),
+                  y + (bh * sq + r0) * dv, dv);
     }
   });
 }
