@@ -59,7 +59,7 @@ void cached_attention(const Dispatch& d, const KernelLaunch& l, const std::vecto
     for (int64_t t = t0; t < t1; ++t) {
       const int64_t bh = t / tiles, r0 = (t % tiles) * kRowTile, rows = std::min(kRowTile, sq - r0);
       const int64_t kvh = (bh / hq) * hkv + (bh % hq) / group;  // the kv head this query head reads
-      const int64_t keys = p + r0 + rows;                        // positions 0 .. the tile's last
+      const int64_t keys = p + r0 + rows;                       // positions 0 .. the tile's last
       const T* qt = q + (bh * sq + r0) * dim;
       gemm_serial(false, true, rows, keys, dim, T(a.scale), qt, dim, k + kvh * tmax * dim, dim, T(0), s.data(), keys);
       for (int64_t i = 0; i < rows; ++i) {
