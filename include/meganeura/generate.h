@@ -6,6 +6,7 @@
 // belong to the caller (meganeura/text: Sampler, StopChecker, Tokenizer).
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <filesystem>
 #include <span>
@@ -17,7 +18,7 @@
 namespace meganeura {
 
 struct GeneratorOptions {
-  int64_t batch = 1;           // sequences decoded together, all at the same position
+  int64_t batch = 1;           // sequences decoded together, each at its own position
   int64_t max_context = 0;     // cache positions; 0: min(max_position_embeddings, 2048)
   int64_t prefill_chunk = 128;  // the longest prompt chunk one run takes (a power of two)
   SessionOptions session;
@@ -39,11 +40,19 @@ class Generator {
   // std::invalid_argument, leaving the sequences as they were, when an id is out of the
   // vocabulary or the tokens would pass max_context.
   const std::vector<float>& feed(std::span<const int32_t> ids);
-  // Forgets the sequences: the next feed starts at position 0 (the cache rows beyond the
-  // position are never read, so nothing of a previous sequence is seen).
-  void reset() { position_ = 0; }
+  // The same with tokens of any number per sequence: rows[b] is appended to sequence b (an empty
+  // row leaves it as it is). Sequences at different positions run together in the same
+  // programs; a sequence with nothing left to take sits a chunk out (position -1: it writes no
+  // cache row). A row of logits changes only for a sequence that took tokens.
+  const std::vector<float>& feed_each(std::span<const std::vector<int32_t>> rows);
+  // Forgets the sequences, or one: the next feed starts it at position 0 (the cache rows beyond
+  // a sequence's position are never read, so nothing of a previous sequence is seen).
+  void reset() { std::fill(positions_.begin(), positions_.end(), 0); }
+  void reset(int64_t sequence) { positions_.at(size_t(sequence)) = 0; }
 
-  int64_t position() const { return position_; }
+  // The first sequence's position (every sequence's when they are always fed together).
+  int64_t position() const { return positions_.front(); }
+  int64_t position(int64_t sequence) const { return positions_.at(size_t(sequence)); }
   int64_t max_context() const { return max_context_; }
   int64_t batch() const { return batch_; }
   const models::LlamaConfig& config() const { return config_; }
@@ -56,13 +65,14 @@ class Generator {
     size_t program;
     Graph graph;
   };
-  void run_chunk(const Chunk& c, std::span<const int32_t> ids, int64_t offset, int64_t length);
+  void check(std::span<const std::vector<int32_t>> rows) const;
+  void run_chunk(const Chunk& c, std::span<const std::vector<int32_t>> rows, std::vector<int64_t>& done);
 
   models::LlamaConfig config_;
   int64_t batch_, max_context_;
   Session session_;
   std::vector<Chunk> chunks_;  // longest first
-  int64_t position_ = 0;
+  std::vector<int64_t> positions_;  // per sequence
   std::vector<float> logits_;
 };
 

@@ -403,7 +403,8 @@ Tensor rope_scaled(Tensor x, const RopeAttrs& attrs);
 // theta^(-2 pair / dim), then Llama 3's blend or the linear division (RopeAttrs).
 double rope_frequency(const RopeAttrs& a, int64_t pair, int64_t dim);
 // rope at absolute positions: rows along axis -2 are at positions offset, offset + 1, ...,
-// where offset is a runtime i32 tensor of one element (a decode step's position).
+// where offset is a runtime i32 tensor (a decode step's position): one element, or for x of
+// rank >= 3 one per sequence of the leading axis (-1, an idle sequence, rotates as 0).
 Tensor rope_at(Tensor x, Tensor offset, double theta = 10000, bool inverse = false);
 // The same with every attribute given, frequency scaling included (as rope_scaled).
 Tensor rope_at_scaled(Tensor x, Tensor offset, const RopeAttrs& attrs);
@@ -420,16 +421,19 @@ Tensor swiglu(Tensor gate, Tensor up);  // silu(gate) * up
 // heads); causal aligns the mask to the bottom right so Sq < Sk attends to a prefix.
 Tensor attention(Tensor q, Tensor k, Tensor v, bool causal, std::optional<double> scale = {});
 // ---- Key/value cache for autoregressive decoding (forward only: autodiff refuses them). ---
-// cache: [B, Hkv, Tmax, D], usually a Graph::state; rows: [B, Hkv, S, D]; pos: i32 tensor of
-// one element, read at run time. Returns the cache with rows written at positions pos..pos+S-1
-// (the rest unchanged). Assign the result to the cache state: the planner then writes the rows
-// into the state's own memory, no copy of the cache per step. Running with pos < 0 or
+// cache: [B, Hkv, Tmax, D], usually a Graph::state; rows: [B, Hkv, S, D]; pos: i32 vector read
+// at run time, one position for every sequence or one per sequence ([B]: a batch whose
+// sequences are at their own positions). Returns the cache with each sequence's rows written at
+// its positions pos..pos+S-1 (the rest unchanged). Assign the result to the cache state: the
+// planner then writes the rows into the state's own memory, no copy of the cache per step.
+// Position -1 marks an idle sequence: nothing of it is written. Running with another pos < 0 or
 // pos + S > Tmax fails with an error naming the position.
 Tensor kv_cache_write(Tensor cache, Tensor rows, Tensor pos);
 // q: [B, Hq, S, D] at positions pos..pos+S-1 attends causally over keys and values [0, pos + S)
 // of k_cache [B, Hkv, Tmax, D] and v_cache [B, Hkv, Tmax, Dv] (query head h reads kv head
 // h / (Hq / Hkv)); window > 0: only the last `window` positions up to the query's own. Scale
-// defaults to 1 / sqrt(D). Output [B, Hq, S, Dv].
+// defaults to 1 / sqrt(D). Output [B, Hq, S, Dv]; pos as kv_cache_write's (an idle sequence's
+// output is zero).
 Tensor cached_attention(Tensor q, Tensor k_cache, Tensor v_cache, Tensor pos, int64_t window = 0,
                         std::optional<double> scale = {});
 // logits [N, C], targets i32 [N]; mean over targets != ignore_index.

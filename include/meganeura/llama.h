@@ -81,8 +81,9 @@ Tensor llama_decoder(Graph& g, const LlamaConfig& c, Tensor input_ids);
 Tensor build_llama(Graph& g, const LlamaConfig& c, int64_t batch, int64_t seq);
 
 // The forward pass of generation: `seq` new tokens per sequence, the input "input_ids.<seq>"
-// i32 [batch, seq], at the positions position .. position + seq - 1, where "position" is an i32
-// [1] input read when the program runs. Keys and values go into per-layer caches of
+// i32 [batch, seq], sequence b at positions position[b] .. position[b] + seq - 1, where
+// "position" is an i32 [batch] input read when the program runs (-1: sequence b sits the run
+// out, writing nothing). Keys and values go into per-layer caches of
 // `max_context` positions, the states model.layers.<i>.self_attn.{key,value}_cache
 // [batch, kv_heads, max_context, head_dim], written in place; attention reads the cache prefix.
 // Returns the logits of the last new token [batch, vocab_size]. Graphs for several `seq` share

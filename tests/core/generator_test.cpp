@@ -2,8 +2,9 @@
 // scaling, through its key/value caches, on the CPU backend and on Vulkan (lavapipe in CI):
 // greedy tokens equal recomputing the whole window with build_llama for 64 new tokens; a prompt
 // fed in chunks equals it fed a token at a time; a batch equals each sequence alone; reset
-// forgets a sequence; what does not fit is refused and leaves the sequence as it was; the decode
-// program is recorded once on Vulkan.
+// forgets a sequence; sequences at their own positions, fed prompts of different lengths and
+// reset one at a time, equal each alone; what does not fit is refused and leaves the sequence as
+// it was; the decode program is recorded once on Vulkan.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -173,6 +174,74 @@ TEST(Generator, ABatchEqualsEachSequenceAlone) {
         ASSERT_NEAR(together[t][size_t(b * c.vocab_size + j)], r.rows[t][size_t(j)], 1e-4)
             << "sequence " << b << " step " << t << " logit " << j;
   }
+}
+
+// Three sequences with prompts of 11, 3 and 1 tokens fed in one call (the longer ones take
+// chunks while the shorter sit out), then decoded together, each at its own position; halfway,
+// the second is reset and given another prompt while the others sit that call out. Every
+// sequence's logits equal it decoded alone (1e-4: rows computed in different GEMM shapes, values
+// of order ten, as ABatchEqualsEachSequenceAlone).
+void sequences_at_their_own_positions(const SessionOptions& options) {
+  const models::LlamaConfig c = small_config();
+  const size_t vocab = size_t(c.vocab_size);
+  Generator batch(c, {.batch = 3, .max_context = 48, .prefill_chunk = 8, .session = options});
+  Generator alone(c, {.max_context = 48, .prefill_chunk = 8, .session = options});
+  Session weights;
+  {
+    Graph g;
+    g.output("logits", models::build_llama(g, c, 1, 1));
+    weights.add(g);
+  }
+  draw_weights(weights, 6);
+  copy_weights(weights, batch.session());
+  copy_weights(weights, alone.session());
+  const std::vector<int32_t> later = {200, 100, 50, 25};
+  std::vector<std::vector<int32_t>> prompts = {kPrompt, {7, 300, 2}, {42}};
+  std::vector<Greedy> got(4);  // the three sequences, and the second's later prompt
+  auto take = [&](const std::vector<float>& logits, size_t b, size_t into) {
+    got[into].take(std::span(logits).subspan(b * vocab, vocab));
+  };
+  const std::vector<float>* logits = &batch.feed_each(prompts);
+  for (size_t b = 0; b < 3; ++b) take(*logits, b, b);
+  EXPECT_EQ(batch.position(0), 11);
+  EXPECT_EQ(batch.position(1), 3);
+  EXPECT_EQ(batch.position(2), 1);
+  for (int step = 0; step < 6; ++step) {
+    logits = &batch.feed(std::vector<int32_t>{got[0].tokens.back(), got[1].tokens.back(), got[2].tokens.back()});
+    for (size_t b = 0; b < 3; ++b) take(*logits, b, b);
+  }
+  batch.reset(1);
+  logits = &batch.feed_each(std::vector<std::vector<int32_t>>{{}, later, {}});
+  take(*logits, 1, 3);
+  for (int step = 0; step < 6; ++step) {
+    logits = &batch.feed(std::vector<int32_t>{got[0].tokens.back(), got[3].tokens.back(), got[2].tokens.back()});
+    for (size_t b : {0, 2}) take(*logits, b, b);
+    take(*logits, 1, 3);
+  }
+  prompts.push_back(later);
+  for (size_t i = 0; i < 4; ++i) {
+    alone.reset();
+    const Greedy want = greedy_cached(alone, prompts[i], int(got[i].tokens.size()));
+    EXPECT_EQ(got[i].tokens, want.tokens) << "sequence " << i;
+    for (size_t t = 0; t < want.rows.size(); ++t)
+      for (size_t j = 0; j < vocab; ++j)
+        ASSERT_NEAR(got[i].rows[t][j], want.rows[t][j], 1e-4) << "sequence " << i << " step " << t << " logit " << j;
+  }
+  EXPECT_THROW(batch.feed_each(std::vector<std::vector<int32_t>>{{1}, {1}}), std::invalid_argument);  // 2 rows of 3
+  try {
+    batch.feed_each(std::vector<std::vector<int32_t>>{{}, {}, std::vector<int32_t>(36, 1)});  // 13 + 36 > 48
+    ADD_FAILURE() << "a sequence passed max_context";
+  } catch (const std::invalid_argument& e) {
+    EXPECT_NE(std::string(e.what()).find("sequence 2: 36 more tokens at position 13"), std::string::npos) << e.what();
+  }
+  EXPECT_EQ(batch.position(2), 13) << "a refused feed moved the sequence";
+}
+
+TEST(Generator, SequencesAtTheirOwnPositionsEqualEachAlone) { sequences_at_their_own_positions({}); }
+
+TEST(Generator, VulkanSequencesAtTheirOwnPositionsEqualEachAlone) {
+  MEGANEURA_REQUIRE_VULKAN();
+  sequences_at_their_own_positions(testing_vulkan::vulkan_options());
 }
 
 TEST(Generator, ResetForgetsThePreviousSequence) {

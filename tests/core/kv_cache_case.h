@@ -3,9 +3,12 @@
 // greedy decoding through each: the CPU and Vulkan cache tests run them.
 #pragma once
 
+#include <gtest/gtest.h>
+
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <random>
 #include <string>
 #include <vector>
 
@@ -178,6 +181,108 @@ inline double largest_difference(const Greedy& a, const Greedy& b) {
     for (size_t j = 0; j < a.rows[t].size(); ++j)
       worst = std::max(worst, double(std::abs(a.rows[t][j] - b.rows[t][j])));
   return a.rows.size() == b.rows.size() ? worst : 1e30;
+}
+
+// ---- Sequences at their own positions: one write, attention and rotation over a batch whose
+// position input holds one position per sequence, -1 marking an idle sequence. Inputs "q"
+// [B, H, S, D], "rows" [B, Hkv, S, D], "x" [B, H, S, D], "pos" i32 [B]; states "cache.k",
+// "cache.v" [B, Hkv, Tmax, D]; outputs "y" (attention over the written caches) and "r"
+// (rope_at of x). Checked against formulas in double written here.
+struct Batch {
+  int64_t b = 3, h = 4, hkv = 2, s = 2, d = 8, tmax = 12;
+  double theta = 100;
+};
+
+inline Graph batch_graph(const Batch& m) {
+  Graph g;
+  Tensor q = g.input("q", {m.b, m.h, m.s, m.d});
+  Tensor rows = g.input("rows", {m.b, m.hkv, m.s, m.d});
+  Tensor pos = g.input("pos", {m.b}, DType::i32);
+  Tensor kc = g.state("cache.k", {m.b, m.hkv, m.tmax, m.d});
+  Tensor vc = g.state("cache.v", {m.b, m.hkv, m.tmax, m.d});
+  Tensor kn = kv_cache_write(kc, rows, pos), vn = kv_cache_write(vc, rows * 0.5, pos);
+  g.assign(kc, kn);
+  g.assign(vc, vn);
+  g.output("y", cached_attention(q, kn, vn, pos));
+  g.output("r", rope_at(g.input("x", {m.b, m.h, m.s, m.d}), pos, m.theta));
+  return g;
+}
+
+struct BatchExpected {
+  std::vector<double> cache_k, y, r;
+};
+
+// What the batch program must produce from caches `k0` and `v0` (its states before the run).
+inline BatchExpected batch_expected(const Batch& m, const std::vector<int32_t>& pos, const std::vector<float>& q,
+                                    const std::vector<float>& rows, const std::vector<float>& x,
+                                    const std::vector<float>& k0, const std::vector<float>& v0) {
+  BatchExpected e;
+  std::vector<double> k(k0.begin(), k0.end()), v(v0.begin(), v0.end());
+  for (int64_t b = 0; b < m.b; ++b) {
+    if (pos[size_t(b)] < 0) continue;  // idle: nothing written
+    for (int64_t h = 0; h < m.hkv; ++h)
+      for (int64_t i = 0; i < m.s * m.d; ++i) {
+        const size_t at = size_t(((b * m.hkv + h) * m.tmax + pos[size_t(b)]) * m.d + i);
+        k[at] = rows[size_t((b * m.hkv + h) * m.s * m.d + i)];
+        v[at] = double(rows[size_t((b * m.hkv + h) * m.s * m.d + i)]) * 0.5;
+      }
+  }
+  e.cache_k = k;
+  e.y.assign(size_t(m.b * m.h * m.s * m.d), 0.0);  // idle sequences' rows stay zero
+  e.r.resize(x.size());
+  for (int64_t b = 0; b < m.b; ++b)
+    for (int64_t h = 0; h < m.h; ++h)
+      for (int64_t i = 0; i < m.s; ++i) {
+        const int64_t row = (b * m.h + h) * m.s + i, p = pos[size_t(b)], kvh = b * m.hkv + h / (m.h / m.hkv);
+        for (int64_t j = 0; j < m.d / 2; ++j) {  // an idle sequence rotates as position 0
+          const double a = double(std::max<int64_t>(p, 0) + i) * std::pow(m.theta, -2.0 * double(j) / double(m.d));
+          const double x1 = x[size_t(row * m.d + j)], x2 = x[size_t(row * m.d + j + m.d / 2)];
+          e.r[size_t(row * m.d + j)] = x1 * std::cos(a) - x2 * std::sin(a);
+          e.r[size_t(row * m.d + j + m.d / 2)] = x2 * std::cos(a) + x1 * std::sin(a);
+        }
+        if (p < 0) continue;
+        std::vector<double> w;
+        for (int64_t t = 0; t <= p + i; ++t) {
+          double dot = 0;
+          for (int64_t c = 0; c < m.d; ++c) dot += double(q[size_t(row * m.d + c)]) * k[size_t((kvh * m.tmax + t) * m.d + c)];
+          w.push_back(dot / std::sqrt(double(m.d)));
+        }
+        const double mx = *std::max_element(w.begin(), w.end());
+        double sum = 0;
+        for (double& z : w) sum += (z = std::exp(z - mx));
+        for (int64_t c = 0; c < m.d; ++c) {
+          double acc = 0;
+          for (int64_t t = 0; t <= p + i; ++t) acc += w[size_t(t)] * v[size_t((kvh * m.tmax + t) * m.d + c)];
+          e.y[size_t(row * m.d + c)] = acc / sum;
+        }
+      }
+  return e;
+}
+
+// Fills the caches with values in [-1, 1], runs the batch program at `pos` and compares the
+// written cache (copies: exact), the attention rows and the rotated rows within `tol`.
+inline void check_batch(Session& s, const Batch& m, const std::vector<int32_t>& pos, uint32_t seed, double tol) {
+  std::mt19937 rng(seed);
+  std::uniform_real_distribution<float> u(-1, 1);
+  auto draw = [&](int64_t n) {
+    std::vector<float> v(static_cast<size_t>(n));
+    for (float& z : v) z = u(rng);
+    return v;
+  };
+  const auto k0 = draw(m.b * m.hkv * m.tmax * m.d), v0 = draw(m.b * m.hkv * m.tmax * m.d);
+  const auto q = draw(m.b * m.h * m.s * m.d), rows = draw(m.b * m.hkv * m.s * m.d), x = draw(m.b * m.h * m.s * m.d);
+  s.set("cache.k", k0);
+  s.set("cache.v", v0);
+  s.set("q", q);
+  s.set("rows", rows);
+  s.set("x", x);
+  s.set("pos", pos);
+  s.run();
+  const BatchExpected e = batch_expected(m, pos, q, rows, x, k0, v0);
+  const auto k = s.get("cache.k"), y = s.get("y"), r = s.get("r");
+  for (size_t i = 0; i < k.size(); ++i) ASSERT_EQ(double(k[i]), e.cache_k[i]) << "cache element " << i;
+  for (size_t i = 0; i < y.size(); ++i) ASSERT_NEAR(y[i], e.y[i], tol) << "attention element " << i;
+  for (size_t i = 0; i < r.size(); ++i) ASSERT_NEAR(r[i], e.r[i], tol) << "rotated element " << i;
 }
 
 }  // namespace meganeura::kv_case

@@ -160,7 +160,7 @@ TEST(KvCacheWrite, RefusesAPositionOutsideTheCacheAndLeavesItUnchanged) {
   sess.set("pos", std::vector<int32_t>{5});  // rows 5..7: the last that fit
   sess.run();
   const auto before = sess.get("cache.k");
-  for (int32_t bad : {6, 100, -1}) {
+  for (int32_t bad : {6, 100, -2}) {
     sess.set("pos", std::vector<int32_t>{bad});
     try {
       sess.run();
@@ -170,6 +170,32 @@ TEST(KvCacheWrite, RefusesAPositionOutsideTheCacheAndLeavesItUnchanged) {
       EXPECT_NE(std::string(e.what()).find("cache of 8 positions"), std::string::npos) << e.what();
     }
     EXPECT_EQ(sess.get("cache.k"), before);
+  }
+}
+
+// A batch whose sequences are at their own positions (one position per sequence), -1 an idle
+// sequence: rows written at each sequence's position, attention over each sequence's own prefix,
+// rows rotated at each sequence's positions; the idle sequence writes nothing, attends to
+// nothing (zero rows) and rotates as position 0. Against the formulas in double: the cache is
+// copied (exact); attention and rope accumulate in double and round once to f32 (values in
+// [-1, 1]): 1e-6 is a few ulp, while another sequence's position errs by 1e-2 or more.
+TEST(KvCache, SequencesAtTheirOwnPositions) {
+  const kv_case::Batch m;
+  Session s;
+  s.add(kv_case::batch_graph(m));
+  for (const std::vector<int32_t>& pos : {std::vector<int32_t>{5, -1, 0}, {10, 3, -1}, {0, 7, 2}, {-1, -1, -1}})
+    kv_case::check_batch(s, m, pos, uint32_t(pos[0] + 50), 1e-6);
+  const auto before = s.get("cache.k");
+  for (const auto& [pos, message] : {std::pair{std::vector<int32_t>{5, -2, 0}, "sequence 1: position -2 with 2"},
+                                     std::pair{std::vector<int32_t>{11, 0, 0}, "sequence 0: position 11 with 2"}}) {
+    s.set("pos", pos);
+    try {
+      s.run();
+      FAIL() << message << " was accepted";
+    } catch (const std::runtime_error& e) {
+      EXPECT_NE(std::string(e.what()).find(message), std::string::npos) << e.what();
+    }
+    EXPECT_EQ(s.get("cache.k"), before) << "a refused run wrote the cache";
   }
 }
 

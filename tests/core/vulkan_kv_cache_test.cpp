@@ -80,7 +80,7 @@ TEST(VulkanKvCache, RefusesAPositionOutsideTheCacheBeforeRunning) {
   gpu.set("pos", std::vector<int32_t>{int32_t(m.tmax - 3)});  // the last rows that fit
   gpu.run();
   const auto before = gpu.get("cache.k");
-  for (int32_t bad : {int32_t(m.tmax - 2), -1}) {
+  for (int32_t bad : {int32_t(m.tmax - 2), -2}) {
     gpu.set("pos", std::vector<int32_t>{bad});
     try {
       gpu.run();
@@ -90,6 +90,26 @@ TEST(VulkanKvCache, RefusesAPositionOutsideTheCacheBeforeRunning) {
           << e.what();
     }
     EXPECT_EQ(gpu.get("cache.k"), before);
+  }
+}
+
+// Sequences at their own positions on Vulkan, against the formulas in double (kv_cache_case.h):
+// f32 angles at positions below 14 and f32 online softmax over averages of values in [-1, 1]:
+// 1e-5 holds with margin, while another sequence's position errs by 1e-2 or more. A position
+// outside the cache is refused before running, naming the sequence.
+TEST(VulkanKvCache, SequencesAtTheirOwnPositions) {
+  MEGANEURA_REQUIRE_VULKAN();
+  const kv_case::Batch m;
+  Session gpu(vulkan_options());
+  gpu.add(kv_case::batch_graph(m));
+  for (const std::vector<int32_t>& pos : {std::vector<int32_t>{5, -1, 0}, {10, 3, -1}, {0, 7, 2}, {-1, -1, -1}})
+    kv_case::check_batch(gpu, m, pos, uint32_t(pos[0] + 50), 1e-5);
+  gpu.set("pos", std::vector<int32_t>{3, 11, 0});
+  try {
+    gpu.run();
+    FAIL() << "position 11 with 2 new rows in a cache of 12 was accepted";
+  } catch (const std::runtime_error& e) {
+    EXPECT_NE(std::string(e.what()).find("sequence 1: position 11 with 2"), std::string::npos) << e.what();
   }
 }
 

@@ -24,7 +24,12 @@ int64_t context_of(const models::LlamaConfig& c, const GeneratorOptions& o) {
 }  // namespace
 
 Generator::Generator(models::LlamaConfig config, const GeneratorOptions& o)
-    : config_(std::move(config)), batch_(o.batch), max_context_(context_of(config_, o)), session_(o.session) {
+    : config_(std::move(config)),
+      batch_(o.batch),
+      max_context_(context_of(config_, o)),
+      session_(o.session),
+      positions_(size_t(std::max<int64_t>(o.batch, 1)), 0),
+      logits_(size_t(std::max<int64_t>(o.batch, 1) * config_.vocab_size), 0.0f) {
   if (o.batch <= 0) throw std::invalid_argument("[generate] batch must be positive, got " + std::to_string(o.batch));
   if (o.prefill_chunk <= 0 || !std::has_single_bit(uint64_t(o.prefill_chunk))) {
     throw std::invalid_argument("[generate] prefill_chunk must be a power of two, got " +
@@ -53,36 +58,68 @@ const std::vector<float>& Generator::feed(std::span<const int32_t> ids) {
     throw std::invalid_argument("[generate] feed takes " + std::to_string(batch_) +
                                 " rows of at least one token, got " + std::to_string(ids.size()) + " ids");
   }
-  const int64_t n = int64_t(ids.size()) / batch_;
-  for (int32_t id : ids) {
-    if (id < 0 || id >= config_.vocab_size) {
-      throw std::invalid_argument("[generate] token id " + std::to_string(id) + " is outside the vocabulary [0, " +
-                                  std::to_string(config_.vocab_size) + ")");
-    }
-  }
-  if (position_ + n > max_context_) {
-    throw std::invalid_argument("[generate] " + std::to_string(n) + " more tokens at position " +
-                                std::to_string(position_) +
-                                " would pass max_context = " + std::to_string(max_context_));
-  }
-  for (int64_t done = 0; done < n;) {
-    const Chunk& c =
-        *std::find_if(chunks_.begin(), chunks_.end(), [&](const Chunk& k) { return k.tokens <= n - done; });
-    run_chunk(c, ids, done, n);
-    done += c.tokens;
-  }
-  return logits_;
+  const size_t n = ids.size() / size_t(batch_);
+  std::vector<std::vector<int32_t>> rows(static_cast<size_t>(batch_));
+  for (size_t b = 0; b < rows.size(); ++b) rows[b].assign(ids.begin() + long(b * n), ids.begin() + long((b + 1) * n));
+  return feed_each(rows);
 }
 
-void Generator::run_chunk(const Chunk& c, std::span<const int32_t> ids, int64_t offset, int64_t length) {
-  std::vector<int32_t> rows(size_t(batch_ * c.tokens));
-  for (int64_t b = 0; b < batch_; ++b)
-    std::copy_n(ids.begin() + b * length + offset, c.tokens, rows.begin() + b * c.tokens);
-  session_.set("input_ids." + std::to_string(c.tokens), std::span<const int32_t>(rows));
-  session_.set("position", std::vector<int32_t>{int32_t(position_)});
+void Generator::check(std::span<const std::vector<int32_t>> rows) const {
+  if (int64_t(rows.size()) != batch_) {
+    throw std::invalid_argument("[generate] feed_each takes a row per sequence (" + std::to_string(batch_) + "), got " +
+                                std::to_string(rows.size()));
+  }
+  for (size_t b = 0; b < rows.size(); ++b) {
+    const std::string who = batch_ > 1 ? "sequence " + std::to_string(b) + ": " : "";
+    for (int32_t id : rows[b]) {
+      if (id < 0 || id >= config_.vocab_size) {
+        throw std::invalid_argument("[generate] " + who + "token id " + std::to_string(id) +
+                                    " is outside the vocabulary [0, " + std::to_string(config_.vocab_size) + ")");
+      }
+    }
+    if (positions_[b] + int64_t(rows[b].size()) > max_context_) {
+      throw std::invalid_argument("[generate] " + who + std::to_string(rows[b].size()) +
+                                  " more tokens at position " + std::to_string(positions_[b]) +
+                                  " would pass max_context = " + std::to_string(max_context_));
+    }
+  }
+}
+
+const std::vector<float>& Generator::feed_each(std::span<const std::vector<int32_t>> rows) {
+  check(rows);
+  std::vector<int64_t> done(size_t(batch_), 0);
+  while (true) {
+    // The longest chunk every sequence with tokens left can take whole.
+    int64_t n = INT64_MAX;
+    for (size_t b = 0; b < rows.size(); ++b)
+      if (done[b] < int64_t(rows[b].size())) n = std::min(n, int64_t(rows[b].size()) - done[b]);
+    if (n == INT64_MAX) return logits_;
+    run_chunk(*std::find_if(chunks_.begin(), chunks_.end(), [&](const Chunk& k) { return k.tokens <= n; }), rows,
+              done);
+  }
+}
+
+void Generator::run_chunk(const Chunk& c, std::span<const std::vector<int32_t>> rows, std::vector<int64_t>& done) {
+  std::vector<int32_t> ids(size_t(batch_ * c.tokens), 0), at(size_t(batch_), -1);  // -1: sits it out
+  std::vector<bool> takes(static_cast<size_t>(batch_));
+  for (size_t b = 0; b < rows.size(); ++b) {
+    takes[b] = done[b] < int64_t(rows[b].size());
+    if (!takes[b]) continue;
+    std::copy_n(rows[b].begin() + done[b], c.tokens, ids.begin() + int64_t(b) * c.tokens);
+    at[b] = int32_t(positions_[b]);
+  }
+  session_.set("input_ids." + std::to_string(c.tokens), std::span<const int32_t>(ids));
+  session_.set("position", std::span<const int32_t>(at));
   session_.run(c.program);
-  position_ += c.tokens;
-  logits_ = session_.get("logits." + std::to_string(c.tokens));
+  const std::vector<float> logits = session_.get("logits." + std::to_string(c.tokens));
+  const size_t vocab = size_t(config_.vocab_size);
+  for (size_t b = 0; b < rows.size(); ++b) {
+    if (!takes[b]) continue;
+    positions_[b] += c.tokens;
+    done[b] += c.tokens;
+    if (done[b] == int64_t(rows[b].size()))
+      std::copy_n(logits.begin() + long(b * vocab), vocab, logits_.begin() + long(b * vocab));
+  }
 }
 
 }  // namespace meganeura

@@ -10,7 +10,7 @@ namespace {
 
 // The per-layer key/value caches of generation and the position their new rows go to.
 struct Cache {
-  Tensor position;  // i32 [1]
+  Tensor position;  // i32 [batch], a position per sequence (-1: the sequence sits the run out)
   int64_t max_context = 0;
 };
 
@@ -69,7 +69,7 @@ Tensor build_llama_cached(Graph& g, const LlamaConfig& c, int64_t batch, int64_t
                                 ", max_position_embeddings = " + std::to_string(c.max_position_embeddings) + "]");
   }
   Tensor ids = g.input("input_ids." + std::to_string(seq), {batch, seq}, DType::i32);
-  const Cache cache{g.find("position") ? g.tensor(*g.find("position")) : g.input("position", {1}, DType::i32),
+  const Cache cache{g.find("position") ? g.tensor(*g.find("position")) : g.input("position", {batch}, DType::i32),
                     max_context};
   Tensor x = decoder(g, c, ids, &cache);                                          // [B, S, D]
   Tensor last = reshape(slice_axis(x, 1, seq - 1, seq), {batch, c.hidden_size});  // the last new token

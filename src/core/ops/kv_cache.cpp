@@ -1,7 +1,8 @@
 // The key/value cache of autoregressive decoding: kv_cache_write puts a step's key (or value)
 // rows into the cache at a runtime position, cached_attention attends over the cache prefix,
 // rope_at rotates rows at absolute positions. The position is an i32 tensor read when the
-// program runs, so one program serves every decode step. The cache ops are for inference only
+// program runs, so one program serves every decode step; it holds one position for all the
+// sequences of the batch or one per sequence, -1 marking a sequence that takes no part. The cache ops are for inference only
 // (GradKind::forward_only: autodiff refuses them); rope_at differentiates like rope.
 #include <cmath>
 
@@ -23,10 +24,14 @@ OpCost attention_flops(const CostArgs& c) {
   return {2.0 * double(q[0] * q[1] * q[2] * k[2]) * double(q[3] + v[3]), 0};
 }
 
-void require_position(Op op, Tensor pos) {
-  if (pos.dtype() != DType::i32 || pos.type().numel() != 1)
-    ops::fail(op, "position must be an i32 tensor of one element, got " + std::string(dtype_name(pos.dtype())) +
+// One position for every sequence, or one per sequence (`batch` of them, the leading axis).
+void require_position(Op op, Tensor pos, int64_t batch) {
+  const int64_t n = pos.type().numel();
+  if (pos.dtype() != DType::i32 || (n != 1 && (n != batch || pos.rank() != 1))) {
+    ops::fail(op, "position must be an i32 vector of 1 or " + std::to_string(batch) +
+                      " elements (one per sequence), got " + std::string(dtype_name(pos.dtype())) +
                       shape_str(pos.shape()));
+  }
 }
 
 }  // namespace
@@ -36,7 +41,7 @@ meganeura::Tensor meganeura::kv_cache_write(Tensor cache, Tensor rows, Tensor po
   constexpr Op op = Op::kv_cache_write;
   Graph& g = ops::graph_of(op, {cache, rows, pos});
   ops::require_float(op, cache);
-  ops::require_position(op, pos);
+  ops::require_position(op, pos, cache.rank() ? cache.dim(0) : 1);
   if (cache.rank() != 4 || rows.rank() != 4 || rows.dtype() != cache.dtype() || rows.dim(0) != cache.dim(0) ||
       rows.dim(1) != cache.dim(1) || rows.dim(3) != cache.dim(3) || rows.dim(2) > cache.dim(2)) {
     ops::fail(op, "rows " + shape_str(rows.shape()) + " do not fit cache " + shape_str(cache.shape()) +
@@ -50,7 +55,7 @@ meganeura::Tensor meganeura::cached_attention(Tensor q, Tensor k_cache, Tensor v
   constexpr Op op = Op::cached_attention;
   Graph& g = ops::graph_of(op, {q, k_cache, v_cache, pos});
   ops::require_float(op, q);
-  ops::require_position(op, pos);
+  ops::require_position(op, pos, q.rank() ? q.dim(0) : 1);
   const Tensor &k = k_cache, &v = v_cache;
   if (q.rank() != 4 || k.rank() != 4 || v.rank() != 4 || k.dim(0) != q.dim(0) || v.dim(0) != q.dim(0) ||
       v.dim(1) != k.dim(1) || v.dim(2) != k.dim(2) || k.dim(3) != q.dim(3) || q.dim(1) % k.dim(1) ||
@@ -75,7 +80,7 @@ meganeura::Tensor meganeura::rope_at_scaled(Tensor x, Tensor offset, const RopeA
   constexpr Op op = Op::rope_at;
   Graph& g = ops::graph_of(op, {x, offset});
   ops::require_float(op, x);
-  ops::require_position(op, offset);
+  ops::require_position(op, offset, x.rank() >= 3 ? x.dim(0) : 1);
   ops::require_rope(op, x, a);
   return graph_internal::add_node(g, op, a, {x.id, offset.id}, x.type());
 }

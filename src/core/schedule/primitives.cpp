@@ -185,6 +185,8 @@ void sequence_launch(PushConstants& p, const Operands& o) {
   } else {  // the optimizer's scalars
     p.set(ElementwiseLayout::kNumel, u32(numel(os), "elements"));
   }
+  if (d.op == Op::kv_cache_write || d.op == Op::cached_attention || d.op == Op::rope_at)
+    p.set(push::kCachePositions, u32(numel(o.in(d.reads.size() - 1)), "positions"));
 }
 
 }  // namespace

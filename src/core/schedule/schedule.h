@@ -86,6 +86,9 @@ constexpr size_t kSeqRows = 0, kSeqLen = 1, kSeqPositions = 2;
 constexpr size_t kAttention = 0;
 // kv_cache_write: rows before the position axis (B * H), new rows S, cache length Tmax, row width.
 constexpr size_t kCacheOuter = 0, kCacheRows = 1, kCacheLen = 2, kCacheDim = 3;
+// The key/value cache ops (and rope_at): how many positions the position tensor holds (1, or
+// one per sequence), after every block above.
+constexpr size_t kCachePositions = 7;
 }  // namespace push
 
 struct KernelLaunch {

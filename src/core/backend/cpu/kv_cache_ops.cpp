@@ -14,15 +14,31 @@
 namespace meganeura::cpu {
 namespace {
 
-// The position of the first of `rows` new rows, checked against a cache of `capacity`.
-int64_t checked_position(Op op, const Arg& pos, int64_t rows, int64_t capacity) {
-  const int64_t p = pos.as<int32_t>()[0];
-  if (p < 0 || p + rows > capacity) {
-    kernel_error(op, "position " + std::to_string(p) + " with " + std::to_string(rows) +
-                         " new rows is outside the cache of " + std::to_string(capacity) + " positions");
+// The positions of the sequences (one for all, or one each: push::kCachePositions), read at
+// run time; sequence b's is at(b). -1 marks an idle sequence; any other position must leave room
+// for `rows` new rows in a cache of `capacity`.
+class Positions {
+ public:
+  static constexpr int64_t kIdle = -1;
+  Positions(Op op, const KernelLaunch& l, const Arg& pos, int64_t rows, int64_t capacity)
+      : p_(pos.as<int32_t>()), n_(l.push.get(push::kCachePositions)) {
+    for (int64_t b = 0; b < n_; ++b) {
+      const int64_t p = p_[b];
+      if (p != kIdle && (p < 0 || p + rows > capacity)) {
+        kernel_error(op, (n_ > 1 ? "sequence " + std::to_string(b) + ": " : std::string()) + "position " +
+                             std::to_string(p) + " with " + std::to_string(rows) +
+                             " new rows is outside the cache of " + std::to_string(capacity) + " positions");
+      }
+    }
   }
-  return p;
-}
+  int64_t at(int64_t b) const { return p_[n_ > 1 ? b : 0]; }
+  // Sequence of leading-axis index `o` when `outer` such indices split evenly among the sequences.
+  int64_t of(int64_t o, int64_t outer) const { return at(n_ > 1 ? o / (outer / n_) : 0); }
+
+ private:
+  const int32_t* p_;
+  int64_t n_;
+};
 
 // out = cache with rows [outer, s, d] written at positions p..p+s-1 of [outer, tmax, d]. When
 // the output is the cache's own memory (the planned case), only the new rows are written.
@@ -30,12 +46,15 @@ template <class T>
 void cache_write(const KernelLaunch& l, const std::vector<Arg>& in, const Arg& out) {
   const int64_t outer = l.push.get(push::kCacheOuter), s = l.push.get(push::kCacheRows),
                 tmax = l.push.get(push::kCacheLen), d = l.push.get(push::kCacheDim);
-  const int64_t p = checked_position(Op::kv_cache_write, in[2], s, tmax);
+  const Positions pos(Op::kv_cache_write, l, in[2], s, tmax);
   const T* cache = in[0].as<T>();
   const T* rows = in[1].as<T>();
   T* y = out.as<T>();
   if (y != cache) std::memcpy(y, cache, size_t(outer * tmax * d) * sizeof(T));
-  for (int64_t o = 0; o < outer; ++o) std::memcpy(y + (o * tmax + p) * d, rows + o * s * d, size_t(s * d) * sizeof(T));
+  for (int64_t o = 0; o < outer; ++o) {
+    const int64_t p = pos.of(o, outer);
+    if (p != Positions::kIdle) std::memcpy(y + (o * tmax + p) * d, rows + o * s * d, size_t(s * d) * sizeof(T));
+  }
 }
 
 // Attention of query rows at positions p..p+sq-1 over the cache prefix, in tiles of query rows
@@ -49,15 +68,22 @@ void cached_attention(const Dispatch& d, const KernelLaunch& l, const std::vecto
   auto w = [&](size_t i) { return int64_t(l.push.get(push::kAttention + i)); };
   const int64_t b = w(0), hq = w(1), hkv = w(2), sq = w(3), tmax = w(4), dim = w(5), dv = w(6);
   const auto& a = std::get<CachedAttentionAttrs>(d.attrs);
-  const int64_t p = checked_position(d.op, in[3], sq, tmax);
+  const Positions pos(d.op, l, in[3], sq, tmax);
+  int64_t longest = 0;  // the furthest position any sequence reaches
+  for (int64_t i = 0; i < b; ++i) longest = std::max(longest, pos.at(i) + sq);
   const T *q = in[0].as<T>(), *k = in[1].as<T>(), *v = in[2].as<T>();
   T* y = out.as<T>();
   const int64_t group = hq / hkv, tiles = (sq + kRowTile - 1) / kRowTile, tasks = b * hq * tiles;
   const T ninf = -std::numeric_limits<T>::infinity();
-  parallel_for(tasks, tasks * (p + sq) * (dim + dv) > kParallelMin ? 1 : INT64_MAX, [&](int64_t t0, int64_t t1) {
-    std::vector<T> s(size_t(std::min(kRowTile, sq) * (p + sq)));
+  parallel_for(tasks, tasks * longest * (dim + dv) > kParallelMin ? 1 : INT64_MAX, [&](int64_t t0, int64_t t1) {
+    std::vector<T> s(size_t(std::min(kRowTile, sq) * longest));
     for (int64_t t = t0; t < t1; ++t) {
       const int64_t bh = t / tiles, r0 = (t % tiles) * kRowTile, rows = std::min(kRowTile, sq - r0);
+      const int64_t p = pos.at(bh / hq);
+      if (p == Positions::kIdle) {
+        std::fill_n(y + (bh * sq + r0) * dv, rows * dv, T(0));
+        continue;
+      }
       const int64_t kvh = (bh / hq) * hkv + (bh % hq) / group;  // the kv head this query head reads
       const int64_t keys = p + r0 + rows;                       // positions 0 .. the tile's last
       const T* qt = q + (bh * sq + r0) * dim;
@@ -84,22 +110,27 @@ void rope_at(const Dispatch& d, const KernelLaunch& l, const std::vector<Arg>& i
   const auto& a = std::get<RopeAttrs>(d.attrs);
   const int64_t rows = l.push.get(push::kSeqRows), dim = l.push.get(push::kSeqLen),
                 seq = l.push.get(push::kSeqPositions), half = dim / 2;
-  const int64_t offset = in[1].as<int32_t>()[0];
+  // Rotation by sequence and position; an idle sequence (-1) rotates as position 0.
+  const int64_t n = l.push.get(push::kCachePositions), per = rows / n;
+  const int32_t* offset = in[1].as<int32_t>();
   const double sign = a.inverse ? -1.0 : 1.0;
-  std::vector<double> cs(size_t(seq * half)), sn(size_t(seq * half));  // per (position, pair)
-  for (int64_t i = 0; i < seq; ++i) {
-    for (int64_t j = 0; j < half; ++j) {
-      const double angle = sign * double(offset + i) * rope_frequency(a, j, dim);
-      cs[size_t(i * half + j)] = std::cos(angle);
-      sn[size_t(i * half + j)] = std::sin(angle);
+  std::vector<double> cs(size_t(n * seq * half)), sn(size_t(n * seq * half));  // per (sequence, position, pair)
+  for (int64_t b = 0; b < n; ++b) {
+    for (int64_t i = 0; i < seq; ++i) {
+      for (int64_t j = 0; j < half; ++j) {
+        const double angle = sign * double(std::max(offset[b], 0) + i) * rope_frequency(a, j, dim);
+        cs[size_t((b * seq + i) * half + j)] = std::cos(angle);
+        sn[size_t((b * seq + i) * half + j)] = std::sin(angle);
+      }
     }
   }
   const T* x = in[0].as<T>();
   T* y = out.as<T>();
   parallel_for(rows, (rows * dim > kParallelMin) ? 1 : INT64_MAX, [&](int64_t lo, int64_t hi) {
     for (int64_t r = lo; r < hi; ++r) {
-      const double* c = cs.data() + (r % seq) * half;
-      const double* sv = sn.data() + (r % seq) * half;
+      const int64_t at = (r / per) * seq + r % seq;
+      const double* c = cs.data() + at * half;
+      const double* sv = sn.data() + at * half;
       for (int64_t j = 0; j < half; ++j) {
         const double x1 = double(x[r * dim + j]), x2 = double(x[r * dim + j + half]);
         y[r * dim + j] = T(x1 * c[j] - x2 * sv[j]);

@@ -19,12 +19,15 @@ namespace {
 
 using namespace vk;
 
+// Buffers up to this size keep a copy of what was last written to them (position checks).
+constexpr size_t kRememberedBytes = 16384;
+
 struct External {
   std::unique_ptr<Buffer> buffer;
   uint32_t id = 0;
   // Pre-recorded copies through the staging buffer, made on first use.
   VkCommandBuffer upload = VK_NULL_HANDLE, download = VK_NULL_HANDLE;
-  int32_t last_i32 = 0;  // a one-word buffer's last written value (a cache position), as zeroed
+  std::vector<int32_t> last_words;  // a small buffer's last written words (cache positions), zeroed at first
 };
 
 // A key/value cache op whose position is an input: checked on the host before each run, as a
@@ -174,7 +177,10 @@ class VulkanBackend final : public Backend {
     if (!ensure_staging(bytes) || !x.upload) x.upload = record_copy(staging_->buffer, x.buffer->buffer, bytes, true);
     std::memcpy(staging_->mapped, data, bytes);
     submit({x.upload});
-    if (bytes == sizeof(int32_t)) std::memcpy(&x.last_i32, data, bytes);
+    if (bytes <= kRememberedBytes) {
+      x.last_words.resize(bytes / sizeof(int32_t));
+      std::memcpy(x.last_words.data(), data, x.last_words.size() * sizeof(int32_t));
+    }
   }
 
   void read(const std::string& name, void* data, size_t bytes) const override {
@@ -193,14 +199,7 @@ class VulkanBackend final : public Backend {
   void run(size_t index) override {
     settle("running program " + std::to_string(index));
     Prepared& p = *programs_.at(index);
-    for (const PositionCheck& c : p.positions) {
-      const int64_t at = external(c.buffer).last_i32;
-      if (at < 0 || at + c.rows > c.capacity) {
-        throw std::runtime_error("[vulkan:" + std::string(op_name(c.op)) + "] position " + std::to_string(at) +
-                                 " with " + std::to_string(c.rows) + " new rows is outside the cache of " +
-                                 std::to_string(c.capacity) + " positions");
-      }
-    }
+    for (const PositionCheck& c : p.positions) check_positions(c);
     submit(p.chunks);
     stats_.dispatches = p.dispatches;
     stats_.barriers = p.barriers;
@@ -448,6 +447,21 @@ class VulkanBackend final : public Backend {
     auto it = buffers_.find(name);
     if (it == buffers_.end()) throw std::invalid_argument("[vulkan] no buffer named '" + name + "'");
     return it->second;
+  }
+
+  // The positions last written to the op's position input (zero before any write), as the CPU
+  // kernels check them: -1 (an idle sequence) or room for the new rows.
+  void check_positions(const PositionCheck& c) {
+    const std::vector<int32_t>& words = external(c.buffer).last_words;
+    for (size_t b = 0; b < std::max<size_t>(words.size(), 1); ++b) {
+      const int64_t at = words.empty() ? 0 : words[b];
+      if (at != -1 && (at < 0 || at + c.rows > c.capacity)) {
+        throw std::runtime_error("[vulkan:" + std::string(op_name(c.op)) + "] " +
+                                 (words.size() > 1 ? "sequence " + std::to_string(b) + ": " : std::string()) +
+                                 "position " + std::to_string(at) + " with " + std::to_string(c.rows) +
+                                 " new rows is outside the cache of " + std::to_string(c.capacity) + " positions");
+      }
+    }
   }
 
   // Returns false when the staging buffer was (re)created, invalidating recorded copies.

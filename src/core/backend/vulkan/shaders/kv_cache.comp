@@ -7,13 +7,15 @@
 // budget: a row's running maximum and sum pass between launches through the workspace, its
 // unnormalised output through the output), and rope at pos (ROPE). A position outside the cache writes nothing and attends to nothing (its rows come
 // out NaN): the backend refuses such a position before it runs a program whose position is an
-// input, so this is the guard for a position computed on the device.
+// input, so this is the guard for a position computed on the device. The position buffer holds
+// one position for all the sequences or one per sequence; -1 marks an idle sequence, whose rows
+// are not written and whose attention output is zero.
 #include "common.glsl"
 
 layout(std430, binding = 0) readonly buffer X { float x[]; };   // cache, q or x
 layout(std430, binding = 1) readonly buffer K { float k[]; };   // new rows or the key cache
 layout(std430, binding = 2) readonly buffer V { float v[]; };   // the value cache
-layout(std430, binding = 3) readonly buffer P { int pos_[]; };  // the position (every mode)
+layout(std430, binding = 3) readonly buffer P { int pos_[]; };  // the positions (every mode)
 layout(std430, binding = 5) buffer W { float ws[]; };           // attention chunks: max, sum per row
 layout(std430, binding = 8) buffer Y { float y[]; };
 
@@ -27,26 +29,34 @@ const uint FIRST_CHUNK = 1, LAST_CHUNK = 2;
 const uint COPY = 0, ROWS = 1, ATTEND = 2, ROPE = 3;
 const uint MAX_HEAD = 128;
 
-int position() { return pos_[0]; }
+// The position of the sequence of leading index o of `outer` (one position for all, or one per
+// sequence: word POSITIONS); -1 marks an idle sequence.
+const uint POSITIONS = 7;
+const int IDLE = -1;
+int position_of(uint o, uint outer) {
+  const uint n = pc.w[POSITIONS];
+  return pos_[n > 1u ? o / (outer / n) : 0u];
+}
 
 void write_rows(uint i) {
   const uint outer = pc.w[0], s = pc.w[1], tmax = pc.w[2], d = pc.w[3];
   if (i >= outer * s * d) return;
-  const int p = position();
-  if (p < 0 || uint(p) + s > tmax) return;
   const uint o = i / (s * d), r = i % (s * d);
+  const int p = position_of(o, outer);
+  if (p < 0 || uint(p) + s > tmax) return;
   y[(o * tmax + uint(p)) * d + r] = k[i];
 }
 
 void attend(uint r) {
   const uint b = pc.w[0], hq = pc.w[1], hkv = pc.w[2], sq = pc.w[3], tmax = pc.w[4], d = pc.w[5], dv = pc.w[6];
   if (r >= b * hq * sq) return;
-  const int p = position();
-  if (p < 0 || uint(p) + sq > tmax) {
-    for (uint c = 0; c < dv; ++c) y[r * dv + c] = uintBitsToFloat(0x7fc00000u);
+  const uint i = r % sq, h = (r / sq) % hq, bi = r / (sq * hq);
+  const int p = position_of(bi, b);
+  if (p < 0 || uint(p) + sq > tmax) {  // idle: zero; outside the cache: NaN
+    const float fill = p == IDLE ? 0.0 : uintBitsToFloat(0x7fc00000u);
+    for (uint c = 0; c < dv; ++c) y[r * dv + c] = fill;
     return;
   }
-  const uint i = r % sq, h = (r / sq) % hq, bi = r / (sq * hq);
   const uint kvh = bi * hkv + h / (hq / hkv);
   const uint hi = uint(p) + i, window = pc.w[WINDOW];
   const uint lo = window > 0 && hi + 1 > window ? hi + 1 - window : 0;
@@ -84,7 +94,7 @@ void rope(uint i) {
   const uint rows = pc.w[0], dim = pc.w[1], seq = pc.w[2], half_ = dim / 2;
   if (i >= rows * half_) return;
   const uint row = i / half_, q = i % half_;
-  const float at = float(position() + int(row % seq));
+  const float at = float(max(position_of(row, rows), 0) + int(row % seq));  // idle rotates as 0
   // theta^(-2q/dim) = 2^(-2q/dim * log2(theta))
   float freq = exp2(-2.0 * float(q) / float(dim) * uintBitsToFloat(pc.w[THETA_LOG2]));
   freq *= mix(uintBitsToFloat(pc.w[INV_FACTOR]), 1.0,
