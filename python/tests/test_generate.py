@@ -180,6 +180,11 @@ def test_refusals_name_what_was_wrong(tmp_path, tiny):
     (tmp_path / "config.json").write_text('{"vocab_size": 64}')
     with pytest.raises(mn.FileError, match="hidden_size"):
         mn.generate(config=tmp_path, random_weights=True, prompt_ids=[1])
+    with pytest.raises(FileNotFoundError, match="cannot read the tokenizer"):
+        mn.generate("hi", config=folder, weights=folder, tokenizer=tmp_path / "missing.json")
+    (tmp_path / "tokenizer.json").write_text('{"model": {"type": "WordPiece"}}')
+    with pytest.raises(mn.FileError, match="model"):
+        mn.generate("hi", config=folder, weights=folder, tokenizer=tmp_path / "tokenizer.json")
     with pytest.raises(ValueError, match="the prompt's 11 tokens and max_new_tokens 6 do not fit max_context 16"):
         mn.generate(**ok, max_new_tokens=6, max_context=16)
     with pytest.raises(ValueError, match=r"token id 64 \(at index 1\) is outside the vocabulary \[0, 64\)"):
