@@ -6,8 +6,10 @@
 #include <cstring>
 #include <filesystem>
 
+#include "meganeura/llama.h"
 #include "meganeura/safetensors.h"
 #include "pymeganeura.h"
+#include "text/tokenizer.h"
 
 namespace meganeura::python {
 
@@ -34,6 +36,10 @@ void bind_errors(py::module_& m) {
     try {
       if (p) std::rethrow_exception(p);
     } catch (const io::Error& e) {
+      PyErr_SetString(file_error_type.ptr(), e.what());
+    } catch (const models::ConfigError& e) {  // config.json: malformed, or a model this builder lacks
+      PyErr_SetString(file_error_type.ptr(), e.what());
+    } catch (const text::TokenizerError& e) {  // tokenizer.json: malformed or unsupported
       PyErr_SetString(file_error_type.ptr(), e.what());
     } catch (const PathError& e) {
       // OSError(errno, text, filename) becomes the errno's subclass (FileNotFoundError, ...).

@@ -15,6 +15,7 @@ PYBIND11_MODULE(_meganeura, m) {
   mp::bind_session(m);
   mp::bind_trainer(m);
   mp::bind_io(m);
+  mp::bind_generate(m);
   pybind11::module_ models = m.def_submodule("models", "Built-in models and their data.");
   pybind11::module_ workloads = m.def_submodule("workloads", "The five matched workloads.");
   mp::bind_models(models, workloads);

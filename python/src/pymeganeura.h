@@ -113,5 +113,6 @@ void bind_trainer(py::module_& m);
 void bind_io(py::module_& m);
 void bind_models(py::module_& models, py::module_& workloads);
 void bind_energy(py::module_& m);
+void bind_generate(py::module_& m);
 
 }  // namespace meganeura::python

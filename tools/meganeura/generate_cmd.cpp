@@ -1,21 +1,18 @@
 // meganeura generate: text from a Llama-architecture checkpoint (config.json + safetensors)
 // through the key/value cache (meganeura/generate.h), a Hugging Face tokenizer.json and the
-// shared sampler. Streams the text to stdout as it comes; --json prints one object instead.
-#include <chrono>
-#include <fstream>
+// token loop that meganeura.generate shares (text/generation.h). Streams the text to stdout as
+// it comes; --json prints one object instead.
 #include <iostream>
 #include <nlohmann/json.hpp>
 
 #include "commands.h"
 #include "meganeura/generate.h"
-#include "text/sampling.h"
+#include "text/generation.h"
 #include "text/tokenizer.h"
 #include "workload_run.h"
 
 namespace meganeura::cli {
 namespace {
-
-using Clock = std::chrono::steady_clock;
 
 struct GenerateArgs {
   std::string config, weights, tokenizer, prompt, prompt_ids, device = "cpu", dump;
@@ -23,25 +20,9 @@ struct GenerateArgs {
   int64_t max_context = 0, prefill_chunk = 128;
   int threads = 0;
   uint64_t seed = 0;
-  text::SamplingOptions sampling{.temperature = 0.7f};
-  text::StopCriteria stop{.max_new_tokens = 128};
+  text::SamplingOptions sampling{.temperature = float(text::kGenerateTemperature)};
+  text::StopCriteria stop{.max_new_tokens = text::kGenerateMaxNewTokens};
 };
-
-double seconds(Clock::time_point a, Clock::time_point b) { return std::chrono::duration<double>(b - a).count(); }
-
-// config.json's eos_token_id (an id or a list of them), when present.
-std::vector<int> eos_ids(const std::string& config_path) {
-  std::filesystem::path p = config_path;
-  if (std::filesystem::is_directory(p)) p /= "config.json";
-  std::ifstream f(p);
-  const nlohmann::json j = nlohmann::json::parse(f, nullptr, false);
-  std::vector<int> out;
-  if (j.is_discarded() || !j.contains("eos_token_id")) return out;
-  const nlohmann::json& e = j["eos_token_id"];
-  for (const nlohmann::json& v : e.is_array() ? e : nlohmann::json::array({e}))
-    if (v.is_number_integer()) out.push_back(v.get<int>());
-  return out;
-}
 
 // The prompt's ids: --prompt through the tokenizer (no special tokens added), or --prompt-ids.
 std::vector<int32_t> prompt_ids(const GenerateArgs& a, const text::Tokenizer* tok, int64_t vocab) {
@@ -59,16 +40,16 @@ std::vector<int32_t> prompt_ids(const GenerateArgs& a, const text::Tokenizer* to
   return ids;
 }
 
-// Writes what the stop checker has released since the last call (text mode, not --json).
+// Writes what the generation has released since the last call (text mode, not --json).
 class Streamer {
  public:
   explicit Streamer(bool on) : on_(on) {}
-  void flush(std::string_view ready) {
-    if (!on_ || ready.size() <= written_) return;
-    std::cout << ready.substr(written_) << std::flush;
-    written_ = ready.size();
+  void flush(std::string_view released) {
+    if (!on_ || released.size() <= written_) return;
+    std::cout << released.substr(written_) << std::flush;
+    written_ = released.size();
   }
-  void finish(const std::string& text) {
+  void finish(std::string_view text) {
     flush(text);
     if (on_) std::cout << "\n";
   }
@@ -77,6 +58,20 @@ class Streamer {
   bool on_;
   size_t written_ = 0;
 };
+
+void print_report(const text::Generation& run, Generator& gen, bool has_text) {
+  const text::GenerationStats s = run.stats();
+  nlohmann::json j = {{"device", gen.session().device_name()},
+                      {"prompt_tokens", run.prompt_tokens()},
+                      {"new_tokens", run.new_tokens().size()},
+                      {"tokens", run.new_tokens()},
+                      {"text", has_text ? nlohmann::json(run.released()) : nlohmann::json(nullptr)},
+                      {"ttft_ms", s.ttft_ms},
+                      {"prefill_tokens_per_second", s.prefill_tokens_per_second},
+                      {"decode_tokens_per_second", s.decode_tokens_per_second},
+                      {"peak_rss_mb", double(peak_rss_bytes()) / (1 << 20)}};
+  std::cout << j.dump() << "\n";
+}
 
 int run_generate(GenerateArgs a) {
   if (a.weights.empty() == !a.random_weights)
@@ -88,67 +83,38 @@ int run_generate(GenerateArgs a) {
   if (a.sampling.seed == 0) a.sampling.seed = a.seed;
   text::validate(a.sampling);
   if (!a.ignore_eos)
-    for (int id : eos_ids(a.config)) a.stop.stop_token_ids.push_back(id);
+    for (int id : text::read_eos_token_ids(a.config)) a.stop.stop_token_ids.push_back(id);
 
   SessionOptions so = base_session_options();
   so.device = parse_device(a.device);
   so.seed = a.seed;
   so.threads = a.threads;
   Generator gen(config, {.max_context = a.max_context, .prefill_chunk = a.prefill_chunk, .session = so});
+  // Checked here as well as by text::Generation, to name the options as they are spelled here.
   const int64_t room = gen.max_context() - int64_t(prompt.size());
   if (room < 1 || (a.stop.max_new_tokens > 0 && a.stop.max_new_tokens > room)) {
     throw std::invalid_argument("the prompt's " + std::to_string(prompt.size()) + " tokens and --max-new-tokens " +
                                 std::to_string(a.stop.max_new_tokens) + " do not fit --max-context " +
                                 std::to_string(gen.max_context()));
   }
-  if (a.stop.max_new_tokens == 0) a.stop.max_new_tokens = int(room);  // until the cache is full
+  text::Generation run(gen, prompt, a.sampling, a.stop, tok ? &*tok : nullptr);
   if (a.random_weights)
     gen.initialise_weights();
   else
     gen.load_weights(a.weights);
 
-  text::Sampler sampler(a.sampling);
-  text::StopChecker stop(a.stop);
-  std::optional<text::StreamDecoder> dec;
-  if (tok) dec.emplace(*tok);
   Streamer out(!a.json);
-  std::vector<int> history(prompt.begin(), prompt.end()), fresh;
   std::vector<float> dumped;
-  const Clock::time_point t0 = Clock::now();
-  Clock::time_point first{};
-  const std::vector<float>* logits = &gen.feed(prompt);
-  while (true) {
-    if (!a.dump.empty()) dumped.insert(dumped.end(), logits->begin(), logits->end());
-    const int next = sampler.sample(*logits, history);
-    if (fresh.empty()) first = Clock::now();
-    history.push_back(next);
-    fresh.push_back(next);
-    const std::string piece = dec ? dec->push(next) : (fresh.size() > 1 ? " " : "") + std::to_string(next);
-    const bool done = stop.push(next, piece);
-    out.flush(stop.ready());
-    if (done || gen.position() >= gen.max_context()) break;
-    logits = &gen.feed(std::vector<int32_t>{next});
+  while (run.step()) {
+    if (!a.dump.empty()) dumped.insert(dumped.end(), run.logits().begin(), run.logits().end());
+    out.flush(run.released());
   }
-  const Clock::time_point t1 = Clock::now();
-  std::string text = stop.text();
-  if (dec && !stop.stopped()) text += dec->finish();  // bytes of a character the tokens left unfinished
-  out.finish(text);
+  out.finish(run.released());
   if (!a.dump.empty()) {
-    write_dump(a.dump, {{"logits", {Shape{int64_t(fresh.size()), config.vocab_size}, std::move(dumped)}}});
+    const int64_t rows = int64_t(run.new_tokens().size());
+    write_dump(a.dump, {{"logits", {Shape{rows, config.vocab_size}, std::move(dumped)}}});
   }
-  if (a.json) {
-    const double prefill_s = seconds(t0, first), decode_s = seconds(first, t1);
-    nlohmann::json j = {{"device", gen.session().device_name()},
-                        {"prompt_tokens", prompt.size()},
-                        {"new_tokens", fresh.size()},
-                        {"tokens", fresh},
-                        {"text", tok ? nlohmann::json(text) : nlohmann::json(nullptr)},
-                        {"ttft_ms", prefill_s * 1e3},
-                        {"prefill_tokens_per_second", double(prompt.size()) / prefill_s},
-                        {"decode_tokens_per_second", fresh.size() > 1 ? double(fresh.size() - 1) / decode_s : 0.0},
-                        {"peak_rss_mb", double(peak_rss_bytes()) / (1 << 20)}};
-    std::cout << j.dump() << "\n";
-  }
+  if (a.json) print_report(run, gen, tok.has_value());
   return 0;
 }
 

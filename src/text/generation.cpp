@@ -1,0 +1,106 @@
+// Generation: the token loop shared by `meganeura generate` and meganeura.generate
+// (text/generation.h).
+#include "text/generation.h"
+
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <stdexcept>
+
+#include "text/utf8.h"
+
+namespace meganeura::text {
+namespace {
+
+double seconds(std::chrono::steady_clock::duration d) { return std::chrono::duration<double>(d).count(); }
+
+// `stop` with max_new_tokens 0 made "as many as fit", once the prompt is known to fit.
+StopCriteria checked_criteria(const Generator& gen, std::span<const int32_t> prompt, StopCriteria stop) {
+  if (prompt.empty()) throw std::invalid_argument("[generate] the prompt is empty: the model needs at least one token");
+  const int64_t vocab = gen.config().vocab_size;
+  for (size_t i = 0; i < prompt.size(); ++i) {
+    if (prompt[i] < 0 || prompt[i] >= vocab) {
+      throw std::invalid_argument("[generate] the prompt's token id " + std::to_string(prompt[i]) + " (at index " +
+                                  std::to_string(i) + ") is outside the vocabulary [0, " + std::to_string(vocab) + ")");
+    }
+  }
+  if (gen.batch() != 1) throw std::invalid_argument("[generate] text generation needs a generator of batch 1");
+  if (gen.position() != 0) throw std::invalid_argument("[generate] the generator holds a sequence: reset() it");
+  const int64_t room = gen.max_context() - int64_t(prompt.size());
+  if (room < 1 || stop.max_new_tokens < 0 || stop.max_new_tokens > room) {
+    throw std::invalid_argument("[generate] the prompt's " + std::to_string(prompt.size()) +
+                                " tokens and max_new_tokens " + std::to_string(stop.max_new_tokens) +
+                                " do not fit max_context " + std::to_string(gen.max_context()));
+  }
+  if (stop.max_new_tokens == 0) stop.max_new_tokens = int(room);  // until the cache is full
+  return stop;
+}
+
+}  // namespace
+
+std::vector<int> read_eos_token_ids(const std::filesystem::path& config) {
+  std::filesystem::path p = config;
+  if (std::filesystem::is_directory(p)) p /= "config.json";
+  std::ifstream f(p);
+  const nlohmann::json j = nlohmann::json::parse(f, nullptr, false);
+  std::vector<int> out;
+  if (j.is_discarded() || !j.is_object() || !j.contains("eos_token_id")) return out;
+  const nlohmann::json& e = j["eos_token_id"];
+  for (const nlohmann::json& v : e.is_array() ? e : nlohmann::json::array({e}))
+    if (v.is_number_integer()) out.push_back(v.get<int>());
+  return out;
+}
+
+Generation::Generation(Generator& generator, std::vector<int32_t> prompt, const SamplingOptions& sampling,
+                       StopCriteria stop, const Tokenizer* tokenizer)
+    : gen_(generator),
+      prompt_(std::move(prompt)),
+      sampler_(sampling),
+      stop_(checked_criteria(generator, prompt_, std::move(stop))),
+      history_(prompt_.begin(), prompt_.end()) {
+  if (tokenizer != nullptr) decoder_.emplace(*tokenizer);
+}
+
+bool Generation::step() {
+  if (finished_) return false;
+  const Clock::time_point t0 = Clock::now();
+  if (fresh_.empty()) {
+    logits_ = &gen_.feed(prompt_);
+  } else {
+    const int32_t last = fresh_.back();
+    logits_ = &gen_.feed(std::span<const int32_t>(&last, 1));
+  }
+  const int next = sampler_.sample(*logits_, history_);
+  history_.push_back(next);
+  fresh_.push_back(next);
+  const std::string piece = decoder_ ? decoder_->push(next) : (fresh_.size() > 1 ? " " : "") + std::to_string(next);
+  const bool done = stop_.push(next, piece);
+  if (done || gen_.position() >= gen_.max_context()) {
+    finished_ = true;
+    text_ = stop_.text();
+    // The bytes of a character the tokens left unfinished.
+    if (decoder_ && !stop_.stopped()) text_ += decoder_->finish();
+  }
+  (fresh_.size() == 1 ? prefill_ : decode_) += Clock::now() - t0;
+  return true;
+}
+
+std::string_view Generation::released() const {
+  if (finished_) return text_;
+  // The decoder gives whole characters, but a held-back start of a stop string could begin
+  // inside one (the stop strings are arbitrary bytes): whole characters only, so every piece a
+  // caller takes is valid UTF-8.
+  const std::string_view ready = stop_.ready();
+  return ready.substr(0, ready.size() - utf8_incomplete_tail(ready));
+}
+
+GenerationStats Generation::stats() const {
+  const double prefill_s = seconds(prefill_), decode_s = seconds(decode_);
+  GenerationStats s;
+  if (fresh_.empty()) return s;
+  s.ttft_ms = prefill_s * 1e3;
+  s.prefill_tokens_per_second = double(prompt_.size()) / prefill_s;
+  s.decode_tokens_per_second = fresh_.size() > 1 ? double(fresh_.size() - 1) / decode_s : 0.0;
+  return s;
+}
+
+}  // namespace meganeura::text
