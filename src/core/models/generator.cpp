@@ -78,8 +78,8 @@ void Generator::check(std::span<const std::vector<int32_t>> rows) const {
       }
     }
     if (positions_[b] + int64_t(rows[b].size()) > max_context_) {
-      throw std::invalid_argument("[generate] " + who + std::to_string(rows[b].size()) +
-                                  " more tokens at position " + std::to_string(positions_[b]) +
+      throw std::invalid_argument("[generate] " + who + std::to_string(rows[b].size()) + " more tokens at position " +
+                                  std::to_string(positions_[b]) +
                                   " would pass max_context = " + std::to_string(max_context_));
     }
   }
@@ -94,8 +94,7 @@ const std::vector<float>& Generator::feed_each(std::span<const std::vector<int32
     for (size_t b = 0; b < rows.size(); ++b)
       if (done[b] < int64_t(rows[b].size())) n = std::min(n, int64_t(rows[b].size()) - done[b]);
     if (n == INT64_MAX) return logits_;
-    run_chunk(*std::find_if(chunks_.begin(), chunks_.end(), [&](const Chunk& k) { return k.tokens <= n; }), rows,
-              done);
+    run_chunk(*std::find_if(chunks_.begin(), chunks_.end(), [&](const Chunk& k) { return k.tokens <= n; }), rows, done);
   }
 }
 

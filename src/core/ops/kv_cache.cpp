@@ -2,8 +2,8 @@
 // rows into the cache at a runtime position, cached_attention attends over the cache prefix,
 // rope_at rotates rows at absolute positions. The position is an i32 tensor read when the
 // program runs, so one program serves every decode step; it holds one position for all the
-// sequences of the batch or one per sequence, -1 marking a sequence that takes no part. The cache ops are for inference only
-// (GradKind::forward_only: autodiff refuses them); rope_at differentiates like rope.
+// sequences of the batch or one per sequence, -1 marking a sequence that takes no part. The cache ops are for inference
+// only (GradKind::forward_only: autodiff refuses them); rope_at differentiates like rope.
 #include <cmath>
 
 #include "graph/internal.h"
