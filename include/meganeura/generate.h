@@ -10,6 +10,7 @@
 #include <cstdint>
 #include <filesystem>
 #include <span>
+#include <utility>
 #include <vector>
 
 #include "meganeura/llama.h"
@@ -18,8 +19,8 @@
 namespace meganeura {
 
 struct GeneratorOptions {
-  int64_t batch = 1;           // sequences decoded together, each at its own position
-  int64_t max_context = 0;     // cache positions; 0: min(max_position_embeddings, 2048)
+  int64_t batch = 1;            // sequences decoded together, each at its own position
+  int64_t max_context = 0;      // cache positions; 0: min(max_position_embeddings, 2048)
   int64_t prefill_chunk = 128;  // the longest prompt chunk one run takes (a power of two)
   SessionOptions session;
 };
@@ -55,6 +56,9 @@ class Generator {
   int64_t position(int64_t sequence) const { return positions_.at(size_t(sequence)); }
   int64_t max_context() const { return max_context_; }
   int64_t batch() const { return batch_; }
+  // The session's programs as (tokens per sequence, program index): prompt chunks, longest
+  // first, then the one-token decode program.
+  std::vector<std::pair<int64_t, size_t>> programs() const;
   const models::LlamaConfig& config() const { return config_; }
   Session& session() { return session_; }
   const Session& session() const { return session_; }
@@ -71,7 +75,7 @@ class Generator {
   models::LlamaConfig config_;
   int64_t batch_, max_context_;
   Session session_;
-  std::vector<Chunk> chunks_;  // longest first
+  std::vector<Chunk> chunks_;       // longest first
   std::vector<int64_t> positions_;  // per sequence
   std::vector<float> logits_;
 };

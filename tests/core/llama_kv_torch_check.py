@@ -11,7 +11,9 @@ chose (so one near-tie cannot derail the comparison), and checks:
   - the JSON report's fields; a prompt and --max-new-tokens past --max-context, malformed or
     out-of-vocabulary ids and a missing tokenizer or weights refused, each named;
   - with a real vocabulary (Qwen 3's tokenizer.json), the streamed text equals the report's,
-    which equals `meganeura tokenize --decode` of the new ids.
+    which equals `meganeura tokenize --decode` of the new ids;
+  - `meganeura program --config --json` shows the prompt-chunk and decode programs of one
+    session sharing the caches and weights by name.
 Checkpoints are written by llama_torch_check.py's writer (GQA, sharded, bf16 shard, tied and
 untied heads, Llama 3 rope scaling).
 
@@ -181,12 +183,48 @@ def check_refusals(binary, work, device, failures):
         failures.append(f"no weights: status {r.returncode}, stderr {r.stderr.strip()!r}")
 
 
+def check_programs(binary, work, device, failures):
+    """`meganeura program --config --json`: the prompt-chunk and decode programs of one session
+    (those `generate` runs), planned once: every program writes the same per-layer caches (states
+    of batch x kv heads x max_context x head_dim f32) and reads the same weights, by name."""
+    folder = os.path.join(work, "llama3")
+    dev = [] if device == "cpu" else ["--device", device]
+    r = subprocess.run([binary, "program", "--config", folder, "--max-context", "40", "--prefill-chunk", "8",
+                        "--batch", "2", "--json"] + dev, capture_output=True, text=True)
+    if r.returncode != 0:
+        failures.append(f"program --config: status {r.returncode}, stderr {r.stderr.strip()!r}")
+        return
+    j = json.loads(r.stdout)
+    c = json.load(open(os.path.join(folder, "config.json")))
+    hd = c.get("head_dim", c["hidden_size"] // c["num_attention_heads"])
+    cache_bytes = 2 * c["num_key_value_heads"] * 40 * hd * 4
+    caches = {e["name"]: e for e in j["external"] if e["role"] == "state"}
+    want = {f"model.layers.{i}.self_attn.{kv}_cache" for i in range(c["num_hidden_layers"]) for kv in ("key", "value")}
+    if [p["tokens"] for p in j["programs"]] != [8, 4, 2, 1] or (j["batch"], j["max_context"]) != (2, 40):
+        failures.append(f"program --config: programs {[p['tokens'] for p in j['programs']]}, batch {j['batch']}")
+    if set(caches) != want or any(e["bytes"] != cache_bytes for e in caches.values()):
+        failures.append(f"program --config: caches {sorted(caches)} of {[e['bytes'] for e in caches.values()]} bytes")
+    for p in j["programs"]:
+        prog = p["program"]
+        ops = [d["op"] for d in prog["dispatches"]]
+        states = {e["name"] for e in prog["externals"] if e["role"] == "state"}
+        position = [e for e in prog["externals"] if e["name"] == "position"]
+        if states != want or ops.count("kv_cache_write") != 2 * c["num_hidden_layers"] or \
+                ops.count("cached_attention") != c["num_hidden_layers"] or position[0]["shape"] != [2]:
+            failures.append(f"program --config: the {p['tokens']}-token program: states {sorted(states)}, "
+                            f"{ops.count('kv_cache_write')} cache writes, position {position}")
+    r = subprocess.run([binary, "program", "--config", folder, "--model", "mlp"], capture_output=True, text=True)
+    if r.returncode != 2 or "excludes" not in r.stderr:
+        failures.append(f"program --config --model: status {r.returncode}, stderr {r.stderr.strip()!r}")
+
+
 def main(binary, work, device):
     failures = []
     for i, (case, extra) in enumerate(CASES.items()):
         check_case(binary, work, device, case, extra, 200 + i, failures)
     check_text(binary, work, device, failures)
     check_refusals(binary, work, device, failures)
+    check_programs(binary, work, device, failures)
     for f in failures:
         print("FAIL", f)
     print("PASS" if not failures else "FAILED")

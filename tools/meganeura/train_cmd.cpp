@@ -14,6 +14,7 @@
 #include "meganeura/backend.h"
 #include "meganeura/checkpoint.h"
 #include "meganeura/distributed.h"
+#include "meganeura/generate.h"
 #include "meganeura/passes.h"
 #include "meganeura/train.h"
 #include "parallel.h"
@@ -35,6 +36,8 @@ struct TrainArgs {
   bool inference = false;           // program: the inference graph instead of the training step
   std::string vulkan = "lavapipe";  // program: the Vulkan device whose launches it reports
   std::string plan_device;          // program: plan for this device's limits and passes ("": none)
+  std::string llama_config;         // program: a Llama config.json's generation programs instead of a built-in model
+  int64_t max_context = 0, prefill_chunk = 128;
   bool data_parallel = false;
   double bucket_mb = 25, comm_timeout = 300;
   int check_replicas = 0;
@@ -295,7 +298,76 @@ void add_vulkan_plan(nlohmann::json& j, const Program& p, const std::string& dev
   }
 }
 
+// The program, each dispatch with the kernel launch the schedule lowers it to.
+nlohmann::json program_json(const Program& p, const std::string& vulkan) {
+  const Schedule sched = lower(p);
+  auto j = nlohmann::json::parse(p.to_json());
+  auto launches = nlohmann::json::parse(sched.to_json());
+  for (size_t i = 0; i < j["dispatches"].size(); ++i) j["dispatches"][i].update(launches["launches"][i]);
+  j["workspace_bytes"] = sched.workspace_bytes;
+  add_vulkan_plan(j, p, vulkan);
+  return j;
+}
+
+void print_summary(const Program& p) {
+  std::printf(
+      "%zu dispatches, %zu barriers (%.2f per dispatch), %.3g FLOP, %.3g bytes moved, arena %llu bytes in %zu "
+      "buffer(s) "
+      "(lower bound %llu, %u in place, %u views), external %llu bytes\n",
+      p.dispatches.size(), p.barrier_count(),
+      double(p.barrier_count()) / double(std::max<size_t>(1, p.dispatches.size())), p.total_flops(), p.total_bytes(),
+      static_cast<unsigned long long>(p.arena_bytes), p.arena_buffers.size(),
+      static_cast<unsigned long long>(p.memory.lower_bound_bytes), p.memory.inplace_reuses, p.memory.views,
+      static_cast<unsigned long long>(p.memory.external_bytes));
+}
+
+// A Llama model's generation programs (meganeura/generate.h), planned in one session as
+// `generate` plans them: the prompt chunks and the decode step, sharing the weights, the
+// key/value caches and the position by name. Nothing is run and no weights are read.
+int run_generation_programs(const TrainArgs& a) {
+  SessionOptions so = base_session_options();
+  if (!a.plan_device.empty()) select_device(so, a.plan_device);
+  const Generator gen(models::read_llama_config(a.llama_config), {.batch = a.sizes.batch ? a.sizes.batch : 1,
+                                                                  .max_context = a.max_context,
+                                                                  .prefill_chunk = a.prefill_chunk,
+                                                                  .session = so});
+  const Session& s = gen.session();
+  uint64_t shared = 0;
+  nlohmann::json external = nlohmann::json::array();
+  for (const auto& [name, b] : s.buffers()) {
+    const uint64_t bytes = uint64_t(b.type.numel()) * dtype_size(b.stored);
+    shared += bytes;
+    external.push_back({{"name", name}, {"role", role_name(b.role)}, {"bytes", bytes}});
+  }
+  nlohmann::json programs = nlohmann::json::array();
+  for (const auto& [tokens, index] : gen.programs()) {
+    const Program& p = s.program(index);
+    if (a.json) {
+      programs.push_back({{"tokens", tokens}, {"program", program_json(p, a.vulkan)}});
+    } else {
+      std::printf("%s program: %lld token(s) per sequence; ", tokens == 1 ? "decode" : "prefill",
+                  static_cast<long long>(tokens));
+      print_summary(p);
+    }
+  }
+  if (a.json) {
+    std::cout << nlohmann::json{{"batch", gen.batch()},
+                                {"max_context", gen.max_context()},
+                                {"programs", programs},
+                                {"external", external},
+                                {"external_bytes", shared}}
+                     .dump()
+              << "\n";
+  } else {
+    std::printf("one session: batch %lld, max_context %lld, %zu programs sharing %zu external buffers of %llu bytes\n",
+                static_cast<long long>(gen.batch()), static_cast<long long>(gen.max_context()), gen.programs().size(),
+                s.buffers().size(), static_cast<unsigned long long>(shared));
+  }
+  return 0;
+}
+
 int run_program(const TrainArgs& a) {
+  if (!a.llama_config.empty()) return run_generation_programs(a);
   auto task = make_task(a.model, a.seed, a.sizes);
   Program p;
   SessionOptions so = base_session_options();
@@ -329,27 +401,12 @@ int run_program(const TrainArgs& a) {
                   ms(t1, t2), ms(t2, t3));
     }
   }
-  const Schedule sched = lower(p);
   if (a.json) {
-    // the program, each dispatch with the kernel launch the schedule lowers it to
-    auto j = nlohmann::json::parse(p.to_json());
-    auto launches = nlohmann::json::parse(sched.to_json());
-    for (size_t i = 0; i < j["dispatches"].size(); ++i) j["dispatches"][i].update(launches["launches"][i]);
-    j["workspace_bytes"] = sched.workspace_bytes;
-    add_vulkan_plan(j, p, a.vulkan);
-    std::cout << j.dump() << "\n";
+    std::cout << program_json(p, a.vulkan).dump() << "\n";
     return 0;
   }
   std::cout << p.dump();
-  std::printf(
-      "%zu dispatches, %zu barriers (%.2f per dispatch), %.3g FLOP, %.3g bytes moved, arena %llu bytes in %zu "
-      "buffer(s) "
-      "(lower bound %llu, %u in place, %u views), external %llu bytes\n",
-      p.dispatches.size(), p.barrier_count(),
-      double(p.barrier_count()) / double(std::max<size_t>(1, p.dispatches.size())), p.total_flops(), p.total_bytes(),
-      static_cast<unsigned long long>(p.arena_bytes), p.arena_buffers.size(),
-      static_cast<unsigned long long>(p.memory.lower_bound_bytes), p.memory.inplace_reuses, p.memory.views,
-      static_cast<unsigned long long>(p.memory.external_bytes));
+  print_summary(p);
   return 0;
 }
 
@@ -361,6 +418,19 @@ void add_program_command(CLI::App& app) {
       app.add_subcommand("program", "print the planned program of a built-in model (training step by default)");
   add_model_options(c, *a);
   c->add_flag("--inference", a->inference, "the inference program instead of the training step");
+  c->add_option("--config", a->llama_config,
+                "a Llama model's config.json (or its directory): its generation programs (prompt chunks and the "
+                "decode step) in one session, as `generate` plans them, instead of a built-in model")
+      ->check(CLI::ExistingPath)
+      ->excludes(c->get_option("--model"))
+      ->excludes(c->get_option("--inference"));
+  c->add_option("--batch", a->sizes.batch, "with --config: sequences decoded together (default 1)")
+      ->check(CLI::PositiveNumber);
+  c->add_option("--max-context", a->max_context,
+                "with --config: key/value cache positions (default: min(max_position_embeddings, 2048))")
+      ->check(CLI::PositiveNumber);
+  c->add_option("--prefill-chunk", a->prefill_chunk, "with --config: the longest prompt chunk (a power of two)")
+      ->check(CLI::PositiveNumber);
   c->add_flag("--json", a->json, "the program as JSON");
   c->add_option("--device", a->plan_device,
                 "plan for this device's limits and kernels (cpu | vulkan | auto | a Vulkan device's index or name), "

@@ -53,6 +53,12 @@ size_t Generator::load_weights(const std::filesystem::path& path) {
 
 void Generator::initialise_weights() { session_.initialise(); }
 
+std::vector<std::pair<int64_t, size_t>> Generator::programs() const {
+  std::vector<std::pair<int64_t, size_t>> out;
+  for (const Chunk& c : chunks_) out.emplace_back(c.tokens, c.program);
+  return out;
+}
+
 const std::vector<float>& Generator::feed(std::span<const int32_t> ids) {
   if (ids.empty() || int64_t(ids.size()) % batch_ != 0) {
     throw std::invalid_argument("[generate] feed takes " + std::to_string(batch_) +
