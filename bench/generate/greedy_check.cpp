@@ -1,9 +1,11 @@
 // Greedy decoding through the key/value cache against recomputing the whole window, at a
 // model's full shape (a config.json, SmolLM2-135M's by default) with random weights: the check
 // core_generator_test makes at a small shape, for shapes too slow for the test suite. Prints
-// whether the tokens are equal, the largest logit difference and the smallest top-1 margin.
+// whether the tokens are equal, the largest logit difference and the smallest top-1 margin, and
+// the median decode step against reading its logits back (what sampling on the device would save).
 // Usage: bench_greedy_check [config.json] [new tokens] [cpu|vulkan]
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -48,6 +50,12 @@ void draw_weights(Session& s) {
   }
 }
 
+double median(std::vector<double> v) {
+  if (v.empty()) return 0;
+  std::sort(v.begin(), v.end());
+  return v[v.size() / 2];
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -62,8 +70,19 @@ int main(int argc, char** argv) {
   draw_weights(gen.session());
   Greedy cached;
   cached.take(gen.feed(prompt).data(), c.vocab_size);
-  while (int(cached.tokens.size()) < n)
-    cached.take(gen.feed(std::vector<int32_t>{cached.tokens.back()}).data(), c.vocab_size);
+  std::vector<double> step_ms, read_ms;  // a decode step (its read-back included), the read-back alone
+  auto ms_since = [](std::chrono::steady_clock::time_point t0) {
+    return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+  };
+  while (int(cached.tokens.size()) < n) {
+    auto t0 = std::chrono::steady_clock::now();
+    const std::vector<float>& logits = gen.feed(std::vector<int32_t>{cached.tokens.back()});
+    step_ms.push_back(ms_since(t0));
+    t0 = std::chrono::steady_clock::now();
+    (void)gen.session().get("logits.1");  // what argmax on the device would save per token
+    read_ms.push_back(ms_since(t0));
+    cached.take(logits.data(), c.vocab_size);
+  }
 
   Graph g;
   g.output("logits", models::build_llama(g, c, 1, total));
@@ -95,7 +114,7 @@ int main(int argc, char** argv) {
   std::printf(
       "{\"device\": \"%s\", \"layers\": %lld, \"hidden\": %lld, \"new_tokens\": %d, \"tokens_equal\": %s, "
       "\"distinct_tokens\": %zu, \"largest_logit_difference\": %.3g, \"largest_logit\": %.3g, "
-      "\"smallest_top1_margin\": %.3g}\n",
+      "\"smallest_top1_margin\": %.3g, \"decode_step_ms\": %.3g, \"logits_readback_ms\": %.3g}\n",
       gen.session().device_name().c_str(), static_cast<long long>(c.num_hidden_layers),
       static_cast<long long>(c.hidden_size), n, equal ? "true" : "false", distinct.size(), worst, scale, full.margin);
   return equal ? 0 : 1;

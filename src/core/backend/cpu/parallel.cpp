@@ -3,6 +3,7 @@
 #include <pthread.h>
 
 #include <atomic>
+#include <chrono>
 #include <condition_variable>
 #include <exception>
 #include <memory>
@@ -20,6 +21,22 @@ sigset_t asynchronous_signals() {
   return s;
 }
 
+// Spins for up to `budget`, then returns false: a decode step runs hundreds of short parallel
+// loops back to back, and waking a sleeping thread through the kernel costs more than a loop of a
+// few tens of microseconds; past the budget the waiting thread sleeps (the machine may be shared).
+template <class Ready>
+bool spin_until(Ready ready, std::chrono::microseconds budget) {
+  const auto until = std::chrono::steady_clock::now() + budget;
+  for (int i = 1;; ++i) {
+    if (ready()) return true;
+#if defined(__x86_64__) || defined(__i386__)
+    __builtin_ia32_pause();
+#endif
+    if (i % 64 == 0 && std::chrono::steady_clock::now() > until) return false;
+  }
+}
+constexpr std::chrono::microseconds kSpin{50};
+
 class Pool {
  public:
   explicit Pool(int threads) {
@@ -31,6 +48,7 @@ class Pool {
     {
       std::lock_guard lock(mu_);
       stop_ = true;
+      stop_flag_.store(true);
     }
     wake_.notify_all();
     for (auto& t : workers_) t.join();
@@ -38,14 +56,18 @@ class Pool {
   int size() const { return int(workers_.size()) + 1; }
 
   void run(int64_t n, const std::function<void(int64_t, int64_t)>& body) {
-    std::unique_lock lock(mu_);
-    body_ = &body;
-    n_ = n;
-    pending_ = size() - 1;
-    error_ = nullptr;
-    ++generation_;
-    lock.unlock();
-    wake_.notify_all();
+    bool sleepers = false;
+    {
+      // Published under the lock, so that a worker deciding to sleep sees the new generation.
+      std::lock_guard lock(mu_);
+      body_ = &body;
+      n_ = n;
+      error_ = nullptr;
+      pending_.store(size() - 1);
+      generation_.fetch_add(1);
+      sleepers = sleepers_ > 0;
+    }
+    if (sleepers) wake_.notify_all();
     // The caller's own chunk may throw: wait for the workers anyway, since they still use
     // `body`, and report the first error once all are done.
     std::exception_ptr mine;
@@ -54,10 +76,15 @@ class Pool {
     } catch (...) {
       mine = std::current_exception();
     }
-    lock.lock();
-    if (mine && !error_) error_ = mine;
-    done_.wait(lock, [&] { return pending_ == 0; });
+    if (!spin_until([&] { return pending_.load() == 0; }, kSpin)) {
+      std::unique_lock lock(mu_);
+      caller_waits_.store(true);  // before reading pending_ (the last worker: the other order)
+      done_.wait(lock, [&] { return pending_.load() == 0; });
+      caller_waits_.store(false);
+    }
+    std::lock_guard lock(mu_);
     body_ = nullptr;
+    if (mine && !error_) error_ = mine;
     if (error_) std::rethrow_exception(error_);
   }
 
@@ -68,32 +95,46 @@ class Pool {
   }
   void work(int i) {
     uint64_t seen = 0;
-    std::unique_lock lock(mu_);
     for (;;) {
-      wake_.wait(lock, [&] { return stop_ || generation_ != seen; });
-      if (stop_) return;
-      seen = generation_;
-      const auto* body = body_;
-      lock.unlock();
+      if (!spin_until([&] { return generation_.load() != seen || stop_flag_.load(); }, kSpin)) {
+        std::unique_lock lock(mu_);
+        ++sleepers_;
+        wake_.wait(lock, [&] { return stop_ || generation_.load() != seen; });
+        --sleepers_;
+      }
+      const std::function<void(int64_t, int64_t)>* body = nullptr;
+      {
+        std::lock_guard lock(mu_);
+        if (stop_) return;
+        seen = generation_.load();
+        body = body_;
+      }
       std::exception_ptr err;
       try {
         chunk(i, *body);
       } catch (...) {
         err = std::current_exception();
       }
-      lock.lock();
-      if (err && !error_) error_ = err;
-      if (--pending_ == 0) done_.notify_one();
+      if (err) {
+        std::lock_guard lock(mu_);
+        if (!error_) error_ = err;
+      }
+      if (pending_.fetch_sub(1) == 1 && caller_waits_.load()) {
+        std::lock_guard lock(mu_);  // the caller is between its check and its wait, or waiting
+        done_.notify_one();
+      }
     }
   }
 
   std::vector<std::thread> workers_;
   std::mutex mu_;
   std::condition_variable wake_, done_;
-  const std::function<void(int64_t, int64_t)>* body_ = nullptr;
+  const std::function<void(int64_t, int64_t)>* body_ = nullptr;  // under mu_
   int64_t n_ = 0;
-  int pending_ = 0;
-  uint64_t generation_ = 0;
+  std::atomic<int> pending_{0};
+  std::atomic<uint64_t> generation_{0};
+  std::atomic<bool> caller_waits_{false}, stop_flag_{false};
+  int sleepers_ = 0;  // under mu_
   bool stop_ = false;
   std::exception_ptr error_;
 };
