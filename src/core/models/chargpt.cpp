@@ -1,18 +1,53 @@
 #include <algorithm>
 #include <cmath>
 #include <stdexcept>
+#include <utility>
 
 #include "meganeura/models.h"
 
 namespace meganeura::models {
 
-Tensor chargpt(Graph& g, Tensor ids, const CharGptConfig& c) {
+namespace {
+
+void check(const CharGptConfig& c) {
   if (c.vocab < 2) throw std::invalid_argument("[chargpt] needs a vocabulary of at least 2 tokens");
   if (c.dim % c.heads || c.heads % c.kv_heads) {
     throw std::invalid_argument("[chargpt] model dimension " + std::to_string(c.dim) + " does not split into " +
                                 std::to_string(c.heads) + " heads (" + std::to_string(c.kv_heads) +
                                 " key/value heads)");
   }
+}
+
+// Generation's per-layer key/value caches and the absolute position of the first new token.
+struct Cache {
+  Tensor position;  // i32 [1]
+  int64_t max_context = 0;
+};
+
+// Rotary embedding of [B, n, S, hd]: positions 0.. of the window without a cache, the new
+// tokens' absolute positions with one.
+Tensor rotate(Tensor t, const CharGptConfig& c, const Cache* cache) {
+  return cache ? rope_at(t, cache->position, c.rope_theta) : rope(t, c.rope_theta);
+}
+
+// Attention of one block over rotated q [B, heads, S, hd], k and v [B, kv_heads, S, hd]. With a
+// cache the new keys and values are written at their absolute positions and each query sees
+// the last c.seq positions, as far back as a training window reaches.
+Tensor attend(Graph& g, const CharGptConfig& c, const std::string& p, Tensor q, Tensor k, Tensor v,
+              const Cache* cache) {
+  if (cache == nullptr) return attention(q, k, v, true);
+  const Shape shape{k.dim(0), c.kv_heads, cache->max_context, k.dim(3)};
+  Tensor kc = g.state(p + "key_cache", shape), vc = g.state(p + "value_cache", shape);
+  Tensor kn = kv_cache_write(kc, k, cache->position), vn = kv_cache_write(vc, v, cache->position);
+  g.assign(kc, kn);
+  g.assign(vc, vn);
+  return cached_attention(q, kn, vn, cache->position, c.seq);
+}
+
+// The blocks and the final norm: ids [B, S] -> hidden states [B, S, D]; also returns the
+// embedding, which the output projection shares.
+std::pair<Tensor, Tensor> decoder(Graph& g, Tensor ids, const CharGptConfig& c, const Cache* cache) {
+  check(c);
   const int64_t b = ids.dim(0), s = ids.dim(1), hd = c.dim / c.heads;
   const double std_in = 1.0 / std::sqrt(double(c.dim));
   const double std_out = std_in / std::sqrt(2.0 * double(c.layers));  // residual branches
@@ -28,18 +63,36 @@ Tensor chargpt(Graph& g, Tensor ids, const CharGptConfig& c) {
       return g.parameter(p + name, std::move(shape), Init{Init::normal, std});
     };
     Tensor h = rms_norm(x, g.parameter(p + "attn_norm", {c.dim}, Init{Init::ones}));
-    Tensor q = rope(heads(matmul(h, weight("wq", {c.dim, c.dim}, std_in)), c.heads), c.rope_theta);
-    Tensor k = rope(heads(matmul(h, weight("wk", {c.dim, c.kv_heads * hd}, std_in)), c.kv_heads), c.rope_theta);
+    Tensor q = rotate(heads(matmul(h, weight("wq", {c.dim, c.dim}, std_in)), c.heads), c, cache);
+    Tensor k = rotate(heads(matmul(h, weight("wk", {c.dim, c.kv_heads * hd}, std_in)), c.kv_heads), c, cache);
     Tensor v = heads(matmul(h, weight("wv", {c.dim, c.kv_heads * hd}, std_in)), c.kv_heads);
-    Tensor a = reshape(permute(attention(q, k, v, true), {0, 2, 1, 3}), {b, s, c.dim});
+    Tensor a = reshape(permute(attend(g, c, p, q, k, v, cache), {0, 2, 1, 3}), {b, s, c.dim});
     x = x + matmul(a, weight("wo", {c.dim, c.dim}, std_out));
     h = rms_norm(x, g.parameter(p + "ffn_norm", {c.dim}, Init{Init::ones}));
     Tensor f =
         swiglu(matmul(h, weight("w_gate", {c.dim, c.ffn}, std_in)), matmul(h, weight("w_up", {c.dim, c.ffn}, std_in)));
     x = x + matmul(f, weight("w_down", {c.ffn, c.dim}, std_out / std::sqrt(double(c.ffn) / double(c.dim))));
   }
-  x = rms_norm(x, g.parameter("final_norm", {c.dim}, Init{Init::ones}));
+  return {rms_norm(x, g.parameter("final_norm", {c.dim}, Init{Init::ones})), emb};
+}
+
+}  // namespace
+
+Tensor chargpt(Graph& g, Tensor ids, const CharGptConfig& c) {
+  auto [x, emb] = decoder(g, ids, c, nullptr);
   return matmul(x, emb, false, true);  // tied output projection
+}
+
+Tensor chargpt_cached(Graph& g, Tensor ids, Tensor position, int64_t max_context, const CharGptConfig& c) {
+  if (max_context < ids.dim(1)) {
+    throw std::invalid_argument("[chargpt] max_context " + std::to_string(max_context) + " is shorter than the " +
+                                std::to_string(ids.dim(1)) + " tokens of one run");
+  }
+  const Cache cache{position, max_context};
+  auto [x, emb] = decoder(g, ids, c, &cache);
+  const int64_t s = ids.dim(1);
+  Tensor last = reshape(slice_axis(x, 1, s - 1, s), {ids.dim(0), c.dim});  // the last new token
+  return matmul(last, emb, false, true);
 }
 
 const std::string& builtin_text() {
