@@ -39,10 +39,12 @@ Tensor chargpt(Graph& g, Tensor ids, const CharGptConfig& c);
 // "layers.<i>.key_cache" and "layers.<i>.value_cache" of [B, kv_heads, max_context, dim / heads]:
 // ids i32 [B, S] are at absolute positions position, ..., position + S - 1 (position: an i32 [1]
 // input read at run time), and each query attends to the last c.seq positions up to its own, the
-// longest context training saw. With one block that equals recomputing the last c.seq tokens
-// from position 0; with more, the cached keys of later blocks come from states that saw a
-// window of their own, so the model sees further back. Returns the last token's logits
-// [B, vocab]. Running it past max_context fails naming the position.
+// longest context training saw. CharGptGenerator (meganeura/generate.h) keeps max_context =
+// c.seq and restarts the context at position 0 when it is full, as training windows start; a
+// longer cache makes the window slide, and then the cached keys of later blocks come from
+// states that saw a window of their own, context the model was never trained on (measured
+// worse). Returns the last token's logits [B, vocab]. Running it past max_context fails naming
+// the position.
 Tensor chargpt_cached(Graph& g, Tensor ids, Tensor position, int64_t max_context, const CharGptConfig& c);
 
 // The built-in corpus and its character vocabulary.

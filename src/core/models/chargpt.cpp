@@ -1,8 +1,10 @@
 #include <algorithm>
+#include <bit>
 #include <cmath>
 #include <stdexcept>
 #include <utility>
 
+#include "meganeura/generate.h"
 #include "meganeura/models.h"
 
 namespace meganeura::models {
@@ -94,6 +96,81 @@ Tensor chargpt_cached(Graph& g, Tensor ids, Tensor position, int64_t max_context
   Tensor last = reshape(slice_axis(x, 1, s - 1, s), {ids.dim(0), c.dim});  // the last new token
   return matmul(last, emb, false, true);
 }
+
+}  // namespace meganeura::models
+
+namespace meganeura {
+
+CharGptGenerator::CharGptGenerator(Session& session, const models::CharGptConfig& config, int64_t keep,
+                                   int64_t prefill_chunk)
+    : session_(session), config_(config), keep_(keep < 0 ? default_keep(config) : keep) {
+  if (keep_ >= config.seq) {
+    throw std::invalid_argument("[chargpt] keep " + std::to_string(keep_) + " must be shorter than the " +
+                                std::to_string(config.seq) + "-token context");
+  }
+  if (prefill_chunk <= 0 || !std::has_single_bit(uint64_t(prefill_chunk))) {
+    throw std::invalid_argument("[chargpt] prefill_chunk must be a power of two, got " + std::to_string(prefill_chunk));
+  }
+  for (int64_t n = std::min<int64_t>(prefill_chunk, int64_t(std::bit_floor(uint64_t(config.seq)))); n >= 1; n /= 2) {
+    Graph g;
+    Tensor ids = g.input("gen_ids." + std::to_string(n), {1, n}, DType::i32);
+    Tensor position = g.input("gen_position", {1}, DType::i32);
+    g.output("gen_logits." + std::to_string(n), models::chargpt_cached(g, ids, position, config.seq, config));
+    chunks_.push_back({n, session_.add(g)});
+  }
+}
+
+const std::vector<float>& CharGptGenerator::start(std::span<const int32_t> prompt) {
+  if (prompt.empty()) throw std::invalid_argument("[chargpt] the prompt needs at least one token");
+  check(prompt);
+  const int64_t n = int64_t(prompt.size()), seq = config_.seq;
+  const int64_t kept = n <= seq ? n : keep_ + 1 + (n - seq - 1) % (seq - keep_);
+  context_.assign(prompt.end() - kept, prompt.end());
+  restarts_ = 0;
+  feed(context_, 0);
+  return logits_;
+}
+
+const std::vector<float>& CharGptGenerator::next(int32_t token) {
+  if (context_.empty()) throw std::logic_error("[chargpt] next before start");
+  check(std::span<const int32_t>(&token, 1));
+  if (int64_t(context_.size()) < config_.seq) {
+    context_.push_back(token);
+    feed(std::span<const int32_t>(&context_.back(), 1), int64_t(context_.size()) - 1);
+  } else {
+    context_.erase(context_.begin(), context_.end() - keep_);
+    context_.push_back(token);
+    ++restarts_;
+    feed(context_, 0);
+  }
+  return logits_;
+}
+
+void CharGptGenerator::check(std::span<const int32_t> ids) const {
+  for (int32_t id : ids) {
+    if (id < 0 || id >= config_.vocab) {
+      throw std::invalid_argument("[chargpt] token id " + std::to_string(id) + " is outside the vocabulary [0, " +
+                                  std::to_string(config_.vocab) + ")");
+    }
+  }
+}
+
+void CharGptGenerator::feed(std::span<const int32_t> ids, int64_t position) {
+  for (size_t done = 0; done < ids.size();) {
+    const Chunk& c = *std::find_if(chunks_.begin(), chunks_.end(),
+                                   [&](const Chunk& k) { return size_t(k.tokens) <= ids.size() - done; });
+    const std::string n = std::to_string(c.tokens);
+    session_.set("gen_ids." + n, ids.subspan(done, size_t(c.tokens)));
+    session_.set("gen_position", std::vector<int32_t>{int32_t(position + int64_t(done))});
+    session_.run(c.program);
+    logits_ = session_.get("gen_logits." + n);
+    done += size_t(c.tokens);
+  }
+}
+
+}  // namespace meganeura
+
+namespace meganeura::models {
 
 const std::string& builtin_text() {
   static const std::string text =
