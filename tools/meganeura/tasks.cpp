@@ -2,10 +2,12 @@
 
 #include <algorithm>
 #include <cmath>
+#include <memory>
 #include <numeric>
 #include <random>
 #include <stdexcept>
 
+#include "meganeura/generate.h"
 #include "meganeura/models.h"
 #include "models/workload_parts.h"
 
@@ -158,79 +160,42 @@ class CharGptTask final : public Task {
       s.run(pe);
       loss += s.scalar("eval_loss") / 4;
     }
-    nlohmann::json out = generate(s);
+    nlohmann::json out = generate();
     out["eval_loss"] = loss;
     return out;
   }
   // The prompt and the text generated after it, drawn by the shared sampler (the seed of
-  // `--seed` unless the sampling options name one) and cut by the stop criteria. The prompt is
-  // fed in chunks, then each new token alone, through the key/value caches.
-  nlohmann::json generate(Session& s) const {
+  // `--seed` unless the sampling options name one) and cut by the stop criteria. The logits
+  // come through the key/value caches, the context restarting when it fills (CharGptGenerator).
+  nlohmann::json generate() const {
     const std::vector<int32_t> prompt = vocab_.encode(prompt_);
     text::SamplingOptions so = sampling_;
     if (so.seed == 0) so.seed = seed_;
     text::Sampler sampler(so);
     text::StopChecker stop(stop_);
     std::vector<int32_t> text = prompt;
-    std::vector<float> logits = feed(s, prompt, 0);
+    std::vector<float> logits = generator_->start(prompt);
     while (true) {
       const std::vector<int> previous(text.begin(), text.end());  // the prompt too, as Hugging Face does
       const int next = sampler.sample(logits, previous);
       text.push_back(next);
       if (stop.push(next, vocab_.decode({next}))) break;
-      logits = feed(s, {next}, int64_t(text.size()) - 1);
+      logits = generator_->next(next);
     }
     return {{"sample", prompt_ + stop.text()}, {"new_tokens", text.size() - prompt.size()}};
   }
 
  private:
-  struct Chunk {
-    int64_t tokens;
-    size_t program;
-  };
-  // The generation programs: the prompt's chunks (the powers of two its length splits into, at
-  // most kPrefillChunk) and the one-token decode step, sharing the weights, the caches and the
-  // position. The caches hold the prompt and every new token, so generation needs a limit.
+  // The generation programs, sharing the weights by name. The model has no end-of-text token,
+  // so an unlimited generation would only end at a stop string, perhaps never.
   void add_generation(Session& s) {
-    const int64_t prompt = int64_t(vocab_.encode(prompt_).size());
-    if (prompt == 0) throw std::invalid_argument("--prompt: empty (the model needs at least one character)");
+    if (vocab_.encode(prompt_).empty())
+      throw std::invalid_argument("--prompt: empty (the model needs at least one character)");
     if (stop_.max_new_tokens <= 0) {
       throw std::invalid_argument("--max-new-tokens " + std::to_string(stop_.max_new_tokens) +
-                                  ": chargpt needs a positive limit (its key/value caches are sized from it)");
+                                  ": chargpt needs a positive limit (it has no end-of-text token)");
     }
-    if (prompt + stop_.max_new_tokens > kMaxContext) {
-      throw std::invalid_argument("--max-new-tokens " + std::to_string(stop_.max_new_tokens) + " and the prompt's " +
-                                  std::to_string(prompt) + " characters pass the " + std::to_string(kMaxContext) +
-                                  " positions chargpt's key/value caches hold");
-    }
-    const int64_t max_context = prompt + stop_.max_new_tokens;
-    std::vector<int64_t> sizes = {1};
-    for (int64_t n = kPrefillChunk; n > 1; n /= 2)
-      if ((prompt >= kPrefillChunk && n == kPrefillChunk) || (prompt % kPrefillChunk) & n) sizes.push_back(n);
-    chunks_.clear();
-    for (int64_t n : sizes) {
-      Graph g;
-      Tensor ids = g.input("gen_ids." + std::to_string(n), {1, n}, DType::i32);
-      Tensor position = g.input("gen_position", {1}, DType::i32);
-      g.output("gen_logits." + std::to_string(n), models::chargpt_cached(g, ids, position, max_context, cfg_));
-      chunks_.push_back({n, s.add(g)});
-    }
-    std::sort(chunks_.begin(), chunks_.end(), [](const Chunk& a, const Chunk& b) { return a.tokens > b.tokens; });
-  }
-  // Runs `ids` at positions from `position` on, the longest chunks first; the last token's logits.
-  std::vector<float> feed(Session& s, const std::vector<int32_t>& ids, int64_t position) const {
-    std::vector<float> logits;
-    for (size_t done = 0; done < ids.size();) {
-      const Chunk& c = *std::find_if(chunks_.begin(), chunks_.end(),
-                                     [&](const Chunk& k) { return size_t(k.tokens) <= ids.size() - done; });
-      const std::string n = std::to_string(c.tokens);
-      s.set("gen_ids." + n, std::span<const int32_t>(ids.data() + done, size_t(c.tokens)));
-      s.set("gen_position", std::vector<int32_t>{int32_t(position + int64_t(done))});
-      s.run(c.program);
-      logits = s.get("gen_logits." + n);
-      done += size_t(c.tokens);
-    }
-    return logits;
+    generator_ = std::make_unique<CharGptGenerator>(s, cfg_);
   }
   Tensor loss_at(Graph& g, int64_t batch) const {
     Tensor ids = g.input("ids", {batch, cfg_.seq}, DType::i32);
@@ -255,16 +220,14 @@ class CharGptTask final : public Task {
     s.set(ids_name, std::span<const int32_t>(ids));
     s.set(targets_name, std::span<const int32_t>(targets));
   }
-  // Prompt chunks of up to 64 tokens; at most 65536 cached positions (32 MiB of caches at the
-  // default size), far more than a sample of this model's text needs.
-  static constexpr int64_t kBatch = 16, kPrefillChunk = 64, kMaxContext = 65536;
+  static constexpr int64_t kBatch = 16;
   uint64_t seed_;
   int64_t batch_;
   std::string prompt_;
   text::SamplingOptions sampling_;
   text::StopCriteria stop_;
   size_t eval_program_ = 0;
-  std::vector<Chunk> chunks_;  // longest first
+  std::unique_ptr<CharGptGenerator> generator_;  // on the session add_inference was given
   models::Vocabulary vocab_;
   models::CharGptConfig cfg_{};
   std::vector<int32_t> tokens_;
