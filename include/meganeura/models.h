@@ -35,6 +35,17 @@ struct CharGptConfig {
 };
 // ids: i32 [B, S] -> logits [B, S, vocab].
 Tensor chargpt(Graph& g, Tensor ids, const CharGptConfig& c);
+// The same model for generation through per-layer key/value caches, the states
+// "layers.<i>.key_cache" and "layers.<i>.value_cache" of [B, kv_heads, max_context, dim / heads]:
+// ids i32 [B, S] are at absolute positions position, ..., position + S - 1 (position: an i32 [1]
+// input read at run time), and each query attends to the last c.seq positions up to its own, the
+// longest context training saw. CharGptGenerator (meganeura/generate.h) keeps max_context =
+// c.seq and restarts the context at position 0 when it is full, as training windows start; a
+// longer cache makes the window slide, and then the cached keys of later blocks come from
+// states that saw a window of their own, context the model was never trained on (measured
+// worse). Returns the last token's logits [B, vocab]. Running it past max_context fails naming
+// the position.
+Tensor chargpt_cached(Graph& g, Tensor ids, Tensor position, int64_t max_context, const CharGptConfig& c);
 
 // The built-in corpus and its character vocabulary.
 const std::string& builtin_text();

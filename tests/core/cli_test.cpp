@@ -151,6 +151,24 @@ void expect_generation_options(const std::string& checkpoint) {
   const std::string stop = generated.substr(at, 4);
   auto stopped = sample("--temperature 0 --max-new-tokens 40 --stop '" + stop + "'");
   EXPECT_EQ(stopped["sample"], prompt + generated.substr(0, generated.find(stop))) << "stop '" << stop << "'";
+  // Past the 64-character context the generator restarts it (context shift, docs/generation.md)
+  // and takes a prompt as if it had been generated: greedy text continued from a prefix of
+  // itself longer than the context is the same text (tests/core/chargpt_generation_test.cpp
+  // checks the logits of the scheme; this checks the command goes through restarts).
+  auto shell_quoted = [](const std::string& t) {
+    std::string q = "'";
+    for (char ch : t) q += ch == '\'' ? std::string("'\\''") : std::string(1, ch);
+    return q + "'";
+  };
+  const std::string long_text = sample("--temperature 0 --max-new-tokens 150")["sample"];
+  ASSERT_EQ(long_text.size(), prompt.size() + 150);
+  EXPECT_EQ(sample("--temperature 0 --max-new-tokens 70 --prompt " + shell_quoted(long_text.substr(0, 89)))["sample"],
+            long_text);
+  for (const std::string limit : {"0", "-3"}) {
+    Result none = run(infer + "--max-new-tokens " + limit);
+    EXPECT_NE(none.status, 0);
+    EXPECT_NE(none.err.find("--max-new-tokens: must be a positive number of tokens"), std::string::npos) << none.err;
+  }
   // A seeded draw is reproducible.
   EXPECT_EQ(sample("--top-p 0.9 --repetition-penalty 1.2 --max-new-tokens 30 --seed 7")["sample"],
             sample("--top-p 0.9 --repetition-penalty 1.2 --max-new-tokens 30 --seed 7")["sample"]);

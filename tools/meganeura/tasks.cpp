@@ -2,10 +2,12 @@
 
 #include <algorithm>
 #include <cmath>
+#include <memory>
 #include <numeric>
 #include <random>
 #include <stdexcept>
 
+#include "meganeura/generate.h"
 #include "meganeura/models.h"
 #include "models/workload_parts.h"
 
@@ -141,58 +143,60 @@ class CharGptTask final : public Task {
     feed_windows(s, "ids", "targets", batch_, seed_ * 7907 + uint64_t(step), shard.rank * batch_);
   }
   void add_inference(Session& s) override {
-    // Windows drawn from another stream of offsets for the loss, and a one-sequence program
-    // for sampling.
+    // Windows drawn from another stream of offsets for the loss.
     Graph eval;
     Tensor ids = eval.input("eval_ids", {kBatch, cfg_.seq}, DType::i32);
     Tensor targets = eval.input("eval_targets", {kBatch * cfg_.seq}, DType::i32);
     eval.output("eval_loss",
                 cross_entropy(reshape(models::chargpt(eval, ids, cfg_), {kBatch * cfg_.seq, cfg_.vocab}), targets));
     eval_program_ = s.add(eval);
-    Graph gen;
-    Tensor ctx = gen.input("gen_ids", {1, cfg_.seq}, DType::i32);
-    gen.output("gen_logits", models::chargpt(gen, ctx, cfg_));
-    gen_program_ = s.add(gen);
+    add_generation(s);
   }
   nlohmann::json evaluate(Session& s) const override {
-    const size_t pe = eval_program_, pg = gen_program_;
+    const size_t pe = eval_program_;
     double loss = 0;
     for (uint64_t r = 0; r < 4; ++r) {
       feed_windows(s, "eval_ids", "eval_targets", kBatch, 0xE7A1 + r);
       s.run(pe);
       loss += s.scalar("eval_loss") / 4;
     }
-    nlohmann::json out = generate(s, pg);
+    nlohmann::json out = generate();
     out["eval_loss"] = loss;
     return out;
   }
   // The prompt and the text generated after it, drawn by the shared sampler (the seed of
-  // `--seed` unless the sampling options name one) and cut by the stop criteria.
-  nlohmann::json generate(Session& s, size_t program) const {
-    std::vector<int32_t> text = vocab_.encode(prompt_);
-    if (text.empty()) throw std::invalid_argument("--prompt: empty (the model needs at least one character)");
+  // `--seed` unless the sampling options name one) and cut by the stop criteria. The logits
+  // come through the key/value caches, the context restarting when it fills (CharGptGenerator).
+  nlohmann::json generate() const {
+    const std::vector<int32_t> prompt = vocab_.encode(prompt_);
     text::SamplingOptions so = sampling_;
     if (so.seed == 0) so.seed = seed_;
     text::Sampler sampler(so);
     text::StopChecker stop(stop_);
-    const size_t prompt_tokens = text.size();
-    while (!stop.stopped()) {
-      const size_t start = text.size() > size_t(cfg_.seq) ? text.size() - size_t(cfg_.seq) : 0;
-      std::vector<int32_t> window(size_t(cfg_.seq), 0);
-      std::copy(text.begin() + int64_t(start), text.end(), window.begin());
-      s.set("gen_ids", std::span<const int32_t>(window));
-      s.run(program);
-      auto logits = s.get("gen_logits");
-      const float* row = logits.data() + (text.size() - start - 1) * size_t(cfg_.vocab);
+    std::vector<int32_t> text = prompt;
+    std::vector<float> logits = generator_->start(prompt);
+    while (true) {
       const std::vector<int> previous(text.begin(), text.end());  // the prompt too, as Hugging Face does
-      const int next = sampler.sample(std::span<const float>(row, size_t(cfg_.vocab)), previous);
+      const int next = sampler.sample(logits, previous);
       text.push_back(next);
-      stop.push(next, vocab_.decode({next}));
+      if (stop.push(next, vocab_.decode({next}))) break;
+      logits = generator_->next(next);
     }
-    return {{"sample", prompt_ + stop.text()}, {"new_tokens", text.size() - prompt_tokens}};
+    return {{"sample", prompt_ + stop.text()}, {"new_tokens", text.size() - prompt.size()}};
   }
 
  private:
+  // The generation programs, sharing the weights by name. The model has no end-of-text token,
+  // so an unlimited generation would only end at a stop string, perhaps never.
+  void add_generation(Session& s) {
+    if (vocab_.encode(prompt_).empty())
+      throw std::invalid_argument("--prompt: empty (the model needs at least one character)");
+    if (stop_.max_new_tokens <= 0) {
+      throw std::invalid_argument("--max-new-tokens " + std::to_string(stop_.max_new_tokens) +
+                                  ": chargpt needs a positive limit (it has no end-of-text token)");
+    }
+    generator_ = std::make_unique<CharGptGenerator>(s, cfg_);
+  }
   Tensor loss_at(Graph& g, int64_t batch) const {
     Tensor ids = g.input("ids", {batch, cfg_.seq}, DType::i32);
     Tensor targets = g.input("targets", {batch * cfg_.seq}, DType::i32);
@@ -222,7 +226,8 @@ class CharGptTask final : public Task {
   std::string prompt_;
   text::SamplingOptions sampling_;
   text::StopCriteria stop_;
-  size_t eval_program_ = 0, gen_program_ = 0;
+  size_t eval_program_ = 0;
+  std::unique_ptr<CharGptGenerator> generator_;  // on the session add_inference was given
   models::Vocabulary vocab_;
   models::CharGptConfig cfg_{};
   std::vector<int32_t> tokens_;

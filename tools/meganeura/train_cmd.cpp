@@ -65,7 +65,14 @@ void add_model_options(CLI::App* c, TrainArgs& a) {
 void add_sampling_options(CLI::App* c, ModelOptions& o) {
   c->add_option("--prompt", o.prompt, "text the sample continues (default \"The river\")");
   c->add_option("--max-new-tokens", o.stop.max_new_tokens, "tokens to generate (default 160)")
-      ->check(CLI::PositiveNumber);
+      ->check(CLI::Validator(
+          [](std::string& s) -> std::string {
+            int64_t v = 0;
+            if (!CLI::detail::lexical_cast(s, v) || v <= 0)
+              return "must be a positive number of tokens (chargpt has no end-of-text token), got '" + s + "'";
+            return {};
+          },
+          "POSITIVE"));
   c->add_option("--temperature", o.sampling.temperature, "0: greedy; default 0.7");
   c->add_option("--top-k", o.sampling.top_k, "keep the k most likely tokens (0: off)");
   c->add_option("--top-p", o.sampling.top_p, "keep the smallest set with this much probability (1: off)");
