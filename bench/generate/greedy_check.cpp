@@ -2,7 +2,8 @@
 // model's full shape (a config.json, SmolLM2-135M's by default) with random weights: the check
 // core_generator_test makes at a small shape, for shapes too slow for the test suite. Prints
 // whether the tokens are equal, the largest logit difference and the smallest top-1 margin, and
-// the median decode step against reading its logits back (what sampling on the device would save).
+// the median decode step against reading its logits back, and the step when the greedy choice is
+// made on the device (Generator::feed_greedy: one id read back instead of the vocabulary row).
 // Usage: bench_greedy_check [config.json] [new tokens] [cpu|vulkan]
 #include <algorithm>
 #include <chrono>
@@ -84,6 +85,16 @@ int main(int argc, char** argv) {
     cached.take(logits.data(), c.vocab_size);
   }
 
+  // Again with the choice made where the model runs (only the id read back).
+  gen.reset();
+  std::vector<int32_t> on_device = {gen.feed_greedy(prompt)[0]};
+  std::vector<double> greedy_ms;
+  while (int(on_device.size()) < n) {
+    const auto t0 = std::chrono::steady_clock::now();
+    on_device.push_back(gen.feed_greedy(std::vector<int32_t>{on_device.back()})[0]);
+    greedy_ms.push_back(ms_since(t0));
+  }
+
   Graph g;
   g.output("logits", models::build_llama(g, c, 1, total));
   Session window;
@@ -110,11 +121,12 @@ int main(int argc, char** argv) {
   std::vector<int32_t> distinct = full.tokens;
   std::sort(distinct.begin(), distinct.end());
   distinct.erase(std::unique(distinct.begin(), distinct.end()), distinct.end());
-  const bool equal = cached.tokens == full.tokens;
+  const bool equal = cached.tokens == full.tokens && on_device == cached.tokens;
   std::printf(
       "{\"device\": \"%s\", \"layers\": %lld, \"hidden\": %lld, \"new_tokens\": %d, \"tokens_equal\": %s, "
       "\"distinct_tokens\": %zu, \"largest_logit_difference\": %.3g, \"largest_logit\": %.3g, "
-      "\"smallest_top1_margin\": %.3g, \"decode_step_ms\": %.3g, \"logits_readback_ms\": %.3g}\n",
+      "\"smallest_top1_margin\": %.3g, \"device_argmax_tokens_equal\": %s, \"decode_step_ms\": %.3g, "
+      "\"logits_readback_ms\": %.3g, \"decode_step_device_argmax_ms\": %.3g}\n",
       gen.session().device_name().c_str(), static_cast<long long>(c.num_hidden_layers),
       static_cast<long long>(c.hidden_size), n, equal ? "true" : "false", distinct.size(), worst, scale, full.margin);
   return equal ? 0 : 1;

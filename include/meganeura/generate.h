@@ -47,6 +47,11 @@ class Generator {
   // programs; a sequence with nothing left to take sits a chunk out (position -1: it writes no
   // cache row). A row of logits changes only for a sequence that took tokens.
   const std::vector<float>& feed_each(std::span<const std::vector<int32_t>> rows);
+  // The same, returning each sequence's greedy choice, the argmax of its next-token logits
+  // (the first, on ties), computed where the model runs: only `batch` ids come back, not the
+  // vocabulary rows (logits() is not updated).
+  const std::vector<int32_t>& feed_greedy(std::span<const int32_t> ids);
+  const std::vector<int32_t>& greedy_each(std::span<const std::vector<int32_t>> rows);
   // Forgets the sequences, or one: the next feed starts it at position 0 (the cache rows beyond
   // a sequence's position are never read, so nothing of a previous sequence is seen).
   void reset() { std::fill(positions_.begin(), positions_.end(), 0); }
@@ -71,7 +76,10 @@ class Generator {
     Graph graph;
   };
   void check(std::span<const std::vector<int32_t>> rows) const;
-  void run_chunk(const Chunk& c, std::span<const std::vector<int32_t>> rows, std::vector<int64_t>& done);
+  enum class Read { logits, argmax };  // what a run reads back
+  std::vector<std::vector<int32_t>> split(std::span<const int32_t> ids) const;
+  void feed_rows(std::span<const std::vector<int32_t>> rows, Read read);
+  void run_chunk(const Chunk& c, std::span<const std::vector<int32_t>> rows, std::vector<int64_t>& done, Read read);
 
   models::LlamaConfig config_;
   int64_t batch_, max_context_;
@@ -79,6 +87,7 @@ class Generator {
   std::vector<Chunk> chunks_;       // longest first
   std::vector<int64_t> positions_;  // per sequence
   std::vector<float> logits_;
+  std::vector<int32_t> next_;  // per sequence: the argmax of its logits, when read
 };
 
 // The built-in character transformer (models::chargpt_cached) generating text of any length

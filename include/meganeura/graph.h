@@ -417,6 +417,10 @@ Tensor rms_norm(Tensor x, std::optional<Tensor> gamma, double eps = 1e-5);
 // x: [N, C, ...]; gamma, beta: [C]
 Tensor group_norm(Tensor x, int64_t groups, std::optional<Tensor> gamma, std::optional<Tensor> beta, double eps = 1e-5);
 Tensor swiglu(Tensor gate, Tensor up);  // silu(gate) * up
+// The index of the largest entry along the last axis (the first, on ties), i32, the last axis
+// removed: greedy decoding's choice, computed on the device. For a row holding NaN the index is
+// unspecified but within [0, length] (length: no entry equals the row's maximum).
+Tensor argmax(Tensor x);
 // q: [B, Hq, Sq, D], k: [B, Hkv, Sk, D], v: [B, Hkv, Sk, Dv]; Hq a multiple of Hkv (grouped
 // heads); causal aligns the mask to the bottom right so Sq < Sk attends to a prefix.
 Tensor attention(Tensor q, Tensor k, Tensor v, bool causal, std::optional<double> scale = {});

@@ -10,6 +10,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <limits>
 #include <random>
 #include <set>
 #include <string>
@@ -242,6 +243,93 @@ TEST(Generator, SequencesAtTheirOwnPositionsEqualEachAlone) { sequences_at_their
 TEST(Generator, VulkanSequencesAtTheirOwnPositionsEqualEachAlone) {
   MEGANEURA_REQUIRE_VULKAN();
   sequences_at_their_own_positions(testing_vulkan::vulkan_options());
+}
+
+// argmax (a composition of max, equal, a weighted max and a cast) against a loop written here:
+// the first index on ties, negative and infinite values, a row of one; a row with NaN stays in range.
+void argmax_matches_a_loop(const SessionOptions& options) {
+  const int64_t rows = 6, n = 50000;  // a vocabulary's width: indices well above 2^15
+  std::vector<float> x(size_t(rows * n));
+  std::mt19937 rng(9);
+  std::normal_distribution<float> d(0, 3);
+  for (float& v : x) v = d(rng);
+  x[size_t(0 * n + 7)] = x[size_t(0 * n + 49999)] = 100;  // a tie: the first wins
+  std::fill_n(x.begin() + 1 * n, n, -5.0f);                // all equal: index 0
+  x[size_t(2 * n + n - 1)] = std::numeric_limits<float>::infinity();
+  std::fill_n(x.begin() + 3 * n, n, -std::numeric_limits<float>::infinity());
+  x[size_t(3 * n + 31337)] = -1e30f;
+  x[size_t(4 * n + 40000)] = std::numeric_limits<float>::quiet_NaN();
+  Graph g;
+  g.output("best", argmax(g.input("x", {2, 3, n})));
+  g.output("one", argmax(g.input("y", {4, 1})));
+  Session s(options);
+  s.add(g);
+  s.set("x", x);
+  s.set("y", std::vector<float>{3, -1, 0, 2});
+  s.run();
+  std::vector<int32_t> best(static_cast<size_t>(rows)), one(4);
+  s.read_raw("best", std::as_writable_bytes(std::span(best)));
+  s.read_raw("one", std::as_writable_bytes(std::span(one)));
+  for (int64_t r = 0; r < rows; ++r) {
+    const float* row = x.data() + r * n;
+    int32_t want = 0;
+    for (int32_t j = 1; j < int32_t(n); ++j)
+      if (row[j] > row[want]) want = j;
+    if (r == 4) {  // NaN: any index in [0, n], never outside
+      EXPECT_GE(best[size_t(r)], 0);
+      EXPECT_LE(best[size_t(r)], int32_t(n));
+      continue;
+    }
+    EXPECT_EQ(best[size_t(r)], want) << "row " << r;
+  }
+  EXPECT_EQ(best[0], 7);
+  EXPECT_EQ(best[3], 31337);
+  EXPECT_EQ(one, (std::vector<int32_t>{0, 0, 0, 0}));
+  EXPECT_THROW(argmax(g.input("big", {1, (int64_t(1) << 24) + 1})), std::invalid_argument);
+}
+
+TEST(Argmax, MatchesALoop) { argmax_matches_a_loop({}); }
+
+TEST(Argmax, VulkanMatchesALoop) {
+  MEGANEURA_REQUIRE_VULKAN();
+  argmax_matches_a_loop(testing_vulkan::vulkan_options());
+}
+
+// Greedy choices computed with the model (only the ids read back) equal the argmax of the
+// logits read back, step by step, for two sequences at their own positions.
+void greedy_on_the_device(const SessionOptions& options) {
+  const models::LlamaConfig c = small_config();
+  Generator a(c, {.batch = 2, .max_context = 48, .prefill_chunk = 8, .session = options});
+  Generator b(c, {.batch = 2, .max_context = 48, .prefill_chunk = 8, .session = options});
+  Session weights;
+  {
+    Graph g;
+    g.output("logits", models::build_llama(g, c, 1, 1));
+    weights.add(g);
+  }
+  draw_weights(weights, 7);
+  copy_weights(weights, a.session());
+  copy_weights(weights, b.session());
+  const std::vector<std::vector<int32_t>> prompts = {kPrompt, {9, 8, 7}};
+  std::vector<int32_t> on_device = a.greedy_each(prompts), read_back(2);
+  const std::vector<float>* logits = &b.feed_each(prompts);
+  std::set<int32_t> distinct;
+  for (int step = 0; step < 24; ++step) {
+    for (size_t i = 0; i < 2; ++i)
+      read_back[i] = argmax(std::span(*logits).subspan(i * size_t(c.vocab_size), size_t(c.vocab_size)));
+    ASSERT_EQ(on_device, read_back) << "step " << step;
+    distinct.insert(on_device.begin(), on_device.end());
+    on_device = a.feed_greedy(on_device);
+    logits = &b.feed(read_back);
+  }
+  EXPECT_GT(distinct.size(), 8u) << "the choices hardly vary";
+}
+
+TEST(Generator, GreedyOnTheDeviceEqualsTheArgmaxOfTheLogits) { greedy_on_the_device({}); }
+
+TEST(Generator, VulkanGreedyOnTheDeviceEqualsTheArgmaxOfTheLogits) {
+  MEGANEURA_REQUIRE_VULKAN();
+  greedy_on_the_device(testing_vulkan::vulkan_options());
 }
 
 TEST(Generator, ResetForgetsThePreviousSequence) {

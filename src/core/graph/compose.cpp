@@ -56,6 +56,19 @@ Tensor group_norm(Tensor x, int64_t groups, std::optional<Tensor> gamma, std::op
 
 Tensor swiglu(Tensor gate, Tensor up) { return silu(gate) * up; }
 
+// From primitives every backend has, so it runs where the logits are: the row's maximum, a mask
+// of the entries equal to it, each weighted by (n - index) so that the largest weight marks the
+// first of them, and n minus that weight. Indices are exact in f32 below 2^24.
+Tensor argmax(Tensor x) {
+  if (x.rank() < 1 || x.dim(-1) < 1 || x.dim(-1) > (int64_t(1) << 24)) {
+    throw std::invalid_argument("[argmax] needs a last axis of 1 to 2^24 entries, got " + shape_str(x.shape()));
+  }
+  const int64_t n = x.dim(-1);
+  Tensor weight = arange(*x.graph, n, double(n), -1.0, x.dtype());  // n, n - 1, ..., 1
+  Tensor first = max(equal(x, max(x, {-1}, true)) * weight, {-1});
+  return cast(affine(first, -1.0, double(n)), DType::i32);
+}
+
 // Score matrices of at least this many entries per head (256 KiB in f32) go through the tiled
 // attention op, whose memory does not grow with Sq x Sk; below it the composition (two
 // matmuls and a softmax) is small, runs on GEMMs and fuses on every backend.

@@ -29,7 +29,8 @@ Generator::Generator(models::LlamaConfig config, const GeneratorOptions& o)
       max_context_(context_of(config_, o)),
       session_(o.session),
       positions_(size_t(std::max<int64_t>(o.batch, 1)), 0),
-      logits_(size_t(std::max<int64_t>(o.batch, 1) * config_.vocab_size), 0.0f) {
+      logits_(size_t(std::max<int64_t>(o.batch, 1) * config_.vocab_size), 0.0f),
+      next_(size_t(std::max<int64_t>(o.batch, 1)), 0) {
   if (o.batch <= 0) throw std::invalid_argument("[generate] batch must be positive, got " + std::to_string(o.batch));
   if (o.prefill_chunk <= 0 || !std::has_single_bit(uint64_t(o.prefill_chunk))) {
     throw std::invalid_argument("[generate] prefill_chunk must be a power of two, got " +
@@ -38,8 +39,9 @@ Generator::Generator(models::LlamaConfig config, const GeneratorOptions& o)
   for (int64_t n = std::min<int64_t>(o.prefill_chunk, int64_t(std::bit_floor(uint64_t(max_context_)))); n >= 1;
        n /= 2) {
     Chunk c{n, 0, Graph{}};
-    c.graph.output("logits." + std::to_string(n),
-                   models::build_llama_cached(c.graph, config_, batch_, n, max_context_));
+    Tensor logits = models::build_llama_cached(c.graph, config_, batch_, n, max_context_);
+    c.graph.output("logits." + std::to_string(n), logits);
+    c.graph.output("argmax." + std::to_string(n), argmax(logits));
     c.program = session_.add(c.graph);
     chunks_.push_back(std::move(c));
   }
@@ -59,7 +61,7 @@ std::vector<std::pair<int64_t, size_t>> Generator::programs() const {
   return out;
 }
 
-const std::vector<float>& Generator::feed(std::span<const int32_t> ids) {
+std::vector<std::vector<int32_t>> Generator::split(std::span<const int32_t> ids) const {
   if (ids.empty() || int64_t(ids.size()) % batch_ != 0) {
     throw std::invalid_argument("[generate] feed takes " + std::to_string(batch_) +
                                 " rows of at least one token, got " + std::to_string(ids.size()) + " ids");
@@ -67,8 +69,12 @@ const std::vector<float>& Generator::feed(std::span<const int32_t> ids) {
   const size_t n = ids.size() / size_t(batch_);
   std::vector<std::vector<int32_t>> rows(static_cast<size_t>(batch_));
   for (size_t b = 0; b < rows.size(); ++b) rows[b].assign(ids.begin() + long(b * n), ids.begin() + long((b + 1) * n));
-  return feed_each(rows);
+  return rows;
 }
+
+const std::vector<float>& Generator::feed(std::span<const int32_t> ids) { return feed_each(split(ids)); }
+
+const std::vector<int32_t>& Generator::feed_greedy(std::span<const int32_t> ids) { return greedy_each(split(ids)); }
 
 void Generator::check(std::span<const std::vector<int32_t>> rows) const {
   if (int64_t(rows.size()) != batch_) {
@@ -92,6 +98,16 @@ void Generator::check(std::span<const std::vector<int32_t>> rows) const {
 }
 
 const std::vector<float>& Generator::feed_each(std::span<const std::vector<int32_t>> rows) {
+  feed_rows(rows, Read::logits);
+  return logits_;
+}
+
+const std::vector<int32_t>& Generator::greedy_each(std::span<const std::vector<int32_t>> rows) {
+  feed_rows(rows, Read::argmax);
+  return next_;
+}
+
+void Generator::feed_rows(std::span<const std::vector<int32_t>> rows, Read read) {
   check(rows);
   std::vector<int64_t> done(size_t(batch_), 0);
   while (true) {
@@ -99,12 +115,14 @@ const std::vector<float>& Generator::feed_each(std::span<const std::vector<int32
     int64_t n = INT64_MAX;
     for (size_t b = 0; b < rows.size(); ++b)
       if (done[b] < int64_t(rows[b].size())) n = std::min(n, int64_t(rows[b].size()) - done[b]);
-    if (n == INT64_MAX) return logits_;
-    run_chunk(*std::find_if(chunks_.begin(), chunks_.end(), [&](const Chunk& k) { return k.tokens <= n; }), rows, done);
+    if (n == INT64_MAX) return;
+    run_chunk(*std::find_if(chunks_.begin(), chunks_.end(), [&](const Chunk& k) { return k.tokens <= n; }), rows, done,
+              read);
   }
 }
 
-void Generator::run_chunk(const Chunk& c, std::span<const std::vector<int32_t>> rows, std::vector<int64_t>& done) {
+void Generator::run_chunk(const Chunk& c, std::span<const std::vector<int32_t>> rows, std::vector<int64_t>& done,
+                          Read read) {
   std::vector<int32_t> ids(size_t(batch_ * c.tokens), 0), at(size_t(batch_), -1);  // -1: sits it out
   std::vector<bool> takes(static_cast<size_t>(batch_));
   for (size_t b = 0; b < rows.size(); ++b) {
@@ -113,17 +131,26 @@ void Generator::run_chunk(const Chunk& c, std::span<const std::vector<int32_t>> 
     std::copy_n(rows[b].begin() + done[b], c.tokens, ids.begin() + int64_t(b) * c.tokens);
     at[b] = int32_t(positions_[b]);
   }
-  session_.set("input_ids." + std::to_string(c.tokens), std::span<const int32_t>(ids));
+  const std::string n = std::to_string(c.tokens);
+  session_.set("input_ids." + n, std::span<const int32_t>(ids));
   session_.set("position", std::span<const int32_t>(at));
   session_.run(c.program);
-  const std::vector<float> logits = session_.get("logits." + std::to_string(c.tokens));
+  std::vector<float> logits;
+  std::vector<int32_t> best(static_cast<size_t>(batch_));
+  if (read == Read::logits)
+    logits = session_.get("logits." + n);
+  else
+    session_.read_raw("argmax." + n, std::as_writable_bytes(std::span(best)));
   const size_t vocab = size_t(config_.vocab_size);
   for (size_t b = 0; b < rows.size(); ++b) {
     if (!takes[b]) continue;
     positions_[b] += c.tokens;
     done[b] += c.tokens;
-    if (done[b] == int64_t(rows[b].size()))
+    if (done[b] != int64_t(rows[b].size())) continue;
+    if (read == Read::logits)
       std::copy_n(logits.begin() + long(b * vocab), vocab, logits_.begin() + long(b * vocab));
+    else
+      next_[b] = best[b];
   }
 }
 
