@@ -128,6 +128,7 @@ int main(int argc, char** argv) {
       "\"smallest_top1_margin\": %.3g, \"device_argmax_tokens_equal\": %s, \"decode_step_ms\": %.3g, "
       "\"logits_readback_ms\": %.3g, \"decode_step_device_argmax_ms\": %.3g}\n",
       gen.session().device_name().c_str(), static_cast<long long>(c.num_hidden_layers),
-      static_cast<long long>(c.hidden_size), n, equal ? "true" : "false", distinct.size(), worst, scale, full.margin);
+      static_cast<long long>(c.hidden_size), n, equal ? "true" : "false", distinct.size(), worst, scale, full.margin,
+      on_device == cached.tokens ? "true" : "false", median(step_ms), median(read_ms), median(greedy_ms));
   return equal ? 0 : 1;
 }

@@ -56,20 +56,28 @@ Generation::Generation(Generator& generator, std::vector<int32_t> prompt, const 
       prompt_(std::move(prompt)),
       sampler_(sampling),
       stop_(checked_criteria(generator, prompt_, std::move(stop))),
-      history_(prompt_.begin(), prompt_.end()) {
+      history_(prompt_.begin(), prompt_.end()),
+      on_device_(sampling.temperature == 0 && sampling.repetition_penalty == 1) {
   if (tokenizer != nullptr) decoder_.emplace(*tokenizer);
+}
+
+const std::vector<float>& Generation::logits() const {
+  if (logits_ == nullptr) throw std::logic_error("[generate] no logits were read: call keep_logits() before step()");
+  return *logits_;
 }
 
 bool Generation::step() {
   if (finished_) return false;
   const Clock::time_point t0 = Clock::now();
-  if (fresh_.empty()) {
-    logits_ = &gen_.feed(prompt_);
+  const int32_t last = fresh_.empty() ? 0 : fresh_.back();
+  const std::span<const int32_t> ids = fresh_.empty() ? std::span<const int32_t>(prompt_) : std::span(&last, 1);
+  int next = 0;
+  if (on_device_) {
+    next = gen_.feed_greedy(ids)[0];
   } else {
-    const int32_t last = fresh_.back();
-    logits_ = &gen_.feed(std::span<const int32_t>(&last, 1));
+    logits_ = &gen_.feed(ids);
+    next = sampler_.sample(*logits_, history_);
   }
-  const int next = sampler_.sample(*logits_, history_);
   history_.push_back(next);
   fresh_.push_back(next);
   const std::string piece = decoder_ ? decoder_->push(next) : (fresh_.size() > 1 ? " " : "") + std::to_string(next);

@@ -56,8 +56,13 @@ class Generation {
   // stop checker has released; once finished, the whole text (cut before a stop string, with any unfinished character's
   // bytes as U+FFFD). Each value extends the previous one.
   std::string_view released() const;
-  // The logits the last new token was drawn from [vocab_size], until the next step.
-  const std::vector<float>& logits() const { return *logits_; }
+  // Greedy decoding without a repetition penalty takes each token as the model's argmax where
+  // the model runs (Generator::feed_greedy), reading back one id instead of the vocabulary row,
+  // unless logits are kept: call this before the first step to read them for logits().
+  void keep_logits() { on_device_ = false; }
+  // The logits the last new token was drawn from [vocab_size], until the next step; throws
+  // std::logic_error when the choice was made on the device (keep_logits).
+  const std::vector<float>& logits() const;
   const std::vector<int>& new_tokens() const { return fresh_; }
   size_t prompt_tokens() const { return prompt_.size(); }
   GenerationStats stats() const;
@@ -71,7 +76,8 @@ class Generation {
   std::optional<StreamDecoder> decoder_;
   std::vector<int> history_, fresh_;
   const std::vector<float>* logits_ = nullptr;
-  std::string text_;  // the final text, once finished
+  bool on_device_ = false;  // greedy choices by Generator::feed_greedy
+  std::string text_;        // the final text, once finished
   bool finished_ = false;
   Clock::duration prefill_{}, decode_{};  // time spent in step(), not the caller's between steps
 };

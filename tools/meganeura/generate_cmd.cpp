@@ -98,6 +98,7 @@ int run_generate(GenerateArgs a) {
                                 std::to_string(gen.max_context()));
   }
   text::Generation run(gen, prompt, a.sampling, a.stop, tok ? &*tok : nullptr);
+  if (!a.dump.empty()) run.keep_logits();
   if (a.random_weights)
     gen.initialise_weights();
   else
