@@ -224,8 +224,8 @@ CHILD = textwrap.dedent("""
     g = mn.generate(config=sys.argv[2], random_weights=True, prompt_ids=[1, 2, 3], max_new_tokens=0,
                     temperature=0.0, threads=1)
     next(g)
-    print("go", flush=True)
-    try:
+    try:  # before "go": the signal may be handled as soon as the print returns
+        print("go", flush=True)
         for _ in g:
             pass
         print("finished before the signal", flush=True)
