@@ -6,7 +6,8 @@
 #   demo  what building and running the command-line tools needs; the build leaves out the
 #         tests, benchmarks and Python module, and builds only the targets named (default: all)
 #   test  demo's packages plus the test suite's (GoogleTest, the Vulkan CPU driver and
-#         validation layers, MPI, Python with NumPy, PyTorch and pytest, clang-format)
+#         validation layers, MPI, Python with NumPy, PyTorch and pytest, clang-format, and
+#         libFuzzer's header for the fuzz targets' corpus replays)
 #   ci    test's packages plus the sanitized build's and the fuzzers' (clang-15, libFuzzer, LLVM)
 #   all   (the default) the same as ci
 set -euo pipefail
@@ -38,9 +39,11 @@ tests=(
   python3 python3-numpy python3-aiosmtpd python3-torch
   python3-dev pybind11-dev python3-pytest
   clang-format universal-ctags
+  # FuzzedDataProvider.h, which the fuzz targets' corpus replay tests include
+  libfuzzer-15-dev
 )
 # CI's extra stage: the sanitized build (clang) and the fuzzers.
-ci_extras=(clang-15 libfuzzer-15-dev llvm-15)
+ci_extras=(clang-15 llvm-15)
 
 case "$need" in
   demo)
