@@ -138,6 +138,11 @@ struct GatherAttrs {
   int64_t axis = 0, size = 0;
   bool operator==(const GatherAttrs&) const = default;
 };
+// top_k: the k largest entries of each row of the last axis.
+struct TopKAttrs {
+  int64_t k = 1;
+  bool operator==(const TopKAttrs&) const = default;
+};
 struct AttentionAttrs {
   bool causal = false;
   double scale = 1;
@@ -214,7 +219,7 @@ struct SoftmaxAttrs {
 using Attrs = std::variant<NoAttrs, AffineAttrs, CastAttrs, ClipAttrs, ReduceAttrs, AxisAttrs, MatmulAttrs, ConvAttrs,
                            PoolAttrs, ShapeAttrs, PermuteAttrs, SliceAttrs, PadAttrs, EmbeddingAttrs, OneHotAttrs,
                            RopeAttrs, MaskAttrs, ScheduleAttrs, BiasCorrectionAttrs, FusedAttrs, NormAttrs,
-                           SoftmaxAttrs, GatherAttrs, AttentionAttrs, CachedAttentionAttrs>;
+                           SoftmaxAttrs, GatherAttrs, AttentionAttrs, CachedAttentionAttrs, TopKAttrs>;
 
 // How a parameter or state is initialised before training.
 struct Init {
@@ -421,6 +426,17 @@ Tensor swiglu(Tensor gate, Tensor up);  // silu(gate) * up
 // removed: greedy decoding's choice, computed on the device. For a row holding NaN the index is
 // unspecified but within [0, length] (length: no entry equals the row's maximum).
 Tensor argmax(Tensor x);
+// The k largest entries along the last axis, largest first (ties: the lower index first, NaN
+// above every number), as values (x's dtype) and i32 indices, each of shape [..., k]; sampling's
+// candidates without reading the whole row back. Forward only (no gradient). 1 <= k <= 1024 and
+// k <= the last axis, which holds at most 2^24 entries.
+struct TopK {
+  Tensor values, indices;
+};
+TopK top_k(Tensor x, int64_t k);
+// The same packed in one tensor [..., 2k]: the k values, then the k indices as values of x's
+// dtype (exact: below 2^24). The op itself; top_k slices it.
+Tensor top_k_packed(Tensor x, int64_t k);
 // q: [B, Hq, Sq, D], k: [B, Hkv, Sk, D], v: [B, Hkv, Sk, Dv]; Hq a multiple of Hkv (grouped
 // heads); causal aligns the mask to the bottom right so Sq < Sk attends to a prefix.
 Tensor attention(Tensor q, Tensor k, Tensor v, bool causal, std::optional<double> scale = {});

@@ -208,6 +208,13 @@ void bind_indexing(py::module_& m) {
       },
       py::arg("logits"), py::arg("targets"), py::arg("ignore_index") = -100);
   m.def(
+      "top_k",
+      [](const PyTensor& x, int64_t k) {
+        TopK t = top_k(x.t, k);
+        return py::make_tuple(wrap(x.graph, t.values), wrap(x.graph, t.indices));
+      },
+      py::arg("x"), py::arg("k"));
+  m.def(
       "arange",
       [](const std::shared_ptr<Graph>& g, int64_t n, double start, double step, const py::object& dtype) {
         return wrap(g, arange(*g, n, start, step, to_dtype(dtype)));

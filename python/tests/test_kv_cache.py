@@ -40,3 +40,22 @@ def test_rope_at_is_rope_at_absolute_positions():
     padded = np.concatenate([np.zeros((2, 4, 8), np.float32), x], axis=1)  # x at positions 4..6
     want = evaluate(lambda g, x: mn.rope(x, theta=500.0), x=padded)[:, 4:]
     np.testing.assert_allclose(got, want, **LOOSE)
+
+
+def test_top_k_is_the_largest_entries_largest_first():
+    x = rand(3, 500)
+    x[1, 7] = x[1, 400] = x[1].max() + 1  # a tie: the lower index first
+    x[2, 11] = -0.0
+    x[2, 12] = 0.0
+    x[2] = np.where(np.arange(500) >= 13, -5.0, x[2])  # -0 and +0 among the top: one value
+    g = mn.Graph()
+    values, indices = mn.top_k(g.input("x", x.shape), 6)
+    g.output("v", values)
+    g.output("i", indices)
+    got = mn.compile(g, "cpu").run({"x": x})
+    want = np.array([sorted(range(500), key=lambda j: (-float(r[j]), j))[:6] for r in x])  # stable: ties by index
+    np.testing.assert_array_equal(got["i"], want)
+    assert got["i"].dtype == np.int32
+    np.testing.assert_array_equal(got["v"], np.take_along_axis(x, want, axis=1))
+    with pytest.raises(ValueError, match=r"\[top_k\] k must be in \[1, min\(1024, 500\)\], got 501"):
+        mn.top_k(g.input("y", x.shape), 501)

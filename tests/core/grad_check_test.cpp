@@ -143,7 +143,7 @@ TEST(GradCheck, EveryOpIsCovered) {
     switch (info.grad) {
       case GradKind::leaf: status = "leaf (no check needed)"; break;
       case GradKind::fused: status = "created after autodiff: core_passes_test"; break;
-      case GradKind::forward_only: status = "inference only, autodiff refuses: core_kv_cache_test"; break;
+      case GradKind::forward_only: status = "inference only, autodiff refuses: forward cases"; break;
       case GradKind::backward_only:
         status = covered.count(info.checked_by) ? "via " + std::string(op_name(info.checked_by)) : "MISSING";
         break;

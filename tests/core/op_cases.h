@@ -458,6 +458,8 @@ inline std::vector<Case> cases() {
   fwd("softmax_scaled/causal", Op::softmax_scaled, [](G& g) {
     return softmax(causal_mask(P(g, "x", {2, 3, 5}) * 0.5, -1e9), -1);
   });
+  // top_k: inference only; rows longer than a workgroup, values apart (no ties to order).
+  fwd("top_k", Op::top_k, [](G& g) { return top_k_packed(P(g, "x", {3, 300}), 7); });
   fwd("softmax_scaled/long_rows", Op::softmax_scaled, [](G& g) { return softmax(P(g, "x", {2, 300}) * 0.7, -1); });
   // Many short rows (>= 64 rows of <= 256): one invocation per row instead of a workgroup.
   fwd("norm/rms_many_rows", Op::norm, [](G& g) { return rms_norm(P(g, "x", {80, 16}), P(g, "g", {16})); });

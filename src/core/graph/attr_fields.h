@@ -144,6 +144,10 @@ constexpr auto fields<GatherAttrs>() {
   return std::tuple{MEGANEURA_FIELD(axis), MEGANEURA_FIELD(size)};
 }
 template <>
+constexpr auto fields<TopKAttrs>() {
+  return std::tuple{MEGANEURA_FIELD(k)};
+}
+template <>
 constexpr auto fields<AttentionAttrs>() {
   return std::tuple{MEGANEURA_FIELD(causal), MEGANEURA_SHAPE_FIELD(k), MEGANEURA_SHAPE_FIELD(q), MEGANEURA_FIELD(scale),
                     MEGANEURA_SHAPE_FIELD(v)};

@@ -153,6 +153,11 @@ void index_launch(PushConstants& p, const Operands& o) {
     p.set(push::kIndexWidth, u32(inner, "width"));
     p.set(push::kIndexCount, u32(numel(o.in(1)), "indices"));
     p.set(push::kIndexAxis, u32(a.size, "axis size"));
+  } else if (d.op == Op::top_k) {
+    const int64_t len = o.in(0).back();
+    p.set(push::kIndexRows, u32(numel(o.in(0)) / len, "rows"));
+    p.set(push::kIndexWidth, u32(len, "row length"));
+    p.set(push::kIndexCount, u32(std::get<TopKAttrs>(d.attrs).k, "k"));
   } else {  // softmax_cross_entropy and its backward
     p.set(push::kIndexRows, u32(o.in(0).at(0), "rows"));
     p.set(push::kIndexWidth, u32(o.in(0).at(1), "classes"));

@@ -76,7 +76,7 @@ constexpr size_t kConcatMaxInputs = 29;
 // embedding (+ backward): table rows, row width, id count. one_hot: width = classes, count =
 // ids. gather (+ backward): rows = elements before the axis, width = elements after it,
 // count = indices, kIndexAxis = the gathered axis' size. Cross-entropy (+ backward): rows,
-// width = classes.
+// width = classes. top_k: rows, width = row length, count = k.
 constexpr size_t kIndexRows = 0, kIndexWidth = 1, kIndexCount = 2, kIndexAxis = 3;
 // rope: rows (all but the last dimension), row length (head dim) and positions per sequence;
 // causal_mask: rows, keys per row (sk) and query positions (sq).

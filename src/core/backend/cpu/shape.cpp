@@ -164,8 +164,8 @@ void index(const Dispatch& d, const KernelLaunch& l, const std::vector<Arg>& in,
     }
     return;
   }
-  if (d.op == Op::where || d.op == Op::gather || d.op == Op::gather_backward || d.op == Op::softmax_cross_entropy ||
-      d.op == Op::softmax_cross_entropy_backward)
+  if (d.op == Op::where || d.op == Op::top_k || d.op == Op::gather || d.op == Op::gather_backward ||
+      d.op == Op::softmax_cross_entropy || d.op == Op::softmax_cross_entropy_backward)
     return workload_index<T>(d, l, in, out);
   kernel_error(d.op, "not an index op");
 }

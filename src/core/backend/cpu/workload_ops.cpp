@@ -4,6 +4,8 @@
 #include <cmath>
 #include <cstring>
 #include <limits>
+#include <numeric>
+#include <vector>
 
 #include "backend/cpu/kernels.h"
 #include "backend/cpu/parallel.h"
@@ -124,11 +126,39 @@ void cross_entropy_kernel(const Dispatch& d, const KernelLaunch& l, const std::v
   });
 }
 
+// Each row's k largest entries, largest first: NaN above every number, equal values (-0 and +0
+// among them) by the lower index; then their indices as values of T.
+template <class T>
+void top_k_kernel(const KernelLaunch& l, const std::vector<Arg>& in, const Arg& out) {
+  const int64_t rows = l.push.get(push::kIndexRows), n = l.push.get(push::kIndexWidth),
+                k = l.push.get(push::kIndexCount);
+  const T* x = in[0].as<T>();
+  T* y = out.as<T>();
+  parallel_for(rows, rows * n > kParallelMin ? 1 : INT64_MAX, [&](int64_t lo, int64_t hi) {
+    std::vector<int32_t> order(static_cast<size_t>(n));
+    for (int64_t r = lo; r < hi; ++r) {
+      const T* xr = x + r * n;
+      auto before = [xr](int32_t i, int32_t j) {
+        const T a = xr[i], b = xr[j];
+        if (std::isnan(a) || std::isnan(b)) return std::isnan(a) && (!std::isnan(b) || i < j);
+        return a != b ? a > b : i < j;
+      };
+      std::iota(order.begin(), order.end(), 0);
+      std::partial_sort(order.begin(), order.begin() + k, order.end(), before);
+      for (int64_t j = 0; j < k; ++j) {
+        y[r * 2 * k + j] = xr[order[size_t(j)]];
+        y[r * 2 * k + k + j] = T(order[size_t(j)]);
+      }
+    }
+  });
+}
+
 }  // namespace
 
 template <class T>
 void workload_index(const Dispatch& d, const KernelLaunch& l, const std::vector<Arg>& in, const Arg& out) {
   if (d.op == Op::where) return where_kernel<T>(l, in, out);
+  if (d.op == Op::top_k) return top_k_kernel<T>(l, in, out);
   if (d.op == Op::gather || d.op == Op::gather_backward) return gather_kernel<T>(d, l, in, out);
   if (d.op == Op::softmax_cross_entropy || d.op == Op::softmax_cross_entropy_backward)
     return cross_entropy_kernel<T>(d, l, in, out);

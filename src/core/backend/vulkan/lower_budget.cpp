@@ -42,6 +42,7 @@ uint64_t primitive_loop_bound(const Launch& l) {
     case Kernel::matmul_fused:
     case Kernel::matmul_reference:
     case Kernel::kv_cache:  // lower_kv_cache.cpp plans them
+    case Kernel::top_k:     // lower_gradients.cpp
     case Kernel::conv:
     case Kernel::count_: return Launch::kUnplanned;
   }
@@ -63,6 +64,7 @@ uint64_t shared_memory_bytes(const Launch& l) {
     case Kernel::conv: return 4 * kFloat * 2 * l.spec[11] * (l.spec[9] / 4 + 1 + l.spec[10] / 4 + 1);
     case Kernel::matmul_reference: return kFloat * l.spec[3] * (l.spec[1] + l.spec[2]);  // as_[BK * BM], bs_[BK * BN]
     case Kernel::attention: return kFloat * l.spec[4];                                   // smem[SMEM]
+    case Kernel::top_k: return kFloat * (256 + 2 * 1024 + 256 + 4);  // bins, candidates, chunk counts, four words
     case Kernel::pointwise:
     case Kernel::movement:
     case Kernel::index:

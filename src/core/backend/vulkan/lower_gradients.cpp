@@ -169,11 +169,30 @@ void cross_entropy(const Context& c, const Dispatch& d, const KernelLaunch& k, L
   }
 }
 
+// top_k (top_k.comp): a workgroup per row. Per invocation: four radix passes over its strided
+// share of the row (each after clearing the bins, invocation 0 then walking them), the pass
+// gathering the entries above the threshold, two over its contiguous chunk for the equal ones,
+// invocation 0's prefix over the chunks, and its candidates' places among the k.
+void top_k(const Context& c, const KernelLaunch& k, Launch l, std::vector<Launch>& out) {
+  constexpr uint32_t kMaxGroup = 256, kBins = 256, kRadixPasses = 4;
+  const uint32_t rows = k.push.get(push::kIndexRows), n = k.push.get(push::kIndexWidth),
+                 count = k.push.get(push::kIndexCount);
+  const uint32_t wg = std::min(c.dc.row_workgroup, kMaxGroup);
+  l.kernel = Kernel::top_k;
+  l.spec = {wg};
+  const uint64_t share = strided(n, wg), chunk = loop(ceil_div(n, wg));
+  l.loop_iterations = kRadixPasses * (strided(kBins, wg) + share + loop(kBins)) + share + 2 * chunk + loop(wg) +
+                      nest(ceil_div(count, wg), loop(count));
+  grid(l, rows, c.dc);
+  out.push_back(std::move(l));
+}
+
 }  // namespace
 
 void lower_workload(const Context& c, const Dispatch& d, const KernelLaunch& k, Launch l, std::vector<Launch>& out) {
   wide_operands(d, k, l, 3);
   if (d.op == Op::gather_backward) return scatter_add(c, d, k, std::move(l), out);
+  if (d.op == Op::top_k) return top_k(c, k, std::move(l), out);
   if (d.op == Op::softmax_cross_entropy || d.op == Op::softmax_cross_entropy_backward) {
     return cross_entropy(c, d, k, std::move(l), out);
   }

@@ -66,6 +66,9 @@ const uint32_t kMatmulReference[] = {
 const uint32_t kKvCache[] = {
 #include "kv_cache.spv.inc"
 };
+const uint32_t kTopK[] = {
+#include "top_k.spv.inc"
+};
 // As glslc wrote it.
 std::span<const uint32_t> glslc_spirv(Kernel k) {
   switch (k) {
@@ -88,6 +91,7 @@ std::span<const uint32_t> glslc_spirv(Kernel k) {
     case Kernel::matmul_fused: return kMatmulFused;
     case Kernel::matmul_reference: return kMatmulReference;
     case Kernel::kv_cache: return kKvCache;
+    case Kernel::top_k: return kTopK;
     case Kernel::count_: break;
   }
   return {};
@@ -102,7 +106,7 @@ const char* kernel_name(Kernel k) {
                                 "fused",          "rows",          "attention",
                                 "workload",       "rows_subgroup", "reduce_subgroup",
                                 "attention_rows", "matmul_fused",  "matmul_reference",
-                                "kv_cache"};
+                                "kv_cache",       "top_k"};
   static_assert(sizeof(names) / sizeof(names[0]) == kKernelCount);
   return names[size_t(k)];
 }
