@@ -23,7 +23,19 @@ struct GeneratorOptions {
   int64_t batch = 1;            // sequences decoded together, each at its own position
   int64_t max_context = 0;      // cache positions; 0: min(max_position_embeddings, 2048)
   int64_t prefill_chunk = 128;  // the longest prompt chunk one run takes (a power of two)
+  // > 0: the programs also find each sequence's top_k + 1 largest next-token logits where the
+  // model runs (feed_top_k), for top-k sampling without reading the vocabulary rows back; one
+  // more than top_k tells whether the k-th value is tied. At most 1023.
+  int64_t top_k = 0;
   SessionOptions session;
+};
+
+// Each sequence's top_k + 1 largest next-token logits, largest first (the lower id first on
+// ties, NaN above every number), and their ids: [batch, top_k + 1] each, row-major.
+struct TopCandidates {
+  int64_t count = 0;  // per sequence: top_k + 1
+  std::vector<float> logits;
+  std::vector<int32_t> ids;
 };
 
 class Generator {
@@ -52,6 +64,14 @@ class Generator {
   // vocabulary rows (logits() is not updated).
   const std::vector<int32_t>& feed_greedy(std::span<const int32_t> ids);
   const std::vector<int32_t>& greedy_each(std::span<const std::vector<int32_t>> rows);
+  // The same, returning each sequence's top candidates (GeneratorOptions::top_k > 0, else
+  // std::logic_error); logits() is not updated, but read_logits() reads the full rows after.
+  const TopCandidates& feed_top_k(std::span<const int32_t> ids);
+  const TopCandidates& top_k_each(std::span<const std::vector<int32_t>> rows);
+  // After feed_greedy or feed_top_k: reads back the logits of the sequences the last run
+  // finished (a sampler's fall-back when the candidates do not decide) and returns logits().
+  const std::vector<float>& read_logits();
+  int64_t top_k() const { return top_k_; }
   // Forgets the sequences, or one: the next feed starts it at position 0 (the cache rows beyond
   // a sequence's position are never read, so nothing of a previous sequence is seen).
   void reset() { std::fill(positions_.begin(), positions_.end(), 0); }
@@ -76,18 +96,21 @@ class Generator {
     Graph graph;
   };
   void check(std::span<const std::vector<int32_t>> rows) const;
-  enum class Read { logits, argmax };  // what a run reads back
+  enum class Read { logits, argmax, top_k };  // what a run reads back
   std::vector<std::vector<int32_t>> split(std::span<const int32_t> ids) const;
   void feed_rows(std::span<const std::vector<int32_t>> rows, Read read);
   void run_chunk(const Chunk& c, std::span<const std::vector<int32_t>> rows, std::vector<int64_t>& done, Read read);
 
   models::LlamaConfig config_;
-  int64_t batch_, max_context_;
+  int64_t batch_, max_context_, top_k_;
   Session session_;
   std::vector<Chunk> chunks_;       // longest first
   std::vector<int64_t> positions_;  // per sequence
   std::vector<float> logits_;
   std::vector<int32_t> next_;  // per sequence: the argmax of its logits, when read
+  TopCandidates top_;          // per sequence: its top candidates, when read
+  int64_t last_tokens_ = 0;    // the last run's chunk, and the sequences whose rows it finished
+  std::vector<bool> last_finished_;
 };
 
 // The built-in character transformer (models::chargpt_cached) generating text of any length

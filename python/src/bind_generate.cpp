@@ -71,9 +71,11 @@ GenerationPtr start(GenerateArgs a) {
   text::validate(a.sampling);
   if (!a.ignore_eos)
     for (int id : text::read_eos_token_ids(a.config)) a.stop.stop_token_ids.push_back(id);
-  g->generator = std::make_unique<Generator>(config, GeneratorOptions{.max_context = a.max_context,
-                                                                      .prefill_chunk = a.prefill_chunk,
-                                                                      .session = session_options(a.device)});
+  g->generator =
+      std::make_unique<Generator>(config, GeneratorOptions{.max_context = a.max_context,
+                                                           .prefill_chunk = a.prefill_chunk,
+                                                           .top_k = text::device_top_k(a.sampling, config.vocab_size),
+                                                           .session = session_options(a.device)});
   g->run = std::make_unique<text::Generation>(*g->generator, std::move(prompt), a.sampling, std::move(a.stop),
                                               g->tokenizer ? &*g->tokenizer : nullptr);
   if (a.weights)

@@ -57,7 +57,9 @@ Generation::Generation(Generator& generator, std::vector<int32_t> prompt, const 
       sampler_(sampling),
       stop_(checked_criteria(generator, prompt_, std::move(stop))),
       history_(prompt_.begin(), prompt_.end()),
-      on_device_(sampling.temperature == 0 && sampling.repetition_penalty == 1) {
+      on_device_(sampling.temperature == 0 && sampling.repetition_penalty == 1),
+      top_k_on_device_(sampling.temperature > 0 && sampling.repetition_penalty == 1 && sampling.top_k > 0 &&
+                       generator.top_k() == sampling.top_k) {
   if (tokenizer != nullptr) decoder_.emplace(*tokenizer);
 }
 
@@ -74,6 +76,17 @@ bool Generation::step() {
   int next = 0;
   if (on_device_) {
     next = gen_.feed_greedy(ids)[0];
+  } else if (top_k_on_device_) {
+    const TopCandidates& top = gen_.feed_top_k(ids);
+    logits_ = nullptr;
+    const std::optional<int> drawn = sampler_.sample_top(top.logits, top.ids);
+    if (drawn) {
+      ++top_k_decided_;
+      next = *drawn;
+    } else {  // a tie at the k-th value: the full row decides
+      logits_ = &gen_.read_logits();
+      next = sampler_.sample(*logits_, history_);
+    }
   } else {
     logits_ = &gen_.feed(ids);
     next = sampler_.sample(*logits_, history_);

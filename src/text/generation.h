@@ -30,6 +30,14 @@ inline constexpr int kGenerateMaxNewTokens = 128;
 // file (or a directory holding config.json) is read leniently: read_llama_config checks it.
 std::vector<int> read_eos_token_ids(const std::filesystem::path& config);
 
+// The GeneratorOptions::top_k under which a Generation with these sampling options draws
+// from the device's top candidates (top-k sampling, no repetition penalty, k below 1024 and
+// the vocabulary), else 0.
+inline int64_t device_top_k(const SamplingOptions& s, int64_t vocab_size) {
+  const bool fits = s.top_k > 0 && s.top_k < 1024 && s.top_k < vocab_size;
+  return s.temperature > 0 && s.repetition_penalty == 1 && fits ? s.top_k : 0;
+}
+
 // Speeds of a finished (or stopped) generation, as `meganeura generate --json` reports them.
 struct GenerationStats {
   double ttft_ms = 0;                    // the prompt's run and the first draw
@@ -59,7 +67,13 @@ class Generation {
   // Greedy decoding without a repetition penalty takes each token as the model's argmax where
   // the model runs (Generator::feed_greedy), reading back one id instead of the vocabulary row,
   // unless logits are kept: call this before the first step to read them for logits().
-  void keep_logits() { on_device_ = false; }
+  // Top-k sampling without a repetition penalty, on a generator built with the same top_k
+  // (GeneratorOptions::top_k), draws from the top_k + 1 candidates found where the model runs
+  // (Generator::feed_top_k), reading the full row only when the k-th value is tied: the same
+  // tokens as from the full rows. keep_logits() turns both off.
+  void keep_logits() { on_device_ = top_k_on_device_ = false; }
+  // The tokens drawn from the device's candidates alone.
+  int64_t top_k_decided() const { return top_k_decided_; }
   // The logits the last new token was drawn from [vocab_size], until the next step; throws
   // std::logic_error when the choice was made on the device (keep_logits).
   const std::vector<float>& logits() const;
@@ -76,8 +90,10 @@ class Generation {
   std::optional<StreamDecoder> decoder_;
   std::vector<int> history_, fresh_;
   const std::vector<float>* logits_ = nullptr;
-  bool on_device_ = false;  // greedy choices by Generator::feed_greedy
-  std::string text_;        // the final text, once finished
+  bool on_device_ = false;        // greedy choices by Generator::feed_greedy
+  bool top_k_on_device_ = false;  // top-k candidates by Generator::feed_top_k
+  int64_t top_k_decided_ = 0;
+  std::string text_;  // the final text, once finished
   bool finished_ = false;
   Clock::duration prefill_{}, decode_{};  // time spent in step(), not the caller's between steps
 };

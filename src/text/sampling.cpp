@@ -44,6 +44,43 @@ std::vector<double> softmax(const std::vector<double>& x, const std::vector<bool
   return p;
 }
 
+// The distribution over the kept entries, then top-p and min-p (idx: x's order, largest first).
+std::vector<double> nucleus(const std::vector<double>& x, std::vector<bool>& keep, const std::vector<size_t>& idx,
+                            const SamplingOptions& o) {
+  std::vector<double> p = softmax(x, keep);
+  if (o.top_p < 1) {
+    // Keep the most probable tokens until the cumulative probability reaches top_p.
+    double cum = 0;
+    size_t r = 0;
+    for (; r < idx.size(); ++r) {
+      cum += p[idx[r]];
+      if (cum >= o.top_p) break;
+    }
+    for (size_t s = r + 1; s < idx.size(); ++s) keep[idx[s]] = false;
+    p = softmax(x, keep);
+  }
+  if (o.min_p > 0) {
+    const double floor = o.min_p * p[idx[0]];
+    for (size_t i = 0; i < x.size(); ++i)
+      if (p[i] < floor) keep[i] = false;
+    p = softmax(x, keep);
+  }
+  return p;
+}
+
+// The entry of p (in its order) a uniform draw u in [0, 1) falls on.
+size_t draw(const std::vector<double>& p, double u) {
+  double cum = 0;
+  size_t last = 0;
+  for (size_t i = 0; i < p.size(); ++i) {
+    if (p[i] <= 0) continue;
+    last = i;
+    cum += p[i];
+    if (u < cum) return last;
+  }
+  return last;
+}
+
 }  // namespace
 
 void validate(const SamplingOptions& o) {
@@ -86,40 +123,38 @@ std::vector<double> Sampler::probabilities(std::span<const float> logits, std::s
   if (options_.top_k > 0) k = std::min(k, static_cast<size_t>(options_.top_k));
   // Ties at the k-th value are kept, as HF's `logits < topk.values[-1]` test does.
   for (size_t r = 0; r < x.size(); ++r) keep[idx[r]] = r < k || x[idx[r]] == x[idx[k - 1]];
-  std::vector<double> p = softmax(x, keep);
-  if (options_.top_p < 1) {
-    // Keep the most probable tokens until the cumulative probability reaches top_p.
-    double cum = 0;
-    size_t r = 0;
-    for (; r < idx.size(); ++r) {
-      cum += p[idx[r]];
-      if (cum >= options_.top_p) break;
-    }
-    for (size_t s = r + 1; s < idx.size(); ++s) keep[idx[s]] = false;
-    p = softmax(x, keep);
-  }
-  if (options_.min_p > 0) {
-    const double floor = options_.min_p * p[idx[0]];
-    for (size_t i = 0; i < x.size(); ++i)
-      if (p[i] < floor) keep[i] = false;
-    p = softmax(x, keep);
-  }
-  return p;
+  return nucleus(x, keep, idx, options_);
 }
+
+double Sampler::uniform() { return static_cast<double>(rng_() >> 11) * 0x1.0p-53; }  // the top 53 bits
 
 int Sampler::sample(std::span<const float> logits, std::span<const int> previous) {
   const std::vector<double> p = probabilities(logits, previous);
-  // A uniform in [0, 1) from the top 53 bits: the same on every platform.
-  const double u = static_cast<double>(rng_() >> 11) * 0x1.0p-53;
-  double cum = 0;
-  int last = -1;
-  for (size_t i = 0; i < p.size(); ++i) {
-    if (p[i] <= 0) continue;
-    last = static_cast<int>(i);
-    cum += p[i];
-    if (u < cum) return last;
+  return static_cast<int>(draw(p, uniform()));
+}
+
+std::optional<int> Sampler::sample_top(std::span<const float> logits, std::span<const int32_t> ids) {
+  if (logits.empty() || logits.size() != ids.size()) {
+    throw std::invalid_argument("sampling: " + std::to_string(logits.size()) + " candidate logits for " +
+                                std::to_string(ids.size()) + " ids");
   }
-  return last;
+  // NaN comes first, the lowest such id first: the entry probabilities() names.
+  if (std::isnan(logits[0])) throw std::invalid_argument("sampling: logits[" + std::to_string(ids[0]) + "] is NaN");
+  if (!(logits[0] > -INFINITY)) throw std::invalid_argument("sampling: every logit is -inf");
+  if (options_.repetition_penalty != 1) return std::nullopt;
+  if (options_.temperature == 0) return ids[0];
+  const size_t k = static_cast<size_t>(options_.top_k);
+  const double t = options_.temperature;
+  if (k == 0 || k >= logits.size() || double(logits[k - 1]) / t == double(logits[k]) / t) return std::nullopt;
+  // The k kept candidates in vocabulary order, as probabilities() walks the row.
+  std::vector<size_t> by_id(k);
+  std::iota(by_id.begin(), by_id.end(), size_t{0});
+  std::sort(by_id.begin(), by_id.end(), [&](size_t a, size_t b) { return ids[a] < ids[b]; });
+  std::vector<double> x(k);
+  for (size_t j = 0; j < k; ++j) x[j] = double(logits[by_id[j]]) / t;
+  std::vector<bool> keep(k, true);
+  const std::vector<double> p = nucleus(x, keep, order(x), options_);
+  return ids[by_id[draw(p, uniform())]];
 }
 
 StopChecker::StopChecker(StopCriteria criteria) : criteria_(std::move(criteria)) {

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <random>
 #include <span>
 #include <string>
@@ -34,10 +35,18 @@ class Sampler {
   std::vector<double> probabilities(std::span<const float> logits, std::span<const int> previous) const;
   // The next token id.
   int sample(std::span<const float> logits, std::span<const int> previous);
+  // The next token id from a row of top candidates (Generator::feed_top_k: the largest logits,
+  // largest first, the lower id first on ties, NaN first, and their ids): the same token, from
+  // the same draw, as sample() over the full row, where the candidates decide it: greedy, or
+  // top_k in [1, candidates - 1] with the top_k-th value not tied with the next one, and no
+  // repetition penalty. Otherwise nullopt, drawing nothing: call sample() with the full row.
+  // Throws as sample() does on NaN (the candidates show it first) or all -inf logits.
+  std::optional<int> sample_top(std::span<const float> logits, std::span<const int32_t> ids);
 
   const SamplingOptions& options() const { return options_; }
 
  private:
+  double uniform();  // in [0, 1), the same on every platform
   SamplingOptions options_;
   std::mt19937_64 rng_;
 };

@@ -10,7 +10,9 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <cstring>
 #include <limits>
+#include <numeric>
 #include <random>
 #include <set>
 #include <string>
@@ -330,6 +332,116 @@ TEST(Generator, GreedyOnTheDeviceEqualsTheArgmaxOfTheLogits) { greedy_on_the_dev
 TEST(Generator, VulkanGreedyOnTheDeviceEqualsTheArgmaxOfTheLogits) {
   MEGANEURA_REQUIRE_VULKAN();
   greedy_on_the_device(testing_vulkan::vulkan_options());
+}
+
+// A row's top k as the op defines it, written here with a stable sort: NaN first, then by
+// value, the lower index first among equals (-0 and +0 equal).
+std::vector<int32_t> top_by_sort(const float* row, int64_t n, int64_t k) {
+  std::vector<int32_t> idx(static_cast<size_t>(n));
+  std::iota(idx.begin(), idx.end(), 0);
+  std::stable_sort(idx.begin(), idx.end(), [&](int32_t a, int32_t b) {
+    const float x = row[a], y = row[b];
+    return std::isnan(x) ? !std::isnan(y) : !std::isnan(y) && x > y;
+  });
+  idx.resize(static_cast<size_t>(k));
+  return idx;
+}
+
+void top_k_matches_a_sort(const SessionOptions& options) {
+  const int64_t rows = 6, n = 50000;  // a vocabulary's width
+  std::vector<float> x(size_t(rows * n));
+  std::mt19937 rng(11);
+  std::normal_distribution<float> d(0, 3);
+  for (float& v : x) v = d(rng);
+  const float inf = std::numeric_limits<float>::infinity(), nan = std::numeric_limits<float>::quiet_NaN();
+  for (int64_t j = 0; j < n; j += 97) x[size_t(n + j)] = 9.5f;  // row 1: 516 ties at the top, cut by index
+  std::fill_n(x.begin() + 2 * n, n, -5.0f);                     // row 2: all equal but a few
+  x[size_t(2 * n + 7)] = -0.0f, x[size_t(2 * n + 3)] = 0.0f, x[size_t(2 * n + n - 1)] = inf;
+  for (int64_t j = 0; j < n; ++j) x[size_t(3 * n + j)] = j % 3 ? -inf : float(j % 1000) * 0.5f;  // row 3: -inf
+  x[size_t(4 * n + 40000)] = x[size_t(4 * n + 12)] = nan;  // row 4: NaN first, the lower index first
+  x[size_t(5 * n + 49999)] = 1e30f;
+  Graph g;
+  Tensor in = g.input("x", {2, 3, n});
+  const int64_t ks[] = {1, 50, 1024};
+  for (int64_t k : ks) {
+    TopK t = top_k(in, k);
+    g.output("v" + std::to_string(k), t.values);
+    g.output("i" + std::to_string(k), t.indices);
+  }
+  g.output("small", top_k(g.input("y", {4, 1}), 1).indices);
+  Session s(options);
+  s.add(g);
+  s.set("x", x);
+  s.set("y", std::vector<float>{3, -1, 0, 2});
+  s.run();
+  for (int64_t k : ks) {
+    const std::vector<float> values = s.get("v" + std::to_string(k));
+    std::vector<int32_t> ids(size_t(rows * k));
+    s.read_raw("i" + std::to_string(k), std::as_writable_bytes(std::span(ids)));
+    for (int64_t r = 0; r < rows; ++r) {
+      const std::vector<int32_t> want = top_by_sort(x.data() + r * n, n, k);
+      ASSERT_EQ(std::vector<int32_t>(ids.begin() + r * k, ids.begin() + (r + 1) * k), want) << "row " << r << " k " << k;
+      for (int64_t j = 0; j < k; ++j) {
+        const float got = values[size_t(r * k + j)], w = x[size_t(r * n + want[size_t(j)])];
+        ASSERT_TRUE(std::isnan(w) ? std::isnan(got) : std::memcmp(&got, &w, 4) == 0) << "row " << r << " #" << j;
+      }
+    }
+  }
+  std::vector<int32_t> small(4);
+  s.read_raw("small", std::as_writable_bytes(std::span(small)));
+  EXPECT_EQ(small, (std::vector<int32_t>{0, 0, 0, 0}));
+  EXPECT_THROW(top_k(in, 0), std::invalid_argument);
+  EXPECT_THROW(top_k(in, 1025), std::invalid_argument);
+  EXPECT_THROW(top_k(g.input("z", {2, 5}), 6), std::invalid_argument);
+  EXPECT_THROW(top_k(g.input("ids", {2, 5}, DType::i32), 1), std::invalid_argument);
+}
+
+TEST(TopK, MatchesASort) { top_k_matches_a_sort({}); }
+
+TEST(TopK, VulkanMatchesASort) {
+  MEGANEURA_REQUIRE_VULKAN();
+  top_k_matches_a_sort(testing_vulkan::vulkan_options());
+}
+
+// The top candidates found with the model (only top_k + 1 logits and ids read back per
+// sequence) are the largest of the logits read back, and read_logits() reads those logits
+// after the fact, for two sequences at their own positions.
+void top_k_on_the_device(const SessionOptions& options) {
+  const models::LlamaConfig c = small_config();
+  const int64_t k = 8;
+  Generator a(c, {.batch = 2, .max_context = 48, .prefill_chunk = 8, .top_k = k, .session = options});
+  Generator b(c, {.batch = 2, .max_context = 48, .prefill_chunk = 8, .session = options});
+  draw_weights(a.session(), 7);
+  copy_weights(a.session(), b.session());
+  EXPECT_THROW(b.feed_top_k(std::vector<int32_t>{1, 2}), std::logic_error);
+  std::vector<std::vector<int32_t>> rows = {kPrompt, {9, 8, 7}};
+  for (int step = 0; step < 12; ++step) {
+    const TopCandidates& top = a.top_k_each(rows);
+    const std::vector<float>& logits = b.feed_each(rows);
+    ASSERT_EQ(top.count, k + 1);
+    for (size_t i = 0; i < 2; ++i) {
+      const float* row = logits.data() + i * size_t(c.vocab_size);
+      const std::vector<int32_t> want = top_by_sort(row, c.vocab_size, k + 1);
+      ASSERT_EQ(std::vector<int32_t>(top.ids.begin() + long(i) * (k + 1), top.ids.begin() + long(i + 1) * (k + 1)),
+                want)
+          << "step " << step << " sequence " << i;
+      for (int64_t j = 0; j < k + 1; ++j) ASSERT_EQ(top.logits[i * size_t(k + 1) + size_t(j)], row[want[size_t(j)]]);
+    }
+    // The sequences the last run finished: after the prompts (11 and 3 tokens) only the first.
+    const std::vector<float>& again = a.read_logits();
+    const long n = (step == 0 ? 1 : 2) * long(c.vocab_size);
+    ASSERT_EQ(std::vector<float>(again.begin(), again.begin() + n), std::vector<float>(logits.begin(), logits.begin() + n))
+        << "step " << step;
+    rows = {{top.ids[size_t(step % 3)]}, {top.ids[size_t(k + 1)]}};  // not always the largest
+  }
+  EXPECT_THROW(Generator(c, {.top_k = 1024}), std::invalid_argument);
+}
+
+TEST(Generator, TopKOnTheDeviceIsTheLargestOfTheLogits) { top_k_on_the_device({}); }
+
+TEST(Generator, VulkanTopKOnTheDeviceIsTheLargestOfTheLogits) {
+  MEGANEURA_REQUIRE_VULKAN();
+  top_k_on_the_device(testing_vulkan::vulkan_options());
 }
 
 TEST(Generator, ResetForgetsThePreviousSequence) {

@@ -8,6 +8,8 @@
 #include <algorithm>
 #include <cmath>
 #include <numeric>
+#include <optional>
+#include <random>
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -173,6 +175,90 @@ TEST(Sampling, SameSeedSameSequenceDifferentSeedDifferent) {
   // sequence is the same on every machine: pin its first tokens.
   const std::vector<int> a = run(42);
   EXPECT_EQ(std::vector<int>(a.begin(), a.begin() + 8), (std::vector<int>{4, 4, 4, 2, 7, 1, 4, 2}));
+}
+
+// A row's top `count` entries as Generator::feed_top_k gives them: largest first, NaN first,
+// the lower index first among equals (written here with a stable sort).
+void top_of(const std::vector<float>& row, size_t count, std::vector<float>& logits, std::vector<int32_t>& ids) {
+  std::vector<int32_t> idx(row.size());
+  std::iota(idx.begin(), idx.end(), 0);
+  std::stable_sort(idx.begin(), idx.end(), [&](int32_t a, int32_t b) {
+    const float x = row[size_t(a)], y = row[size_t(b)];
+    return std::isnan(x) ? !std::isnan(y) : !std::isnan(y) && x > y;
+  });
+  ids.assign(idx.begin(), idx.begin() + long(count));
+  logits.clear();
+  for (int32_t i : ids) logits.push_back(row[size_t(i)]);
+}
+
+// Drawing from the top top_k + 1 candidates gives the token sampling the full row gives, from
+// the same draw, under every filter; a tie at the k-th value (frequent here: logits on a grid
+// of quarters) leaves the choice to the full row without drawing.
+TEST(Sampling, TopCandidatesDrawWhatTheFullRowDraws) {
+  std::mt19937 rng(5);
+  std::normal_distribution<float> d(0, 2);
+  int decided = 0, undecided = 0;
+  for (float temperature : {0.6f, 1.0f, 1.7f})
+    for (int k : {1, 5, 40})
+      for (float top_p : {1.0f, 0.9f, 0.4f})
+        for (float min_p : {0.0f, 0.05f}) {
+          const SamplingOptions o{temperature, k, top_p, min_p, 1.0f, uint64_t(k * 31 + int(top_p * 10))};
+          Sampler top(o), full(o);
+          std::vector<float> row(1000), logits;
+          std::vector<int32_t> ids;
+          for (int step = 0; step < 40; ++step) {
+            const bool grid = step % 2 == 1;
+            for (float& v : row) v = grid ? std::round(d(rng) * 4) / 4 : d(rng);
+            top_of(row, size_t(k) + 1, logits, ids);
+            const std::optional<int> t = top.sample_top(logits, ids);
+            if (t) {
+              ++decided;
+              ASSERT_EQ(*t, full.sample(row, {})) << "step " << step << " k " << k;
+            } else {
+              ++undecided;
+              ASSERT_EQ(logits[size_t(k) - 1], logits[size_t(k)]) << "undecided without a tie at the k-th value";
+              ASSERT_EQ(top.sample(row, {}), full.sample(row, {}));
+            }
+          }
+        }
+  EXPECT_GT(decided, 1500);
+  EXPECT_GT(undecided, 20);
+}
+
+TEST(Sampling, TopCandidatesLeaveWhatTheyCannotDecide) {
+  const std::vector<float> row = {0.5f, 3.0f, -1.0f, 2.0f, 2.5f, 0.0f};
+  std::vector<float> logits;
+  std::vector<int32_t> ids;
+  top_of(row, 3, logits, ids);
+  SamplingOptions o;
+  o.top_k = 2;
+  o.repetition_penalty = 1.2f;  // penalises ids the candidates cannot see
+  EXPECT_FALSE(Sampler(o).sample_top(logits, ids));
+  o.repetition_penalty = 1;
+  o.top_k = 0;  // every token may be drawn
+  EXPECT_FALSE(Sampler(o).sample_top(logits, ids));
+  o.top_k = 3;  // no candidate beyond the k-th to rule out a tie
+  EXPECT_FALSE(Sampler(o).sample_top(logits, ids));
+  o.temperature = 0;  // greedy: the first candidate
+  EXPECT_EQ(Sampler(o).sample_top(logits, ids), 1);
+  const std::vector<float> nan_row = {1.0f, NAN, 2.0f, NAN};
+  top_of(nan_row, 2, logits, ids);
+  o.temperature = 1;
+  o.top_k = 1;
+  std::string top_error, full_error;
+  try {
+    Sampler(o).sample_top(logits, ids);
+  } catch (const std::invalid_argument& e) {
+    top_error = e.what();
+  }
+  try {
+    Sampler(o).sample(nan_row, {});
+  } catch (const std::invalid_argument& e) {
+    full_error = e.what();
+  }
+  EXPECT_EQ(top_error, "sampling: logits[1] is NaN");
+  EXPECT_EQ(top_error, full_error);
+  EXPECT_THROW(Sampler(o).sample_top(std::vector<float>{1.0f}, std::vector<int32_t>{}), std::invalid_argument);
 }
 
 TEST(Sampling, BadOptionsAreRefused) {

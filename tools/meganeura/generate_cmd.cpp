@@ -89,7 +89,10 @@ int run_generate(GenerateArgs a) {
   so.device = parse_device(a.device);
   so.seed = a.seed;
   so.threads = a.threads;
-  Generator gen(config, {.max_context = a.max_context, .prefill_chunk = a.prefill_chunk, .session = so});
+  // Top-k sampling finds its candidates where the model runs, unless every row is dumped.
+  const int64_t top_k = a.dump.empty() ? text::device_top_k(a.sampling, config.vocab_size) : 0;
+  Generator gen(config,
+                {.max_context = a.max_context, .prefill_chunk = a.prefill_chunk, .top_k = top_k, .session = so});
   // Checked here as well as by text::Generation, to name the options as they are spelled here.
   const int64_t room = gen.max_context() - int64_t(prompt.size());
   if (room < 1 || (a.stop.max_new_tokens > 0 && a.stop.max_new_tokens > room)) {

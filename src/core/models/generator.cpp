@@ -27,11 +27,21 @@ Generator::Generator(models::LlamaConfig config, const GeneratorOptions& o)
     : config_(std::move(config)),
       batch_(o.batch),
       max_context_(context_of(config_, o)),
+      top_k_(o.top_k),
       session_(o.session),
       positions_(size_t(std::max<int64_t>(o.batch, 1)), 0),
       logits_(size_t(std::max<int64_t>(o.batch, 1) * config_.vocab_size), 0.0f),
-      next_(size_t(std::max<int64_t>(o.batch, 1)), 0) {
+      next_(size_t(std::max<int64_t>(o.batch, 1)), 0),
+      last_finished_(size_t(std::max<int64_t>(o.batch, 1)), false) {
   if (o.batch <= 0) throw std::invalid_argument("[generate] batch must be positive, got " + std::to_string(o.batch));
+  if (o.top_k < 0 || o.top_k >= std::min<int64_t>(1024, config_.vocab_size)) {
+    throw std::invalid_argument("[generate] top_k must be in [0, " +
+                                std::to_string(std::min<int64_t>(1023, config_.vocab_size - 1)) + "], got " +
+                                std::to_string(o.top_k));
+  }
+  top_.count = top_k_ + 1;
+  top_.logits.assign(size_t(batch_ * top_.count), 0.0f);
+  top_.ids.assign(size_t(batch_ * top_.count), 0);
   if (o.prefill_chunk <= 0 || !std::has_single_bit(uint64_t(o.prefill_chunk))) {
     throw std::invalid_argument("[generate] prefill_chunk must be a power of two, got " +
                                 std::to_string(o.prefill_chunk));
@@ -42,6 +52,7 @@ Generator::Generator(models::LlamaConfig config, const GeneratorOptions& o)
     Tensor logits = models::build_llama_cached(c.graph, config_, batch_, n, max_context_);
     c.graph.output("logits." + std::to_string(n), logits);
     c.graph.output("argmax." + std::to_string(n), argmax(logits));
+    if (top_k_ > 0) c.graph.output("top_k." + std::to_string(n), top_k_packed(logits, top_k_ + 1));
     c.program = session_.add(c.graph);
     chunks_.push_back(std::move(c));
   }
@@ -107,6 +118,23 @@ const std::vector<int32_t>& Generator::greedy_each(std::span<const std::vector<i
   return next_;
 }
 
+const TopCandidates& Generator::feed_top_k(std::span<const int32_t> ids) { return top_k_each(split(ids)); }
+
+const TopCandidates& Generator::top_k_each(std::span<const std::vector<int32_t>> rows) {
+  if (top_k_ == 0) throw std::logic_error("[generate] feed_top_k needs a generator built with top_k > 0");
+  feed_rows(rows, Read::top_k);
+  return top_;
+}
+
+const std::vector<float>& Generator::read_logits() {
+  if (last_tokens_ == 0) throw std::logic_error("[generate] read_logits: nothing has run yet");
+  const std::vector<float> logits = session_.get("logits." + std::to_string(last_tokens_));
+  const size_t vocab = size_t(config_.vocab_size);
+  for (size_t b = 0; b < last_finished_.size(); ++b)
+    if (last_finished_[b]) std::copy_n(logits.begin() + long(b * vocab), vocab, logits_.begin() + long(b * vocab));
+  return logits_;
+}
+
 void Generator::feed_rows(std::span<const std::vector<int32_t>> rows, Read read) {
   check(rows);
   std::vector<int64_t> done(size_t(batch_), 0);
@@ -135,22 +163,33 @@ void Generator::run_chunk(const Chunk& c, std::span<const std::vector<int32_t>> 
   session_.set("input_ids." + n, std::span<const int32_t>(ids));
   session_.set("position", std::span<const int32_t>(at));
   session_.run(c.program);
-  std::vector<float> logits;
+  std::vector<float> logits, top;
   std::vector<int32_t> best(static_cast<size_t>(batch_));
   if (read == Read::logits)
     logits = session_.get("logits." + n);
-  else
+  else if (read == Read::argmax)
     session_.read_raw("argmax." + n, std::as_writable_bytes(std::span(best)));
-  const size_t vocab = size_t(config_.vocab_size);
+  else
+    top = session_.get("top_k." + n);  // per sequence: the values, then the ids as floats
+  const size_t vocab = size_t(config_.vocab_size), k = size_t(top_.count);
+  last_tokens_ = c.tokens;
   for (size_t b = 0; b < rows.size(); ++b) {
+    last_finished_[b] = false;
     if (!takes[b]) continue;
     positions_[b] += c.tokens;
     done[b] += c.tokens;
     if (done[b] != int64_t(rows[b].size())) continue;
-    if (read == Read::logits)
+    last_finished_[b] = true;
+    if (read == Read::logits) {
       std::copy_n(logits.begin() + long(b * vocab), vocab, logits_.begin() + long(b * vocab));
-    else
+    } else if (read == Read::argmax) {
       next_[b] = best[b];
+    } else {
+      for (size_t j = 0; j < k; ++j) {
+        top_.logits[b * k + j] = top[b * 2 * k + j];
+        top_.ids[b * k + j] = int32_t(top[b * 2 * k + k + j]);
+      }
+    }
   }
 }
 
