@@ -3,7 +3,9 @@
 // core_generator_test makes at a small shape, for shapes too slow for the test suite. Prints
 // whether the tokens are equal, the largest logit difference and the smallest top-1 margin, and
 // the median decode step against reading its logits back, and the step when the greedy choice is
-// made on the device (Generator::feed_greedy: one id read back instead of the vocabulary row).
+// made on the device (Generator::feed_greedy: one id read back instead of the vocabulary row), and
+// the step when top-k sampling's 51 candidates are found on the device (Generator::feed_top_k),
+// checked against the logits read back.
 // Usage: bench_greedy_check [config.json] [new tokens] [cpu|vulkan]
 #include <algorithm>
 #include <chrono>
@@ -95,6 +97,28 @@ int main(int argc, char** argv) {
     greedy_ms.push_back(ms_since(t0));
   }
 
+  // Again with the candidates of top-k sampling (k = 50, Hugging Face's default) found where
+  // the model runs, fed the same tokens: they must be the largest of the logits read above.
+  const int64_t k = 50;
+  Generator top_gen(c, {.max_context = total + 1, .top_k = k, .session = so});
+  for (const auto& [name, b] : top_gen.session().buffers())
+    if (b.role == Role::parameter) top_gen.session().write_raw(name, gen.session().read_raw(name));
+  bool top_equal = true;
+  std::vector<double> top_ms;
+  for (int t = 0; t < n; ++t) {
+    const auto t0 = std::chrono::steady_clock::now();
+    const TopCandidates& top =
+        t == 0 ? top_gen.feed_top_k(prompt) : top_gen.feed_top_k(std::vector<int32_t>{cached.tokens[size_t(t - 1)]});
+    if (t > 0) top_ms.push_back(ms_since(t0));
+    const std::vector<float>& row = cached.rows[size_t(t)];
+    std::vector<int32_t> want(row.size());
+    for (size_t j = 0; j < want.size(); ++j) want[j] = int32_t(j);
+    std::stable_sort(want.begin(), want.end(), [&](int32_t a, int32_t b) { return row[size_t(a)] > row[size_t(b)]; });
+    for (int64_t j = 0; j <= k; ++j)
+      top_equal =
+          top_equal && top.ids[size_t(j)] == want[size_t(j)] && top.logits[size_t(j)] == row[size_t(want[size_t(j)])];
+  }
+
   Graph g;
   g.output("logits", models::build_llama(g, c, 1, total));
   Session window;
@@ -121,14 +145,16 @@ int main(int argc, char** argv) {
   std::vector<int32_t> distinct = full.tokens;
   std::sort(distinct.begin(), distinct.end());
   distinct.erase(std::unique(distinct.begin(), distinct.end()), distinct.end());
-  const bool equal = cached.tokens == full.tokens && on_device == cached.tokens;
+  const bool equal = cached.tokens == full.tokens && on_device == cached.tokens && top_equal;
   std::printf(
       "{\"device\": \"%s\", \"layers\": %lld, \"hidden\": %lld, \"new_tokens\": %d, \"tokens_equal\": %s, "
       "\"distinct_tokens\": %zu, \"largest_logit_difference\": %.3g, \"largest_logit\": %.3g, "
       "\"smallest_top1_margin\": %.3g, \"device_argmax_tokens_equal\": %s, \"decode_step_ms\": %.3g, "
-      "\"logits_readback_ms\": %.3g, \"decode_step_device_argmax_ms\": %.3g}\n",
+      "\"logits_readback_ms\": %.3g, \"decode_step_device_argmax_ms\": %.3g, \"device_top50_equal\": %s, "
+      "\"decode_step_device_top50_ms\": %.3g}\n",
       gen.session().device_name().c_str(), static_cast<long long>(c.num_hidden_layers),
       static_cast<long long>(c.hidden_size), n, equal ? "true" : "false", distinct.size(), worst, scale, full.margin,
-      on_device == cached.tokens ? "true" : "false", median(step_ms), median(read_ms), median(greedy_ms));
+      on_device == cached.tokens ? "true" : "false", median(step_ms), median(read_ms), median(greedy_ms),
+      top_equal ? "true" : "false", median(top_ms));
   return equal ? 0 : 1;
 }

@@ -2,7 +2,8 @@
 PyTorch eager with a key/value cache (torch_generate.py), SmolLM2-135M's full shape with random
 weights, a 128-token prompt, 128 new tokens, batch 1, greedy, both sides on the same number of
 threads in one run on one machine. Also the decode bound: the bytes of f32 weights read per
-token against the copy bandwidth bench_stream measures with the same threads.
+token against the copy bandwidth bench_stream measures with the same threads, and the prefill
+bound: the multiply-adds per prompt token against the f32 multiply-add peak it measures.
 
 Prints a markdown table and writes bench/generate/results/<host>.json.
 
@@ -31,6 +32,16 @@ def parameters(c):
     h, f, v, hd = c["hidden_size"], c["intermediate_size"], c["vocab_size"], c["hidden_size"] // c["num_attention_heads"]
     layer = h * hd * (2 * c["num_attention_heads"] + 2 * c["num_key_value_heads"]) + 3 * h * f + 2 * h
     return v * h + c["num_hidden_layers"] * layer + h
+
+
+def prefill_flops_per_token(c):
+    """Multiply-adds (two operations each) per prompt token: every weight of the layers once,
+    the head's once per prompt (only the last token's logits are computed), and causal
+    attention over (PROMPT + 1) / 2 keys on average."""
+    h, v, layers = c["hidden_size"], c["vocab_size"], c["num_hidden_layers"]
+    layer_weights = (parameters(c) - v * h - h) / layers - 2 * h  # without the norms' scales
+    attention = 2 * 2 * h * (PROMPT + 1) / 2  # scores and P V, every head
+    return 2 * layers * layer_weights + layers * attention + 2 * v * h / PROMPT
 
 
 def isa():
@@ -104,18 +115,28 @@ def main():
     rows = {"pytorch": ref}
     for dev in a.devices.split(","):
         rows[dev] = ours(binary, config, dev, a.threads, a.repetitions)
+    flops = prefill_flops_per_token(SMOLLM2)
+    peak = stream["fma_flops_per_second"]
+    for r in rows.values():
+        if "error" not in r:
+            r["prefill_flops_per_second"] = r["prefill_tokens_per_second"] * flops
     out = {"machine": {"host": socket.gethostname(), "cpu": cpu_model(), "isa": isa(), "threads": a.threads},
            "shape": "SmolLM2-135M, f32, prompt 128, 128 new tokens, batch 1, greedy",
-           "weights_bytes": weight_bytes, "stream": stream, "decode_bound_tokens_per_second": bound, "results": rows}
+           "weights_bytes": weight_bytes, "stream": stream, "decode_bound_tokens_per_second": bound,
+           "prefill_flops_per_token": flops, "prefill_bound_tokens_per_second": peak / flops, "results": rows}
     os.makedirs(os.path.join(HERE, "results"), exist_ok=True)
     with open(os.path.join(HERE, "results", f"{socket.gethostname()}.json"), "w") as f:
         json.dump(out, f, indent=1)
     print(f"{cpu_model()} ({isa()}), {a.threads} threads; medians of {a.repetitions} runs")
     print(f"copy bandwidth {stream['copy_bytes_per_second'] / 1e9:.1f} GB/s; f32 weights {weight_bytes / 1e6:.0f} MB "
-          f"-> decode bound {bound:.1f} tok/s\n")
+          f"-> decode bound {bound:.1f} tok/s")
+    print(f"f32 multiply-add peak {peak / 1e9:.0f} GFLOP/s ({stream['fma_vector']}); {flops / 1e6:.0f} MFLOP per "
+          f"prompt token -> prefill bound {peak / flops:.0f} tok/s, {peak / ref['prefill_flops_per_second']:.2f}x "
+          f"PyTorch's prefill\n")
     print(f"PyTorch: prefill with {ref['prefill_config']}, decode with {ref['decode_config']}")
-    print("| side | prefill tok/s | decode tok/s | decode / PyTorch | prefill / PyTorch | decode / bound | peak RSS MB |")
-    print("|---|---|---|---|---|---|---|")
+    print("| side | prefill tok/s | decode tok/s | decode / PyTorch | prefill / PyTorch | decode / bound | "
+          "prefill / bound | peak RSS MB |")
+    print("|---|---|---|---|---|---|---|---|")
     for name, r in rows.items():
         if "error" in r:
             print(f"| {name} | failed: {r['error'][:80]} |")
@@ -123,7 +144,7 @@ def main():
         p, d = r["prefill_tokens_per_second"], r["decode_tokens_per_second"]
         print(f"| {name} ({r.get('device', 'torch ' + r.get('torch', ''))}) | {p:.0f} | {d:.1f} | "
               f"{d / ref['decode_tokens_per_second']:.2f} | {p / ref['prefill_tokens_per_second']:.2f} | "
-              f"{d / bound:.0%} | {r['peak_rss_mb']:.0f} |")
+              f"{d / bound:.0%} | {r['prefill_flops_per_second'] / peak:.0%} | {r['peak_rss_mb']:.0f} |")
 
 
 if __name__ == "__main__":
