@@ -257,5 +257,26 @@ def real_programs(meganeura):
         put("program_json", name, json.dumps(j, separators=(",", ":")))
 
 
+# ---- gguf: files of the independent writer of core_gguf_test ------------------------
+def gguf_seeds():
+    import random
+    sys.path.insert(0, os.path.join(root, "tests", "core"))
+    import gguf_reference as g
+    d = os.path.join(here, "corpus", "gguf")
+    os.makedirs(d, exist_ok=True)
+    metadata, tensors = g.example(3)
+    g.write(os.path.join(d, "every_type"), metadata, tensors)
+    g.write(os.path.join(d, "llama_keys"),
+            [("general.architecture", "string", "llama"), ("llama.block_count", "u32", 2),
+             ("llama.attention.head_count", "u32", 4),
+             ("tokenizer.ggml.tokens", "array", ("string", ["<s>", "a", "b"])),
+             ("tokenizer.ggml.merges", "array", ("string", ["a b"])), ("general.alignment", "u32", 16)],
+            [("token_embd.weight", "F32", [3, 2], struct.pack("<6f", *range(6))),
+             ("blk.0.attn_q.weight", "Q8_0", [1, 32], g.random_blocks("Q8_0", 1, random.Random(2)))],
+            alignment=16)
+    g.write(os.path.join(d, "empty"), [], [])
+
+
+gguf_seeds()
 if len(sys.argv) > 1:
     real_programs(sys.argv[1])
