@@ -150,6 +150,10 @@ std::string tensor_bytes(const GgufTensorInfo& t, uint64_t& bytes) {
     return "is " + std::string(b->name) + " with rows of " + std::to_string(t.shape.back()) +
            " elements, not a multiple of its block of " + std::to_string(b->block);
   }
+  if (n % uint64_t(b->block) != 0) {  // a scalar (no dimensions) of a block type
+    return "is " + std::string(b->name) + " with " + std::to_string(n) + " elements, not a multiple of its block of " +
+           std::to_string(b->block);
+  }
   const uint64_t blocks = n / uint64_t(b->block);
   if (blocks > std::numeric_limits<uint64_t>::max() / uint64_t(b->block_bytes)) return "is larger than 2^64 bytes";
   bytes = blocks * uint64_t(b->block_bytes);
