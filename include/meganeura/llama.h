@@ -61,7 +61,8 @@ struct LlamaConfig {
 
 // Parses config.json text; `source` names the file in messages. Throws ConfigError.
 LlamaConfig parse_llama_config(std::string_view json_text, const std::string& source = "config.json");
-// Reads `path`: a config.json, or a directory holding one. Throws ConfigError.
+// Reads `path`: a config.json, or a directory holding one, or a Llama-architecture .gguf file
+// (its llama.* keys; docs/gguf.md). Throws ConfigError.
 LlamaConfig read_llama_config(const std::filesystem::path& path);
 
 // SmolLM2-135M's config.json values.

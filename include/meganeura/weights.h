@@ -20,8 +20,9 @@ namespace meganeura {
 inline constexpr uint64_t kMaxIndexBytes = 16ull << 20;
 
 // `path`: a .safetensors file, an index .json, or a directory holding either
-// model.safetensors.index.json or model.safetensors. Reads only the tensors `names` lists
-// (all when empty).
+// model.safetensors.index.json or model.safetensors; or a Llama-architecture .gguf file, whose
+// tensors come under their Hugging Face names, decoded to f32 (docs/gguf.md). Reads only the
+// tensors `names` lists (all when empty).
 std::map<std::string, io::TensorRecord> read_weights(const std::filesystem::path& path,
                                                      const std::vector<std::string>& names = {});
 

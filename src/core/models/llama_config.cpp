@@ -6,6 +6,7 @@
 #include <sstream>
 
 #include "meganeura/llama.h"
+#include "models/gguf_model.h"
 
 namespace meganeura::models {
 namespace {
@@ -156,6 +157,7 @@ LlamaConfig parse_llama_config(std::string_view text, const std::string& source)
 }
 
 LlamaConfig read_llama_config(const fs::path& path_in) {
+  if (is_gguf(path_in)) return llama_config_from_gguf(path_in);
   const fs::path path = fs::is_directory(path_in) ? path_in / "config.json" : path_in;
   std::ifstream in(path, std::ios::binary);
   if (!in) throw ConfigError("[config] cannot open " + path.string());

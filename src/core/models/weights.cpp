@@ -4,6 +4,8 @@
 #include <nlohmann/json.hpp>
 #include <set>
 
+#include "models/gguf_model.h"
+
 namespace meganeura {
 namespace {
 
@@ -31,6 +33,7 @@ std::vector<std::pair<std::string, std::string>> leaves(const Graph& g) {  // na
 }  // namespace
 
 std::map<std::string, io::TensorRecord> read_weights(const fs::path& path_in, const std::vector<std::string>& names) {
+  if (models::is_gguf(path_in)) return models::read_gguf_weights(path_in, names);
   const fs::path path = resolve(path_in);
   const std::set<std::string> wanted(names.begin(), names.end());
   auto want = [&](const std::string& n) { return wanted.empty() || wanted.count(n) > 0; };
