@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include <cmath>
+#include <cstdio>
 #include <random>
 #include <string>
 #include <vector>
@@ -44,16 +45,27 @@ struct TempDir {
   ~TempDir() { fs::remove_all(path); }
 };
 
-void draw_weights(Session& s) {
-  std::mt19937 rng(5);
+// Normal weights whose scale keeps the residual stream of order one through every layer (as a
+// trained model's does), so that greedy tokens vary along the sequence.
+void draw_weights(Session& s, unsigned seed = 5) {
+  std::mt19937 rng(seed);
   for (const auto& [name, b] : s.buffers()) {
     if (b.role != Role::parameter) continue;
     const bool norm = name.find("norm") != std::string::npos;
-    std::normal_distribution<double> d(norm ? 1.0 : 0.0, norm ? 0.1 : 0.3);
+    const double fan_in = double(b.type.shape.back());
+    const double std = norm ? 0.05 : name.find("embed") != std::string::npos ? 1.0 : 1.5 / std::sqrt(fan_in);
+    std::normal_distribution<double> d(norm ? 1.0 : 0.0, std);
     std::vector<float> v(size_t(b.type.numel()));
     for (float& x : v) x = float(d(rng));
     s.set(name, v);
   }
+}
+
+// A weight rounded through a block format.
+std::vector<float> round_trip(io::GgmlType type, const std::vector<float>& v) {
+  std::vector<float> r(v.size());
+  io::dequantize(uint32_t(type), io::quantize(type, v), r);
+  return r;
 }
 
 // llama.cpp's converter: rows of a [heads * head_dim, in] projection viewed as
@@ -137,22 +149,78 @@ TEST(GgufModel, ConfigAndWeightsFromALlamaCppFile) {
   EXPECT_EQ(read, c);
   EXPECT_NEAR(models::read_llama_config(f32).rms_norm_eps, c.rms_norm_eps, 1e-12);
 
+  // The Q8_0 file must give exactly the model whose matrices were rounded in memory: the
+  // block layout, the names and the rotary unpermutation all hold under quantisation.
+  Generator rounded(c, {.max_context = 64, .prefill_chunk = 8});
+  for (const auto& [name, b] : original.session().buffers()) {
+    if (b.role != Role::parameter) continue;
+    const std::vector<float> v = original.session().get(name);
+    rounded.session().set(name, b.type.shape.size() == 2 ? round_trip(io::GgmlType::q8_0, v) : v);
+  }
   Generator exact(models::read_llama_config(f32), {.max_context = 64, .prefill_chunk = 8});
   Generator quantised(models::read_llama_config(q8), {.max_context = 64, .prefill_chunk = 8});
   EXPECT_EQ(exact.load_weights(f32), size_t(3 + 9 * c.num_hidden_layers));
-  quantised.load_weights(q8);
+  EXPECT_EQ(quantised.load_weights(q8), size_t(3 + 9 * c.num_hidden_layers));
   std::vector<int32_t> ids = kPrompt;
-  int agree = 0;
-  const int steps = 32;
-  for (int step = 0; step < steps; ++step) {
-    const std::vector<float> want = original.feed(ids), got = exact.feed(ids), q = quantised.feed(ids);
+  for (int step = 0; step < 24; ++step) {
+    const std::vector<float> want = original.feed(ids), got = exact.feed(ids);
     ASSERT_EQ(got, want) << "step " << step;
-    EXPECT_LT(rel_l2(q, want), 0.02) << "step " << step;
-    const int32_t next = int32_t(std::max_element(want.begin(), want.end()) - want.begin());
-    agree += int32_t(std::max_element(q.begin(), q.end()) - q.begin()) == next;
+    ASSERT_EQ(quantised.feed(ids), rounded.feed(ids)) << "step " << step;
+    ids = {int32_t(std::max_element(want.begin(), want.end()) - want.begin())};
+  }
+}
+
+// SmolLM2-135M's full shape with the builders' random weights: every matrix (embeddings
+// included, as llama.cpp's Q8_0 files have them) rounded through a block format, then 64 greedy
+// steps fed the f32 model's tokens, so that each step compares the same context.
+// Q8_0 rounds a Gaussian weight with 0.54% relative error; the logits' relative error grows with
+// the number of matrices on the path (212 here) and measures 2.3-2.5% at every step. As the
+// bound that tells a quantisation defect from the format's own round-off, a third model gets,
+// in place of rounding, independent Gaussian noise of the same RMS per tensor: Q8_0 may not be
+// more than 1.25x as far from f32 as that model at any step (measured: 0.93x at worst), stays under 3%,
+// and picks the f32 token at >= 90% of the steps. Q4_0's figures (8.6% per weight) are printed.
+TEST(GgufModel, SmolLM2ShapeInBlockFormatsFollowsF32) {
+  const models::LlamaConfig c = models::smollm2_135m_config();
+  const GeneratorOptions o{.max_context = 96, .prefill_chunk = 16};
+  Generator f32(c, o), q8(c, o), q4(c, o), noisy(c, o);
+  f32.initialise_weights();
+  std::mt19937 rng(11);
+  for (const auto& [name, b] : f32.session().buffers()) {
+    if (b.role != Role::parameter) continue;
+    const std::vector<float> v = f32.session().get(name);
+    if (b.type.shape.size() != 2) {
+      q8.session().set(name, v), q4.session().set(name, v), noisy.session().set(name, v);
+      continue;
+    }
+    const std::vector<float> r = round_trip(io::GgmlType::q8_0, v);
+    q8.session().set(name, r);
+    q4.session().set(name, round_trip(io::GgmlType::q4_0, v));
+    double sq = 0;
+    for (size_t i = 0; i < v.size(); ++i) sq += (double(r[i]) - v[i]) * (double(r[i]) - v[i]);
+    std::normal_distribution<double> noise(0, std::sqrt(sq / double(v.size())));
+    std::vector<float> n = v;
+    for (float& x : n) x = float(x + noise(rng));
+    noisy.session().set(name, n);
+  }
+  std::vector<int32_t> ids = {1, 504, 3458, 28, 253, 2001, 30, 1035, 17, 9999, 42, 7, 311, 2, 18000, 64};
+  const int steps = 64;
+  int agree8 = 0, agree4 = 0;
+  double worst8 = 0, worst4 = 0, worst_ratio = 0;
+  auto argmax = [](const std::vector<float>& v) { return int32_t(std::max_element(v.begin(), v.end()) - v.begin()); };
+  for (int step = 0; step < steps; ++step) {
+    const std::vector<float> want = f32.feed(ids), a = q8.feed(ids), b = q4.feed(ids), n = noisy.feed(ids);
+    const double e8 = rel_l2(a, want), e4 = rel_l2(b, want), en = rel_l2(n, want);
+    EXPECT_LT(e8, 0.03) << "step " << step;
+    EXPECT_LT(e8, 1.25 * en) << "step " << step << ": noise of the same size gives " << en;
+    worst8 = std::max(worst8, e8), worst4 = std::max(worst4, e4), worst_ratio = std::max(worst_ratio, e8 / en);
+    const int32_t next = argmax(want);
+    agree8 += argmax(a) == next, agree4 += argmax(b) == next;
     ids = {next};
   }
-  EXPECT_GE(agree, steps * 9 / 10);
+  EXPECT_GE(agree8, steps * 9 / 10);
+  std::printf("Q8_0: worst relative L2 %.4f (%.2fx equal noise), %d/%d greedy tokens agree; "
+              "Q4_0: worst %.4f, %d/%d agree\n",
+              worst8, worst_ratio, agree8, steps, worst4, agree4, steps);
 }
 
 TEST(GgufModel, RefusalsNameWhatIsWrong) {
