@@ -2,6 +2,8 @@
 // (text/generation.h).
 #include "text/generation.h"
 
+#include "text/gguf_tokenizer.h"
+
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <stdexcept>
@@ -38,6 +40,8 @@ StopCriteria checked_criteria(const Generator& gen, std::span<const int32_t> pro
 }  // namespace
 
 std::vector<int> read_eos_token_ids(const std::filesystem::path& config) {
+  if (config.extension() == ".gguf" && !std::filesystem::is_directory(config))
+    return gguf_eos_token_ids(io::read_gguf(config));
   std::filesystem::path p = config;
   if (std::filesystem::is_directory(p)) p /= "config.json";
   std::ifstream f(p);

@@ -26,8 +26,9 @@ namespace meganeura::text {
 inline constexpr double kGenerateTemperature = 0.7;
 inline constexpr int kGenerateMaxNewTokens = 128;
 
-// config.json's eos_token_id (an id or a list of them); empty when the file has none. The
-// file (or a directory holding config.json) is read leniently: read_llama_config checks it.
+// config.json's eos_token_id (an id or a list of them), or a .gguf file's
+// tokenizer.ggml.eos_token_id; empty when the file has none. The file (or a directory holding
+// config.json) is read leniently: read_llama_config checks it.
 std::vector<int> read_eos_token_ids(const std::filesystem::path& config);
 
 // The GeneratorOptions::top_k under which a Generation with these sampling options draws

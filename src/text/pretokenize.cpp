@@ -138,6 +138,10 @@ void split_digits(const CodePoints& t, Piece piece, bool individual, std::vector
 
 }  // namespace
 
+std::string_view split_pattern_regex(SplitPattern p) {
+  return p == SplitPattern::kGpt2 ? kGpt2Regex : p == SplitPattern::kLlama3 ? kLlama3Regex : kQwen2Regex;
+}
+
 std::optional<SplitPattern> known_split_pattern(std::string_view regex) {
   if (regex == kGpt2Regex) return SplitPattern::kGpt2;
   if (regex == kLlama3Regex) return SplitPattern::kLlama3;

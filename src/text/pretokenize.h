@@ -24,6 +24,8 @@ enum class SplitPattern {
 
 // The pattern a tokenizer.json regex string names, or nothing for one we do not know.
 std::optional<SplitPattern> known_split_pattern(std::string_view regex);
+// The regex string a tokenizer.json writes for the pattern.
+std::string_view split_pattern_regex(SplitPattern pattern);
 
 struct PreTokenizerStep {
   enum class Kind { kSplit, kDigits, kByteLevelRegex };

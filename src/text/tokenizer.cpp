@@ -1,5 +1,7 @@
 #include "text/tokenizer.h"
 
+#include "text/gguf_tokenizer.h"
+
 #include <algorithm>
 #include <cstring>
 #include <fstream>
@@ -11,6 +13,13 @@
 namespace meganeura::text {
 
 Tokenizer Tokenizer::from_file(const std::filesystem::path& path) {
+  if (path.extension() == ".gguf" && !std::filesystem::is_directory(path)) {
+    try {
+      return tokenizer_from_gguf(io::read_gguf(path));
+    } catch (const io::Error& e) {
+      throw TokenizerError(std::string("tokenizer: ") + e.what());
+    }
+  }
   std::error_code ec;
   uint64_t size = std::filesystem::file_size(path, ec);
   if (!ec && size > kMaxTokenizerFileBytes)

@@ -47,6 +47,7 @@ struct AddedToken {
 
 class Tokenizer {
  public:
+  // A tokenizer.json, or the tokenizer a .gguf file holds (text/gguf_tokenizer.h).
   static Tokenizer from_file(const std::filesystem::path& path);
   // `origin` names the source in error messages.
   static Tokenizer from_json(std::string_view json, std::string_view origin = "tokenizer.json");

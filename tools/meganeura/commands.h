@@ -24,6 +24,8 @@ void add_tokenize_command(CLI::App& app);
 void add_llama_command(CLI::App& app);
 // generate: text from a Llama checkpoint through the key/value cache.
 void add_generate_command(CLI::App& app);
+// quantize: a Llama checkpoint as a GGUF file with block-format weights.
+void add_quantize_command(CLI::App& app);
 // Comma-separated token ids, each in [0, vocab); `option` names the flag in messages.
 std::vector<int32_t> parse_token_ids(const std::string& text, const std::string& option, int64_t vocab);
 // VmHWM of this process in bytes (-1 when unknown): getrusage's ru_maxrss survives exec, so a

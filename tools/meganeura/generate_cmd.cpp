@@ -1,5 +1,5 @@
-// meganeura generate: text from a Llama-architecture checkpoint (config.json + safetensors)
-// through the key/value cache (meganeura/generate.h), a Hugging Face tokenizer.json and the
+// meganeura generate: text from a Llama-architecture checkpoint (config.json + safetensors, or
+// a GGUF file) through the key/value cache (meganeura/generate.h), a Hugging Face tokenizer.json and the
 // token loop that meganeura.generate shares (text/generation.h). Streams the text to stdout as
 // it comes; --json prints one object instead.
 #include <iostream>
@@ -7,6 +7,7 @@
 
 #include "commands.h"
 #include "meganeura/generate.h"
+#include "meganeura/gguf.h"
 #include "text/generation.h"
 #include "text/tokenizer.h"
 #include "workload_run.h"
@@ -15,7 +16,7 @@ namespace meganeura::cli {
 namespace {
 
 struct GenerateArgs {
-  std::string config, weights, tokenizer, prompt, prompt_ids, device = "cpu", dump;
+  std::string gguf, config, weights, tokenizer, prompt, prompt_ids, device = "cpu", dump;
   bool random_weights = false, json = false, ignore_eos = false;
   int64_t max_context = 0, prefill_chunk = 128;
   int threads = 0;
@@ -74,6 +75,13 @@ void print_report(const text::Generation& run, Generator& gen, bool has_text) {
 }
 
 int run_generate(GenerateArgs a) {
+  if (!a.gguf.empty()) {  // the config, the weights and the tokenizer from one file
+    if (!a.config.empty() || !a.weights.empty())
+      throw std::invalid_argument("--gguf holds the config and the weights: give neither --config nor --weights");
+    a.config = a.weights = a.gguf;
+    if (a.tokenizer.empty() && io::read_gguf(a.gguf).find("tokenizer.ggml.model")) a.tokenizer = a.gguf;
+  }
+  if (a.config.empty()) throw std::invalid_argument("give --config (or --gguf)");
   if (a.weights.empty() == !a.random_weights)
     throw std::invalid_argument("give --weights or --random-weights (one of them)");
   const models::LlamaConfig config = models::read_llama_config(a.config);
@@ -127,11 +135,12 @@ int run_generate(GenerateArgs a) {
 void add_generate_command(CLI::App& app) {
   auto a = std::make_shared<GenerateArgs>();
   CLI::App* c = app.add_subcommand("generate", "generate text from a Llama-architecture checkpoint (key/value cached)");
-  c->add_option("--config", a->config, "config.json, or the checkpoint directory holding it")->required();
+  c->add_option("--gguf", a->gguf, "a Llama GGUF file: config, weights and (when it has one) tokenizer");
+  c->add_option("--config", a->config, "config.json, or the checkpoint directory holding it (or a .gguf file)");
   c->add_option("--weights", a->weights,
-                "a .safetensors file, model.safetensors.index.json, or a directory holding either");
+                "a .safetensors file, model.safetensors.index.json, a directory holding either, or a .gguf file");
   c->add_flag("--random-weights", a->random_weights, "random weights instead (benchmarks)");
-  c->add_option("--tokenizer", a->tokenizer, "a Hugging Face tokenizer.json (byte-level BPE)");
+  c->add_option("--tokenizer", a->tokenizer, "a Hugging Face tokenizer.json (byte-level BPE), or a .gguf file");
   c->add_option("--prompt", a->prompt, "text to continue (encoded without special tokens)");
   c->add_option("--prompt-ids", a->prompt_ids, "comma-separated token ids instead of --prompt");
   c->add_option("--max-new-tokens", a->stop.max_new_tokens,

@@ -27,6 +27,7 @@ int main(int argc, char** argv) {
   meganeura::cli::add_tokenize_command(app);
   meganeura::cli::add_llama_command(app);
   meganeura::cli::add_generate_command(app);
+  meganeura::cli::add_quantize_command(app);
   meganeura::energy::add_energy_commands(app, meganeura::cli::energy_hooks());
   try {
     app.parse(argc, argv);

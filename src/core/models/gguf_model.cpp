@@ -4,9 +4,12 @@
 // embedding of the Hugging Face layout expects. See models/gguf_model.h.
 #include "models/gguf_model.h"
 
+#include <cmath>
+#include <cstring>
 #include <nlohmann/json.hpp>
 #include <regex>
 
+#include "meganeura/dtype.h"
 #include "meganeura/gguf.h"
 
 namespace meganeura::models {
@@ -66,7 +69,136 @@ void unpermute(std::vector<float>& w, int64_t heads, int64_t rows, int64_t cols,
   w = std::move(out);
 }
 
+// The inverse of unpermute: Hugging Face's row j * head_dim / 2 + i of a head becomes row 2 i + j.
+std::vector<float> permute(const std::vector<float>& w, int64_t heads, int64_t rows, int64_t cols) {
+  const int64_t hd = rows / heads, half = hd / 2;
+  std::vector<float> out(w.size());
+  for (int64_t h = 0; h < heads; ++h)
+    for (int64_t i = 0; i < half; ++i)
+      for (int64_t j = 0; j < 2; ++j)
+        std::copy_n(w.begin() + (h * hd + j * half + i) * cols, cols, out.begin() + (h * hd + 2 * i + j) * cols);
+  return out;
+}
+
+// The tensors of a config, Hugging Face name -> (llama.cpp name, shape).
+std::vector<std::tuple<std::string, std::string, std::vector<int64_t>>> llama_tensors(const LlamaConfig& c) {
+  const int64_t d = c.hidden_size, q = c.num_attention_heads * c.head_dim, kv = c.num_key_value_heads * c.head_dim,
+                f = c.intermediate_size;
+  std::vector<std::tuple<std::string, std::string, std::vector<int64_t>>> out = {
+      {"model.embed_tokens.weight", "token_embd.weight", {c.vocab_size, d}},
+      {"model.norm.weight", "output_norm.weight", {d}}};
+  if (!c.tie_word_embeddings) out.push_back({"lm_head.weight", "output.weight", {c.vocab_size, d}});
+  const std::vector<int64_t> shapes[] = {{d}, {q, d}, {kv, d}, {kv, d}, {d, q}, {d}, {f, d}, {f, d}, {d, f}};
+  for (int64_t l = 0; l < c.num_hidden_layers; ++l) {
+    const std::string n = std::to_string(l);
+    for (size_t k = 0; k < std::size(kBlockNames); ++k)
+      out.push_back({"model.layers." + n + "." + kBlockNames[k].second + ".weight",
+                     "blk." + n + "." + kBlockNames[k].first + ".weight", shapes[k]});
+  }
+  return out;
+}
+
+// llama.cpp's general.file_type of a file mostly in `t`.
+uint32_t file_type(io::GgmlType t) {
+  switch (t) {
+    case io::GgmlType::f32: return 0;
+    case io::GgmlType::f16: return 1;
+    case io::GgmlType::q4_0: return 2;
+    case io::GgmlType::q8_0: return 7;
+    case io::GgmlType::q4_k: return 15;
+    case io::GgmlType::bf16: return 32;
+  }
+  return 0;
+}
+
 }  // namespace
+
+std::string ggml_type_name(io::GgmlType t) { return std::string(io::ggml_block(uint32_t(t))->name); }
+
+std::optional<io::GgmlType> ggml_type_from_name(std::string_view name) {
+  for (io::GgmlType t : {io::GgmlType::f32, io::GgmlType::f16, io::GgmlType::bf16, io::GgmlType::q8_0,
+                         io::GgmlType::q4_0, io::GgmlType::q4_k})
+    if (ggml_type_name(t) == name) return t;
+  return std::nullopt;
+}
+
+GgufExport write_llama_gguf(const fs::path& path, const LlamaConfig& c,
+                            const std::map<std::string, io::TensorRecord>& weights, const GgufExportOptions& options) {
+  if (c.rope_scaling.type == RopeScaling::Type::llama3)
+    throw ConfigError("[quantize] Llama 3 rope scaling (rope_freqs.weight) is not supported in GGUF files yet");
+  std::vector<std::pair<std::regex, io::GgmlType>> overrides;
+  for (const auto& [pattern, type] : options.overrides) {
+    try {
+      overrides.emplace_back(std::regex(pattern), type);
+    } catch (const std::regex_error& e) {
+      throw ConfigError("[quantize] override pattern '" + pattern + "' is not a regular expression: " + e.what());
+    }
+  }
+  std::vector<std::pair<std::string, io::GgufValue>> meta = {
+      {"general.architecture", {std::string("llama")}},
+      {"general.file_type", {file_type(options.type)}},
+      {"llama.vocab_size", {uint32_t(c.vocab_size)}},
+      {"llama.context_length", {uint32_t(c.max_position_embeddings)}},
+      {"llama.embedding_length", {uint32_t(c.hidden_size)}},
+      {"llama.block_count", {uint32_t(c.num_hidden_layers)}},
+      {"llama.feed_forward_length", {uint32_t(c.intermediate_size)}},
+      {"llama.attention.head_count", {uint32_t(c.num_attention_heads)}},
+      {"llama.attention.head_count_kv", {uint32_t(c.num_key_value_heads)}},
+      {"llama.attention.key_length", {uint32_t(c.head_dim)}},
+      {"llama.attention.value_length", {uint32_t(c.head_dim)}},
+      {"llama.rope.dimension_count", {uint32_t(c.head_dim)}},
+      {"llama.rope.freq_base", {float(c.rope_theta)}},
+      {"llama.attention.layer_norm_rms_epsilon", {float(c.rms_norm_eps)}}};
+  if (c.rope_scaling.type == RopeScaling::Type::linear) {
+    meta.push_back({"llama.rope.scaling.type", {std::string("linear")}});
+    meta.push_back({"llama.rope.scaling.factor", {float(c.rope_scaling.factor)}});
+  }
+  if (options.type != io::GgmlType::f32 && options.type != io::GgmlType::f16 && options.type != io::GgmlType::bf16)
+    meta.push_back({"general.quantization_version", {uint32_t(2)}});
+  meta.insert(meta.end(), options.metadata.begin(), options.metadata.end());
+
+  GgufExport report;
+  std::vector<std::vector<std::byte>> data;
+  std::vector<io::GgufTensorView> views;
+  for (const auto& [name, gguf_name, shape] : llama_tensors(c)) {
+    const auto it = weights.find(name);
+    if (it == weights.end()) throw ConfigError("[quantize] the checkpoint has no tensor " + name);
+    const io::TensorRecord& r = it->second;
+    if (r.shape != shape || !dtype_is_float(r.dtype)) {
+      throw ConfigError("[quantize] " + name + " is " + std::string(dtype_name(r.dtype)) + " " +
+                        io::format_shape(r.shape) + ", the config needs float " + io::format_shape(shape));
+    }
+    std::vector<float> v(size_t(r.numel()));
+    convert_values(r.dtype, r.data.data(), DType::f32, v.data(), r.numel());
+    if (name.ends_with("q_proj.weight")) v = permute(v, c.num_attention_heads, shape[0], shape[1]);
+    if (name.ends_with("k_proj.weight")) v = permute(v, c.num_key_value_heads, shape[0], shape[1]);
+    io::GgmlType type = shape.size() == 2 ? options.type : io::GgmlType::f32;
+    for (const auto& [re, t] : overrides)
+      if (std::regex_search(name, re)) {
+        type = t;
+        break;
+      }
+    const io::GgmlBlock block = *io::ggml_block(uint32_t(type));
+    if (shape.back() % block.block != 0) {
+      throw ConfigError("[quantize] " + name + " " + io::format_shape(shape) + ": its rows of " +
+                        std::to_string(shape.back()) + " values are not a multiple of " + std::string(block.name) +
+                        "'s block of " + std::to_string(block.block) +
+                        " (choose another --type, or --override for this tensor)");
+    }
+    data.push_back(io::quantize(type, v));
+    std::vector<float> back(v.size());
+    io::dequantize(uint32_t(type), data.back(), back);
+    double e = 0, n = 0;
+    for (size_t i = 0; i < v.size(); ++i) e += std::pow(double(back[i]) - v[i], 2), n += double(v[i]) * v[i];
+    report.tensors.push_back({name, gguf_name, type, shape, data.back().size(), n > 0 ? std::sqrt(e / n) : 0.0});
+    report.f32_bytes += v.size() * sizeof(float);
+    report.bytes += data.back().size();
+    views.push_back({gguf_name, uint32_t(type), shape, {}});
+  }
+  for (size_t i = 0; i < views.size(); ++i) views[i].data = data[i];
+  io::write_gguf(path, meta, views);
+  return report;
+}
 
 bool is_gguf(const fs::path& path) { return !fs::is_directory(path) && path.extension() == ".gguf"; }
 

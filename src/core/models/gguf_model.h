@@ -4,10 +4,12 @@
 
 #include <filesystem>
 #include <map>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "meganeura/llama.h"
+#include "meganeura/gguf.h"
 #include "meganeura/safetensors.h"
 
 namespace meganeura::models {
@@ -26,5 +28,37 @@ LlamaConfig llama_config_from_gguf(const std::filesystem::path& path);
 // when empty; tensors the Llama graph does not use are left out).
 std::map<std::string, io::TensorRecord> read_gguf_weights(const std::filesystem::path& path,
                                                           const std::vector<std::string>& names);
+
+// ---- Writing -------------------------------------------------------------------------------
+// A Hugging Face Llama checkpoint as a GGUF file in llama.cpp's layout: the llama.* keys of the
+// config, its tensors under llama.cpp's names with the query and key rows permuted as llama.cpp
+// expects, 2-D tensors in `type` and 1-D ones (the norms) in f32, unless an override matches.
+struct GgufExportOptions {
+  io::GgmlType type = io::GgmlType::q8_0;
+  // (ECMAScript regex searched in the Hugging Face name, type): the first match sets the type.
+  std::vector<std::pair<std::string, io::GgmlType>> overrides;
+  std::vector<std::pair<std::string, io::GgufValue>> metadata;  // more keys (the tokenizer's)
+};
+struct GgufExportedTensor {
+  std::string name, gguf_name;
+  io::GgmlType type = io::GgmlType::f32;
+  std::vector<int64_t> shape;
+  uint64_t bytes = 0;
+  double rel_error = 0;  // relative L2 error of the stored values against the checkpoint's
+};
+struct GgufExport {
+  std::vector<GgufExportedTensor> tensors;
+  uint64_t f32_bytes = 0, bytes = 0;
+};
+// Writes atomically. Each tensor of the config must be in `weights` (any float dtype) with the
+// config's shape; ConfigError naming a missing or mis-shaped one, a row length that is not a
+// multiple of the chosen type's block, or a config GGUF cannot hold (Llama 3 rope scaling).
+GgufExport write_llama_gguf(const std::filesystem::path& path, const LlamaConfig& config,
+                            const std::map<std::string, io::TensorRecord>& weights, const GgufExportOptions& options);
+
+// A type's name as the CLI spells it (q8_0, q4_0, q4_k, f16, bf16, f32), and back (nullopt
+// for another name).
+std::string ggml_type_name(io::GgmlType type);
+std::optional<io::GgmlType> ggml_type_from_name(std::string_view name);
 
 }  // namespace meganeura::models
