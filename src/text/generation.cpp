@@ -2,12 +2,11 @@
 // (text/generation.h).
 #include "text/generation.h"
 
-#include "text/gguf_tokenizer.h"
-
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <stdexcept>
 
+#include "text/gguf_tokenizer.h"
 #include "text/utf8.h"
 
 namespace meganeura::text {

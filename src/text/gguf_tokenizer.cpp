@@ -146,11 +146,10 @@ std::vector<std::pair<std::string, io::GgufValue>> gguf_tokenizer_metadata(std::
     for (const json& pair : *m)
       merges.push_back(pair.is_string() ? pair.get<std::string>()
                                         : pair[0].get<std::string>() + " " + pair[1].get<std::string>());
-  std::vector<std::pair<std::string, io::GgufValue>> out = {
-      {"tokenizer.ggml.model", {std::string("gpt2")}},
-      {"tokenizer.ggml.tokens", string_array(std::move(tokens))},
-      {"tokenizer.ggml.token_type", {std::move(types)}},
-      {"tokenizer.ggml.merges", string_array(std::move(merges))}};
+  std::vector<std::pair<std::string, io::GgufValue>> out = {{"tokenizer.ggml.model", {std::string("gpt2")}},
+                                                            {"tokenizer.ggml.tokens", string_array(std::move(tokens))},
+                                                            {"tokenizer.ggml.token_type", {std::move(types)}},
+                                                            {"tokenizer.ggml.merges", string_array(std::move(merges))}};
   if (const std::string pre = pre_name(impl); !pre.empty()) out.push_back({"tokenizer.ggml.pre", {pre}});
   if (bos) out.push_back({"tokenizer.ggml.bos_token_id", {uint32_t(*bos)}});
   if (eos) out.push_back({"tokenizer.ggml.eos_token_id", {uint32_t(*eos)}});

@@ -1,12 +1,11 @@
 #include "text/tokenizer.h"
 
-#include "text/gguf_tokenizer.h"
-
 #include <algorithm>
 #include <cstring>
 #include <fstream>
 #include <sstream>
 
+#include "text/gguf_tokenizer.h"
 #include "text/tokenizer_impl.h"
 #include "text/utf8.h"
 

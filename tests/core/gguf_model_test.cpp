@@ -16,49 +16,24 @@
 
 #include "meganeura/generate.h"
 #include "meganeura/gguf.h"
+#include "small_llama.h"
 
 namespace meganeura {
 namespace {
 
 namespace fs = std::filesystem;
 
-models::LlamaConfig small_config() {
-  models::LlamaConfig c;
-  c.vocab_size = 320;
-  c.hidden_size = 64;
-  c.intermediate_size = 96;
-  c.num_hidden_layers = 2;
-  c.num_attention_heads = 4;
-  c.num_key_value_heads = 2;
-  c.head_dim = 16;
-  c.max_position_embeddings = 128;
-  c.rope_theta = 5000;
-  c.rms_norm_eps = 1e-5;
-  c.tie_word_embeddings = false;
-  return c;
-}
+models::LlamaConfig small_config() { return testing::small_llama_config(); }
 
 struct TempDir {
   fs::path path = fs::temp_directory_path() / ("meganeura-gguf-model-" + std::to_string(::getpid()) + "-" +
-                                              ::testing::UnitTest::GetInstance()->current_test_info()->name());
+                                               ::testing::UnitTest::GetInstance()->current_test_info()->name());
   TempDir() { fs::create_directories(path); }
   ~TempDir() { fs::remove_all(path); }
 };
 
-// Normal weights whose scale keeps the residual stream of order one through every layer (as a
-// trained model's does), so that greedy tokens vary along the sequence.
 void draw_weights(Session& s, unsigned seed = 5) {
-  std::mt19937 rng(seed);
-  for (const auto& [name, b] : s.buffers()) {
-    if (b.role != Role::parameter) continue;
-    const bool norm = name.find("norm") != std::string::npos;
-    const double fan_in = double(b.type.shape.back());
-    const double std = norm ? 0.05 : name.find("embed") != std::string::npos ? 1.0 : 1.5 / std::sqrt(fan_in);
-    std::normal_distribution<double> d(norm ? 1.0 : 0.0, std);
-    std::vector<float> v(size_t(b.type.numel()));
-    for (float& x : v) x = float(d(rng));
-    s.set(name, v);
-  }
+  for (const auto& [name, v] : testing::residual_scaled_weights(s, seed)) s.set(name, v);
 }
 
 // A weight rounded through a block format.
@@ -87,12 +62,12 @@ struct Written {
 };
 
 // The generator's weights as a llama.cpp GGUF; 2-D tensors in `matrices`' type.
-void write_like_llama_cpp(const fs::path& path, const models::LlamaConfig& c, const Session& s,
-                          io::GgmlType matrices, std::vector<std::pair<std::string, io::GgufValue>> metadata) {
+void write_like_llama_cpp(const fs::path& path, const models::LlamaConfig& c, const Session& s, io::GgmlType matrices,
+                          std::vector<std::pair<std::string, io::GgufValue>> metadata) {
   const std::pair<const char*, const char*> block[] = {
-      {"input_layernorm", "attn_norm"}, {"self_attn.q_proj", "attn_q"}, {"self_attn.k_proj", "attn_k"},
+      {"input_layernorm", "attn_norm"}, {"self_attn.q_proj", "attn_q"},      {"self_attn.k_proj", "attn_k"},
       {"self_attn.v_proj", "attn_v"},   {"self_attn.o_proj", "attn_output"}, {"post_attention_layernorm", "ffn_norm"},
-      {"mlp.gate_proj", "ffn_gate"},    {"mlp.up_proj", "ffn_up"},         {"mlp.down_proj", "ffn_down"}};
+      {"mlp.gate_proj", "ffn_gate"},    {"mlp.up_proj", "ffn_up"},           {"mlp.down_proj", "ffn_down"}};
   std::vector<std::pair<std::string, std::string>> names = {{"model.embed_tokens.weight", "token_embd.weight"},
                                                             {"model.norm.weight", "output_norm.weight"},
                                                             {"lm_head.weight", "output.weight"}};
@@ -218,9 +193,10 @@ TEST(GgufModel, SmolLM2ShapeInBlockFormatsFollowsF32) {
     ids = {next};
   }
   EXPECT_GE(agree8, steps * 9 / 10);
-  std::printf("Q8_0: worst relative L2 %.4f (%.2fx equal noise), %d/%d greedy tokens agree; "
-              "Q4_0: worst %.4f, %d/%d agree\n",
-              worst8, worst_ratio, agree8, steps, worst4, agree4, steps);
+  std::printf(
+      "Q8_0: worst relative L2 %.4f (%.2fx equal noise), %d/%d greedy tokens agree; "
+      "Q4_0: worst %.4f, %d/%d agree\n",
+      worst8, worst_ratio, agree8, steps, worst4, agree4, steps);
 }
 
 TEST(GgufModel, RefusalsNameWhatIsWrong) {

@@ -4,6 +4,8 @@
 // the real Llama 3 vocabulary (when the test set-up installed it); with the Hugging Face key
 // present the file gives the original exactly (the Qwen 3 vocabulary, whose NFC normaliser
 // llama.cpp's keys cannot say). Malformed keys are refused naming the key.
+#include "text/gguf_tokenizer.h"
+
 #include <gtest/gtest.h>
 #include <unistd.h>
 
@@ -12,7 +14,6 @@
 #include "corpus.h"
 #include "npm_reference.h"
 #include "text/bpe.h"
-#include "text/gguf_tokenizer.h"
 #include "text/pretokenize.h"
 #include "text/unicode.h"
 #include "text/utf8.h"
@@ -39,9 +40,8 @@ json small_tokenizer(const json& pre_tokenizer) {
            {{"type", "BPE"},
             {"vocab", vocab},
             {"merges", json::array({"a b", "ab c", bl(" ") + " t", "h e", bl(" t") + " he", "1 2"})}}},
-          {"added_tokens",
-           json::array({{{"id", 300}, {"content", "<|end|>"}, {"special", true}},
-                        {{"id", 301}, {"content", "[tool]"}, {"special", false}}})},
+          {"added_tokens", json::array({{{"id", 300}, {"content", "<|end|>"}, {"special", true}},
+                                        {{"id", 301}, {"content", "[tool]"}, {"special", false}}})},
           {"pre_tokenizer", pre_tokenizer},
           {"decoder", {{"type", "ByteLevel"}}}};
 }
@@ -84,14 +84,16 @@ void expect_same(const Tokenizer& want, const Tokenizer& got, const std::vector<
   for (size_t id = 0; id < want.vocab_size(); ++id) ASSERT_EQ(bytes(got, id), bytes(want, id)) << "id " << id;
 }
 
-const std::vector<std::string> kLines = {"abc the 1234 ab<|end|>[tool] x", "the   the\n\n12 abcabc", "héllo wörld 2024!",
-                                         "  leading and trailing  ", "<|end|><|end|>", ""};
+const std::vector<std::string> kLines = {
+    "abc the 1234 ab<|end|>[tool] x", "the   the\n\n12 abcabc", "héllo wörld 2024!",
+    "  leading and trailing  ",       "<|end|><|end|>",         ""};
 
 TEST(GgufTokenizer, EachNamedPreTokenizerRoundTripsThroughLlamaCppKeys) {
   const json byte_level = {{"type", "ByteLevel"}, {"add_prefix_space", false}, {"use_regex", true}};
   const json no_regex = {{"type", "ByteLevel"}, {"add_prefix_space", false}, {"use_regex", false}};
   auto split = [](SplitPattern p) {
-    return json{{"type", "Split"}, {"pattern", {{"Regex", std::string(split_pattern_regex(p))}}}, {"behavior", "Isolated"}};
+    return json{
+        {"type", "Split"}, {"pattern", {{"Regex", std::string(split_pattern_regex(p))}}}, {"behavior", "Isolated"}};
   };
   const std::pair<std::string, json> cases[] = {
       {"gpt-2", byte_level},
@@ -153,20 +155,25 @@ TEST(GgufTokenizer, MalformedKeysAreNamed) {
     for (auto& [k, old] : m)
       if (k == key) old = std::move(v);
   };
-  EXPECT_NE(message([&](Meta& m) { set(m, "tokenizer.ggml.model", {std::string("llama")}); })
-                .find("tokenizer.ggml.model: 'llama': only \"gpt2\""),
+  EXPECT_NE(message([&](Meta& m) {
+              set(m, "tokenizer.ggml.model", {std::string("llama")});
+            }).find("tokenizer.ggml.model: 'llama': only \"gpt2\""),
             std::string::npos);
-  EXPECT_NE(message([&](Meta& m) { set(m, "tokenizer.ggml.pre", {std::string("falcon")}); })
-                .find("tokenizer.ggml.pre: unsupported pre-tokenizer 'falcon'"),
+  EXPECT_NE(message([&](Meta& m) {
+              set(m, "tokenizer.ggml.pre", {std::string("falcon")});
+            }).find("tokenizer.ggml.pre: unsupported pre-tokenizer 'falcon'"),
             std::string::npos);
-  EXPECT_NE(message([&](Meta& m) { std::erase_if(m, [](auto& kv) { return kv.first == "tokenizer.ggml.merges"; }); })
-                .find("tokenizer.ggml.merges: missing"),
+  EXPECT_NE(message([&](Meta& m) {
+              std::erase_if(m, [](auto& kv) { return kv.first == "tokenizer.ggml.merges"; });
+            }).find("tokenizer.ggml.merges: missing"),
             std::string::npos);
-  EXPECT_NE(message([&](Meta& m) { set(m, "tokenizer.ggml.token_type", {io::GgufArray{io::GgufType::i32, {{int32_t(1)}}}}); })
-                .find("1 types for 302 tokens"),
+  EXPECT_NE(message([&](Meta& m) {
+              set(m, "tokenizer.ggml.token_type", {io::GgufArray{io::GgufType::i32, {{int32_t(1)}}}});
+            }).find("1 types for 302 tokens"),
             std::string::npos);
-  EXPECT_NE(message([&](Meta& m) { set(m, "tokenizer.ggml.merges", {io::GgufArray{io::GgufType::string, {{std::string("a zz")}}}}); })
-                .find("merges[0]"),
+  EXPECT_NE(message([&](Meta& m) {
+              set(m, "tokenizer.ggml.merges", {io::GgufArray{io::GgufType::string, {{std::string("a zz")}}}});
+            }).find("merges[0]"),
             std::string::npos);
   EXPECT_NE(message([&](Meta& m) { m.clear(); }).find("tokenizer.ggml.model: missing"), std::string::npos);
 }

@@ -81,14 +81,18 @@ int run_quantize(const QuantizeArgs& a) {
     if (t.rel_error >= s.worst) s.worst = t.rel_error, s.worst_name = t.name;
   }
   if (a.json) {
-    nlohmann::json j = {{"out", a.out}, {"f32_bytes", r.f32_bytes}, {"bytes", r.bytes}, {"types", nlohmann::json::object()}};
+    nlohmann::json j = {
+        {"out", a.out}, {"f32_bytes", r.f32_bytes}, {"bytes", r.bytes}, {"types", nlohmann::json::object()}};
     for (const auto& [name, s] : by_type)
-      j["types"][name] = {{"tensors", s.tensors}, {"bytes", s.bytes}, {"worst_rel_error", s.worst},
-                          {"worst_tensor", s.worst_name}};
+      j["types"][name] = {
+          {"tensors", s.tensors}, {"bytes", s.bytes}, {"worst_rel_error", s.worst}, {"worst_tensor", s.worst_name}};
     j["tensors"] = nlohmann::json::array();
     for (const models::GgufExportedTensor& t : r.tensors)
-      j["tensors"].push_back({{"name", t.name}, {"gguf_name", t.gguf_name}, {"type", models::ggml_type_name(t.type)},
-                              {"bytes", t.bytes}, {"rel_error", t.rel_error}});
+      j["tensors"].push_back({{"name", t.name},
+                              {"gguf_name", t.gguf_name},
+                              {"type", models::ggml_type_name(t.type)},
+                              {"bytes", t.bytes},
+                              {"rel_error", t.rel_error}});
     std::cout << j.dump() << "\n";
     return 0;
   }
@@ -97,8 +101,8 @@ int run_quantize(const QuantizeArgs& a) {
             << (a.tokenizer.empty() ? ", no tokenizer" : ", with the tokenizer") << "\n";
   for (const auto& [name, s] : by_type) {
     std::cout << "  " << std::left << std::setw(5) << name << std::right << std::setw(5) << s.tensors << " tensors "
-              << std::setw(9) << double(s.bytes) / (1 << 20) << " MiB  worst relative error "
-              << std::setprecision(4) << s.worst << " (" << s.worst_name << ")\n"
+              << std::setw(9) << double(s.bytes) / (1 << 20) << " MiB  worst relative error " << std::setprecision(4)
+              << s.worst << " (" << s.worst_name << ")\n"
               << std::setprecision(2);
   }
   return 0;

@@ -4,6 +4,7 @@
 // embedding of the Hugging Face layout expects. See models/gguf_model.h.
 #include "models/gguf_model.h"
 
+#include <cctype>
 #include <cmath>
 #include <cstring>
 #include <nlohmann/json.hpp>
@@ -37,9 +38,9 @@ double number(const io::GgufFile& f, const std::string& key, double fallback) {
 
 // llama.cpp's names of a block's tensors, and Hugging Face's.
 const std::pair<const char*, const char*> kBlockNames[] = {
-    {"attn_norm", "input_layernorm"}, {"attn_q", "self_attn.q_proj"}, {"attn_k", "self_attn.k_proj"},
+    {"attn_norm", "input_layernorm"}, {"attn_q", "self_attn.q_proj"},      {"attn_k", "self_attn.k_proj"},
     {"attn_v", "self_attn.v_proj"},   {"attn_output", "self_attn.o_proj"}, {"ffn_norm", "post_attention_layernorm"},
-    {"ffn_gate", "mlp.gate_proj"},    {"ffn_up", "mlp.up_proj"},         {"ffn_down", "mlp.down_proj"}};
+    {"ffn_gate", "mlp.gate_proj"},    {"ffn_up", "mlp.up_proj"},           {"ffn_down", "mlp.down_proj"}};
 
 // The Hugging Face name of a GGUF tensor, or "" for one the model does not use.
 std::string hf_name(const std::string& gguf) {
@@ -113,7 +114,11 @@ uint32_t file_type(io::GgmlType t) {
 
 }  // namespace
 
-std::string ggml_type_name(io::GgmlType t) { return std::string(io::ggml_block(uint32_t(t))->name); }
+std::string ggml_type_name(io::GgmlType t) {
+  std::string name(io::ggml_block(uint32_t(t))->name);
+  for (char& ch : name) ch = char(std::tolower(static_cast<unsigned char>(ch)));
+  return name;
+}
 
 std::optional<io::GgmlType> ggml_type_from_name(std::string_view name) {
   for (io::GgmlType t : {io::GgmlType::f32, io::GgmlType::f16, io::GgmlType::bf16, io::GgmlType::q8_0,
@@ -230,7 +235,8 @@ LlamaConfig llama_config_from_gguf(const fs::path& path) {
     j["vocab_size"] = integer(f, "llama.vocab_size");
   else if (embed != nullptr && embed->shape.size() == 2)
     j["vocab_size"] = embed->shape[0];
-  if (const io::GgufValue* type = f.find("llama.rope.scaling.type"); type && type->string() && *type->string() != "none")
+  if (const io::GgufValue* type = f.find("llama.rope.scaling.type");
+      type && type->string() && *type->string() != "none")
     j["rope_scaling"] = {{"rope_type", *type->string()}, {"factor", number(f, "llama.rope.scaling.factor", 1.0)}};
   return parse_llama_config(j.dump(), path.string());
 }
@@ -246,8 +252,10 @@ std::map<std::string, io::TensorRecord> read_gguf_weights(const fs::path& path, 
     std::vector<float> values(size_t(t.numel()));
     io::dequantize(t.type, map.data(t.name), values);
     const int64_t rows = t.shape.empty() ? 1 : t.shape[0], cols = t.shape.size() == 2 ? t.shape[1] : 1;
-    if (t.shape.size() == 2 && name.ends_with("q_proj.weight")) unpermute(values, c.num_attention_heads, rows, cols, t.name);
-    if (t.shape.size() == 2 && name.ends_with("k_proj.weight")) unpermute(values, c.num_key_value_heads, rows, cols, t.name);
+    if (t.shape.size() == 2 && name.ends_with("q_proj.weight"))
+      unpermute(values, c.num_attention_heads, rows, cols, t.name);
+    if (t.shape.size() == 2 && name.ends_with("k_proj.weight"))
+      unpermute(values, c.num_key_value_heads, rows, cols, t.name);
     io::TensorRecord r;
     r.dtype = DType::f32;
     r.shape = t.shape;

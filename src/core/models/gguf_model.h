@@ -8,8 +8,8 @@
 #include <string>
 #include <vector>
 
-#include "meganeura/llama.h"
 #include "meganeura/gguf.h"
+#include "meganeura/llama.h"
 #include "meganeura/safetensors.h"
 
 namespace meganeura::models {
