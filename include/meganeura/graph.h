@@ -29,7 +29,7 @@ struct TensorType {
   DType dtype = DType::f32;
   Shape shape;
   int64_t numel() const { return meganeura::numel(shape); }
-  int64_t bytes() const { return numel() * int64_t(dtype_size(dtype)); }
+  int64_t bytes() const { return int64_t(storage_bytes(dtype, numel())); }
   bool operator==(const TensorType&) const = default;
 };
 
@@ -365,6 +365,9 @@ Tensor log_softmax(Tensor x, int64_t axis = -1);
 // a: [..., M, K] (or [..., K, M] with trans_a); b: [..., K, N] (or [..., N, K] with trans_b).
 // Batch dimensions must match, or one side has none (shared weights).
 Tensor matmul(Tensor a, Tensor b, bool trans_a = false, bool trans_b = false);
+// x [..., k] times w^T for a weight w [n, k] of a block type (q8_0, q4_0): [..., n], decoded
+// as it is read. Inference only.
+Tensor matmul_q(Tensor x, Tensor w);
 
 struct Conv2dOptions {
   int64_t stride_h = 1, stride_w = 1, pad_h = 0, pad_w = 0, dilation_h = 1, dilation_w = 1;

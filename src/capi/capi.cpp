@@ -150,7 +150,7 @@ void check_dtype(const ExternalBuffer& e, DType given, const char* verb) {
                                            (dtype_is_float(e.type.dtype) ? " (f32, f64 or its own dtype)" : ""));
 }
 
-size_t byte_count(const ExternalBuffer& e, DType t) { return size_t(e.type.numel()) * dtype_size(t); }
+size_t byte_count(const ExternalBuffer& e, DType t) { return size_t(storage_bytes(t, e.type.numel())); }
 
 std::string read_file(const char* path) {
   need(path, "path");

@@ -342,7 +342,7 @@ int run_generation_programs(const TrainArgs& a) {
   uint64_t shared = 0;
   nlohmann::json external = nlohmann::json::array();
   for (const auto& [name, b] : s.buffers()) {
-    const uint64_t bytes = uint64_t(b.type.numel()) * dtype_size(b.stored);
+    const uint64_t bytes = storage_bytes(b.stored, b.type.numel());
     shared += bytes;
     external.push_back({{"name", name}, {"role", role_name(b.role)}, {"bytes", bytes}});
   }

@@ -13,7 +13,7 @@ const ExternalBuffer& external(const Program& p, const std::string& name) {
   return *e;
 }
 
-uint64_t bytes_of(const ExternalBuffer& e) { return uint64_t(e.type.numel()) * dtype_size(e.stored); }
+uint64_t bytes_of(const ExternalBuffer& e) { return storage_bytes(e.stored, e.type.numel()); }
 
 }  // namespace
 

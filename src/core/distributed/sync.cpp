@@ -32,7 +32,7 @@ void broadcast_parameters(Session& session, Communicator& comm, int root) {
     throw std::invalid_argument("[distributed] no rank " + std::to_string(root) + " to broadcast from");
   for (const std::string& name : replicated(session)) {
     const ExternalBuffer& e = session.buffers().at(name);
-    std::vector<std::byte> bytes(size_t(e.type.numel()) * dtype_size(e.stored));
+    std::vector<std::byte> bytes(size_t(storage_bytes(e.stored, e.type.numel())));
     if (comm.rank() == root) session.read_raw(name, bytes);  // draws its initial values if still waiting
     comm.wait(comm.start_broadcast(bytes.data(), bytes.size(), root, "the broadcast of '" + name + "'"));
     if (comm.rank() != root) session.write_raw(name, bytes);

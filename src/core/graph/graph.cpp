@@ -170,6 +170,15 @@ Tensor Graph::input(const std::string& name, Shape shape, DType dtype) {
   return leaf(Op::input, name, std::move(shape), dtype, {});
 }
 Tensor Graph::parameter(const std::string& name, Shape shape, Init init, DType dtype) {
+  if (dtype_is_block(dtype)) {  // a weight for matmul_q: rows of whole blocks
+    const int64_t block = dtype_block(dtype).elements;
+    if (shape.size() != 2 || shape[1] <= 0 || shape[1] % block != 0) {
+      throw std::invalid_argument("[graph] parameter '" + name + "' of type " + std::string(dtype_name(dtype)) +
+                                  " needs a shape [n, k] with k a multiple of " + std::to_string(block) + ", got " +
+                                  shape_str(shape));
+    }
+    return leaf(Op::parameter, name, std::move(shape), dtype, init);
+  }
   if (!dtype_is_float(dtype)) throw std::invalid_argument("[graph] parameter '" + name + "' must be floating point");
   return leaf(Op::parameter, name, std::move(shape), dtype, init);
 }

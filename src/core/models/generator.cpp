@@ -49,7 +49,7 @@ Generator::Generator(models::LlamaConfig config, const GeneratorOptions& o)
   for (int64_t n = std::min<int64_t>(o.prefill_chunk, int64_t(std::bit_floor(uint64_t(max_context_)))); n >= 1;
        n /= 2) {
     Chunk c{n, 0, Graph{}};
-    Tensor logits = models::build_llama_cached(c.graph, config_, batch_, n, max_context_);
+    Tensor logits = models::build_llama_cached(c.graph, config_, batch_, n, max_context_, o.weights);
     c.graph.output("logits." + std::to_string(n), logits);
     c.graph.output("argmax." + std::to_string(n), argmax(logits));
     if (top_k_ > 0) c.graph.output("top_k." + std::to_string(n), top_k_packed(logits, top_k_ + 1));

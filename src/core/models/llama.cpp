@@ -12,14 +12,22 @@ namespace {
 struct Cache {
   Tensor position;  // i32 [batch], a position per sequence (-1: the sequence sits the run out)
   int64_t max_context = 0;
+  DType weights = DType::f32;  // the projections' and the untied head's type
 };
+
+// y = x W^T for W [out, in] named prefix.weight, stored in `type` (a block format: matmul_q).
+Tensor projection(Graph& g, Tensor x, const std::string& prefix, int64_t in, int64_t out, DType type) {
+  if (type == DType::f32) return linear(g, x, prefix, in, out, false);
+  return matmul_q(x, g.parameter(prefix + ".weight", {out, in}, normal(0.02), type));
+}
 
 Tensor attend(Graph& g, const LlamaConfig& c, const std::string& p, Tensor h, const Cache* cache) {
   const int64_t dim = c.hidden_size, hd = c.head_dim, heads = c.num_attention_heads, kv = c.num_key_value_heads;
   const RopeAttrs ra = llama_rope_attrs(c);
-  Tensor q = split_heads(linear(g, h, p + "self_attn.q_proj", dim, heads * hd, false), heads);
-  Tensor k = split_heads(linear(g, h, p + "self_attn.k_proj", dim, kv * hd, false), kv);
-  Tensor v = split_heads(linear(g, h, p + "self_attn.v_proj", dim, kv * hd, false), kv);
+  const DType wt = cache ? cache->weights : DType::f32;
+  Tensor q = split_heads(projection(g, h, p + "self_attn.q_proj", dim, heads * hd, wt), heads);
+  Tensor k = split_heads(projection(g, h, p + "self_attn.k_proj", dim, kv * hd, wt), kv);
+  Tensor v = split_heads(projection(g, h, p + "self_attn.v_proj", dim, kv * hd, wt), kv);
   if (cache == nullptr) return attention(rope_scaled(q, ra), rope_scaled(k, ra), v, true);
   const Shape shape{h.dim(0), kv, cache->max_context, hd};
   Tensor kc = g.state(p + "self_attn.key_cache", shape), vc = g.state(p + "self_attn.value_cache", shape);
@@ -31,23 +39,25 @@ Tensor attend(Graph& g, const LlamaConfig& c, const std::string& p, Tensor h, co
 }
 
 Tensor decoder(Graph& g, const LlamaConfig& c, Tensor ids, const Cache* cache) {
-  const int64_t dim = c.hidden_size, heads = c.num_attention_heads, hd = c.head_dim;
+  const int64_t dim = c.hidden_size, heads = c.num_attention_heads, hd = c.head_dim, ffn = c.intermediate_size;
+  const DType wt = cache ? cache->weights : DType::f32;
   Tensor emb = param(g, "model.embed_tokens.weight", {c.vocab_size, dim}, normal(0.02));
   Tensor x = embedding(emb, ids);  // [B, S, D]
   for (int64_t l = 0; l < c.num_hidden_layers; ++l) {
     const std::string p = "model.layers." + std::to_string(l) + ".";
     Tensor h = rms_norm(x, param(g, p + "input_layernorm.weight", {dim}, ones()), c.rms_norm_eps);
-    x = x + linear(g, merge_heads(attend(g, c, p, h, cache)), p + "self_attn.o_proj", heads * hd, dim, false);
+    x = x + projection(g, merge_heads(attend(g, c, p, h, cache)), p + "self_attn.o_proj", heads * hd, dim, wt);
     h = rms_norm(x, param(g, p + "post_attention_layernorm.weight", {dim}, ones()), c.rms_norm_eps);
-    x = x + swiglu_mlp(g, h, p, dim, c.intermediate_size);
+    Tensor gate = projection(g, h, p + "mlp.gate_proj", dim, ffn, wt), up = projection(g, h, p + "mlp.up_proj", dim, ffn, wt);
+    x = x + projection(g, swiglu(gate, up), p + "mlp.down_proj", ffn, dim, wt);
   }
   return rms_norm(x, param(g, "model.norm.weight", {dim}, ones()), c.rms_norm_eps);
 }
 
-Tensor head(Graph& g, const LlamaConfig& c, Tensor x) {  // [N, hidden] -> [N, vocab]
-  Tensor w = c.tie_word_embeddings ? g.tensor(*g.find("model.embed_tokens.weight"))
-                                   : param(g, "lm_head.weight", {c.vocab_size, c.hidden_size}, normal(0.02));
-  return matmul(x, w, false, true);
+// [N, hidden] -> [N, vocab]; a tied head reads the (f32) embedding table.
+Tensor head(Graph& g, const LlamaConfig& c, Tensor x, DType weights = DType::f32) {
+  if (!c.tie_word_embeddings) return projection(g, x, "lm_head", c.hidden_size, c.vocab_size, weights);
+  return matmul(x, g.tensor(*g.find("model.embed_tokens.weight")), false, true);
 }
 
 void require_positive(int64_t batch, int64_t seq) {
@@ -61,8 +71,12 @@ void require_positive(int64_t batch, int64_t seq) {
 
 Tensor llama_decoder(Graph& g, const LlamaConfig& c, Tensor ids) { return decoder(g, c, ids, nullptr); }
 
-Tensor build_llama_cached(Graph& g, const LlamaConfig& c, int64_t batch, int64_t seq, int64_t max_context) {
+Tensor build_llama_cached(Graph& g, const LlamaConfig& c, int64_t batch, int64_t seq, int64_t max_context,
+                          DType weights) {
   require_positive(batch, seq);
+  if (weights != DType::f32 && !dtype_is_block(weights)) {
+    throw std::invalid_argument("[llama] weights must be f32, q8_0 or q4_0, got " + std::string(dtype_name(weights)));
+  }
   if (max_context < seq || max_context > c.max_position_embeddings) {
     throw std::invalid_argument("[llama] max_context " + std::to_string(max_context) + " must be in [" +
                                 std::to_string(seq) +
@@ -70,10 +84,10 @@ Tensor build_llama_cached(Graph& g, const LlamaConfig& c, int64_t batch, int64_t
   }
   Tensor ids = g.input("input_ids." + std::to_string(seq), {batch, seq}, DType::i32);
   const Cache cache{g.find("position") ? g.tensor(*g.find("position")) : g.input("position", {batch}, DType::i32),
-                    max_context};
+                    max_context, weights};
   Tensor x = decoder(g, c, ids, &cache);                                          // [B, S, D]
   Tensor last = reshape(slice_axis(x, 1, seq - 1, seq), {batch, c.hidden_size});  // the last new token
-  return head(g, c, last);
+  return head(g, c, last, weights);
 }
 
 Tensor build_llama(Graph& g, const LlamaConfig& c, int64_t batch, int64_t seq) {

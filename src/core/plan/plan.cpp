@@ -187,7 +187,7 @@ class Planner {
     t.stored = stored_of(n.type.dtype);
     t.role = role;
     t.binding = std::move(binding);
-    t.bytes = uint64_t(n.type.numel()) * dtype_size(t.stored);
+    t.bytes = storage_bytes(t.stored, n.type.numel());
     t.node = id;
     p_.tensors.push_back(t);
     return uint32_t(p_.tensors.size() - 1);
@@ -529,7 +529,7 @@ class Planner {
   void check_externals() {
     const DeviceLimits& lim = opt_.limits;
     for (const ExternalBuffer& e : p_.externals) {
-      const uint64_t bytes = uint64_t(e.type.numel()) * dtype_size(e.stored);
+      const uint64_t bytes = storage_bytes(e.stored, e.type.numel());
       if (bytes > lim.buffer_limit()) throw std::invalid_argument(limit_error("buffer '" + e.name + "'", bytes, lim));
       p_.memory.external_bytes += bytes;
     }

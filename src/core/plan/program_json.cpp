@@ -191,7 +191,7 @@ std::vector<int64_t> as_shape(const json& j, const std::string& path) {
 }
 DType as_dtype(const json& j, const std::string& path) {
   std::string s = as_string(j, path);
-  for (DType t : {DType::f32, DType::f16, DType::bf16, DType::i32, DType::u32, DType::f64}) {
+  for (DType t : {DType::f32, DType::f16, DType::bf16, DType::i32, DType::u32, DType::f64, DType::q8_0, DType::q4_0}) {
     if (dtype_name(t) == s) return t;
   }
   bad(path, "unknown dtype '" + s + "'");

@@ -52,7 +52,7 @@ void check_layout(const Program& p) {
   std::map<std::string, const ExternalBuffer*> ext;
   for (const ExternalBuffer& e : p.externals) {
     if (!ext.emplace(e.name, &e).second) fail("two external buffers named '" + e.name + "'");
-    const uint64_t bytes = uint64_t(e.type.numel()) * dtype_size(e.stored);
+    const uint64_t bytes = storage_bytes(e.stored, e.type.numel());
     if (bytes > limit)
       fail("external buffer '" + e.name + "' is " + std::to_string(bytes) + " bytes, above the limit of " +
            std::to_string(limit));
@@ -60,7 +60,7 @@ void check_layout(const Program& p) {
   for (uint32_t t = 0; t < p.tensors.size(); ++t) {
     const ProgramTensor& x = p.tensors[t];
     const std::string name = planning::describe_tensor(p, t);
-    if (x.bytes != uint64_t(x.type.numel()) * dtype_size(x.stored))
+    if (x.bytes != storage_bytes(x.stored, x.type.numel()))
       fail("tensor " + name + ": " + std::to_string(x.bytes) + " bytes for its type");
     if (x.view_of >= int32_t(p.tensors.size())) fail("tensor " + name + ": view of a tensor that does not exist");
     if (x.view_of >= 0) {
@@ -74,7 +74,7 @@ void check_layout(const Program& p) {
       auto it = ext.find(x.binding);
       if (it == ext.end()) fail("tensor " + name + " is bound to unknown buffer '" + x.binding + "'");
       const ExternalBuffer& e = *it->second;
-      if (x.bytes != uint64_t(e.type.numel()) * dtype_size(e.stored) || x.stored != e.stored) {
+      if (x.bytes != storage_bytes(e.stored, e.type.numel()) || x.stored != e.stored) {
         fail("tensor " + name + " does not fill its buffer '" + e.name + "' (" + std::string(dtype_name(e.stored)) +
              shape_str(e.type.shape) + ")");
       }
@@ -168,7 +168,7 @@ void check_memory(const Program& p, const std::vector<std::vector<planning::Acce
     if (x.role == Role::output) continue;  // defined once written
     auto it = first_bound.find({std::string_view(x.name), x.role});
     const int64_t owner = it == first_bound.end() ? -1 : it->second;
-    mem[p.arena_buffers.size() + e][0] = Seg{uint64_t(x.type.numel()) * dtype_size(x.stored), owner};
+    mem[p.arena_buffers.size() + e][0] = Seg{storage_bytes(x.stored, x.type.numel()), owner};
   }
   auto owners = [&](const planning::Access& a, auto&& visit) {
     auto& m = mem[a.buffer];

@@ -1,6 +1,7 @@
 #include "runtime/init.h"
 
 #include <cmath>
+#include <vector>
 
 #include "backend/cpu/parallel.h"
 #include "graph/op_table.h"
@@ -33,6 +34,14 @@ bool has_initial_values(const ExternalBuffer& e) {
 
 void initial_values(const ExternalBuffer& e, uint64_t seed, std::byte* out) {
   const int64_t n = e.type.numel();
+  if (dtype_is_block(e.stored)) {  // whole blocks at once: the values, then their quantisation
+    std::vector<double> v(static_cast<size_t>(n));
+    ExternalBuffer as_f64 = e;
+    as_f64.stored = DType::f64;
+    initial_values(as_f64, seed, reinterpret_cast<std::byte*>(v.data()));
+    convert_values(DType::f64, v.data(), e.stored, out, n);
+    return;
+  }
   const size_t width = dtype_size(e.stored);
   if (e.role == Role::constant) {
     convert_values(DType::f64, e.const_data.data(), e.stored, out, n);

@@ -123,7 +123,7 @@ void Session::initialise() const {
   uint64_t largest = 0;
   for (const std::string& name : pending_) {
     const ExternalBuffer& e = buffers_.at(name);
-    largest = std::max(largest, uint64_t(e.type.numel()) * dtype_size(e.stored));
+    largest = std::max(largest, storage_bytes(e.stored, e.type.numel()));
   }
   std::unique_ptr<std::byte[]> scratch(new std::byte[largest]);
   while (!pending_.empty()) {
@@ -135,7 +135,7 @@ void Session::initialise() const {
 void Session::initialise(const std::string& name, std::byte* scratch) const {
   if (!pending_.count(name)) return;
   const ExternalBuffer& e = buffers_.at(name);
-  const size_t bytes = size_t(e.type.numel()) * dtype_size(e.stored);
+  const size_t bytes = size_t(storage_bytes(e.stored, e.type.numel()));
   std::unique_ptr<std::byte[]> own;
   if (!scratch) {
     own.reset(new std::byte[bytes]);
@@ -175,7 +175,7 @@ void set_values(Backend& b, const ExternalBuffer& e, std::span<const T> values) 
     throw std::invalid_argument("[session] '" + e.name + "' has shape " + shape_str(e.type.shape) + " (" +
                                 std::to_string(e.type.numel()) + " values), got " + std::to_string(values.size()));
   }
-  std::vector<std::byte> bytes(values.size() * dtype_size(e.stored));
+  std::vector<std::byte> bytes(size_t(storage_bytes(e.stored, int64_t(values.size()))));
   convert_values(dtype_of<T>(), values.data(), e.stored, bytes.data(), int64_t(values.size()));
   b.write(e.name, bytes.data(), bytes.size());
 }
@@ -197,7 +197,7 @@ void Session::set(const std::string& name, std::span<const int32_t> v) {
 
 std::vector<std::byte> Session::read_raw(const std::string& name) const {
   const ExternalBuffer& e = buffer(name);
-  std::vector<std::byte> bytes(size_t(e.type.numel()) * dtype_size(e.stored));
+  std::vector<std::byte> bytes(size_t(storage_bytes(e.stored, e.type.numel())));
   read_raw(name, bytes);
   return bytes;
 }

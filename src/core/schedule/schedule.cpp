@@ -211,6 +211,17 @@ void lower_matmul(const Program& p, const Dispatch& d, KernelLaunch& l) {
                p.tensors.at(d.write()).type.shape);
 }
 
+// matmul_q: rows of x, weight rows, and their length (the weight's type is its buffer's).
+void lower_matmul_q(const Program& p, const Dispatch& d, KernelLaunch& l) {
+  const Shape& w = p.tensors.at(d.reads.at(1)).type.shape;
+  const int64_t rows = numel(p.tensors.at(d.reads.at(0)).type.shape) / w[1];
+  const int64_t words[] = {rows, w[0], w[1]};
+  for (size_t i = 0; i < 3; ++i) l.push.set(push::kMatmul + i, u32(words[i], "matmul size"));
+  l.kernel = "gemm_q." + std::string(dtype_name(p.tensors.at(d.reads.at(1)).stored));
+  l.workgroup_size = {64, 1, 1};
+  l.groups = {u32((w[0] + 63) / 64, "groups"), u32(rows, "groups"), 1};
+}
+
 // The three convolutions, described by the forward convolution's (x, w, y) shapes.
 void lower_conv(const Program& p, const Dispatch& d, KernelLaunch& l, uint64_t elem) {
   const auto& a = std::get<ConvAttrs>(d.attrs);
@@ -239,7 +250,7 @@ KernelLaunch lower_dispatch(const Program& p, const Dispatch& d) {
   KernelLaunch l;
   switch (op_info(d.op).cpu) {
     case CpuKernel::fused: lower_fused(p, d, l); break;
-    case CpuKernel::linalg: lower_matmul(p, d, l); break;
+    case CpuKernel::linalg: d.op == Op::matmul_q ? lower_matmul_q(p, d, l) : lower_matmul(p, d, l); break;
     case CpuKernel::conv: lower_conv(p, d, l, dtype_size(p.float_dtype)); break;
     case CpuKernel::unary:
     case CpuKernel::cast:

@@ -70,7 +70,7 @@ class CpuBackend final : public Backend {
     // Checks first: a refused program leaves no buffers behind.
     for (const Dispatch& d : q.dispatches) validate(q, d);
     for (const ExternalBuffer& e : q.externals) {
-      size_t bytes = size_t(e.type.numel()) * dtype_size(e.stored);
+      size_t bytes = size_t(storage_bytes(e.stored, e.type.numel()));
       auto it = buffers_.find(e.name);
       if (it != buffers_.end() && it->second->bytes != bytes) {
         throw std::invalid_argument("[cpu] buffer '" + e.name + "' is " + std::to_string(it->second->bytes) +
@@ -79,7 +79,7 @@ class CpuBackend final : public Backend {
     }
     for (const ExternalBuffer& e : q.externals) {
       if (!buffers_.count(e.name))
-        buffers_.emplace(e.name, std::make_unique<HostBuffer>(size_t(e.type.numel()) * dtype_size(e.stored)));
+        buffers_.emplace(e.name, std::make_unique<HostBuffer>(size_t(storage_bytes(e.stored, e.type.numel()))));
     }
     for (uint64_t bytes : q.arena_buffers) prep->arenas.push_back(std::make_unique<HostBuffer>(bytes));
     prep->schedule = lower(q);

@@ -8,6 +8,7 @@
 #include "backend/cpu/kernels.h"
 #include "backend/cpu/parallel.h"
 #include "backend/cpu/reduce_runs.h"
+#include "meganeura/gguf.h"
 
 namespace meganeura::cpu {
 
@@ -174,7 +175,6 @@ void reduce(const Dispatch& d, const KernelLaunch& l, const std::vector<Arg>& in
 }
 
 // ---- casts between stored dtypes -----
-namespace {
 float half_to_float(uint16_t h) {
   uint32_t sign = uint32_t(h & 0x8000) << 16, exp = (h >> 10) & 0x1f, man = h & 0x3ff;
   uint32_t bits;
@@ -198,6 +198,7 @@ float half_to_float(uint16_t h) {
   std::memcpy(&f, &bits, 4);
   return f;
 }
+namespace {
 uint16_t float_to_half(float f) {
   uint32_t x;
   std::memcpy(&x, &f, 4);
@@ -239,6 +240,8 @@ double load(DType t, const void* p, int64_t i) {
     case DType::bf16: return double(bf16_to_float(static_cast<const uint16_t*>(p)[i]));
     case DType::i32: return double(static_cast<const int32_t*>(p)[i]);
     case DType::u32: return double(static_cast<const uint32_t*>(p)[i]);
+    case DType::q8_0:
+    case DType::q4_0: break;  // whole blocks: convert_values
   }
   return 0;
 }
@@ -250,6 +253,8 @@ void store(DType t, void* p, int64_t i, double v) {
     case DType::bf16: static_cast<uint16_t*>(p)[i] = float_to_bf16(float(v)); break;
     case DType::i32: static_cast<int32_t*>(p)[i] = int32_t(std::trunc(v)); break;
     case DType::u32: static_cast<uint32_t*>(p)[i] = uint32_t(std::trunc(v)); break;
+    case DType::q8_0:
+    case DType::q4_0: break;  // whole blocks: convert_values
   }
 }
 }  // namespace
@@ -261,7 +266,16 @@ void convert(DType from, const void* src, DType to, void* dst, int64_t n) {
 }  // namespace meganeura::cpu
 
 void meganeura::convert_values(DType from, const void* src, DType to, void* dst, int64_t n) {
-  cpu::convert(from, src, to, dst, n);
+  if (!dtype_is_block(from) && !dtype_is_block(to)) return cpu::convert(from, src, to, dst, n);
+  const auto ggml = [](DType t) { return t == DType::q8_0 ? io::GgmlType::q8_0 : io::GgmlType::q4_0; };
+  std::vector<float> f(static_cast<size_t>(n));
+  if (dtype_is_block(from))
+    io::dequantize(uint32_t(ggml(from)), {static_cast<const std::byte*>(src), storage_bytes(from, n)}, f);
+  else
+    cpu::convert(from, src, DType::f32, f.data(), n);
+  if (!dtype_is_block(to)) return cpu::convert(DType::f32, f.data(), to, dst, n);
+  const std::vector<std::byte> blocks = io::quantize(ggml(to), f);
+  std::memcpy(dst, blocks.data(), blocks.size());
 }
 
 namespace meganeura::cpu {

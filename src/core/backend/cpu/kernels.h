@@ -25,6 +25,9 @@ struct Arg {
   }
 };
 
+// An IEEE half's value.
+float half_to_float(uint16_t h);
+
 // Family entry points; `l` is the dispatch's launch from the program's schedule.
 template <class T>
 void unary(const Dispatch& d, const KernelLaunch& l, const std::vector<Arg>& in, const Arg& out);

@@ -10,6 +10,7 @@
 #include <type_traits>
 
 #include "backend/cpu/gemm.h"
+#include "backend/cpu/quant_gemm.h"
 #include "backend/cpu/kernels.h"
 #if MEGANEURA_ONEDNN
 #include "backend/cpu/onednn_conv.h"
@@ -154,7 +155,11 @@ void conv_backward_weight(const ConvGeom& g, const T* x, const T* dy, T* dw) {
 }  // namespace
 
 template <class T>
-void linalg(const Dispatch&, const KernelLaunch& l, const std::vector<Arg>& in, const Arg& out) {
+void linalg(const Dispatch& d, const KernelLaunch& l, const std::vector<Arg>& in, const Arg& out) {
+  if (d.op == Op::matmul_q) {
+    const int64_t m = l.push.get(push::kMatmul), n = l.push.get(push::kMatmul + 1), k = l.push.get(push::kMatmul + 2);
+    return matmul_q(in[1].stored, in[0].as<T>(), in[1].as<const std::byte>(), out.as<T>(), m, n, k);
+  }
   matmul<T>(l.push, in[0], in[1], out);
 }
 

@@ -173,7 +173,9 @@ class Lowerer {
       case VkKernel::binary: return binary(d, make(Kernel::pointwise), out);
       case VkKernel::scalar: return sequence(d, make(Kernel::sequence), out);
       case VkKernel::reduce: return reduce(d, make(Kernel::reduce), make(Kernel::softmax), out);
-      case VkKernel::matmul: return matmul(d, make(Kernel::matmul), out);
+      case VkKernel::matmul:
+        if (d.op == Op::matmul_q) unsupported(d.op, "(weights in a block format) runs on the CPU backend only for now");
+        return matmul(d, make(Kernel::matmul), out);
       case VkKernel::conv: return conv(d, make(Kernel::conv), out);
       case VkKernel::pool: return pool(d, make(Kernel::pool), out);
       case VkKernel::movement: return movement(d, make(Kernel::movement), out);

@@ -131,7 +131,7 @@ class VulkanBackend final : public Backend {
     check_images(q);
     std::vector<Buffer*> fresh;
     for (const ExternalBuffer& e : q.externals) {
-      const uint64_t bytes = uint64_t(e.type.numel()) * dtype_size(e.stored);
+      const uint64_t bytes = storage_bytes(e.stored, e.type.numel());
       auto it = buffers_.find(e.name);
       if (it == buffers_.end()) {
         External x;

@@ -1,0 +1,217 @@
+// Weights in block formats (q8_0, q4_0) multiplied where they are decoded (matmul_q):
+// - the CPU kernels, each path this CPU runs (AVX-512, AVX2, scalar; a path the CPU lacks is
+//   skipped naming it), against a float64 product of the decoded weights, for decode-sized
+//   (dot products) and prefill-sized (decoded panels and the GEMM) row counts and odd sizes;
+// - the op in a graph: its output, the weight's bytes, autodiff's and Vulkan's refusals, a
+//   row length that is no whole number of blocks;
+// - a Generator holding its weights in Q8_0 / Q4_0 against an f32 one given the same rounded
+//   weights, from memory and from a GGUF file (a file's blocks are set without changing).
+#include <gtest/gtest.h>
+
+#include <unistd.h>
+
+#include <cmath>
+#include <cstring>
+#include <random>
+
+#include "backend/cpu/quant_gemm.h"
+#include "meganeura/autodiff.h"
+#include "meganeura/generate.h"
+#include "meganeura/gguf.h"
+#include "models/gguf_model.h"
+#include "small_llama.h"
+#include "vulkan_test_util.h"
+
+namespace meganeura {
+namespace {
+
+io::GgmlType ggml(DType t) { return t == DType::q8_0 ? io::GgmlType::q8_0 : io::GgmlType::q4_0; }
+
+std::vector<float> normal(size_t n, unsigned seed, double std = 1) {
+  std::mt19937 rng(seed);
+  std::normal_distribution<double> d(0, std);
+  std::vector<float> v(n);
+  for (float& x : v) x = float(d(rng));
+  return v;
+}
+
+std::vector<float> decoded(DType t, const std::vector<std::byte>& blocks, size_t n) {
+  std::vector<float> w(n);
+  io::dequantize(uint32_t(ggml(t)), blocks, w);
+  return w;
+}
+
+struct Case {
+  int64_t m, n, k;
+};
+const Case kCases[] = {{1, 1, 32}, {1, 70, 96}, {3, 5, 576}, {4, 130, 64}, {5, 67, 160}, {37, 130, 96}, {128, 200, 64}};
+
+void kernel_matches_f64(cpu::QuantIsa isa) {
+  if (int(isa) > int(cpu::quant_isa_supported()))
+    GTEST_SKIP() << "this CPU cannot run the " << cpu::quant_isa_name(isa) << " path";
+  cpu::force_quant_isa(isa);
+  for (DType t : {DType::q8_0, DType::q4_0}) {
+    for (const Case& c : kCases) {
+      SCOPED_TRACE(std::string(dtype_name(t)) + " m=" + std::to_string(c.m) + " n=" + std::to_string(c.n) +
+                   " k=" + std::to_string(c.k));
+      const std::vector<float> x = normal(size_t(c.m * c.k), 1), w = normal(size_t(c.n * c.k), 2, 0.1);
+      const std::vector<std::byte> blocks = io::quantize(ggml(t), w);
+      const std::vector<float> wd = decoded(t, blocks, w.size());
+      std::vector<float> y(size_t(c.m * c.n));
+      cpu::matmul_q(t, x.data(), blocks.data(), y.data(), c.m, c.n, c.k);
+      std::vector<double> xd(x.begin(), x.end()), yd(y.size());
+      cpu::matmul_q(t, xd.data(), blocks.data(), yd.data(), c.m, c.n, c.k);
+      for (int64_t i = 0; i < c.m; ++i)
+        for (int64_t j = 0; j < c.n; ++j) {
+          double ref = 0, mag = 0;
+          for (int64_t p = 0; p < c.k; ++p) {
+            ref += double(x[size_t(i * c.k + p)]) * wd[size_t(j * c.k + p)];
+            mag += std::abs(double(x[size_t(i * c.k + p)]) * wd[size_t(j * c.k + p)]);
+          }
+          // f32 sums of k products in any order: |error| <= k u sum|x w| (u = 2^-24), twice
+          // for the per-block scaling; the f64 oracle path is exact to 1e-12 of the magnitude.
+          const double bound = 2.0 * double(c.k) * std::ldexp(1.0, -24) * mag + 1e-30;
+          ASSERT_LE(std::abs(y[size_t(i * c.n + j)] - ref), bound) << "row " << i << " col " << j;
+          ASSERT_LE(std::abs(yd[size_t(i * c.n + j)] - ref), 1e-12 * mag + 1e-300) << "row " << i << " col " << j;
+        }
+    }
+  }
+  cpu::force_quant_isa(std::nullopt);
+}
+
+TEST(QuantMatmul, Avx512MatchesF64) { kernel_matches_f64(cpu::QuantIsa::avx512); }
+TEST(QuantMatmul, Avx2MatchesF64) { kernel_matches_f64(cpu::QuantIsa::avx2); }
+TEST(QuantMatmul, ScalarMatchesF64) { kernel_matches_f64(cpu::QuantIsa::scalar); }
+
+TEST(QuantMatmul, OpInAGraphStoresBlocksAndRefusesWhatItCannotDo) {
+  for (DType t : {DType::q8_0, DType::q4_0}) {
+    Graph g;
+    Tensor x = g.input("x", {2, 3, 64});
+    Tensor w = g.parameter("w", {48, 64}, Init{Init::normal, 0.1}, t);
+    g.output("y", matmul_q(x, w));
+    Session s;
+    s.add(g);
+    EXPECT_EQ(storage_bytes(s.buffers().at("w").stored, 48 * 64), uint64_t(48 * 2 * (t == DType::q8_0 ? 34 : 18)));
+    EXPECT_EQ(s.read_raw("w").size(), storage_bytes(t, 48 * 64));
+    const std::vector<float> xv = normal(6 * 64, 3), wv = normal(48 * 64, 4, 0.1);
+    s.set("x", xv);
+    s.set("w", wv);
+    const std::vector<float> wd = s.get("w");  // the weight as stored: rounded
+    EXPECT_EQ(wd, decoded(t, io::quantize(ggml(t), wv), wv.size()));
+    s.run();
+    const std::vector<float> y = s.get("y");
+    for (int64_t i = 0; i < 6; ++i)
+      for (int64_t j = 0; j < 48; ++j) {
+        double ref = 0, mag = 0;
+        for (int64_t p = 0; p < 64; ++p)
+          ref += double(xv[size_t(i * 64 + p)]) * wd[size_t(j * 64 + p)],
+              mag += std::abs(double(xv[size_t(i * 64 + p)]) * wd[size_t(j * 64 + p)]);
+        ASSERT_NEAR(y[size_t(i * 48 + j)], ref, 128 * std::ldexp(1.0, -24) * mag);
+      }
+  }
+  auto message = [](auto f) {
+    try {
+      f();
+    } catch (const std::exception& e) {
+      return std::string(e.what());
+    }
+    return std::string("no error");
+  };
+  Graph g;
+  Tensor x = g.input("x", {2, 64});
+  EXPECT_NE(message([&] { matmul_q(x, g.parameter("f", {8, 64}, Init{Init::normal, 0.1})); })
+                .find("the weight must be of a block type (q8_0, q4_0), got f32"),
+            std::string::npos);
+  EXPECT_NE(message([&] { g.parameter("odd", {8, 40}, Init{Init::normal, 0.1}, DType::q8_0); }).find("32"),
+            std::string::npos);
+  Tensor w = g.parameter("w", {8, 64}, Init{Init::normal, 0.1}, DType::q8_0);
+  EXPECT_NE(message([&] { matmul_q(g.input("x2", {2, 32}), w); }).find("needs x [..., k] and a weight [n, k]"),
+            std::string::npos);
+  Tensor loss = sum(matmul_q(x, w));
+  EXPECT_NE(message([&] { grad(loss, {x}); }).find("matmul_q"), std::string::npos);
+}
+
+TEST(QuantMatmul, VulkanRefusesNamingTheOp) {
+  MEGANEURA_REQUIRE_VULKAN();
+  Graph g;
+  g.output("y", matmul_q(g.input("x", {2, 64}), g.parameter("w", {8, 64}, Init{Init::normal, 0.1}, DType::q8_0)));
+  Session s(testing_vulkan::vulkan_options());
+  try {
+    s.add(g);
+    FAIL() << "no error";
+  } catch (const std::exception& e) {
+    EXPECT_NE(std::string(e.what()).find("[vulkan:matmul_q]"), std::string::npos) << e.what();
+  }
+}
+
+// The f32 generator given each weight as the block format rounds it.
+void set_rounded(Generator& f32, const std::map<std::string, std::vector<float>>& weights, DType t) {
+  for (const auto& [name, v] : weights) {
+    const bool matrix = name.find("norm") == std::string::npos && name.find("embed") == std::string::npos;
+    f32.session().set(name, matrix ? decoded(t, io::quantize(ggml(t), v), v.size()) : v);
+  }
+}
+
+double rel_l2(const std::vector<float>& a, const std::vector<float>& b) {
+  double e = 0, n = 0;
+  for (size_t i = 0; i < a.size(); ++i) e += std::pow(double(a[i]) - b[i], 2), n += double(b[i]) * b[i];
+  return std::sqrt(e / n);
+}
+
+TEST(QuantMatmul, GeneratorInBlockFormatsEqualsF32OnRoundedWeights) {
+  const models::LlamaConfig c = testing::small_llama_config();
+  for (DType t : {DType::q8_0, DType::q4_0}) {
+    SCOPED_TRACE(dtype_name(t));
+    Generator q(c, {.max_context = 64, .prefill_chunk = 16, .weights = t}), f(c, {.max_context = 64, .prefill_chunk = 16});
+    const auto weights = testing::residual_scaled_weights(q.session(), 3);
+    for (const auto& [name, v] : weights) q.session().set(name, v);
+    set_rounded(f, weights, t);
+    uint64_t stored = 0, f32 = 0;
+    for (const auto& [name, b] : q.session().buffers())
+      if (b.role == Role::parameter) stored += storage_bytes(b.stored, b.type.numel()), f32 += 4 * b.type.numel();
+    // The embedding and norms stay f32: the 14 projections and the head shrink.
+    const uint64_t matrices = 2 * (64 * 64 * 2 + 32 * 64 * 2 + 96 * 64 * 3) + 320 * 64;
+    EXPECT_EQ(f32 - stored, matrices * 4 - storage_bytes(t, int64_t(matrices)));
+    std::vector<int32_t> ids = {3, 141, 59, 265, 35, 89, 79, 23, 84, 7, 11, 5, 300, 2, 1, 0, 42};  // a chunk and one
+    for (int step = 0; step < 12; ++step) {
+      const std::vector<float> a = q.feed(ids), b = f.feed(ids);
+      // Same rounded values, other summation orders (dot products against the GEMM).
+      ASSERT_LT(rel_l2(a, b), 2e-5) << "step " << step;
+      ids = {int32_t(std::max_element(b.begin(), b.end()) - b.begin())};
+    }
+  }
+}
+
+TEST(QuantMatmul, GgufBlocksLoadUnchanged) {
+  const models::LlamaConfig c = testing::small_llama_config();
+  Generator f(c, {.max_context = 32, .prefill_chunk = 8});
+  const auto weights = testing::residual_scaled_weights(f.session(), 4);
+  const std::filesystem::path dir = std::filesystem::temp_directory_path() /
+                                    ("meganeura-quant-" + std::to_string(::getpid()));
+  std::filesystem::create_directories(dir);
+  for (DType t : {DType::q8_0, DType::q4_0}) {
+    SCOPED_TRACE(dtype_name(t));
+    std::map<std::string, io::TensorRecord> records;
+    for (const auto& [name, v] : weights) {
+      io::TensorRecord& r = records[name];
+      r.shape = f.session().buffers().at(name).type.shape;
+      r.data.resize(v.size() * 4);
+      std::memcpy(r.data.data(), v.data(), r.data.size());
+    }
+    const std::filesystem::path file = dir / (std::string(dtype_name(t)) + ".gguf");
+    models::write_llama_gguf(file, c, records, {.type = ggml(t), .overrides = {}, .metadata = {}});
+    Generator q(c, {.max_context = 32, .prefill_chunk = 8, .weights = t}), g(c, {.max_context = 32, .prefill_chunk = 8});
+    q.load_weights(file);
+    g.load_weights(file);
+    // The blocks the generator holds are the file's, byte for byte.
+    const io::GgufMap map(file);
+    EXPECT_EQ(q.session().read_raw("model.layers.1.mlp.down_proj.weight"),
+              std::vector<std::byte>(map.data("blk.1.ffn_down.weight").begin(), map.data("blk.1.ffn_down.weight").end()));
+    const std::vector<int32_t> ids = {3, 141, 59, 265};
+    EXPECT_LT(rel_l2(q.feed(ids), g.feed(ids)), 2e-5);
+  }
+  std::filesystem::remove_all(dir);
+}
+
+}  // namespace
+}  // namespace meganeura
