@@ -27,9 +27,10 @@ struct GeneratorOptions {
   // model runs (feed_top_k), for top-k sampling without reading the vocabulary rows back; one
   // more than top_k tells whether the k-th value is tied. At most 1023.
   int64_t top_k = 0;
-  // f32, or q8_0 / q4_0: the projections and an untied head held in that block format and
-  // multiplied where they are decoded (matmul_q; the CPU backend), a quarter or a seventh of
-  // f32's bytes per token. Weights loaded from f32 files are quantised as they are set.
+  // f32, or q8_0 / q4_0: every matrix (the embedding, the projections, the head) held in that
+  // block format and decoded where it is read (matmul_q; the CPU backend): 34 or 18 bytes per
+  // 32 weights instead of 128. Weights from f32 files are quantised as they are set; a GGUF
+  // file's blocks of the same format are kept as they are.
   DType weights = DType::f32;
   SessionOptions session;
 };

@@ -89,9 +89,9 @@ Tensor build_llama(Graph& g, const LlamaConfig& c, int64_t batch, int64_t seq);
 // [batch, kv_heads, max_context, head_dim], written in place; attention reads the cache prefix.
 // Returns the logits of the last new token [batch, vocab_size]. Graphs for several `seq` share
 // the weights, the caches and "position" by name in one session (meganeura/generate.h).
-// `weights` q8_0 or q4_0 stores the projections (and an untied head) in that block format,
-// read by matmul_q; every row length must then be a multiple of 32. Norms and the embedding
-// stay f32.
+// `weights` q8_0 or q4_0 stores the embedding, the projections and the head in that block
+// format, read by matmul_q (the embedding's rows decoded as they are gathered); every row length
+// must then be a multiple of 32. The norms stay f32.
 Tensor build_llama_cached(Graph& g, const LlamaConfig& c, int64_t batch, int64_t seq, int64_t max_context,
                           DType weights = DType::f32);
 

@@ -40,7 +40,9 @@ py::dtype numpy_dtype(DType t) {
     case DType::f32: return py::dtype::of<float>();
     case DType::f64: return py::dtype::of<double>();
     case DType::f16:
-    case DType::bf16: return py::dtype::of<float>();
+    case DType::bf16:
+    case DType::q8_0:
+    case DType::q4_0: return py::dtype::of<float>();
     case DType::i32: return py::dtype::of<int32_t>();
     case DType::u32: return py::dtype::of<uint32_t>();
   }
@@ -102,13 +104,18 @@ std::string shape_text(const py::array& a) {
   return s + ")";
 }
 
+// Stored types NumPy has no type for: read and written as float32.
+bool widened(DType t) { return t == DType::f16 || t == DType::bf16 || dtype_is_block(t); }
+
 // What a buffer of logical type `t` accepts: its exact NumPy type, float32 for every float
 // type (converted to the stored type), float64 for f64.
 bool accepts(DType logical, const py::dtype& d) {
   switch (logical) {
     case DType::f32:
     case DType::f16:
-    case DType::bf16: return d.equal(py::dtype::of<float>());
+    case DType::bf16:
+    case DType::q8_0:
+    case DType::q4_0: return d.equal(py::dtype::of<float>());
     case DType::f64: return d.equal(py::dtype::of<double>());
     case DType::i32: return d.equal(py::dtype::of<int32_t>());
     case DType::u32: return d.equal(py::dtype::of<uint32_t>());
@@ -142,12 +149,13 @@ void set_array(Session& s, const std::string& name, const py::handle& value) {
   if (!(a.flags() & py::array::c_style)) a = py::array::ensure(a, py::array::c_style);
   const size_t n = size_t(e.type.numel());
   // Already in the stored layout: one copy, straight from the array's memory into the device.
-  if (e.stored != DType::f16 && e.stored != DType::bf16 && numpy_dtype(e.stored).equal(a.dtype())) {
+  if (!widened(e.stored) && numpy_dtype(e.stored).equal(a.dtype())) {
     s.write_raw(name, std::span<const std::byte>(static_cast<const std::byte*>(a.data()), n * dtype_size(e.stored)));
     return;
   }
-  // A float32 array for a float buffer stored otherwise (f16, bf16, or f64 in the oracle mode).
-  if (!dtype_is_float(e.type.dtype) || !a.dtype().equal(py::dtype::of<float>())) {
+  // A float32 array for a float buffer stored otherwise (f16, bf16, a block format, or f64 in
+  // the oracle mode).
+  if (!(dtype_is_float(e.type.dtype) || dtype_is_block(e.type.dtype)) || !a.dtype().equal(py::dtype::of<float>())) {
     throw std::logic_error("[python] no conversion for '" + name + "'");
   }
   s.set(name, std::span<const float>(static_cast<const float*>(a.data()), n));
@@ -168,7 +176,7 @@ void set_inputs(Session& s, const py::object& inputs) {
 py::array get_array(const Session& s, const std::string& name) {
   const ExternalBuffer& e = find_buffer(s, name);
   const Shape& shape = e.type.shape;
-  if (e.stored == DType::f16 || e.stored == DType::bf16) return adopt(s.get(name), shape);  // widened to float32
+  if (widened(e.stored)) return adopt(s.get(name), shape);  // widened to float32
   std::vector<std::byte> raw = s.read_raw(name);
   switch (e.stored) {
     case DType::f32:
@@ -182,7 +190,9 @@ py::array get_array(const Session& s, const std::string& name) {
                        free_owner);
     }
     case DType::f16:
-    case DType::bf16: break;
+    case DType::bf16:
+    case DType::q8_0:
+    case DType::q4_0: break;
   }
   throw std::logic_error("[python] unknown dtype");
 }

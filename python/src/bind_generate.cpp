@@ -24,6 +24,7 @@ struct GenerateArgs {
   text::StopCriteria stop;
   DeviceArgs device;
   int64_t max_context = 0, prefill_chunk = GeneratorOptions{}.prefill_chunk;
+  std::string weights_dtype = "auto";
 };
 
 // One generation: what it runs on and how much of its text has been handed out. `busy` is
@@ -71,11 +72,12 @@ GenerationPtr start(GenerateArgs a) {
   text::validate(a.sampling);
   if (!a.ignore_eos)
     for (int id : text::read_eos_token_ids(a.config)) a.stop.stop_token_ids.push_back(id);
-  g->generator =
-      std::make_unique<Generator>(config, GeneratorOptions{.max_context = a.max_context,
-                                                           .prefill_chunk = a.prefill_chunk,
-                                                           .top_k = text::device_top_k(a.sampling, config.vocab_size),
-                                                           .session = session_options(a.device)});
+  g->generator = std::make_unique<Generator>(
+      config, GeneratorOptions{.max_context = a.max_context,
+                               .prefill_chunk = a.prefill_chunk,
+                               .top_k = text::device_top_k(a.sampling, config.vocab_size),
+                               .weights = text::weights_dtype(a.weights_dtype, a.weights.value_or(fs::path())),
+                               .session = session_options(a.device)});
   g->run = std::make_unique<text::Generation>(*g->generator, std::move(prompt), a.sampling, std::move(a.stop),
                                               g->tokenizer ? &*g->tokenizer : nullptr);
   if (a.weights)
@@ -148,7 +150,7 @@ void bind_generate(py::module_& m) {
          std::optional<fs::path> tokenizer, std::optional<std::vector<int32_t>> prompt_ids, int max_new_tokens,
          double temperature, int top_k, float top_p, float min_p, float repetition_penalty, uint64_t seed,
          std::vector<std::string> stop, std::vector<int> stop_ids, bool ignore_eos, std::string device,
-         int64_t max_context, int64_t prefill_chunk, int threads, bool random_weights) {
+         int64_t max_context, int64_t prefill_chunk, int threads, bool random_weights, std::string weights_dtype) {
         GenerateArgs a{.prompt = std::move(prompt),
                        .prompt_ids = std::move(prompt_ids),
                        .config = std::move(config),
@@ -167,7 +169,8 @@ void bind_generate(py::module_& m) {
                                 .stop_strings = std::move(stop)},
                        .device = DeviceArgs{.device = std::move(device), .seed = seed, .threads = threads},
                        .max_context = max_context,
-                       .prefill_chunk = prefill_chunk};
+                       .prefill_chunk = prefill_chunk,
+                       .weights_dtype = std::move(weights_dtype)};
         py::gil_scoped_release release;
         return start(std::move(a));
       },
@@ -180,9 +183,10 @@ void bind_generate(py::module_& m) {
       py::arg("ignore_eos") = false, py::arg("device") = kDeviceDefaults.device,
       py::arg("max_context") = GeneratorOptions{}.max_context,
       py::arg("prefill_chunk") = GeneratorOptions{}.prefill_chunk, py::arg("threads") = kDeviceDefaults.threads,
-      py::arg("random_weights") = false,
-      "Generates text from a Llama-architecture checkpoint (config.json and safetensors), as `meganeura generate` "
-      "does; returns a Generation to iterate for the text, piece by piece.");
+      py::arg("random_weights") = false, py::arg("weights_dtype") = "auto",
+      "Generates text from a Llama-architecture checkpoint (config.json and safetensors, or a GGUF file as config, "
+      "weights and tokenizer), as `meganeura generate` does; weights_dtype 'q8_0' or 'q4_0' holds every matrix in "
+      "that block format (CPU). Returns a Generation to iterate for the text, piece by piece.");
 }
 
 }  // namespace meganeura::python

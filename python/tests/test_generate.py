@@ -284,3 +284,20 @@ def test_a_gguf_file_from_quantize_is_config_weights_and_tokens(tiny, tmp_path):
     g, _ = greedy(q8)
     assert g.tokens == ref
     assert g.tokens != want.tokens, "Q8_0 rounding should change some greedy token of this tiny model"
+
+
+def test_weights_held_in_q8_0_decode_as_the_rounded_reference(tmp_path):
+    # Rows of 32 and 64: every matrix holds whole Q8_0 blocks, so the generator keeps them so.
+    folder, cfg, t = checkpoint(tmp_path / "ckpt", seed=203, intermediate_size=64)
+    q8 = tmp_path / "q8.gguf"
+    run_cli("quantize", "--weights", folder, "--config", folder, "--type", "q8_0", "--out", q8)
+    rounded = {n: (q8_0_round(a) if a.ndim == 2 else a) for n, a in t.items()}
+    ref, margin = reference_greedy(cfg, rounded, PROMPT, NEW)
+    assert margin > 1e-3, f"the case has a near-tie ({margin:.2g}): pick another seed"
+    held, _ = greedy(q8)  # weights_dtype="auto": the file's Q8_0 blocks, decoded where they are read
+    decoded, _ = greedy(q8, weights_dtype="f32")  # the same file decoded to f32 when it loads
+    assert held.tokens == decoded.tokens == ref
+    # From an f32 checkpoint the generator quantises as it loads: the same model.
+    assert greedy(folder, weights_dtype="q8_0")[0].tokens == ref
+    with pytest.raises(ValueError, match="weights dtype 'q5': expected auto, f32, q8_0 or q4_0"):
+        greedy(folder, weights_dtype="q5")

@@ -38,6 +38,25 @@ StopCriteria checked_criteria(const Generator& gen, std::span<const int32_t> pro
 
 }  // namespace
 
+DType weights_dtype(const std::string& name, const std::filesystem::path& weights) {
+  if (name == "f32") return DType::f32;
+  if (name == "q8_0") return DType::q8_0;
+  if (name == "q4_0") return DType::q4_0;
+  if (name != "auto") throw std::invalid_argument("weights dtype '" + name + "': expected auto, f32, q8_0 or q4_0");
+  if (weights.extension() != ".gguf" || std::filesystem::is_directory(weights)) return DType::f32;
+  // The file's format when every matrix is in it (an override to another type keeps f32).
+  const io::GgufFile f = io::read_gguf(weights);
+  std::optional<uint32_t> common;
+  for (const io::GgufTensorInfo& t : f.tensors) {
+    if (t.shape.size() != 2) continue;
+    if (common && *common != t.type) return DType::f32;
+    common = t.type;
+  }
+  return common == uint32_t(io::GgmlType::q8_0)   ? DType::q8_0
+         : common == uint32_t(io::GgmlType::q4_0) ? DType::q4_0
+                                                  : DType::f32;
+}
+
 std::vector<int> read_eos_token_ids(const std::filesystem::path& config) {
   if (config.extension() == ".gguf" && !std::filesystem::is_directory(config))
     return gguf_eos_token_ids(io::read_gguf(config));

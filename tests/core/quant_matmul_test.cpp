@@ -5,9 +5,9 @@
 // - the op in a graph: its output, the weight's bytes, autodiff's and Vulkan's refusals, a
 //   row length that is no whole number of blocks;
 // - a Generator holding its weights in Q8_0 / Q4_0 against an f32 one given the same rounded
-//   weights, from memory and from a GGUF file (a file's blocks are set without changing).
+//   weights (tied and untied heads), from memory and from a GGUF file (a file's blocks are set
+//   without changing).
 #include <gtest/gtest.h>
-
 #include <unistd.h>
 
 #include <cmath>
@@ -119,13 +119,18 @@ TEST(QuantMatmul, OpInAGraphStoresBlocksAndRefusesWhatItCannotDo) {
   };
   Graph g;
   Tensor x = g.input("x", {2, 64});
-  EXPECT_NE(message([&] { matmul_q(x, g.parameter("f", {8, 64}, Init{Init::normal, 0.1})); })
-                .find("the weight must be of a block type (q8_0, q4_0), got f32"),
+  EXPECT_NE(message([&] {
+              matmul_q(x, g.parameter("f", {8, 64}, Init{Init::normal, 0.1}));
+            }).find("the weight must be of a block type (q8_0, q4_0), got f32"),
             std::string::npos);
-  EXPECT_NE(message([&] { g.parameter("odd", {8, 40}, Init{Init::normal, 0.1}, DType::q8_0); }).find("32"),
+  EXPECT_NE(message([&] {
+              g.parameter("odd", {8, 40}, Init{Init::normal, 0.1}, DType::q8_0);
+            }).find("32"),
             std::string::npos);
   Tensor w = g.parameter("w", {8, 64}, Init{Init::normal, 0.1}, DType::q8_0);
-  EXPECT_NE(message([&] { matmul_q(g.input("x2", {2, 32}), w); }).find("needs x [..., k] and a weight [n, k]"),
+  EXPECT_NE(message([&] {
+              matmul_q(g.input("x2", {2, 32}), w);
+            }).find("needs x [..., k] and a weight [n, k]"),
             std::string::npos);
   Tensor loss = sum(matmul_q(x, w));
   EXPECT_NE(message([&] { grad(loss, {x}); }).find("matmul_q"), std::string::npos);
@@ -147,7 +152,7 @@ TEST(QuantMatmul, VulkanRefusesNamingTheOp) {
 // The f32 generator given each weight as the block format rounds it.
 void set_rounded(Generator& f32, const std::map<std::string, std::vector<float>>& weights, DType t) {
   for (const auto& [name, v] : weights) {
-    const bool matrix = name.find("norm") == std::string::npos && name.find("embed") == std::string::npos;
+    const bool matrix = name.find("norm") == std::string::npos;
     f32.session().set(name, matrix ? decoded(t, io::quantize(ggml(t), v), v.size()) : v);
   }
 }
@@ -159,35 +164,38 @@ double rel_l2(const std::vector<float>& a, const std::vector<float>& b) {
 }
 
 TEST(QuantMatmul, GeneratorInBlockFormatsEqualsF32OnRoundedWeights) {
-  const models::LlamaConfig c = testing::small_llama_config();
-  for (DType t : {DType::q8_0, DType::q4_0}) {
-    SCOPED_TRACE(dtype_name(t));
-    Generator q(c, {.max_context = 64, .prefill_chunk = 16, .weights = t}), f(c, {.max_context = 64, .prefill_chunk = 16});
-    const auto weights = testing::residual_scaled_weights(q.session(), 3);
-    for (const auto& [name, v] : weights) q.session().set(name, v);
-    set_rounded(f, weights, t);
-    uint64_t stored = 0, f32 = 0;
-    for (const auto& [name, b] : q.session().buffers())
-      if (b.role == Role::parameter) stored += storage_bytes(b.stored, b.type.numel()), f32 += 4 * b.type.numel();
-    // The embedding and norms stay f32: the 14 projections and the head shrink.
-    const uint64_t matrices = 2 * (64 * 64 * 2 + 32 * 64 * 2 + 96 * 64 * 3) + 320 * 64;
-    EXPECT_EQ(f32 - stored, matrices * 4 - storage_bytes(t, int64_t(matrices)));
-    std::vector<int32_t> ids = {3, 141, 59, 265, 35, 89, 79, 23, 84, 7, 11, 5, 300, 2, 1, 0, 42};  // a chunk and one
-    for (int step = 0; step < 12; ++step) {
-      const std::vector<float> a = q.feed(ids), b = f.feed(ids);
-      // Same rounded values, other summation orders (dot products against the GEMM).
-      ASSERT_LT(rel_l2(a, b), 2e-5) << "step " << step;
-      ids = {int32_t(std::max_element(b.begin(), b.end()) - b.begin())};
+  for (bool tied : {false, true})
+    for (DType t : {DType::q8_0, DType::q4_0}) {
+      SCOPED_TRACE(std::string(dtype_name(t)) + (tied ? " tied" : " untied"));
+      models::LlamaConfig c = testing::small_llama_config();
+      c.tie_word_embeddings = tied;
+      Generator q(c, {.max_context = 64, .prefill_chunk = 16, .weights = t}),
+          f(c, {.max_context = 64, .prefill_chunk = 16});
+      const auto weights = testing::residual_scaled_weights(q.session(), 3);
+      for (const auto& [name, v] : weights) q.session().set(name, v);
+      set_rounded(f, weights, t);
+      uint64_t stored = 0, f32 = 0;
+      for (const auto& [name, b] : q.session().buffers())
+        if (b.role == Role::parameter) stored += storage_bytes(b.stored, b.type.numel()), f32 += 4 * b.type.numel();
+      // The norms stay f32: the embedding, the 14 projections and the head shrink.
+      const uint64_t matrices = 2 * (64 * 64 * 2 + 32 * 64 * 2 + 96 * 64 * 3) + (tied ? 1 : 2) * 320 * 64;
+      EXPECT_EQ(f32 - stored, matrices * 4 - storage_bytes(t, int64_t(matrices)));
+      std::vector<int32_t> ids = {3, 141, 59, 265, 35, 89, 79, 23, 84, 7, 11, 5, 300, 2, 1, 0, 42};  // a chunk and one
+      for (int step = 0; step < 12; ++step) {
+        const std::vector<float> a = q.feed(ids), b = f.feed(ids);
+        // Same rounded values, other summation orders (dot products against the GEMM).
+        ASSERT_LT(rel_l2(a, b), 2e-5) << "step " << step;
+        ids = {int32_t(std::max_element(b.begin(), b.end()) - b.begin())};
+      }
     }
-  }
 }
 
 TEST(QuantMatmul, GgufBlocksLoadUnchanged) {
   const models::LlamaConfig c = testing::small_llama_config();
   Generator f(c, {.max_context = 32, .prefill_chunk = 8});
   const auto weights = testing::residual_scaled_weights(f.session(), 4);
-  const std::filesystem::path dir = std::filesystem::temp_directory_path() /
-                                    ("meganeura-quant-" + std::to_string(::getpid()));
+  const std::filesystem::path dir =
+      std::filesystem::temp_directory_path() / ("meganeura-quant-" + std::to_string(::getpid()));
   std::filesystem::create_directories(dir);
   for (DType t : {DType::q8_0, DType::q4_0}) {
     SCOPED_TRACE(dtype_name(t));
@@ -200,13 +208,15 @@ TEST(QuantMatmul, GgufBlocksLoadUnchanged) {
     }
     const std::filesystem::path file = dir / (std::string(dtype_name(t)) + ".gguf");
     models::write_llama_gguf(file, c, records, {.type = ggml(t), .overrides = {}, .metadata = {}});
-    Generator q(c, {.max_context = 32, .prefill_chunk = 8, .weights = t}), g(c, {.max_context = 32, .prefill_chunk = 8});
+    Generator q(c, {.max_context = 32, .prefill_chunk = 8, .weights = t}),
+        g(c, {.max_context = 32, .prefill_chunk = 8});
     q.load_weights(file);
     g.load_weights(file);
     // The blocks the generator holds are the file's, byte for byte.
     const io::GgufMap map(file);
-    EXPECT_EQ(q.session().read_raw("model.layers.1.mlp.down_proj.weight"),
-              std::vector<std::byte>(map.data("blk.1.ffn_down.weight").begin(), map.data("blk.1.ffn_down.weight").end()));
+    EXPECT_EQ(
+        q.session().read_raw("model.layers.1.mlp.down_proj.weight"),
+        std::vector<std::byte>(map.data("blk.1.ffn_down.weight").begin(), map.data("blk.1.ffn_down.weight").end()));
     const std::vector<int32_t> ids = {3, 141, 59, 265};
     EXPECT_LT(rel_l2(q.feed(ids), g.feed(ids)), 2e-5);
   }

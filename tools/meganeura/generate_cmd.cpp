@@ -16,7 +16,7 @@ namespace meganeura::cli {
 namespace {
 
 struct GenerateArgs {
-  std::string gguf, config, weights, tokenizer, prompt, prompt_ids, device = "cpu", dump;
+  std::string gguf, config, weights, tokenizer, prompt, prompt_ids, device = "cpu", dump, weights_dtype = "auto";
   bool random_weights = false, json = false, ignore_eos = false;
   int64_t max_context = 0, prefill_chunk = 128;
   int threads = 0;
@@ -99,8 +99,12 @@ int run_generate(GenerateArgs a) {
   so.threads = a.threads;
   // Top-k sampling finds its candidates where the model runs, unless every row is dumped.
   const int64_t top_k = a.dump.empty() ? text::device_top_k(a.sampling, config.vocab_size) : 0;
-  Generator gen(config,
-                {.max_context = a.max_context, .prefill_chunk = a.prefill_chunk, .top_k = top_k, .session = so});
+  const DType weights = text::weights_dtype(a.weights_dtype, a.weights);
+  Generator gen(config, {.max_context = a.max_context,
+                         .prefill_chunk = a.prefill_chunk,
+                         .top_k = top_k,
+                         .weights = weights,
+                         .session = so});
   // Checked here as well as by text::Generation, to name the options as they are spelled here.
   const int64_t room = gen.max_context() - int64_t(prompt.size());
   if (room < 1 || (a.stop.max_new_tokens > 0 && a.stop.max_new_tokens > room)) {
@@ -160,6 +164,9 @@ void add_generate_command(CLI::App& app) {
       ->check(CLI::PositiveNumber);
   c->add_option("--prefill-chunk", a->prefill_chunk, "longest prompt chunk per run, a power of two (default 128)")
       ->check(CLI::PositiveNumber);
+  c->add_option("--weights-dtype", a->weights_dtype,
+                "f32, q8_0 or q4_0: hold every matrix in that format (CPU); auto: a GGUF file's type, else f32")
+      ->check(CLI::IsMember({"auto", "f32", "q8_0", "q4_0"}));
   c->add_option("--threads", a->threads, "CPU threads (default: every core)")->check(CLI::NonNegativeNumber);
   c->add_flag("--json", a->json, "print one JSON object (tokens, text, timings, peak RSS) instead of the text");
   c->add_option("--dump-logits", a->dump, "safetensors file: the logits each new token was drawn from [new, vocab]");

@@ -41,23 +41,25 @@ Tensor attend(Graph& g, const LlamaConfig& c, const std::string& p, Tensor h, co
 Tensor decoder(Graph& g, const LlamaConfig& c, Tensor ids, const Cache* cache) {
   const int64_t dim = c.hidden_size, heads = c.num_attention_heads, hd = c.head_dim, ffn = c.intermediate_size;
   const DType wt = cache ? cache->weights : DType::f32;
-  Tensor emb = param(g, "model.embed_tokens.weight", {c.vocab_size, dim}, normal(0.02));
+  Tensor emb = g.parameter("model.embed_tokens.weight", {c.vocab_size, dim}, normal(0.02), wt);
   Tensor x = embedding(emb, ids);  // [B, S, D]
   for (int64_t l = 0; l < c.num_hidden_layers; ++l) {
     const std::string p = "model.layers." + std::to_string(l) + ".";
     Tensor h = rms_norm(x, param(g, p + "input_layernorm.weight", {dim}, ones()), c.rms_norm_eps);
     x = x + projection(g, merge_heads(attend(g, c, p, h, cache)), p + "self_attn.o_proj", heads * hd, dim, wt);
     h = rms_norm(x, param(g, p + "post_attention_layernorm.weight", {dim}, ones()), c.rms_norm_eps);
-    Tensor gate = projection(g, h, p + "mlp.gate_proj", dim, ffn, wt), up = projection(g, h, p + "mlp.up_proj", dim, ffn, wt);
+    Tensor gate = projection(g, h, p + "mlp.gate_proj", dim, ffn, wt),
+           up = projection(g, h, p + "mlp.up_proj", dim, ffn, wt);
     x = x + projection(g, swiglu(gate, up), p + "mlp.down_proj", ffn, dim, wt);
   }
   return rms_norm(x, param(g, "model.norm.weight", {dim}, ones()), c.rms_norm_eps);
 }
 
-// [N, hidden] -> [N, vocab]; a tied head reads the (f32) embedding table.
+// [N, hidden] -> [N, vocab]; a tied head reads the embedding table in its type.
 Tensor head(Graph& g, const LlamaConfig& c, Tensor x, DType weights = DType::f32) {
   if (!c.tie_word_embeddings) return projection(g, x, "lm_head", c.hidden_size, c.vocab_size, weights);
-  return matmul(x, g.tensor(*g.find("model.embed_tokens.weight")), false, true);
+  Tensor table = g.tensor(*g.find("model.embed_tokens.weight"));
+  return dtype_is_block(table.dtype()) ? matmul_q(x, table) : matmul(x, table, false, true);
 }
 
 void require_positive(int64_t batch, int64_t seq) {

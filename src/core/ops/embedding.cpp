@@ -30,8 +30,9 @@ meganeura::Tensor meganeura::embedding(Tensor table, Tensor ids) {
   if (ids.dtype() != DType::i32 && ids.dtype() != DType::u32) ops::fail(op, "ids must be i32 or u32");
   Shape out = ids.shape();
   out.push_back(table.dim(1));
+  // A table in a block format (q8_0, q4_0) gives f32 rows, decoded as they are read.
   return graph_internal::add_node(g, op, EmbeddingAttrs{table.dim(0)}, {table.id, ids.id},
-                                  TensorType{table.dtype(), out});
+                                  TensorType{dtype_is_block(table.dtype()) ? DType::f32 : table.dtype(), out});
 }
 
 meganeura::Tensor meganeura::embedding_backward(Tensor dy, Tensor ids, int64_t num_rows) {

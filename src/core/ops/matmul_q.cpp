@@ -32,5 +32,5 @@ meganeura::Tensor meganeura::matmul_q(Tensor x, Tensor w) {
   return graph_internal::add_node(g, op, NoAttrs{}, {x.id, w.id}, TensorType{x.dtype(), out});
 }
 
-MEGANEURA_OP(matmul_q, .family = OpFamily::linalg, .arity = 2, .grad = GradKind::forward_only,
-             .cost = cost::of(flops), .cpu = CpuKernel::linalg, .vulkan = VkKernel::matmul)
+MEGANEURA_OP(matmul_q, .family = OpFamily::linalg, .arity = 2, .grad = GradKind::forward_only, .cost = cost::of(flops),
+             .cpu = CpuKernel::linalg, .vulkan = VkKernel::matmul)

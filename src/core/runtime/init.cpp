@@ -1,7 +1,6 @@
 #include "runtime/init.h"
 
 #include <cmath>
-#include <vector>
 
 #include "backend/cpu/parallel.h"
 #include "graph/op_table.h"
@@ -34,23 +33,18 @@ bool has_initial_values(const ExternalBuffer& e) {
 
 void initial_values(const ExternalBuffer& e, uint64_t seed, std::byte* out) {
   const int64_t n = e.type.numel();
-  if (dtype_is_block(e.stored)) {  // whole blocks at once: the values, then their quantisation
-    std::vector<double> v(static_cast<size_t>(n));
-    ExternalBuffer as_f64 = e;
-    as_f64.stored = DType::f64;
-    initial_values(as_f64, seed, reinterpret_cast<std::byte*>(v.data()));
-    convert_values(DType::f64, v.data(), e.stored, out, n);
-    return;
-  }
-  const size_t width = dtype_size(e.stored);
   if (e.role == Role::constant) {
     convert_values(DType::f64, e.const_data.data(), e.stored, out, n);
     return;
   }
   const uint64_t start = seed ^ fnv1a(e.name);
   const Init init = e.init;
-  cpu::parallel_for(n, kParallelMin, [&](int64_t begin, int64_t end) {
+  // Split in whole blocks of the stored type (one element for plain types; kBlock is a
+  // multiple of every block, so each step converts whole blocks).
+  const int64_t per = dtype_block(e.stored).elements;
+  cpu::parallel_for(n / per, kParallelMin, [&](int64_t first, int64_t last) {
     double v[kBlock];
+    const int64_t begin = first * per, end = last * per;
     for (int64_t b = begin; b < end; b += kBlock) {
       const int64_t m = std::min(kBlock, end - b);
       for (int64_t j = 0; j < m; ++j) {
@@ -69,7 +63,7 @@ void initial_values(const ExternalBuffer& e, uint64_t seed, std::byte* out) {
         }
         v[j] = x;
       }
-      convert_values(DType::f64, v, e.stored, out + size_t(b) * width, m);
+      convert_values(DType::f64, v, e.stored, out + storage_bytes(e.stored, b), m);
     }
   });
 }

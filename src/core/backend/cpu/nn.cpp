@@ -10,8 +10,8 @@
 #include <type_traits>
 
 #include "backend/cpu/gemm.h"
-#include "backend/cpu/quant_gemm.h"
 #include "backend/cpu/kernels.h"
+#include "backend/cpu/quant_gemm.h"
 #if MEGANEURA_ONEDNN
 #include "backend/cpu/onednn_conv.h"
 #endif

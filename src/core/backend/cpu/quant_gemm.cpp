@@ -32,9 +32,8 @@ float scale_of(const std::byte* block) {
   return half_to_float(h);
 }
 
-// One weight row's values, decoded.
 template <class T>
-void decode_row(DType type, const std::byte* w, T* out, int64_t k) {
+void decode(DType type, const std::byte* w, T* out, int64_t k) {
   const int64_t bytes = dtype_block(type).bytes;
   for (int64_t b = 0; b < k / kBlock; ++b, w += bytes, out += kBlock) {
     const T d = T(scale_of(w));
@@ -87,7 +86,8 @@ MEGANEURA_AVX2 float dot_avx2(DType type, const std::byte* w, const float* x, in
     const __m256 d = _mm256_set1_ps(_cvtsh_ss(h));
     __m256 s;
     if (type == DType::q8_0) {
-      s = _mm256_mul_ps(bytes_to_ps(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(w + 2)), true), _mm256_loadu_ps(x));
+      s = _mm256_mul_ps(bytes_to_ps(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(w + 2)), true),
+                        _mm256_loadu_ps(x));
       for (int i = 1; i < 4; ++i) {
         const __m128i q = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(w + 2 + 8 * i));
         s = _mm256_fmadd_ps(bytes_to_ps(q, true), _mm256_loadu_ps(x + 8 * i), s);
@@ -146,6 +146,9 @@ constexpr int64_t kDotRows = 4;
 constexpr int64_t kPanelRows = 64;
 
 }  // namespace
+
+void decode_row(DType type, const std::byte* w, float* out, int64_t k) { decode(type, w, out, k); }
+void decode_row(DType type, const std::byte* w, double* out, int64_t k) { decode(type, w, out, k); }
 
 QuantIsa quant_isa_supported() {
   __builtin_cpu_init();

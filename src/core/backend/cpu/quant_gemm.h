@@ -22,6 +22,10 @@ void force_quant_isa(std::optional<QuantIsa> isa);
 QuantIsa quant_isa();
 const char* quant_isa_name(QuantIsa isa);
 
+// One weight row of k values, decoded.
+void decode_row(DType type, const std::byte* w, float* out, int64_t k);
+void decode_row(DType type, const std::byte* w, double* out, int64_t k);
+
 void matmul_q(DType type, const float* x, const std::byte* w, float* y, int64_t m, int64_t n, int64_t k);
 // The oracle: rows decoded to double, products in double.
 void matmul_q(DType type, const double* x, const std::byte* w, double* y, int64_t m, int64_t n, int64_t k);

@@ -173,9 +173,7 @@ class Lowerer {
       case VkKernel::binary: return binary(d, make(Kernel::pointwise), out);
       case VkKernel::scalar: return sequence(d, make(Kernel::sequence), out);
       case VkKernel::reduce: return reduce(d, make(Kernel::reduce), make(Kernel::softmax), out);
-      case VkKernel::matmul:
-        if (d.op == Op::matmul_q) unsupported(d.op, "(weights in a block format) runs on the CPU backend only for now");
-        return matmul(d, make(Kernel::matmul), out);
+      case VkKernel::matmul: return matmul(d, make(Kernel::matmul), out);
       case VkKernel::conv: return conv(d, make(Kernel::conv), out);
       case VkKernel::pool: return pool(d, make(Kernel::pool), out);
       case VkKernel::movement: return movement(d, make(Kernel::movement), out);
@@ -198,6 +196,8 @@ class Lowerer {
   static void check_dtype(const Dispatch& d, const ProgramTensor& t) {
     DType s = t.stored;
     if (s == DType::f32 || s == DType::i32 || s == DType::u32) return;
+    if (dtype_is_block(s))
+      unsupported(d.op, "weights in a block format (" + std::string(dtype_name(s)) + ") run on the CPU backend only");
     unsupported(
         d.op, std::string("tensors stored as ") + std::string(dtype_name(s)) + " are not supported (f32 and i32 only)");
   }
