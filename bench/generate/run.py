@@ -2,7 +2,8 @@
 PyTorch eager with a key/value cache (torch_generate.py), SmolLM2-135M's full shape with random
 weights, a 128-token prompt, 128 new tokens, batch 1, greedy, both sides on the same number of
 threads in one run on one machine. Also the decode bound: the bytes of f32 weights read per
-token against the copy bandwidth bench_stream measures with the same threads, and the prefill
+token (f32, and for the Q8_0 and Q4_0 runs their blocks) against the copy bandwidth
+bench_stream measures with the same threads, and the prefill
 bound: the multiply-adds per prompt token against the f32 multiply-add peak it measures.
 
 Prints a markdown table and writes bench/generate/results/<host>.json.
@@ -56,13 +57,23 @@ def cpu_model():
     return platform.processor()
 
 
-def ours(binary, config, device, threads, reps):
+def weight_bytes(c, fmt):
+    """Bytes of the weights one decode step reads: every matrix once (a tied head reads the
+    embedding), in the format's blocks (34 or 18 bytes per 32 weights), the norms in f32."""
+    h, layers = c["hidden_size"], c["num_hidden_layers"]
+    norms = (2 * layers + 1) * h
+    per = {"f32": 4.0, "q8_0": 34 / 32, "q4_0": 18 / 32}[fmt]
+    return (parameters(c) - norms) * per + 4 * norms
+
+
+def ours(binary, config, device, threads, reps, dtype="f32"):
     ids = ",".join(str((i * 7919) % SMOLLM2["vocab_size"]) for i in range(PROMPT))
     runs = []
     for _ in range(reps + 1):
         r = subprocess.run([binary, "generate", "--config", config, "--random-weights", "--prompt-ids", ids,
                             "--max-new-tokens", str(NEW), "--temperature", "0", "--ignore-eos", "--json",
-                            "--device", device, "--threads", str(threads), "--max-context", str(PROMPT + NEW)],
+                            "--device", device, "--threads", str(threads), "--max-context", str(PROMPT + NEW),
+                            "--weights-dtype", dtype],
                            capture_output=True, text=True)
         if r.returncode != 0:
             return {"error": r.stderr.strip()}
@@ -110,41 +121,51 @@ def main():
     stream = json.loads(subprocess.run([os.path.join(a.build, "bin", "bench_stream"), str(a.threads)],
                                        capture_output=True, text=True, check=True).stdout)
     ref = pytorch(config, a.threads, a.repetitions)
-    weight_bytes = 4 * parameters(SMOLLM2)
-    bound = stream["copy_bytes_per_second"] / weight_bytes
-    rows = {"pytorch": ref}
+    bounds = {fmt: stream["copy_bytes_per_second"] / weight_bytes(SMOLLM2, fmt) for fmt in ("f32", "q8_0", "q4_0")}
+    rows = {"pytorch": dict(ref, format="f32")}
     for dev in a.devices.split(","):
-        rows[dev] = ours(binary, config, dev, a.threads, a.repetitions)
+        rows[dev] = dict(ours(binary, config, dev, a.threads, a.repetitions), format="f32")
+    for dev in a.devices.split(","):
+        for fmt in ("q8_0", "q4_0"):
+            rows[f"{dev} {fmt}"] = dict(ours(binary, config, dev, a.threads, a.repetitions, fmt), format=fmt)
     flops = prefill_flops_per_token(SMOLLM2)
     peak = stream["fma_flops_per_second"]
     for r in rows.values():
         if "error" not in r:
             r["prefill_flops_per_second"] = r["prefill_tokens_per_second"] * flops
     out = {"machine": {"host": socket.gethostname(), "cpu": cpu_model(), "isa": isa(), "threads": a.threads},
-           "shape": "SmolLM2-135M, f32, prompt 128, 128 new tokens, batch 1, greedy",
-           "weights_bytes": weight_bytes, "stream": stream, "decode_bound_tokens_per_second": bound,
+           "shape": "SmolLM2-135M, prompt 128, 128 new tokens, batch 1, greedy; f32, Q8_0 and Q4_0",
+           "weights_bytes": {fmt: weight_bytes(SMOLLM2, fmt) for fmt in bounds}, "stream": stream,
+           "decode_bound_tokens_per_second": bounds,
            "prefill_flops_per_token": flops, "prefill_bound_tokens_per_second": peak / flops, "results": rows}
     os.makedirs(os.path.join(HERE, "results"), exist_ok=True)
     with open(os.path.join(HERE, "results", f"{socket.gethostname()}.json"), "w") as f:
         json.dump(out, f, indent=1)
     print(f"{cpu_model()} ({isa()}), {a.threads} threads; medians of {a.repetitions} runs")
-    print(f"copy bandwidth {stream['copy_bytes_per_second'] / 1e9:.1f} GB/s; f32 weights {weight_bytes / 1e6:.0f} MB "
-          f"-> decode bound {bound:.1f} tok/s")
+    print(f"copy bandwidth {stream['copy_bytes_per_second'] / 1e9:.1f} GB/s; weights per token: " +
+          ", ".join(f"{fmt} {weight_bytes(SMOLLM2, fmt) / 1e6:.0f} MB -> decode bound {b:.0f} tok/s"
+                    for fmt, b in bounds.items()))
     print(f"f32 multiply-add peak {peak / 1e9:.0f} GFLOP/s ({stream['fma_vector']}); {flops / 1e6:.0f} MFLOP per "
           f"prompt token -> prefill bound {peak / flops:.0f} tok/s, {peak / ref['prefill_flops_per_second']:.2f}x "
           f"PyTorch's prefill\n")
     print(f"PyTorch: prefill with {ref['prefill_config']}, decode with {ref['decode_config']}")
-    print("| side | prefill tok/s | decode tok/s | decode / PyTorch | prefill / PyTorch | decode / bound | "
+    print("| side | weights | prefill tok/s | decode tok/s | decode / PyTorch | prefill / PyTorch | decode / its bound | "
           "prefill / bound | peak RSS MB |")
-    print("|---|---|---|---|---|---|---|---|")
+    print("|---|---|---|---|---|---|---|---|---|")
     for name, r in rows.items():
         if "error" in r:
             print(f"| {name} | failed: {r['error'][:80]} |")
             continue
         p, d = r["prefill_tokens_per_second"], r["decode_tokens_per_second"]
-        print(f"| {name} ({r.get('device', 'torch ' + r.get('torch', ''))}) | {p:.0f} | {d:.1f} | "
+        print(f"| {name} ({r.get('device', 'torch ' + r.get('torch', ''))}) | {r['format']} | {p:.0f} | {d:.1f} | "
               f"{d / ref['decode_tokens_per_second']:.2f} | {p / ref['prefill_tokens_per_second']:.2f} | "
-              f"{d / bound:.0%} | {r['prefill_flops_per_second'] / peak:.0%} | {r['peak_rss_mb']:.0f} |")
+              f"{d / bounds[r['format']]:.0%} | {r['prefill_flops_per_second'] / peak:.0%} | {r['peak_rss_mb']:.0f} |")
+    for dev in a.devices.split(","):
+        for fmt in ("q8_0", "q4_0"):
+            r, f32 = rows[f"{dev} {fmt}"], rows[dev]
+            if "error" not in r and "error" not in f32:
+                print(f"{dev} {fmt} decode / {dev} f32 decode: "
+                      f"{r['decode_tokens_per_second'] / f32['decode_tokens_per_second']:.2f}x")
 
 
 if __name__ == "__main__":

@@ -28,7 +28,7 @@ struct GeneratorOptions {
   // more than top_k tells whether the k-th value is tied. At most 1023.
   int64_t top_k = 0;
   // f32, or q8_0 / q4_0: every matrix (the embedding, the projections, the head) held in that
-  // block format and decoded where it is read (matmul_q; the CPU backend): 34 or 18 bytes per
+  // block format and decoded where it is read (matmul_q, on the CPU and Vulkan): 34 or 18 bytes per
   // 32 weights instead of 128. Weights from f32 files are quantised as they are set; a GGUF
   // file's blocks of the same format are kept as they are.
   DType weights = DType::f32;

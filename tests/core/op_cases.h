@@ -460,6 +460,26 @@ inline std::vector<Case> cases() {
   });
   // top_k: inference only; rows longer than a workgroup, values apart (no ties to order).
   fwd("top_k", Op::top_k, [](G& g) { return top_k_packed(P(g, "x", {3, 300}), 7); });
+  // matmul_q: weights in block formats, rounded as they are set (both sides hold the same
+  // blocks); a Q8_0 weight of one block (34 bytes, not whole words) and Q4_0 over two blocks.
+  fwd("matmul_q/q8_0", Op::matmul_q, [](G& g) {
+    return matmul_q(P(g, "x", {2, 3, 32}), g.parameter("w", {1, 32}, Init{Init::normal, 1}, DType::q8_0));
+  });
+  fwd("matmul_q/q4_0", Op::matmul_q, [](G& g) {
+    return matmul_q(P(g, "x", {5, 64}), g.parameter("w", {7, 64}, Init{Init::normal, 1}, DType::q4_0));
+  });
+  {
+    Case k{"embedding/q4_0_table",
+           Op::embedding,
+           [](G& g) {
+             return embedding(g.parameter("table", {5, 64}, Init{Init::normal, 1}, DType::q4_0),
+                              g.input("ids", {2, 3}, DType::i32));
+           },
+           nullptr,
+           {{"ids", {4, 0, 2, 2, 1, 3}}}};
+    k.forward_only = true;
+    c.push_back(k);
+  }
   fwd("softmax_scaled/long_rows", Op::softmax_scaled, [](G& g) { return softmax(P(g, "x", {2, 300}) * 0.7, -1); });
   // Many short rows (>= 64 rows of <= 256): one invocation per row instead of a workgroup.
   fwd("norm/rms_many_rows", Op::norm, [](G& g) { return rms_norm(P(g, "x", {80, 16}), P(g, "g", {16})); });

@@ -2,8 +2,8 @@
 // - the CPU kernels, each path this CPU runs (AVX-512, AVX2, scalar; a path the CPU lacks is
 //   skipped naming it), against a float64 product of the decoded weights, for decode-sized
 //   (dot products) and prefill-sized (decoded panels and the GEMM) row counts and odd sizes;
-// - the op in a graph: its output, the weight's bytes, autodiff's and Vulkan's refusals, a
-//   row length that is no whole number of blocks;
+// - the op in a graph: its output, the weight's bytes, autodiff's refusal, a row length that
+//   is no whole number of blocks; the Vulkan kernel against the CPU's on the same blocks;
 // - a Generator holding its weights in Q8_0 / Q4_0 against an f32 one given the same rounded
 //   weights (tied and untied heads), from memory and from a GGUF file (a file's blocks are set
 //   without changing).
@@ -136,16 +136,34 @@ TEST(QuantMatmul, OpInAGraphStoresBlocksAndRefusesWhatItCannotDo) {
   EXPECT_NE(message([&] { grad(loss, {x}); }).find("matmul_q"), std::string::npos);
 }
 
-TEST(QuantMatmul, VulkanRefusesNamingTheOp) {
+// Vulkan (matmul_q.comp) against the CPU kernels on the same blocks: decode and prefill row
+// counts, weights whose bytes end inside a word.
+TEST(QuantMatmul, VulkanMatchesTheCpu) {
   MEGANEURA_REQUIRE_VULKAN();
-  Graph g;
-  g.output("y", matmul_q(g.input("x", {2, 64}), g.parameter("w", {8, 64}, Init{Init::normal, 0.1}, DType::q8_0)));
-  Session s(testing_vulkan::vulkan_options());
-  try {
-    s.add(g);
-    FAIL() << "no error";
-  } catch (const std::exception& e) {
-    EXPECT_NE(std::string(e.what()).find("[vulkan:matmul_q]"), std::string::npos) << e.what();
+  for (DType t : {DType::q8_0, DType::q4_0}) {
+    for (const Case& c : kCases) {
+      SCOPED_TRACE(std::string(dtype_name(t)) + " m=" + std::to_string(c.m) + " n=" + std::to_string(c.n) +
+                   " k=" + std::to_string(c.k));
+      Graph g;
+      g.output("y", matmul_q(g.input("x", {c.m, c.k}), g.parameter("w", {c.n, c.k}, Init{Init::normal, 0.1}, t)));
+      Session cpu, gpu(testing_vulkan::vulkan_options());
+      cpu.add(g);
+      gpu.add(g);
+      const std::vector<float> x = normal(size_t(c.m * c.k), 5), w = normal(size_t(c.n * c.k), 6, 0.1);
+      for (Session* s : {&cpu, &gpu}) s->set("x", x), s->set("w", w), s->run();
+      ASSERT_EQ(gpu.read_raw("w"), cpu.read_raw("w"));
+      const std::vector<float> a = cpu.get("y"), b = gpu.get("y");
+      const std::vector<float> wd = cpu.get("w");
+      for (int64_t i = 0; i < c.m; ++i)
+        for (int64_t j = 0; j < c.n; ++j) {
+          double mag = 0;
+          for (int64_t p = 0; p < c.k; ++p) mag += std::abs(double(x[size_t(i * c.k + p)]) * wd[size_t(j * c.k + p)]);
+          // two f32 sums in different orders: each within k u sum|x w| of the exact value
+          ASSERT_LE(std::abs(a[size_t(i * c.n + j)] - b[size_t(i * c.n + j)]),
+                    4.0 * double(c.k) * std::ldexp(1.0, -24) * mag + 1e-30)
+              << "row " << i << " col " << j;
+        }
+    }
   }
 }
 
@@ -188,6 +206,25 @@ TEST(QuantMatmul, GeneratorInBlockFormatsEqualsF32OnRoundedWeights) {
         ids = {int32_t(std::max_element(b.begin(), b.end()) - b.begin())};
       }
     }
+}
+
+// The same generator on Vulkan (matmul_q.comp, the embedding's rows gathered from its blocks).
+TEST(QuantMatmul, VulkanGeneratorInBlockFormatsEqualsTheCpu) {
+  MEGANEURA_REQUIRE_VULKAN();
+  const models::LlamaConfig c = testing::small_llama_config();
+  for (DType t : {DType::q8_0, DType::q4_0}) {
+    SCOPED_TRACE(dtype_name(t));
+    Generator cpu(c, {.max_context = 32, .prefill_chunk = 8, .weights = t}),
+        gpu(c, {.max_context = 32, .prefill_chunk = 8, .weights = t, .session = testing_vulkan::vulkan_options()});
+    for (const auto& [name, v] : testing::residual_scaled_weights(cpu.session(), 6))
+      cpu.session().set(name, v), gpu.session().set(name, v);
+    std::vector<int32_t> ids = {3, 141, 59, 265, 35, 89, 79, 23, 84, 7, 11};
+    for (int step = 0; step < 6; ++step) {
+      const std::vector<float> a = cpu.feed(ids), b = gpu.feed(ids);
+      ASSERT_LT(rel_l2(b, a), 2e-5) << "step " << step;
+      ids = {int32_t(std::max_element(a.begin(), a.end()) - a.begin())};
+    }
+  }
 }
 
 TEST(QuantMatmul, GgufBlocksLoadUnchanged) {

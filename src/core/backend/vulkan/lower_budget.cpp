@@ -43,6 +43,7 @@ uint64_t primitive_loop_bound(const Launch& l) {
     case Kernel::matmul_reference:
     case Kernel::kv_cache:  // lower_kv_cache.cpp plans them
     case Kernel::top_k:     // lower_gradients.cpp
+    case Kernel::matmul_q:  // lower_gradients.cpp
     case Kernel::conv:
     case Kernel::count_: return Launch::kUnplanned;
   }
@@ -72,6 +73,7 @@ uint64_t shared_memory_bytes(const Launch& l) {
     case Kernel::pool:
     case Kernel::attention_rows:
     case Kernel::kv_cache:
+    case Kernel::matmul_q:
     case Kernel::count_: return 0;
   }
   return 0;

@@ -189,6 +189,29 @@ void top_k(const Context& c, const KernelLaunch& k, Launch l, std::vector<Launch
 
 }  // namespace
 
+// matmul_q.comp: matmul_q, an output per invocation and a loop over its weight row's blocks
+// (the 32 values of a block unrolled); or embedding from a block-format table, a value per
+// invocation (the ids at binding 0, the table at 1). The mode word: bit 0 Q4_0, bit 1 a gather.
+void lower_matmul_q(const Context& c, const Dispatch& d, const KernelLaunch& k, Launch l, std::vector<Launch>& out) {
+  wide_operands(d, k, l, 2);
+  l.kernel = Kernel::matmul_q;
+  const bool gather = d.op == Op::embedding;
+  const uint32_t weights = gather ? d.reads[0] : d.reads[1];
+  l.push[kPushMode] = (c.p.tensors[weights].stored == DType::q8_0 ? 0u : 1u) | (gather ? 2u : 0u);
+  if (gather) {
+    l.bindings[0] = d.reads[1];
+    l.bindings[1] = d.reads[0];
+    l.loop_iterations = 0;
+    elementwise_grid(l, c.numel_of(d.write()), c.dc);
+  } else {
+    const uint64_t m = k.push.get(push::kMatmul), n = k.push.get(push::kMatmul + 1),
+                   depth = k.push.get(push::kMatmul + 2);
+    l.loop_iterations = loop(depth / 32);
+    elementwise_grid(l, m * n, c.dc);
+  }
+  out.push_back(std::move(l));
+}
+
 void lower_workload(const Context& c, const Dispatch& d, const KernelLaunch& k, Launch l, std::vector<Launch>& out) {
   wide_operands(d, k, l, 3);
   if (d.op == Op::gather_backward) return scatter_add(c, d, k, std::move(l), out);

@@ -165,7 +165,10 @@ class Lowerer {
       return l;
     };
     const ProgramTensor& y = p_.tensors[d.write()];
-    for (uint32_t r : d.reads) check_dtype(d, p_.tensors[r]);
+    // matmul_q's weight and an embedding's table may be in a block format (matmul_q.comp)
+    const bool blocks = d.op == Op::embedding && dtype_is_block(p_.tensors[d.reads[0]].stored);
+    for (size_t r = 0; r < d.reads.size(); ++r)
+      if (!(d.op == Op::matmul_q && r == 1) && !(blocks && r == 0)) check_dtype(d, p_.tensors[d.reads[r]]);
     check_dtype(d, y);
     const KernelLaunch& schedule = schedule_.launches[index];
     switch (op_info(d.op).vulkan) {
@@ -173,11 +176,15 @@ class Lowerer {
       case VkKernel::binary: return binary(d, make(Kernel::pointwise), out);
       case VkKernel::scalar: return sequence(d, make(Kernel::sequence), out);
       case VkKernel::reduce: return reduce(d, make(Kernel::reduce), make(Kernel::softmax), out);
-      case VkKernel::matmul: return matmul(d, make(Kernel::matmul), out);
+      case VkKernel::matmul:
+        if (d.op == Op::matmul_q) return lower_matmul_q(ctx_, d, schedule, make(Kernel::matmul_q), out);
+        return matmul(d, make(Kernel::matmul), out);
       case VkKernel::conv: return conv(d, make(Kernel::conv), out);
       case VkKernel::pool: return pool(d, make(Kernel::pool), out);
       case VkKernel::movement: return movement(d, make(Kernel::movement), out);
-      case VkKernel::index: return index_op(d, make(Kernel::index), out);
+      case VkKernel::index:
+        if (blocks) return lower_matmul_q(ctx_, d, schedule, make(Kernel::matmul_q), out);
+        return index_op(d, make(Kernel::index), out);
       case VkKernel::sequence: return sequence(d, make(Kernel::sequence), out);
       case VkKernel::workload: return workload(d, schedule, make(Kernel::workload), out);
       case VkKernel::attention: return attention(d, schedule, make(Kernel::attention), out);

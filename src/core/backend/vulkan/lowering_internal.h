@@ -82,6 +82,8 @@ void lower_kv_cache(const Context& c, const Dispatch& d, const KernelLaunch& k, 
 void lower_pool(const Context& c, const Dispatch& d, Launch l, std::vector<Launch>& out);
 void lower_index(const Context& c, const Dispatch& d, Launch l, std::vector<Launch>& out);
 void lower_workload(const Context& c, const Dispatch& d, const KernelLaunch& k, Launch l, std::vector<Launch>& out);
+// matmul_q on matmul_q.comp (lower_gradients.cpp).
+void lower_matmul_q(const Context& c, const Dispatch& d, const KernelLaunch& k, Launch l, std::vector<Launch>& out);
 void lower_reduce(const Context& c, const Dispatch& d, Launch l, Launch soft, std::vector<Launch>& out);
 void lower_rows(const Context& c, const Dispatch& d, const KernelLaunch& k, Launch rows, std::vector<Launch>& out);
 void lower_fused_reduce(const Context& c, const Dispatch& d, const KernelLaunch& k, Launch l, std::vector<Launch>& out);

@@ -33,6 +33,7 @@ enum class Kernel : uint8_t {
   matmul_reference,  // the first GEMM kernel, for comparisons
   kv_cache,          // the key/value cache ops (wide layout: up to four inputs)
   top_k,             // a row's k largest entries (wide layout, as the workload kernels)
+  matmul_q,          // products with block-format weights (wide layout)
   count_
 };
 constexpr size_t kKernelCount = size_t(Kernel::count_);
@@ -55,7 +56,7 @@ constexpr uint32_t kWideBindings = 12;
 inline bool wide(Kernel k) {
   return k == Kernel::fused || k == Kernel::rows || k == Kernel::rows_subgroup || k == Kernel::attention ||
          k == Kernel::attention_rows || k == Kernel::workload || k == Kernel::matmul_fused || k == Kernel::kv_cache ||
-         k == Kernel::top_k;
+         k == Kernel::top_k || k == Kernel::matmul_q;
 }
 inline uint32_t binding_count(Kernel k) { return wide(k) ? kWideBindings : kBindings; }
 // A fused program's kernels (fused, matmul_fused) carry the program in their key: the

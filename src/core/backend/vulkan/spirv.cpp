@@ -69,6 +69,9 @@ const uint32_t kKvCache[] = {
 const uint32_t kTopK[] = {
 #include "top_k.spv.inc"
 };
+const uint32_t kMatmulQ[] = {
+#include "matmul_q.spv.inc"
+};
 // As glslc wrote it.
 std::span<const uint32_t> glslc_spirv(Kernel k) {
   switch (k) {
@@ -92,6 +95,7 @@ std::span<const uint32_t> glslc_spirv(Kernel k) {
     case Kernel::matmul_reference: return kMatmulReference;
     case Kernel::kv_cache: return kKvCache;
     case Kernel::top_k: return kTopK;
+    case Kernel::matmul_q: return kMatmulQ;
     case Kernel::count_: break;
   }
   return {};
@@ -106,7 +110,7 @@ const char* kernel_name(Kernel k) {
                                 "fused",          "rows",          "attention",
                                 "workload",       "rows_subgroup", "reduce_subgroup",
                                 "attention_rows", "matmul_fused",  "matmul_reference",
-                                "kv_cache",       "top_k"};
+                                "kv_cache",       "top_k",         "matmul_q"};
   static_assert(sizeof(names) / sizeof(names[0]) == kKernelCount);
   return names[size_t(k)];
 }

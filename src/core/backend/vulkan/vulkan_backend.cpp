@@ -17,6 +17,10 @@
 namespace meganeura {
 namespace {
 
+// Buffers hold whole 32-bit words: a block-format weight (34 or 18 bytes per block) may end
+// half-way through one, which the kernels read as words.
+uint64_t whole_words(uint64_t bytes) { return (bytes + 3) & ~uint64_t(3); }
+
 using namespace vk;
 
 // Buffers up to this size keep a copy of what was last written to them (position checks).
@@ -131,7 +135,7 @@ class VulkanBackend final : public Backend {
     check_images(q);
     std::vector<Buffer*> fresh;
     for (const ExternalBuffer& e : q.externals) {
-      const uint64_t bytes = storage_bytes(e.stored, e.type.numel());
+      const uint64_t bytes = whole_words(storage_bytes(e.stored, e.type.numel()));
       auto it = buffers_.find(e.name);
       if (it == buffers_.end()) {
         External x;
@@ -171,7 +175,7 @@ class VulkanBackend final : public Backend {
   void write(const std::string& name, const void* data, size_t bytes) override {
     settle("writing '" + name + "'");
     External& x = external(name);
-    if (bytes != x.buffer->bytes)
+    if (whole_words(bytes) != x.buffer->bytes)
       throw std::invalid_argument("[vulkan] writing " + std::to_string(bytes) + " bytes into '" + name + "' of " +
                                   std::to_string(x.buffer->bytes));
     if (!ensure_staging(bytes) || !x.upload) x.upload = record_copy(staging_->buffer, x.buffer->buffer, bytes, true);
@@ -187,7 +191,7 @@ class VulkanBackend final : public Backend {
     auto* self = const_cast<VulkanBackend*>(this);  // staging and pre-recorded copies are caches
     self->settle("reading '" + name + "'");
     External& x = self->external(name);
-    if (bytes != x.buffer->bytes)
+    if (whole_words(bytes) != x.buffer->bytes)
       throw std::invalid_argument("[vulkan] reading " + std::to_string(bytes) + " bytes from '" + name + "' of " +
                                   std::to_string(x.buffer->bytes));
     if (!self->ensure_staging(bytes) || !x.download)
@@ -552,7 +556,7 @@ class VulkanBackend final : public Backend {
   Resolved resolve(const Prepared& p, uint32_t t) {
     if (t == kWorkspaceBinding) return {p.workspace.get(), p.workspace_id, 0, p.workspace->bytes};
     const ProgramTensor& pt = p.program.tensors.at(t);
-    uint64_t bytes = std::max<uint64_t>(pt.bytes, 4);
+    uint64_t bytes = std::max<uint64_t>(whole_words(pt.bytes), 4);
     if (pt.external()) {
       External& x = external(pt.binding);
       return {x.buffer.get(), x.id, 0, std::min<uint64_t>(bytes, std::max<uint64_t>(x.buffer->bytes, 4))};
