@@ -15,9 +15,10 @@ std::string leaf_name(const PyTensor& t) { return t.graph->node(t.t.id).name; }
 
 DType to_dtype(const py::handle& h) {
   static const std::pair<const char*, DType> names[] = {
-      {"f32", DType::f32}, {"float32", DType::f32}, {"f64", DType::f64},   {"float64", DType::f64},
-      {"f16", DType::f16}, {"float16", DType::f16}, {"bf16", DType::bf16}, {"bfloat16", DType::bf16},
-      {"i32", DType::i32}, {"int32", DType::i32},   {"u32", DType::u32},   {"uint32", DType::u32}};
+      {"f32", DType::f32},   {"float32", DType::f32}, {"f64", DType::f64},   {"float64", DType::f64},
+      {"f16", DType::f16},   {"float16", DType::f16}, {"bf16", DType::bf16}, {"bfloat16", DType::bf16},
+      {"i32", DType::i32},   {"int32", DType::i32},   {"u32", DType::u32},   {"uint32", DType::u32},
+      {"q8_0", DType::q8_0}, {"q4_0", DType::q4_0}};
   std::string name;
   if (py::isinstance<py::str>(h)) {
     name = h.cast<std::string>();
@@ -32,7 +33,7 @@ DType to_dtype(const py::handle& h) {
   for (const auto& [n, t] : names) {
     if (name == n) return t;
   }
-  throw py::type_error("[python] unsupported dtype '" + name + "' (f32, f64, f16, bf16, i32 or u32)");
+  throw py::type_error("[python] unsupported dtype '" + name + "' (f32, f64, f16, bf16, i32, u32, q8_0 or q4_0)");
 }
 
 py::dtype numpy_dtype(DType t) {

@@ -208,6 +208,9 @@ void bind_indexing(py::module_& m) {
       },
       py::arg("logits"), py::arg("targets"), py::arg("ignore_index") = -100);
   m.def(
+      "matmul_q", [](const PyTensor& x, const PyTensor& w) { return wrap(x.graph, matmul_q(x.t, w.t)); }, py::arg("x"),
+      py::arg("w"));
+  m.def(
       "top_k",
       [](const PyTensor& x, int64_t k) {
         TopK t = top_k(x.t, k);

@@ -1,6 +1,6 @@
-"""The key/value cache builders (kv_cache_write, cached_attention, rope_at) against NumPy in
-double. The C++ tests (core_kv_cache_test) cover decoding through them; here each builder is
-checked once as bound."""
+"""The key/value cache builders (kv_cache_write, cached_attention, rope_at), top_k and matmul_q
+against NumPy in double. The C++ tests (core_kv_cache_test, core_quant_matmul_test) cover
+decoding through them; here each builder is checked once as bound."""
 import math
 
 import numpy as np
@@ -59,3 +59,34 @@ def test_top_k_is_the_largest_entries_largest_first():
     np.testing.assert_array_equal(got["v"], np.take_along_axis(x, want, axis=1))
     with pytest.raises(ValueError, match=r"\[top_k\] k must be in \[1, min\(1024, 500\)\], got 501"):
         mn.top_k(g.input("y", x.shape), 501)
+
+
+def q_round(w, fmt):
+    """The published block formats' round trip, blocks of 32 along each row: Q8_0 an f16 scale
+    max|x| / 127 and integers in [-127, 127]; Q4_0 an f16 scale m / -8 (m the entry of largest
+    magnitude) and nibbles q = min(15, floor(x / scale + 8.5)), values (q - 8) * scale."""
+    x = np.asarray(w, np.float32).reshape(-1, 32).astype(np.float64)
+    if fmt == "q8_0":
+        scale = np.abs(x).max(axis=1, keepdims=True) / 127
+        q = np.clip(np.round(x / scale), -127, 127)
+    else:
+        m = np.take_along_axis(x, np.abs(x).argmax(axis=1)[:, None], axis=1)
+        scale = m / -8
+        q = np.minimum(15, np.floor(x / scale + 8.5)) - 8
+    return (q * scale.astype(np.float16).astype(np.float64)).reshape(np.shape(w))
+
+
+@pytest.mark.parametrize("fmt", ["q8_0", "q4_0"])
+def test_matmul_q_multiplies_by_the_rounded_weight(fmt):
+    x, w = rand(4, 96), rand(10, 96)
+    g = mn.Graph()
+    y = mn.matmul_q(g.input("x", x.shape), g.parameter("w", w.shape, mn.Init.normal(0.1), dtype=fmt))
+    g.output("y", y)
+    s = mn.compile(g, "cpu")
+    s["w"] = w
+    got = s.run({"x": x})["y"]
+    held = s["w"]  # the blocks, decoded: the rounded weight
+    np.testing.assert_allclose(held, q_round(w, fmt), rtol=0, atol=1e-6)
+    np.testing.assert_allclose(got, x.astype(np.float64) @ held.T.astype(np.float64), rtol=1e-5, atol=1e-5)
+    with pytest.raises(ValueError, match=r"\[matmul_q\] the weight must be of a block type"):
+        mn.matmul_q(g.input("x2", x.shape), g.parameter("f", w.shape, mn.Init.normal(0.1)))
