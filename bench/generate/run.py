@@ -8,7 +8,8 @@ bound: the multiply-adds per prompt token against the f32 multiply-add peak it m
 
 Prints a markdown table and writes bench/generate/results/<host>.json.
 
-Usage: bench/generate/run.py [--build DIR] [--threads 2] [--repetitions 5] [--devices cpu,vulkan]"""
+Usage: bench/generate/run.py [--build DIR] [--threads 2] [--repetitions 5] [--devices cpu,vulkan]
+       bench/generate/run.py --report bench/generate/results/<host>.json"""
 import argparse
 import json
 import os
@@ -112,7 +113,11 @@ def main():
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--repetitions", type=int, default=5)
     ap.add_argument("--devices", default="cpu,vulkan")
+    ap.add_argument("--report", help="print a results file instead of running")
     a = ap.parse_args()
+    if a.report:
+        with open(a.report) as f:
+            return report(json.load(f))
     binary = os.path.join(a.build, "bin", "meganeura")
     work = tempfile.mkdtemp(prefix="bench-generate-")
     config = os.path.join(work, "config.json")
@@ -139,18 +144,27 @@ def main():
            "decode_bound_tokens_per_second": bounds,
            "prefill_flops_per_token": flops, "prefill_bound_tokens_per_second": peak / flops, "results": rows}
     os.makedirs(os.path.join(HERE, "results"), exist_ok=True)
+    out["repetitions"] = a.repetitions
     with open(os.path.join(HERE, "results", f"{socket.gethostname()}.json"), "w") as f:
         json.dump(out, f, indent=1)
-    print(f"{cpu_model()} ({isa()}), {a.threads} threads; medians of {a.repetitions} runs")
+    report(out)
+
+
+def report(out):
+    """Prints a results file (this run's, or one given with --report) as the README's table."""
+    m, rows, stream, bounds = out["machine"], out["results"], out["stream"], out["decode_bound_tokens_per_second"]
+    ref, flops, peak = rows["pytorch"], out["prefill_flops_per_token"], stream["fma_flops_per_second"]
+    devices = [name for name, r in rows.items() if name != "pytorch" and r.get("format") == "f32"]
+    print(f"{m['cpu']} ({m['isa']}), {m['threads']} threads; medians of {out.get('repetitions', '?')} runs")
     print(f"copy bandwidth {stream['copy_bytes_per_second'] / 1e9:.1f} GB/s; weights per token: " +
-          ", ".join(f"{fmt} {weight_bytes(SMOLLM2, fmt) / 1e6:.0f} MB -> decode bound {b:.0f} tok/s"
+          ", ".join(f"{fmt} {out['weights_bytes'][fmt] / 1e6:.0f} MB -> decode bound {b:.0f} tok/s"
                     for fmt, b in bounds.items()))
     print(f"f32 multiply-add peak {peak / 1e9:.0f} GFLOP/s ({stream['fma_vector']}); {flops / 1e6:.0f} MFLOP per "
           f"prompt token -> prefill bound {peak / flops:.0f} tok/s, {peak / ref['prefill_flops_per_second']:.2f}x "
           f"PyTorch's prefill\n")
     print(f"PyTorch: prefill with {ref['prefill_config']}, decode with {ref['decode_config']}")
     print("| side | weights | prefill tok/s | decode tok/s | decode / PyTorch | prefill / PyTorch | decode / its bound | "
-          "prefill / bound | peak RSS MB |")
+          "prefill / FMA peak | peak RSS MB |")
     print("|---|---|---|---|---|---|---|---|---|")
     for name, r in rows.items():
         if "error" in r:
@@ -160,9 +174,9 @@ def main():
         print(f"| {name} ({r.get('device', 'torch ' + r.get('torch', ''))}) | {r['format']} | {p:.0f} | {d:.1f} | "
               f"{d / ref['decode_tokens_per_second']:.2f} | {p / ref['prefill_tokens_per_second']:.2f} | "
               f"{d / bounds[r['format']]:.0%} | {r['prefill_flops_per_second'] / peak:.0%} | {r['peak_rss_mb']:.0f} |")
-    for dev in a.devices.split(","):
+    for dev in devices:
         for fmt in ("q8_0", "q4_0"):
-            r, f32 = rows[f"{dev} {fmt}"], rows[dev]
+            r, f32 = rows.get(f"{dev} {fmt}", {"error": ""}), rows[dev]
             if "error" not in r and "error" not in f32:
                 print(f"{dev} {fmt} decode / {dev} f32 decode: "
                       f"{r['decode_tokens_per_second'] / f32['decode_tokens_per_second']:.2f}x")
