@@ -50,6 +50,8 @@ std::vector<std::byte> formula_bytes(DType dtype, int64_t i) {
       return to_bytes(&s, 4);
     }
     case DType::u32: return to_bytes(&wrapped, 4);
+    case DType::q8_0:
+    case DType::q4_0: break;  // block formats: not safetensors types
   }
   return {};
 }
