@@ -3,6 +3,7 @@
 // 16-31, each value (nibble - 8) * scale.
 #include "backend/cpu/quant_gemm.h"
 
+#include <cpuid.h>
 #include <immintrin.h>
 
 // GCC 12 warns about the undefined vectors inside its own AVX-512 intrinsics' headers.
@@ -152,12 +153,12 @@ void decode_row(DType type, const std::byte* w, double* out, int64_t k) { decode
 
 QuantIsa quant_isa_supported() {
   __builtin_cpu_init();
-  if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("fma") &&
-      __builtin_cpu_supports("f16c"))
-    return QuantIsa::avx512;
-  if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c"))
-    return QuantIsa::avx2;
-  return QuantIsa::scalar;
+  // F16C from CPUID leaf 1 (not every compiler's __builtin_cpu_supports knows it).
+  unsigned a = 0, b = 0, c = 0, d = 0;
+  const bool f16c = __get_cpuid(1, &a, &b, &c, &d) && (c & bit_F16C) != 0;
+  const bool avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && f16c;
+  if (avx2 && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw")) return QuantIsa::avx512;
+  return avx2 ? QuantIsa::avx2 : QuantIsa::scalar;
 }
 
 void force_quant_isa(std::optional<QuantIsa> isa) {
