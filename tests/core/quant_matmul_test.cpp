@@ -3,7 +3,8 @@
 //   skipped naming it), against a float64 product of the decoded weights, for decode-sized
 //   (dot products) and prefill-sized (decoded panels and the GEMM) row counts and odd sizes;
 // - the op in a graph: its output, the weight's bytes, autodiff's refusal, a row length that
-//   is no whole number of blocks; the Vulkan kernel against the CPU's on the same blocks;
+//   is no whole number of blocks; the Vulkan kernels (decode and prefill row counts, each GEMM
+//   family) against the CPU's on the same blocks, and their planned loops;
 // - a Generator holding its weights in Q8_0 / Q4_0 against an f32 one given the same rounded
 //   weights (tied and untied heads), from memory and from a GGUF file (a file's blocks are set
 //   without changing).
@@ -15,6 +16,7 @@
 #include <random>
 
 #include "backend/cpu/quant_gemm.h"
+#include "backend/vulkan/lowering.h"
 #include "meganeura/autodiff.h"
 #include "meganeura/generate.h"
 #include "meganeura/gguf.h"
@@ -136,35 +138,73 @@ TEST(QuantMatmul, OpInAGraphStoresBlocksAndRefusesWhatItCannotDo) {
   EXPECT_NE(message([&] { grad(loss, {x}); }).find("matmul_q"), std::string::npos);
 }
 
-// Vulkan (matmul_q.comp) against the CPU kernels on the same blocks: decode and prefill row
-// counts, weights whose bytes end inside a word.
+// Vulkan against the CPU kernels on the same blocks, with each GEMM family forced: decode row
+// counts on matmul_q.comp, prefill row counts on the GEMM core (matmul_q_gemm.comp; K split
+// across workgroups for the long rows), weights whose bytes end inside a word.
 TEST(QuantMatmul, VulkanMatchesTheCpu) {
   MEGANEURA_REQUIRE_VULKAN();
-  for (DType t : {DType::q8_0, DType::q4_0}) {
-    for (const Case& c : kCases) {
-      SCOPED_TRACE(std::string(dtype_name(t)) + " m=" + std::to_string(c.m) + " n=" + std::to_string(c.n) +
-                   " k=" + std::to_string(c.k));
-      Graph g;
-      g.output("y", matmul_q(g.input("x", {c.m, c.k}), g.parameter("w", {c.n, c.k}, Init{Init::normal, 0.1}, t)));
-      Session cpu, gpu(testing_vulkan::vulkan_options());
-      cpu.add(g);
-      gpu.add(g);
-      const std::vector<float> x = normal(size_t(c.m * c.k), 5), w = normal(size_t(c.n * c.k), 6, 0.1);
-      for (Session* s : {&cpu, &gpu}) s->set("x", x), s->set("w", w), s->run();
-      ASSERT_EQ(gpu.read_raw("w"), cpu.read_raw("w"));
-      const std::vector<float> a = cpu.get("y"), b = gpu.get("y");
-      const std::vector<float> wd = cpu.get("w");
-      for (int64_t i = 0; i < c.m; ++i)
-        for (int64_t j = 0; j < c.n; ++j) {
-          double mag = 0;
-          for (int64_t p = 0; p < c.k; ++p) mag += std::abs(double(x[size_t(i * c.k + p)]) * wd[size_t(j * c.k + p)]);
-          // two f32 sums in different orders: each within k u sum|x w| of the exact value
-          ASSERT_LE(std::abs(a[size_t(i * c.n + j)] - b[size_t(i * c.n + j)]),
-                    4.0 * double(c.k) * std::ldexp(1.0, -24) * mag + 1e-30)
-              << "row " << i << " col " << j;
-        }
+  std::vector<Case> cases(std::begin(kCases), std::end(kCases));
+  cases.push_back({16, 40, 2048});
+  for (VulkanOptions::Kernels family :
+       {VulkanOptions::Kernels::direct, VulkanOptions::Kernels::shared_memory, VulkanOptions::Kernels::naive})
+    for (DType t : {DType::q8_0, DType::q4_0}) {
+      for (const Case& c : cases) {
+        SCOPED_TRACE(std::string(dtype_name(t)) + " family " + std::to_string(int(family)) +
+                     " m=" + std::to_string(c.m) + " n=" + std::to_string(c.n) + " k=" + std::to_string(c.k));
+        Graph g;
+        g.output("y", matmul_q(g.input("x", {c.m, c.k}), g.parameter("w", {c.n, c.k}, Init{Init::normal, 0.1}, t)));
+        SessionOptions o = testing_vulkan::vulkan_options();
+        o.vulkan_kernels = family;
+        Session cpu, gpu(o);
+        cpu.add(g);
+        gpu.add(g);
+        const std::vector<float> x = normal(size_t(c.m * c.k), 5), w = normal(size_t(c.n * c.k), 6, 0.1);
+        for (Session* s : {&cpu, &gpu}) s->set("x", x), s->set("w", w), s->run();
+        ASSERT_EQ(gpu.read_raw("w"), cpu.read_raw("w"));
+        const std::vector<float> a = cpu.get("y"), b = gpu.get("y");
+        const std::vector<float> wd = cpu.get("w");
+        for (int64_t i = 0; i < c.m; ++i)
+          for (int64_t j = 0; j < c.n; ++j) {
+            double mag = 0;
+            for (int64_t p = 0; p < c.k; ++p) mag += std::abs(double(x[size_t(i * c.k + p)]) * wd[size_t(j * c.k + p)]);
+            // two f32 sums in different orders: each within k u sum|x w| of the exact value
+            ASSERT_LE(std::abs(a[size_t(i * c.n + j)] - b[size_t(i * c.n + j)]),
+                      4.0 * double(c.k) * std::ldexp(1.0, -24) * mag + 1e-30)
+                << "row " << i << " col " << j;
+          }
+      }
     }
-  }
+}
+
+// Planning only, for a CPU-emulated device's limits and a discrete GPU's: up to 7 rows an output
+// per invocation (matmul_q.comp), from 8 rows the GEMM core (matmul_q_gemm.comp) unless the
+// naive family is forced; every launch within the loop budget, K of SmolLM2's down projection
+// and a K long enough to need splits for the budget alone.
+TEST(QuantMatmul, VulkanLaunchesPlanTheirLoops) {
+  const VulkanDeviceInfo cpu = testing_vulkan::lavapipe_like_device(), gpu = testing_vulkan::gpu_like_device();
+  for (const VulkanDeviceInfo& info : {cpu, gpu})
+    for (VulkanOptions::Kernels family : {VulkanOptions::Kernels::automatic, VulkanOptions::Kernels::naive})
+      for (int64_t m : {1, 7, 8, 128})
+        for (int64_t k : {1536, 1 << 19}) {
+          const std::string what = info.name + (family == VulkanOptions::Kernels::naive ? " naive" : "") +
+                                   " m=" + std::to_string(m) + " k=" + std::to_string(k);
+          Graph g;
+          g.output("y",
+                   matmul_q(g.input("x", {m, k}), g.parameter("w", {64, k}, Init{Init::normal, 0.1}, DType::q8_0)));
+          const Program p = plan(optimize(g), PlanOptions{});
+          const vk::DeviceClass dc = vk::device_class(info, family);
+          const std::vector<vk::Launch> launches = vk::lower_program(p, dc);
+          ASSERT_FALSE(launches.empty()) << what;
+          const bool gemm = m >= 8 && family != VulkanOptions::Kernels::naive;
+          EXPECT_EQ(launches[0].kernel, gemm ? vk::Kernel::matmul_q_gemm : vk::Kernel::matmul_q) << what;
+          for (const vk::Launch& l : launches) {
+            EXPECT_GT(l.loop_iterations, 0u) << what;
+            EXPECT_LE(l.loop_iterations, dc.loop_budget) << what;
+          }
+          if (gemm && k == (1 << 19)) {
+            EXPECT_EQ(launches.size(), 2u) << what << ": K split, then its reduction";
+          }
+        }
 }
 
 // The f32 generator given each weight as the block format rounds it.

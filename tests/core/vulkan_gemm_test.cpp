@@ -369,19 +369,7 @@ TEST(VulkanGemm, LongKStaysWithinTheLoopBudget) {
 // (lavapipe's limits) and a discrete GPU's, every GEMM launch stays within the loop budget and
 // the device's workgroup, shared-memory and binding limits.
 TEST(VulkanGemmPlan, WorkloadLaunchesStayWithinTheDeviceLimits) {
-  VulkanDeviceInfo cpu;
-  cpu.name = "lavapipe-like";
-  cpu.type = "cpu";
-  cpu.max_workgroup_invocations = cpu.max_workgroup_size[0] = 1024;
-  cpu.max_shared_memory = 32768;
-  cpu.max_storage_buffer_range = uint64_t(1) << 27;
-  cpu.max_memory_allocation_size = uint64_t(1) << 31;
-  cpu.max_workgroup_count[0] = cpu.max_workgroup_count[1] = cpu.max_workgroup_count[2] = 65535;
-  VulkanDeviceInfo gpu = cpu;
-  gpu.name = "gpu-like";
-  gpu.type = "discrete";
-  gpu.max_shared_memory = 49152;
-  gpu.max_storage_buffer_range = (uint64_t(1) << 32) - 1;
+  const VulkanDeviceInfo cpu = testing_vulkan::lavapipe_like_device(), gpu = testing_vulkan::gpu_like_device();
   for (const models::WorkloadInfo& w : models::workload_list()) {
     Graph g;
     models::Workload built = models::build_workload(g, w.id, models::Scale::full);

@@ -29,6 +29,28 @@ inline bool validation_wanted() {
   return !(v && std::string(v) == "0");
 }
 
+// Devices for planning-only tests: a CPU-emulated one with lavapipe's limits, and a discrete
+// GPU's (more shared memory, 4 GiB bindings).
+inline VulkanDeviceInfo lavapipe_like_device() {
+  VulkanDeviceInfo d;
+  d.name = "lavapipe-like";
+  d.type = "cpu";
+  d.max_workgroup_invocations = d.max_workgroup_size[0] = 1024;
+  d.max_shared_memory = 32768;
+  d.max_storage_buffer_range = uint64_t(1) << 27;
+  d.max_memory_allocation_size = uint64_t(1) << 31;
+  d.max_workgroup_count[0] = d.max_workgroup_count[1] = d.max_workgroup_count[2] = 65535;
+  return d;
+}
+inline VulkanDeviceInfo gpu_like_device() {
+  VulkanDeviceInfo d = lavapipe_like_device();
+  d.name = "gpu-like";
+  d.type = "discrete";
+  d.max_shared_memory = 49152;
+  d.max_storage_buffer_range = (uint64_t(1) << 32) - 1;
+  return d;
+}
+
 #define MEGANEURA_REQUIRE_VULKAN()                                    \
   do {                                                                \
     std::string why_ = ::meganeura::testing_vulkan::missing_device(); \

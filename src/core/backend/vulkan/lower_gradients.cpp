@@ -1,13 +1,19 @@
 // Pooling (pool.comp), the index ops (index.comp) and the workload kernels (workload.comp):
 // where, gather and the scatter-adds of the embedding and gather gradients, and the fused
-// cross-entropy, with their planned loop bounds.
+// cross-entropy, with their planned loop bounds; and matmul_q and embeddings from block-format
+// tables (matmul_q.comp, matmul_q_gemm.comp).
 #include <algorithm>
 #include <cstring>
 
+#include "backend/vulkan/gemm_problem.h"
 #include "backend/vulkan/lowering_internal.h"
 
 namespace meganeura::vk::detail {
 namespace {
+
+// matmul_q with at least this many rows runs on the GEMM core: its tiles read a weight once
+// per row tile, where an output per invocation reads it once per row.
+constexpr uint64_t kGemmRows = 8;
 
 // Indices per scatter-add launch: an invocation walks at most one chunk, and a chunk's launch
 // costs chunk x (its invocations) comparisons.
@@ -190,8 +196,9 @@ void top_k(const Context& c, const KernelLaunch& k, Launch l, std::vector<Launch
 }  // namespace
 
 // matmul_q.comp: matmul_q, an output per invocation and a loop over its weight row's blocks
-// (the 32 values of a block unrolled); or embedding from a block-format table, a value per
-// invocation (the ids at binding 0, the table at 1). The mode word: bit 0 Q4_0, bit 1 a gather.
+// (the 32 values of a block unrolled), for up to kGemmRows - 1 rows (decode steps); more rows
+// (prompt chunks) run on the GEMM core's tiles (matmul_q_gemm.comp); or embedding from a block-format table, a value
+// per invocation (the ids at binding 0, the table at 1). The mode word: bit 0 Q4_0, bit 1 a gather.
 void lower_matmul_q(const Context& c, const Dispatch& d, const KernelLaunch& k, Launch l, std::vector<Launch>& out) {
   wide_operands(d, k, l, 2);
   l.kernel = Kernel::matmul_q;
@@ -206,6 +213,22 @@ void lower_matmul_q(const Context& c, const Dispatch& d, const KernelLaunch& k, 
   } else {
     const uint64_t m = k.push.get(push::kMatmul), n = k.push.get(push::kMatmul + 1),
                    depth = k.push.get(push::kMatmul + 2);
+    if (m >= kGemmRows && c.dc.gemm != GemmFamily::naive) {
+      // The GEMM core's tiles (matmul_q_gemm.comp), the weight decoded as B's quads are loaded.
+      gemm::Problem pr;
+      pr.kernel = Kernel::matmul_q_gemm;
+      pr.operation = c.p.tensors[weights].stored == DType::q8_0 ? 0 : 1;
+      pr.m = m, pr.n = n, pr.k = depth;
+      pr.b_along_n = false;
+      pr.vec_a = depth % 4 == 0;
+      pr.vec_c = n % 4 == 0;
+      pr.words[gemm::kLda] = gemm::u32(d.op, depth, "K");
+      l.bindings[0] = d.reads[0];
+      l.bindings[1] = d.reads[1];
+      l.bindings[2] = d.write();
+      gemm::emit(pr, c.dc, d.op, std::move(l), out);
+      return;
+    }
     l.loop_iterations = loop(depth / 32);
     elementwise_grid(l, m * n, c.dc);
   }

@@ -34,6 +34,7 @@ enum class Kernel : uint8_t {
   kv_cache,          // the key/value cache ops (wide layout: up to four inputs)
   top_k,             // a row's k largest entries (wide layout, as the workload kernels)
   matmul_q,          // products with block-format weights (wide layout)
+  matmul_q_gemm,     // the same on the GEMM core, for prompt chunks
   count_
 };
 constexpr size_t kKernelCount = size_t(Kernel::count_);

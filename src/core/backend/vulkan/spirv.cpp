@@ -72,6 +72,9 @@ const uint32_t kTopK[] = {
 const uint32_t kMatmulQ[] = {
 #include "matmul_q.spv.inc"
 };
+const uint32_t kMatmulQGemm[] = {
+#include "matmul_q_gemm.spv.inc"
+};
 // As glslc wrote it.
 std::span<const uint32_t> glslc_spirv(Kernel k) {
   switch (k) {
@@ -96,6 +99,7 @@ std::span<const uint32_t> glslc_spirv(Kernel k) {
     case Kernel::kv_cache: return kKvCache;
     case Kernel::top_k: return kTopK;
     case Kernel::matmul_q: return kMatmulQ;
+    case Kernel::matmul_q_gemm: return kMatmulQGemm;
     case Kernel::count_: break;
   }
   return {};
@@ -110,7 +114,8 @@ const char* kernel_name(Kernel k) {
                                 "fused",          "rows",          "attention",
                                 "workload",       "rows_subgroup", "reduce_subgroup",
                                 "attention_rows", "matmul_fused",  "matmul_reference",
-                                "kv_cache",       "top_k",         "matmul_q"};
+                                "kv_cache",       "top_k",         "matmul_q",
+                                "matmul_q_gemm"};
   static_assert(sizeof(names) / sizeof(names[0]) == kKernelCount);
   return names[size_t(k)];
 }
