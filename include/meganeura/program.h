@@ -104,6 +104,11 @@ struct Program {
 
   double total_flops() const;
   double total_bytes() const;
+  // Bytes of parameters (weights) a dispatch reads, as stored (a block format's blocks): what
+  // a decode step's speed is bound by. Views of a parameter count as the parameter; a gather
+  // (embedding) counts the rows it reads.
+  uint64_t weight_bytes(const Dispatch& d) const;
+  uint64_t total_weight_bytes() const;
   size_t barrier_count() const;
   std::string to_json() const;
   // Reads back what to_json wrote (exactly: the round trip keeps the JSON and the hash);

@@ -17,6 +17,7 @@ struct VulkanLaunchProfile {
   uint32_t dispatch = 0;
   double ms = 0;                // summed over profiled runs
   double flops = 0, bytes = 0;  // per run
+  uint64_t weight_bytes = 0;    // per run: parameters read, as stored (Program::weight_bytes)
 };
 
 struct VulkanProgramProfile {

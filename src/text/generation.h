@@ -31,14 +31,14 @@ inline constexpr int kGenerateMaxNewTokens = 128;
 // config.json) is read leniently: read_llama_config checks it.
 std::vector<int> read_eos_token_ids(const std::filesystem::path& config);
 
-// The GeneratorOptions::top_k under which a Generation with these sampling options draws
-// from the device's top candidates (top-k sampling, no repetition penalty, k below 1024 and
-// the vocabulary), else 0.
 // The type a generator holds its matrices in (GeneratorOptions::weights): "f32", "q8_0",
 // "q4_0", or "auto": a GGUF file's own format when every matrix in it is Q8_0 (or every one
 // Q4_0), else f32. std::invalid_argument naming the value otherwise.
 DType weights_dtype(const std::string& name, const std::filesystem::path& weights);
 
+// The GeneratorOptions::top_k under which a Generation with these sampling options draws
+// from the device's top candidates (top-k sampling, no repetition penalty, k below 1024 and
+// the vocabulary), else 0.
 inline int64_t device_top_k(const SamplingOptions& s, int64_t vocab_size) {
   const bool fits = s.top_k > 0 && s.top_k < 1024 && s.top_k < vocab_size;
   return s.temperature > 0 && s.repetition_penalty == 1 && fits ? s.top_k : 0;

@@ -2,7 +2,8 @@
 // written as one GGUF file. In f32 the file generates the checkpoint's tokens and text; in Q8_0
 // (with per-tensor overrides) its logits are those of the model whose tensors were rounded in
 // memory through the same formats; the report counts the tensors and bytes of each type; bad
-// options and files that do not fit are refused naming them.
+// options and files that do not fit are refused naming them; `program` and `profile` show the
+// weight bytes each dispatch reads in each format.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -13,6 +14,7 @@
 #include "meganeura/gguf.h"
 #include "meganeura/safetensors.h"
 #include "small_llama.h"
+#include "vulkan_test_util.h"
 
 namespace meganeura {
 namespace {
@@ -204,6 +206,53 @@ TEST(QuantizeCli, RefusalsNameWhatIsWrong) {
       "generate --gguf " + (ck.dir / "x.gguf").string() + " --config " + ck.dir.string() + " --prompt-ids 1", ck.dir);
   EXPECT_EQ(r.status, 1);
   EXPECT_NE(r.err.find("give neither --config nor --weights"), std::string::npos) << r.err;
+}
+
+// `program --config --weights-dtype` and `profile --config`: each dispatch's weight bytes,
+// against the bytes the test computes from the config: a decode step reads every matrix once in
+// its format (34 bytes per 32 weights in Q8_0), one row of the embedding and the norms in f32.
+TEST(QuantizeCli, ProgramAndProfileShowWeightBytesPerDispatch) {
+  Checkpoint ck;
+  const models::LlamaConfig c = small_config();
+  for (const std::string dtype : {"f32", "q8_0", "q4_0"}) {
+    SCOPED_TRACE(dtype);
+    auto r = cli_run::run("program --config " + ck.dir.string() + " --max-context 32 --json --weights-dtype " + dtype,
+                          ck.dir);
+    ASSERT_EQ(r.status, 0) << r.err;
+    const json j = r.json();
+    const json* decode = nullptr;
+    for (const json& p : j["programs"])
+      if (p["tokens"] == 1) decode = &p["program"];
+    ASSERT_NE(decode, nullptr);
+    const double per = dtype == "f32" ? 4.0 : dtype == "q8_0" ? 34.0 / 32 : 18.0 / 32;
+    const int64_t h = c.hidden_size, kv = c.num_key_value_heads * c.head_dim, f = c.intermediate_size;
+    const int64_t matrices = c.num_hidden_layers * (2 * h * h + 2 * kv * h + 3 * f * h) + c.vocab_size * h;
+    const double want =
+        per * double(matrices + h) + 4.0 * double((2 * c.num_hidden_layers + 1) * h);  // + a row, the norms
+    uint64_t sum = 0, largest = 0;
+    for (const json& d : (*decode)["dispatches"]) {
+      sum += d["weight_bytes"].get<uint64_t>();
+      if (d["op"] == (dtype == "f32" ? "matmul" : "matmul_q"))
+        largest = std::max(largest, d["weight_bytes"].get<uint64_t>());
+    }
+    EXPECT_EQ(double(sum), want);
+    EXPECT_EQ((*decode)["weight_bytes"].get<uint64_t>(), sum);
+    EXPECT_EQ(double(largest), per * double(c.vocab_size * h)) << "the head";
+    std::string why = testing_vulkan::missing_device();
+    if (!why.empty()) {
+      std::printf("skipped the profile: %s\n", why.c_str());
+      continue;
+    }
+    r = cli_run::run(
+        "profile --config " + ck.dir.string() + " --max-context 32 --steps 2 --json --weights-dtype " + dtype, ck.dir,
+        "MEGANEURA_VULKAN_VALIDATION=" + std::string(testing_vulkan::validation_wanted() ? "1" : "0"));
+    ASSERT_EQ(r.status, 0) << r.err;
+    const json p = r.json();
+    EXPECT_EQ(p["weight_bytes_per_step"].get<double>(), want);
+    double kernels = 0;
+    for (const json& k : p["kernels"]) kernels += k["weight_bytes"].get<double>();
+    EXPECT_EQ(kernels, want);
+  }
 }
 
 }  // namespace

@@ -20,6 +20,7 @@
 #include "parallel.h"
 #include "schedule/schedule.h"
 #include "tasks.h"
+#include "text/generation.h"
 
 namespace meganeura::cli {
 namespace {
@@ -38,6 +39,7 @@ struct TrainArgs {
   std::string plan_device;          // program: plan for this device's limits and passes ("": none)
   std::string llama_config;         // program: a Llama config.json's generation programs instead of a built-in model
   int64_t max_context = 0, prefill_chunk = 128;
+  std::string weights_dtype = "f32";  // program --config: the matrices' format
   bool data_parallel = false;
   double bucket_mb = 25, comm_timeout = 300;
   int check_replicas = 0;
@@ -310,20 +312,23 @@ nlohmann::json program_json(const Program& p, const std::string& vulkan) {
   const Schedule sched = lower(p);
   auto j = nlohmann::json::parse(p.to_json());
   auto launches = nlohmann::json::parse(sched.to_json());
-  for (size_t i = 0; i < j["dispatches"].size(); ++i) j["dispatches"][i].update(launches["launches"][i]);
+  for (size_t i = 0; i < j["dispatches"].size(); ++i) {
+    j["dispatches"][i].update(launches["launches"][i]);
+    j["dispatches"][i]["weight_bytes"] = p.weight_bytes(p.dispatches[i]);
+  }
   j["workspace_bytes"] = sched.workspace_bytes;
+  j["weight_bytes"] = p.total_weight_bytes();
   add_vulkan_plan(j, p, vulkan);
   return j;
 }
 
 void print_summary(const Program& p) {
   std::printf(
-      "%zu dispatches, %zu barriers (%.2f per dispatch), %.3g FLOP, %.3g bytes moved, arena %llu bytes in %zu "
-      "buffer(s) "
-      "(lower bound %llu, %u in place, %u views), external %llu bytes\n",
+      "%zu dispatches, %zu barriers (%.2f per dispatch), %.3g FLOP, %.3g bytes moved (%.3g of them weights), arena "
+      "%llu bytes in %zu buffer(s) (lower bound %llu, %u in place, %u views), external %llu bytes\n",
       p.dispatches.size(), p.barrier_count(),
       double(p.barrier_count()) / double(std::max<size_t>(1, p.dispatches.size())), p.total_flops(), p.total_bytes(),
-      static_cast<unsigned long long>(p.arena_bytes), p.arena_buffers.size(),
+      double(p.total_weight_bytes()), static_cast<unsigned long long>(p.arena_bytes), p.arena_buffers.size(),
       static_cast<unsigned long long>(p.memory.lower_bound_bytes), p.memory.inplace_reuses, p.memory.views,
       static_cast<unsigned long long>(p.memory.external_bytes));
 }
@@ -337,6 +342,7 @@ int run_generation_programs(const TrainArgs& a) {
   const Generator gen(models::read_llama_config(a.llama_config), {.batch = a.sizes.batch ? a.sizes.batch : 1,
                                                                   .max_context = a.max_context,
                                                                   .prefill_chunk = a.prefill_chunk,
+                                                                  .weights = text::weights_dtype(a.weights_dtype, {}),
                                                                   .session = so});
   const Session& s = gen.session();
   uint64_t shared = 0;
@@ -438,6 +444,9 @@ void add_program_command(CLI::App& app) {
       ->check(CLI::PositiveNumber);
   c->add_option("--prefill-chunk", a->prefill_chunk, "with --config: the longest prompt chunk (a power of two)")
       ->check(CLI::PositiveNumber);
+  c->add_option("--weights-dtype", a->weights_dtype,
+                "with --config: the matrices' format, f32 | q8_0 | q4_0 (each dispatch's weight_bytes shows it)")
+      ->check(CLI::IsMember({"f32", "q8_0", "q4_0"}));
   c->add_flag("--json", a->json, "the program as JSON");
   c->add_option("--device", a->plan_device,
                 "plan for this device's limits and kernels (cpu | vulkan | auto | a Vulkan device's index or name), "

@@ -1,4 +1,5 @@
 // The Program's JSON form (to_json, from_json), its text dump and its hash.
+#include <algorithm>
 #include <cmath>
 #include <nlohmann/json.hpp>
 #include <optional>
@@ -22,6 +23,26 @@ double Program::total_flops() const {
 double Program::total_bytes() const {
   double b = 0;
   for (const Dispatch& d : dispatches) b += d.bytes;
+  return b;
+}
+uint64_t Program::weight_bytes(const Dispatch& d) const {
+  uint64_t b = 0;
+  for (size_t i = 0; i < d.reads.size(); ++i) {
+    if (std::find(d.reads.begin(), d.reads.begin() + i, d.reads[i]) != d.reads.begin() + i) continue;  // once
+    const ProgramTensor& t = tensors.at(d.reads[i]);
+    const ProgramTensor* root = &t;
+    while (root->view_of >= 0) root = &tensors.at(size_t(root->view_of));
+    if (root->role != Role::parameter) continue;
+    // A gather (embedding) reads the rows it picks: as many elements as it writes.
+    const double out = double(tensors.at(d.write()).type.numel()), in = double(t.type.numel());
+    const bool gather = op_info(d.op).family == OpFamily::index && i == 0 && in > 0;
+    b += gather ? uint64_t(double(t.bytes) * std::min(1.0, out / in)) : t.bytes;
+  }
+  return b;
+}
+uint64_t Program::total_weight_bytes() const {
+  uint64_t b = 0;
+  for (const Dispatch& d : dispatches) b += weight_bytes(d);
   return b;
 }
 size_t Program::barrier_count() const {

@@ -668,8 +668,8 @@ class VulkanBackend final : public Backend {
       const Launch& l = p.launches[i];
       const Dispatch& d = p.program.dispatches[l.dispatch];
       const bool first = i == 0 || p.launches[i - 1].dispatch != l.dispatch;
-      p.profile.launches.push_back(
-          {kernel_name(l.kernel), std::string(op_name(d.op)), l.dispatch, 0, first ? d.flops : 0, first ? d.bytes : 0});
+      p.profile.launches.push_back({kernel_name(l.kernel), std::string(op_name(d.op)), l.dispatch, 0,
+                                    first ? d.flops : 0, first ? d.bytes : 0, first ? p.program.weight_bytes(d) : 0});
     }
   }
 
