@@ -6,6 +6,7 @@
 #pragma once
 
 #include <filesystem>
+#include <functional>
 #include <map>
 #include <string>
 
@@ -18,6 +19,11 @@ void save_checkpoint(const Session& session, const std::filesystem::path& path,
 
 struct LoadOptions {
   bool parameters_only = false;  // inference: ignore optimizer state in the file
+  // A parameter held in a block format (q8_0, q4_0: inference in 8 or 4 bits) is filled from the
+  // file's f32 tensor, quantised as it is set; of its shape, or of the transposed shape where
+  // `transposed(name)` says so (a model that trains [in, out] matrices and multiplies [out, in]
+  // blocks). Every other tensor must be stored as the session stores it.
+  std::function<bool(const std::string&)> transposed;
 };
 // Returns the file's metadata.
 std::map<std::string, std::string> load_checkpoint(Session& session, const std::filesystem::path& path,

@@ -32,6 +32,11 @@ struct CharGptConfig {
   int64_t vocab = 0;  // set from the text
   int64_t dim = 64, heads = 4, kv_heads = 2, layers = 2, ffn = 176, seq = 64;
   double rope_theta = 10000;
+  // Inference in 8 or 4 bits (q8_0, q4_0; forward only): the embedding table and each
+  // projection whose input width is a multiple of 32 held in that block format, a projection
+  // then stored [out, in] (GGUF's layout, the transpose of the trained [in, out]) and multiplied
+  // with matmul_q; the others stay f32 (chargpt_load_weights fills both from a checkpoint).
+  DType weights = DType::f32;
 };
 // ids: i32 [B, S] -> logits [B, S, vocab].
 Tensor chargpt(Graph& g, Tensor ids, const CharGptConfig& c);

@@ -182,6 +182,25 @@ TEST(VulkanCli, CheckpointsCrossBackends) {
   }
 }
 
+// A chargpt checkpoint evaluated in Q8_0 and Q4_0 blocks (infer --weights-dtype): the same
+// blocks on both backends, so the losses agree to f32 summation order (1e-4 relative).
+TEST(VulkanCli, QuantisedInferenceMatchesTheCpu) {
+  MEGANEURA_REQUIRE_VULKAN();
+  const std::string ck = (dir() / "chargpt_q.safetensors").string();
+  Result t = run("train --model chargpt --width 64 --steps 40 --json --device cpu --out " + ck);
+  ASSERT_EQ(t.status, 0) << t.err;
+  for (std::string dtype : {"q8_0", "q4_0"}) {
+    const std::string args =
+        " --model chargpt --width 64 --json --max-new-tokens 24 --weights-dtype " + dtype + " --checkpoint " + ck;
+    Result on_gpu = run("infer --device vulkan" + args), on_cpu = run("infer --device cpu" + args);
+    ASSERT_EQ(on_gpu.status, 0) << on_gpu.err;
+    ASSERT_EQ(on_cpu.status, 0) << on_cpu.err;
+    const double a = on_gpu.json()["eval_loss"].get<double>(), b = on_cpu.json()["eval_loss"].get<double>();
+    EXPECT_NEAR(a, b, 1e-4 * b) << dtype;
+    EXPECT_EQ(on_gpu.json()["weight_bytes"], on_cpu.json()["weight_bytes"]) << dtype;
+  }
+}
+
 TEST(VulkanCli, ProfileReportsKernelsAndATrace) {
   MEGANEURA_REQUIRE_VULKAN();
   const std::string trace = (dir() / "trace.json").string();

@@ -122,7 +122,13 @@ class CharGptTask final : public Task {
     if (o.width) cfg_.dim = o.width;
     if (o.layers) cfg_.layers = o.layers;
     if (o.heads) cfg_.heads = cfg_.kv_heads = o.heads;
+    weights_ = o.weights;
     tokens_ = vocab_.encode(models::builtin_text());
+  }
+  // Block-format projections are held [out, in]: a checkpoint's [in, out] matrices transposed
+  // (the embedding table is [vocab, dim] either way).
+  LoadOptions inference_load_options() const override {
+    return {.parameters_only = true, .transposed = [](const std::string& name) { return name != "tok_embedding"; }};
   }
   std::string name() const override { return "chargpt"; }
   int64_t default_steps() const override { return 300; }
@@ -147,8 +153,9 @@ class CharGptTask final : public Task {
     Graph eval;
     Tensor ids = eval.input("eval_ids", {kBatch, cfg_.seq}, DType::i32);
     Tensor targets = eval.input("eval_targets", {kBatch * cfg_.seq}, DType::i32);
-    eval.output("eval_loss",
-                cross_entropy(reshape(models::chargpt(eval, ids, cfg_), {kBatch * cfg_.seq, cfg_.vocab}), targets));
+    eval.output(
+        "eval_loss",
+        cross_entropy(reshape(models::chargpt(eval, ids, infer_cfg()), {kBatch * cfg_.seq, cfg_.vocab}), targets));
     eval_program_ = s.add(eval);
     add_generation(s);
   }
@@ -195,7 +202,7 @@ class CharGptTask final : public Task {
       throw std::invalid_argument("--max-new-tokens " + std::to_string(stop_.max_new_tokens) +
                                   ": chargpt needs a positive limit (it has no end-of-text token)");
     }
-    generator_ = std::make_unique<CharGptGenerator>(s, cfg_);
+    generator_ = std::make_unique<CharGptGenerator>(s, infer_cfg());
   }
   Tensor loss_at(Graph& g, int64_t batch) const {
     Tensor ids = g.input("ids", {batch, cfg_.seq}, DType::i32);
@@ -220,9 +227,16 @@ class CharGptTask final : public Task {
     s.set(ids_name, std::span<const int32_t>(ids));
     s.set(targets_name, std::span<const int32_t>(targets));
   }
+  // The inference programs' model: the trained one, its matrices in the weights asked for.
+  models::CharGptConfig infer_cfg() const {
+    models::CharGptConfig c = cfg_;
+    c.weights = weights_;
+    return c;
+  }
   static constexpr int64_t kBatch = 16;
   uint64_t seed_;
   int64_t batch_;
+  DType weights_ = DType::f32;
   std::string prompt_;
   text::SamplingOptions sampling_;
   text::StopCriteria stop_;
@@ -328,6 +342,10 @@ class DecoderTask final : public Task {
 }  // namespace
 
 std::unique_ptr<Task> make_task(const std::string& model, uint64_t seed, const ModelOptions& options) {
+  if (options.weights != DType::f32 && model != "chargpt") {
+    throw std::invalid_argument("--weights-dtype " + std::string(dtype_name(options.weights)) + ": " + model +
+                                " runs in f32 only (quantised weights: chargpt, and Llama models in generate)");
+  }
   if (model == "mlp") return std::make_unique<MlpTask>(seed, options);
   if (model == "chargpt") return std::make_unique<CharGptTask>(seed, options);
   if (model == "decoder") return std::make_unique<DecoderTask>(seed, options);

@@ -7,6 +7,7 @@
 #include <nlohmann/json.hpp>
 #include <string>
 
+#include "meganeura/checkpoint.h"
 #include "meganeura/optim.h"
 #include "meganeura/session.h"
 #include "text/sampling.h"
@@ -36,6 +37,8 @@ class Task {
   // Adds the inference-only programs (forward graphs, no loss or optimizer) to `s`; they share
   // its parameters by name. Then evaluate() runs them.
   virtual void add_inference(Session& s) = 0;
+  // How `infer` loads a training checkpoint into that session (checkpoint.h).
+  virtual LoadOptions inference_load_options() const { return {.parameters_only = true}; }
   virtual nlohmann::json evaluate(Session& s) const = 0;
   // Hash of the model's forward graph, recorded in checkpoints: of reference_loss(), the loss
   // at the model's default batch, so that a checkpoint resumes at any batch and rank count.
@@ -56,6 +59,9 @@ struct ModelOptions {
   std::string prompt = "The river";
   text::SamplingOptions sampling{.temperature = 0.7f};
   text::StopCriteria stop{.max_new_tokens = 160};
+  // Inference only (chargpt): the matrices in a block format, q8_0 or q4_0 (models.h,
+  // CharGptConfig::weights); the other models refuse anything but f32.
+  DType weights = DType::f32;
 };
 
 std::unique_ptr<Task> make_task(const std::string& model, uint64_t seed, const ModelOptions& options = {});

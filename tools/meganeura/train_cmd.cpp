@@ -39,7 +39,7 @@ struct TrainArgs {
   std::string plan_device;          // program: plan for this device's limits and passes ("": none)
   std::string llama_config;         // program: a Llama config.json's generation programs instead of a built-in model
   int64_t max_context = 0, prefill_chunk = 128;
-  std::string weights_dtype = "f32";  // program --config: the matrices' format
+  std::string weights_dtype = "f32";  // program --config, infer: the matrices' format
   bool data_parallel = false;
   double bucket_mb = 25, comm_timeout = 300;
   int check_replicas = 0;
@@ -254,17 +254,26 @@ int run_train(const TrainArgs& a) {
 }
 
 int run_infer(const TrainArgs& a) {
-  auto task = make_task(a.model, a.seed, a.sizes);
+  ModelOptions sizes = a.sizes;
+  sizes.weights = text::weights_dtype(a.weights_dtype, {});
+  auto task = make_task(a.model, a.seed, sizes);
   SessionOptions so = base_session_options();
   select_device(so, a.device);
   so.seed = a.seed;
   Session session(so);
   task->add_inference(session);
-  auto meta = load_checkpoint(session, a.resume, LoadOptions{true});
+  auto meta = load_checkpoint(session, a.resume, task->inference_load_options());
   if (meta.count("graph_hash") && meta["graph_hash"] != std::to_string(task->model_hash())) {
     throw std::runtime_error("checkpoint " + a.resume + " is of a different model than " + a.model);
   }
-  nlohmann::json out = {{"model", task->name()}, {"device", session.device_name()}, {"checkpoint", a.resume}};
+  uint64_t weight_bytes = 0;
+  for (const auto& [name, b] : session.buffers())
+    if (b.role == Role::parameter) weight_bytes += storage_bytes(b.stored, b.type.numel());
+  nlohmann::json out = {{"model", task->name()},
+                        {"device", session.device_name()},
+                        {"checkpoint", a.resume},
+                        {"weights_dtype", dtype_name(sizes.weights)},
+                        {"weight_bytes", weight_bytes}};
   if (!session.device_note().empty()) out["device_note"] = session.device_note();
   if (meta.count("step")) out["trained_steps"] = std::stoll(meta["step"]);
   out.update(task->evaluate(session));
@@ -509,6 +518,9 @@ void add_infer_command(CLI::App& app) {
   c->add_option("--device", a->device,
                 "cpu | vulkan | auto | a Vulkan device's index or name (see `meganeura devices`)");
   c->add_option("--seed", a->seed, "sampling seed");
+  c->add_option("--weights-dtype", a->weights_dtype,
+                "chargpt: hold the embedding and the projections in 8 or 4 bits, f32 | q8_0 | q4_0 (default f32)")
+      ->check(CLI::IsMember({"f32", "q8_0", "q4_0"}));
   add_sampling_options(c, a->sizes);
   c->add_flag("--json", a->json, "print a JSON summary on stdout");
   c->callback([a] {

@@ -13,12 +13,19 @@ namespace {
 
 void check(const CharGptConfig& c) {
   if (c.vocab < 2) throw std::invalid_argument("[chargpt] needs a vocabulary of at least 2 tokens");
+  if (c.weights != DType::f32 && !dtype_is_block(c.weights)) {
+    throw std::invalid_argument("[chargpt] weights in " + std::string(dtype_name(c.weights)) +
+                                ": f32, q8_0 or q4_0 only");
+  }
   if (c.dim % c.heads || c.heads % c.kv_heads) {
     throw std::invalid_argument("[chargpt] model dimension " + std::to_string(c.dim) + " does not split into " +
                                 std::to_string(c.heads) + " heads (" + std::to_string(c.kv_heads) +
                                 " key/value heads)");
   }
 }
+
+// A matrix with rows of `in` values held in c.weights' blocks.
+bool quantised(const CharGptConfig& c, int64_t in) { return dtype_is_block(c.weights) && in % 32 == 0; }
 
 // Generation's per-layer key/value caches and the absolute position of the first new token.
 struct Cache {
@@ -54,35 +61,42 @@ std::pair<Tensor, Tensor> decoder(Graph& g, Tensor ids, const CharGptConfig& c, 
   const double std_in = 1.0 / std::sqrt(double(c.dim));
   const double std_out = std_in / std::sqrt(2.0 * double(c.layers));  // residual branches
   // Tied: std 1/sqrt(dim) keeps the initial logits of unit scale (loss near ln(vocab)).
-  Tensor emb = g.parameter("tok_embedding", {c.vocab, c.dim}, Init{Init::normal, std_in});
+  Tensor emb = g.parameter("tok_embedding", {c.vocab, c.dim}, Init{Init::normal, std_in},
+                           quantised(c, c.dim) ? c.weights : DType::f32);
   Tensor x = embedding(emb, ids);          // [B, S, D]
   auto heads = [&](Tensor t, int64_t n) {  // [B, S, n*hd] -> [B, n, S, hd]
     return permute(reshape(t, {b, s, n, hd}), {0, 2, 1, 3});
   };
   for (int64_t l = 0; l < c.layers; ++l) {
     const std::string p = "layers." + std::to_string(l) + ".";
-    auto weight = [&](const std::string& name, Shape shape, double std) {
-      return g.parameter(p + name, std::move(shape), Init{Init::normal, std});
+    // h [.., in] times the projection `name` [in, out] (held [out, in] in c.weights' blocks).
+    auto project = [&](Tensor h, const std::string& name, int64_t in, int64_t out, double std) {
+      if (!quantised(c, in)) return matmul(h, g.parameter(p + name, {in, out}, Init{Init::normal, std}));
+      return matmul_q(h, g.parameter(p + name, {out, in}, Init{Init::normal, std}, c.weights));
     };
     Tensor h = rms_norm(x, g.parameter(p + "attn_norm", {c.dim}, Init{Init::ones}));
-    Tensor q = rotate(heads(matmul(h, weight("wq", {c.dim, c.dim}, std_in)), c.heads), c, cache);
-    Tensor k = rotate(heads(matmul(h, weight("wk", {c.dim, c.kv_heads * hd}, std_in)), c.kv_heads), c, cache);
-    Tensor v = heads(matmul(h, weight("wv", {c.dim, c.kv_heads * hd}, std_in)), c.kv_heads);
+    Tensor q = rotate(heads(project(h, "wq", c.dim, c.dim, std_in), c.heads), c, cache);
+    Tensor k = rotate(heads(project(h, "wk", c.dim, c.kv_heads * hd, std_in), c.kv_heads), c, cache);
+    Tensor v = heads(project(h, "wv", c.dim, c.kv_heads * hd, std_in), c.kv_heads);
     Tensor a = reshape(permute(attend(g, c, p, q, k, v, cache), {0, 2, 1, 3}), {b, s, c.dim});
-    x = x + matmul(a, weight("wo", {c.dim, c.dim}, std_out));
+    x = x + project(a, "wo", c.dim, c.dim, std_out);
     h = rms_norm(x, g.parameter(p + "ffn_norm", {c.dim}, Init{Init::ones}));
-    Tensor f =
-        swiglu(matmul(h, weight("w_gate", {c.dim, c.ffn}, std_in)), matmul(h, weight("w_up", {c.dim, c.ffn}, std_in)));
-    x = x + matmul(f, weight("w_down", {c.ffn, c.dim}, std_out / std::sqrt(double(c.ffn) / double(c.dim))));
+    Tensor f = swiglu(project(h, "w_gate", c.dim, c.ffn, std_in), project(h, "w_up", c.dim, c.ffn, std_in));
+    x = x + project(f, "w_down", c.ffn, c.dim, std_out / std::sqrt(double(c.ffn) / double(c.dim)));
   }
   return {rms_norm(x, g.parameter("final_norm", {c.dim}, Init{Init::ones})), emb};
+}
+
+// The tied output projection: x [.., dim] times the embedding's transpose.
+Tensor head(Tensor x, Tensor emb, const CharGptConfig& c) {
+  return quantised(c, c.dim) ? matmul_q(x, emb) : matmul(x, emb, false, true);
 }
 
 }  // namespace
 
 Tensor chargpt(Graph& g, Tensor ids, const CharGptConfig& c) {
   auto [x, emb] = decoder(g, ids, c, nullptr);
-  return matmul(x, emb, false, true);  // tied output projection
+  return head(x, emb, c);
 }
 
 Tensor chargpt_cached(Graph& g, Tensor ids, Tensor position, int64_t max_context, const CharGptConfig& c) {
@@ -94,7 +108,7 @@ Tensor chargpt_cached(Graph& g, Tensor ids, Tensor position, int64_t max_context
   auto [x, emb] = decoder(g, ids, c, &cache);
   const int64_t s = ids.dim(1);
   Tensor last = reshape(slice_axis(x, 1, s - 1, s), {ids.dim(0), c.dim});  // the last new token
-  return matmul(last, emb, false, true);
+  return head(last, emb, c);
 }
 
 }  // namespace meganeura::models

@@ -1,6 +1,7 @@
 #include "meganeura/checkpoint.h"
 
 #include <cmath>
+#include <cstring>
 #include <nlohmann/json.hpp>
 
 #include "meganeura/optim.h"
@@ -32,9 +33,18 @@ void save_checkpoint(const Session& s, const std::filesystem::path& path,
 std::map<std::string, std::string> load_checkpoint(Session& s, const std::filesystem::path& path,
                                                    const LoadOptions& options) {
   std::vector<io::ExpectedTensor> expected;
+  std::map<std::string, bool> blocks;  // block-format parameters: transposed in the file?
   for (const auto& [name, b] : s.buffers()) {
     bool wanted = b.role == Role::parameter || (b.role == Role::state && !options.parameters_only);
-    if (wanted) expected.push_back(io::ExpectedTensor{name, b.stored, b.type.shape});
+    if (!wanted) continue;
+    if (!dtype_is_block(b.stored)) {
+      expected.push_back(io::ExpectedTensor{name, b.stored, b.type.shape});
+      continue;
+    }
+    const bool t = options.transposed && options.transposed(name) && b.type.shape.size() == 2;
+    blocks[name] = t;
+    expected.push_back(
+        io::ExpectedTensor{name, DType::f32, t ? Shape{b.type.shape[1], b.type.shape[0]} : b.type.shape});
   }
   auto keep = [&](const std::string& name) {
     for (const auto& e : expected) {
@@ -57,7 +67,22 @@ std::map<std::string, std::string> load_checkpoint(Session& s, const std::filesy
     io::check_checkpoint_matches(ck, expected);
   }
   for (auto& [name, rec] : ck.tensors) {
-    if (keep(name)) s.write_raw(name, rec.data);
+    if (!keep(name)) continue;
+    auto block = blocks.find(name);
+    if (block == blocks.end()) {
+      s.write_raw(name, rec.data);
+      continue;
+    }
+    std::vector<float> v(rec.data.size() / sizeof(float));
+    std::memcpy(v.data(), rec.data.data(), v.size() * sizeof(float));
+    if (block->second) {  // [in, out] in the file, [out, in] in the session
+      const size_t rows = size_t(rec.shape[0]), cols = size_t(rec.shape[1]);
+      std::vector<float> t(v.size());
+      for (size_t r = 0; r < rows; ++r)
+        for (size_t c = 0; c < cols; ++c) t[c * rows + r] = v[r * cols + c];
+      v.swap(t);
+    }
+    s.set(name, std::span<const float>(v));
   }
   return ck.metadata;
 }
