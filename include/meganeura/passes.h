@@ -6,6 +6,8 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
+#include <string>
 
 #include "meganeura/graph.h"
 
@@ -52,6 +54,14 @@ Graph fold_batched_matmul_sums(const Graph& g, PassStats* stats = nullptr);
 Graph fuse_pointwise(const Graph& g, const PassOptions& options = {}, PassStats* stats = nullptr);
 // Rewrites softmax_cross_entropy(_backward) and where into primitive ops (PassOptions::decompose).
 Graph decompose_to_primitives(const Graph& g);
+
+// Inference in 8 or 4 bits (not part of optimize(): it changes what the parameters hold): every
+// f32 parameter W [out, in] with `in` a multiple of 32 that enters the graph only as the
+// transposed right operand of matmuls (linear layers, y = x W^T) is held in `format` (q8_0,
+// q4_0) under the same name, and those matmuls become matmul_q. Parameters keep_f32 names stay
+// f32. Setting such a parameter from f32 values quantises them. A graph with gradients keeps its
+// weights (a gradient reads W another way); build the forward graph alone.
+Graph quantise_weights(const Graph& g, DType format, const std::function<bool(const std::string&)>& keep_f32 = {});
 
 // All enabled passes in the pipeline's order (src/core/passes/pipeline.cpp): decompose, dead
 // nodes, softmax, norms, batched matmul sums, pointwise (with epilogues, fused reductions and

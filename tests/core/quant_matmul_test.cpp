@@ -14,12 +14,15 @@
 #include <cmath>
 #include <cstring>
 #include <random>
+#include <set>
 
 #include "backend/cpu/quant_gemm.h"
 #include "backend/vulkan/lowering.h"
 #include "meganeura/autodiff.h"
 #include "meganeura/generate.h"
 #include "meganeura/gguf.h"
+#include "meganeura/passes.h"
+#include "meganeura/workloads.h"
 #include "models/gguf_model.h"
 #include "small_llama.h"
 #include "vulkan_test_util.h"
@@ -264,6 +267,97 @@ TEST(QuantMatmul, VulkanGeneratorInBlockFormatsEqualsTheCpu) {
       ASSERT_LT(rel_l2(b, a), 2e-5) << "step " << step;
       ids = {int32_t(std::max_element(a.begin(), a.end()) - a.begin())};
     }
+  }
+}
+
+// quantise_weights on the five workloads' forward graphs at CI scale: every linear weight with
+// rows of whole blocks (and only those) is held in Q8_0 and read by matmul_q; the outputs
+// equal those of the f32 graph given the same weights rounded through Q8_0 (the same products
+// in other summation orders: 1e-5 relative L2); a graph with gradients keeps f32 weights
+// (its gradients read W untransposed); keep_f32 keeps a weight; only block formats are taken.
+TEST(QuantMatmul, QuantiseWeightsHoldsLinearLayersInBlocks) {
+  for (const models::WorkloadInfo& info : models::workload_list()) {
+    SCOPED_TRACE(info.id);
+    Graph g;
+    models::Workload w = models::build_workload(g, info.id, models::Scale::ci);
+    for (auto& [name, t] : w.outputs) g.output(name, t);
+    g.output("loss", w.loss);
+    const Graph q = quantise_weights(g, DType::q8_0);
+    size_t linear = 0, products = 0;
+    std::set<std::string> held;
+    for (NodeId id : g.parameters()) {
+      const Node& n = g.node(id);
+      bool only_transposed_rhs = n.type.shape.size() == 2 && n.type.shape[1] % 32 == 0;
+      bool used = false;
+      for (NodeId c = 0; c < g.size(); ++c) {
+        const Node& m = g.node(c);
+        for (size_t slot = 0; slot < m.inputs.size(); ++slot) {
+          if (m.inputs[slot] != id) continue;
+          used = true;
+          only_transposed_rhs = only_transposed_rhs && m.op == Op::matmul && slot == 1 &&
+                                std::get<MatmulAttrs>(m.attrs).trans_b && !std::get<MatmulAttrs>(m.attrs).trans_a;
+        }
+      }
+      const bool want = used && only_transposed_rhs;
+      const DType got = q.node(*q.find(n.name)).type.dtype;
+      EXPECT_EQ(got, want ? DType::q8_0 : n.type.dtype) << n.name;
+      linear += want;
+      if (want) held.insert(n.name);
+    }
+    for (NodeId c = 0; c < q.size(); ++c) products += q.node(c).op == Op::matmul_q;
+    EXPECT_GE(products, linear);
+    std::printf("%s: %zu of %zu parameters in Q8_0, %zu matmul_q\n", info.id.c_str(), linear, g.parameters().size(),
+                products);
+    if (info.id == "smollm2") {
+      EXPECT_GT(linear, 0u);
+    }
+    Session fq, f32;
+    fq.add(q);
+    f32.add(g);
+    for (NodeId id : g.parameters()) {
+      const Node& n = g.node(id);
+      if (!f32.buffers().count(n.name)) continue;
+      const std::vector<float> v = f32.get(n.name);
+      fq.set(n.name, v);
+      if (held.count(n.name)) {
+        f32.set(n.name, decoded(DType::q8_0, io::quantize(io::GgmlType::q8_0, v), v.size()));
+      }
+    }
+    const models::InputValues in = models::synthetic_inputs(w, info.id, 3);
+    for (Session* s : {&fq, &f32}) {
+      for (auto& [name, x] : in.floats) s->set(name, std::span<const double>(x));
+      for (auto& [name, x] : in.ints) s->set(name, std::span<const int32_t>(x));
+      s->run();
+    }
+    for (auto& [name, t] : w.outputs) EXPECT_LT(rel_l2(fq.get(name), f32.get(name)), 1e-5) << name;
+    EXPECT_LT(rel_l2(fq.get("loss"), f32.get("loss")), 1e-5);
+  }
+  Graph g;
+  models::Workload w = models::build_workload(g, "smollm2", models::Scale::ci);
+  std::vector<Tensor> params;
+  for (NodeId id : g.parameters()) params.push_back(g.tensor(id));
+  const std::vector<Tensor> grads = grad(w.loss, params);
+  for (size_t i = 0; i < grads.size(); ++i) g.output("grad." + std::to_string(i), grads[i]);
+  const Graph trained = quantise_weights(g, DType::q4_0);
+  for (NodeId id : trained.parameters()) EXPECT_EQ(trained.node(id).type.dtype, DType::f32);
+  Graph f;
+  models::Workload fw = models::build_workload(f, "smollm2", models::Scale::ci);
+  f.output("loss", fw.loss);
+  const Graph kept = quantise_weights(f, DType::q4_0, [](const std::string& n) { return n.find("q_proj") != n.npos; });
+  size_t q4 = 0;
+  for (NodeId id : kept.parameters()) {
+    const Node& n = kept.node(id);
+    if (n.name.find("q_proj") != std::string::npos) {
+      EXPECT_EQ(n.type.dtype, DType::f32) << n.name;
+    }
+    q4 += n.type.dtype == DType::q4_0;
+  }
+  EXPECT_GT(q4, 0u);
+  try {
+    (void)quantise_weights(f, DType::f16);
+    ADD_FAILURE() << "f16 taken as a block format";
+  } catch (const std::invalid_argument& e) {
+    EXPECT_NE(std::string(e.what()).find("f16 is not a block format"), std::string::npos) << e.what();
   }
 }
 

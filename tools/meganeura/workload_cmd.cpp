@@ -14,6 +14,7 @@
 #include "meganeura/autodiff.h"
 #include "meganeura/weights.h"
 #include "meganeura/workloads.h"
+#include "text/generation.h"
 #include "workload_run.h"
 
 namespace meganeura::cli {
@@ -24,6 +25,7 @@ struct RunArgs {
   std::string workload, scale = "ci", device = "cpu", weights, inputs, dump, write_weights, write_inputs;
   std::string reference, work_dir, negative_control, python = "/usr/bin/python3", reference_device = "cpu";
   uint64_t seed = 1;
+  std::string weights_dtype = "f32";  // run: the forward pass in 8 or 4 bits
   bool json = false, f64 = false;
 };
 
@@ -71,11 +73,18 @@ int run_run(const RunArgs& a) {
                        a.weights,
                        a.inputs,
                        a.write_weights,
-                       a.write_inputs};
+                       a.write_inputs,
+                       text::weights_dtype(a.weights_dtype, {})};
   RunOutcome r = run_workload(o);
   write_dump(a.dump, r.tensors);
-  nlohmann::json out = {{"workload", a.workload}, {"scale", a.scale},           {"device", r.device},
-                        {"loss", r.loss},         {"parameters", r.parameters}, {"dump", a.dump}};
+  nlohmann::json out = {{"workload", a.workload},
+                        {"scale", a.scale},
+                        {"device", r.device},
+                        {"loss", r.loss},
+                        {"parameters", r.parameters},
+                        {"weights_dtype", a.weights_dtype},
+                        {"weight_bytes", r.weight_bytes},
+                        {"dump", a.dump}};
   if (a.json)
     std::cout << out.dump() << "\n";
   else
@@ -163,6 +172,10 @@ void add_workload_commands(CLI::App& app) {
   r->add_option("--write-weights", a->write_weights, "also write the weights used");
   r->add_option("--write-inputs", a->write_inputs, "also write the inputs used");
   r->add_flag("--f64", a->f64, "run in the f64 oracle mode (reference backend)");
+  r->add_option("--weights-dtype", a->weights_dtype,
+                "f32 | q8_0 | q4_0: hold the linear layers' weights in 8 or 4 bits and run the forward pass alone "
+                "(outputs and loss, no gradients)")
+      ->check(CLI::IsMember({"f32", "q8_0", "q4_0"}));
   r->add_flag("--json", a->json, "JSON summary on stdout");
   r->callback([a] { throw CLI::RuntimeError(run_run(*a)); });
 

@@ -6,6 +6,7 @@
 
 #include "commands.h"
 #include "meganeura/autodiff.h"
+#include "meganeura/passes.h"
 #include "meganeura/safetensors.h"
 #include "meganeura/weights.h"
 
@@ -43,11 +44,12 @@ void output_parameter_gradients(Graph& g, Tensor loss) {
 }
 
 RunOutcome run_workload(const WorkloadRunOptions& o) {
-  Graph g;
-  models::Workload w = models::build_workload(g, o.workload, o.scale);
-  for (auto& [name, t] : w.outputs) g.output(name, t);
-  g.output("loss", w.loss);
-  output_parameter_gradients(g, w.loss);
+  Graph built;
+  models::Workload w = models::build_workload(built, o.workload, o.scale);
+  for (auto& [name, t] : w.outputs) built.output(name, t);
+  built.output("loss", w.loss);
+  if (o.weights_dtype == DType::f32) output_parameter_gradients(built, w.loss);
+  Graph g = o.weights_dtype == DType::f32 ? std::move(built) : quantise_weights(built, o.weights_dtype);
   SessionOptions so = base_session_options();
   so.device = o.device;
   so.seed = o.seed;
@@ -95,6 +97,8 @@ RunOutcome run_workload(const WorkloadRunOptions& o) {
   RunOutcome r;
   r.device = s.device_name();
   r.parameters = models::parameter_count(g);
+  for (const auto& [name, b] : s.buffers())
+    if (b.role == Role::parameter) r.weight_bytes += storage_bytes(b.stored, b.type.numel());
   for (auto& [name, id] : g.outputs()) r.tensors[name] = DumpTensor{g.node(id).type.shape, s.get(name)};
   r.loss = r.tensors.at("loss").values.at(0);
   return r;

@@ -20,6 +20,9 @@ struct WorkloadRunOptions {
   bool f64 = false;
   std::string weights, inputs;              // read when set
   std::string write_weights, write_inputs;  // written when set
+  // q8_0 / q4_0: the forward pass alone, its linear weights held in that block format
+  // (quantise_weights); no gradients then.
+  DType weights_dtype = DType::f32;
 };
 
 struct DumpTensor {
@@ -32,10 +35,11 @@ struct RunOutcome {
   Dump tensors;  // outputs by name, "loss", "grad.<parameter>"
   float loss = 0;
   int64_t parameters = 0;
+  uint64_t weight_bytes = 0;  // the parameters as held (blocks where quantised)
   std::string device;
 };
 
-// Builds the workload with its gradients, initialises (seeded, or from weights), feeds inputs
+// Builds the workload with its gradients (f32 weights), initialises (seeded, or from weights), feeds inputs
 // (synthetic, or from a file) and runs once.
 RunOutcome run_workload(const WorkloadRunOptions& o);
 // Sets the inputs of `w` in `s` from a safetensors file; each must be present with its shape.
