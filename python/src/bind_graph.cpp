@@ -2,6 +2,7 @@
 #include <pybind11/operators.h>
 
 #include "meganeura/autodiff.h"
+#include "meganeura/passes.h"
 #include "pymeganeura.h"
 
 namespace meganeura::python {
@@ -196,6 +197,19 @@ void bind_autodiff(py::module_& m) {
         return out;
       },
       py::arg("y"), py::arg("seed"), py::arg("wrt"), "Gradients of y seeded with the cotangent `seed`.");
+  m.def(
+      "quantise_weights",
+      [](const Graph& g, const py::object& dtype, const py::object& keep_f32) {
+        std::function<bool(const std::string&)> keep;
+        if (!keep_f32.is_none()) {
+          const auto f = keep_f32.cast<py::function>();
+          keep = [f](const std::string& name) { return f(name).cast<bool>(); };
+        }
+        return std::make_shared<Graph>(quantise_weights(g, to_dtype(dtype), keep));
+      },
+      py::arg("graph"), py::arg("dtype") = "q8_0", py::kw_only(), py::arg("keep_f32") = py::none(),
+      "A copy of an inference graph with its linear weights (f32 [out, in] parameters read only as x @ w.T, "
+      "rows of whole blocks) held in a block format and multiplied by matmul_q; keep_f32(name) keeps one.");
 }
 
 }  // namespace

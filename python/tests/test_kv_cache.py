@@ -90,3 +90,35 @@ def test_matmul_q_multiplies_by_the_rounded_weight(fmt):
     np.testing.assert_allclose(got, x.astype(np.float64) @ held.T.astype(np.float64), rtol=1e-5, atol=1e-5)
     with pytest.raises(ValueError, match=r"\[matmul_q\] the weight must be of a block type"):
         mn.matmul_q(g.input("x2", x.shape), g.parameter("f", w.shape, mn.Init.normal(0.1)))
+
+
+def test_quantise_weights_holds_linear_layers_in_blocks():
+    """A linear layer (x @ w.T, w [48, 64]) moves into Q8_0 and computes with the rounded weight;
+    a weight also read untransposed, one kept by name and one whose rows are no whole blocks
+    stay f32."""
+    x, w, v, k, u, w2 = rand(5, 64), rand(48, 64), rand(64, 64), rand(16, 64), rand(7, 40), rand(32, 64)
+    g = mn.Graph()
+    xi = g.input("x", x.shape)
+    wp = g.parameter("w", w.shape, mn.Init.normal(0.1))
+    g.output("y2", mn.matmul(xi, g.parameter("w2", w2.shape, mn.Init.normal(0.1)), trans_b=True))
+    vp = g.parameter("v", v.shape, mn.Init.normal(0.1))
+    kp = g.parameter("k", k.shape, mn.Init.normal(0.1))
+    up = g.parameter("u", u.shape, mn.Init.normal(0.1))
+    g.output("y", mn.matmul(xi, wp, trans_b=True))
+    g.output("z", mn.matmul(xi, vp) + mn.matmul(mn.matmul(xi, kp, trans_b=True), kp))
+    g.output("t", mn.matmul(g.input("r", (3, 40)), up, trans_b=True))
+    q = mn.quantise_weights(g, "q8_0", keep_f32=lambda name: name == "w2")
+    assert q is not g and len(q.outputs) == 4
+    s = mn.compile(q, "cpu")
+    r = rand(3, 40)
+    for name, a in (("w", w), ("v", v), ("k", k), ("u", u), ("w2", w2)):
+        s[name] = a
+    out = s.run({"x": x, "r": r})
+    np.testing.assert_allclose(s["w"], q_round(w, "q8_0"), rtol=0, atol=1e-6)
+    for name, a in (("v", v), ("k", k), ("u", u), ("w2", w2)):
+        np.testing.assert_array_equal(s[name], a.astype(np.float32))
+    x64 = x.astype(np.float64)
+    np.testing.assert_allclose(out["y"], x64 @ q_round(w, "q8_0").T, rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(out["z"], x64 @ v + (x64 @ k.T) @ k, rtol=1e-5, atol=1e-5)
+    with pytest.raises(ValueError, match=r"f16 is not a block format"):
+        mn.quantise_weights(g, "f16")
