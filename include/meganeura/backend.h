@@ -70,6 +70,9 @@ struct VulkanDeviceInfo {
   uint32_t subgroup_size = 0;
   bool subgroup_arithmetic = false;
   bool f16 = false, bf16 = false, int8 = false, cooperative_matrix = false;
+  // storageBuffer8BitAccess: shaders may read storage buffers byte by byte (the block-format
+  // kernels then do; enabled on the devices the backend creates, not on an application's).
+  bool storage8 = false;
   bool portability_subset = false;
   uint64_t max_storage_buffer_range = 0, min_storage_buffer_offset_alignment = 0;
   uint64_t max_memory_allocation_size = 0;
@@ -115,6 +118,9 @@ struct VulkanOptions {
   // (naive: matmul only; convolutions then take the shared-memory tiles).
   enum class Kernels : uint8_t { automatic, shared_memory, direct, naive };
   Kernels kernels = Kernels::automatic;
+  // Block-format weights read through 8-bit storage where the device has it (false: unpacked
+  // from 32-bit words everywhere, to compare the two).
+  bool byte_storage = true;
 };
 std::unique_ptr<Backend> make_vulkan_backend(const VulkanOptions& options = {});
 

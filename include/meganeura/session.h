@@ -38,6 +38,9 @@ struct SessionOptions {
   std::string vulkan_cache_dir{};
   // Vulkan: the GEMM and convolution kernels (VulkanOptions::kernels).
   VulkanOptions::Kernels vulkan_kernels = VulkanOptions::Kernels::automatic;
+  // Vulkan: block-format weights through 8-bit storage where the device has it
+  // (VulkanOptions::byte_storage).
+  bool vulkan_byte_storage = true;
   // Vulkan (device = vulkan): run on the application's instance, device and queue instead of
   // creating them (VulkanOptions::external); what it points to must outlive the session.
   const VulkanExternalDevice* vulkan_external = nullptr;

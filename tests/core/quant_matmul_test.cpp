@@ -141,7 +141,8 @@ TEST(QuantMatmul, OpInAGraphStoresBlocksAndRefusesWhatItCannotDo) {
   EXPECT_NE(message([&] { grad(loss, {x}); }).find("matmul_q"), std::string::npos);
 }
 
-// Vulkan against the CPU kernels on the same blocks, with each GEMM family forced: decode row
+// Vulkan against the CPU kernels on the same blocks, with each GEMM family forced and the blocks
+// read through 8-bit storage (where the device has it; lavapipe does) or from words: decode row
 // counts on matmul_q.comp, prefill row counts on the GEMM core (matmul_q_gemm.comp; K split
 // across workgroups for the long rows), weights whose bytes end inside a word.
 TEST(QuantMatmul, VulkanMatchesTheCpu) {
@@ -150,42 +151,50 @@ TEST(QuantMatmul, VulkanMatchesTheCpu) {
   cases.push_back({16, 40, 2048});
   for (VulkanOptions::Kernels family :
        {VulkanOptions::Kernels::direct, VulkanOptions::Kernels::shared_memory, VulkanOptions::Kernels::naive})
-    for (DType t : {DType::q8_0, DType::q4_0}) {
-      for (const Case& c : cases) {
-        SCOPED_TRACE(std::string(dtype_name(t)) + " family " + std::to_string(int(family)) +
-                     " m=" + std::to_string(c.m) + " n=" + std::to_string(c.n) + " k=" + std::to_string(c.k));
-        Graph g;
-        g.output("y", matmul_q(g.input("x", {c.m, c.k}), g.parameter("w", {c.n, c.k}, Init{Init::normal, 0.1}, t)));
-        SessionOptions o = testing_vulkan::vulkan_options();
-        o.vulkan_kernels = family;
-        Session cpu, gpu(o);
-        cpu.add(g);
-        gpu.add(g);
-        const std::vector<float> x = normal(size_t(c.m * c.k), 5), w = normal(size_t(c.n * c.k), 6, 0.1);
-        for (Session* s : {&cpu, &gpu}) s->set("x", x), s->set("w", w), s->run();
-        ASSERT_EQ(gpu.read_raw("w"), cpu.read_raw("w"));
-        const std::vector<float> a = cpu.get("y"), b = gpu.get("y");
-        const std::vector<float> wd = cpu.get("w");
-        for (int64_t i = 0; i < c.m; ++i)
-          for (int64_t j = 0; j < c.n; ++j) {
-            double mag = 0;
-            for (int64_t p = 0; p < c.k; ++p) mag += std::abs(double(x[size_t(i * c.k + p)]) * wd[size_t(j * c.k + p)]);
-            // two f32 sums in different orders: each within k u sum|x w| of the exact value
-            ASSERT_LE(std::abs(a[size_t(i * c.n + j)] - b[size_t(i * c.n + j)]),
-                      4.0 * double(c.k) * std::ldexp(1.0, -24) * mag + 1e-30)
-                << "row " << i << " col " << j;
-          }
+    for (bool bytes : {true, false})
+      for (DType t : {DType::q8_0, DType::q4_0}) {
+        for (const Case& c : cases) {
+          SCOPED_TRACE(std::string(dtype_name(t)) + " family " + std::to_string(int(family)) +
+                       (bytes ? " bytes" : " words") + " m=" + std::to_string(c.m) + " n=" + std::to_string(c.n) +
+                       " k=" + std::to_string(c.k));
+          Graph g;
+          g.output("y", matmul_q(g.input("x", {c.m, c.k}), g.parameter("w", {c.n, c.k}, Init{Init::normal, 0.1}, t)));
+          SessionOptions o = testing_vulkan::vulkan_options();
+          o.vulkan_kernels = family;
+          o.vulkan_byte_storage = bytes;
+          Session cpu, gpu(o);
+          cpu.add(g);
+          gpu.add(g);
+          const std::vector<float> x = normal(size_t(c.m * c.k), 5), w = normal(size_t(c.n * c.k), 6, 0.1);
+          for (Session* s : {&cpu, &gpu}) s->set("x", x), s->set("w", w), s->run();
+          ASSERT_EQ(gpu.read_raw("w"), cpu.read_raw("w"));
+          const std::vector<float> a = cpu.get("y"), b = gpu.get("y");
+          const std::vector<float> wd = cpu.get("w");
+          for (int64_t i = 0; i < c.m; ++i)
+            for (int64_t j = 0; j < c.n; ++j) {
+              double mag = 0;
+              for (int64_t p = 0; p < c.k; ++p)
+                mag += std::abs(double(x[size_t(i * c.k + p)]) * wd[size_t(j * c.k + p)]);
+              // two f32 sums in different orders: each within k u sum|x w| of the exact value
+              ASSERT_LE(std::abs(a[size_t(i * c.n + j)] - b[size_t(i * c.n + j)]),
+                        4.0 * double(c.k) * std::ldexp(1.0, -24) * mag + 1e-30)
+                  << "row " << i << " col " << j;
+            }
+        }
       }
-    }
 }
 
-// Planning only, for a CPU-emulated device's limits and a discrete GPU's: up to 7 rows an output
+// Planning only, for a CPU-emulated device's limits and a discrete GPU's (with and without 8-bit
+// storage: the kernels' byte-reading variants): up to 7 rows an output
 // per invocation (matmul_q.comp), from 8 rows the GEMM core (matmul_q_gemm.comp) unless the
 // naive family is forced; every launch within the loop budget, K of SmolLM2's down projection
 // and a K long enough to need splits for the budget alone.
 TEST(QuantMatmul, VulkanLaunchesPlanTheirLoops) {
   const VulkanDeviceInfo cpu = testing_vulkan::lavapipe_like_device(), gpu = testing_vulkan::gpu_like_device();
-  for (const VulkanDeviceInfo& info : {cpu, gpu})
+  VulkanDeviceInfo gpu8 = gpu;
+  gpu8.name = "gpu-like with 8-bit storage";
+  gpu8.storage8 = true;
+  for (const VulkanDeviceInfo& info : {cpu, gpu, gpu8})
     for (VulkanOptions::Kernels family : {VulkanOptions::Kernels::automatic, VulkanOptions::Kernels::naive})
       for (int64_t m : {1, 7, 8, 128})
         for (int64_t k : {1536, 1 << 19}) {
@@ -199,7 +208,9 @@ TEST(QuantMatmul, VulkanLaunchesPlanTheirLoops) {
           const std::vector<vk::Launch> launches = vk::lower_program(p, dc);
           ASSERT_FALSE(launches.empty()) << what;
           const bool gemm = m >= 8 && family != VulkanOptions::Kernels::naive;
-          EXPECT_EQ(launches[0].kernel, gemm ? vk::Kernel::matmul_q_gemm : vk::Kernel::matmul_q) << what;
+          const vk::Kernel want = info.storage8 ? (gemm ? vk::Kernel::matmul_q_gemm_bytes : vk::Kernel::matmul_q_bytes)
+                                                : (gemm ? vk::Kernel::matmul_q_gemm : vk::Kernel::matmul_q);
+          EXPECT_EQ(launches[0].kernel, want) << what;
           for (const vk::Launch& l : launches) {
             EXPECT_GT(l.loop_iterations, 0u) << what;
             EXPECT_LE(l.loop_iterations, dc.loop_budget) << what;

@@ -26,6 +26,7 @@ nlohmann::json device_json(const VulkanDeviceInfo& d) {
           {"f16", d.f16},
           {"bf16", d.bf16},
           {"int8", d.int8},
+          {"storage8", d.storage8},
           {"cooperative_matrix", d.cooperative_matrix},
           {"portability_subset", d.portability_subset},
           {"limits",
@@ -77,9 +78,10 @@ int run_devices(bool json) {
     for (const auto& h : d.heaps)
       heaps += (heaps.empty() ? "" : ", ") + gib(h.bytes) + (h.device_local ? " device-local" : " host");
     std::printf("   heaps: %s\n", heaps.c_str());
-    std::printf("   subgroup %u%s; f16 %s, bf16 %s, int8 %s, cooperative matrix %s%s\n", d.subgroup_size,
-                d.subgroup_arithmetic ? " (arithmetic)" : "", d.f16 ? "yes" : "no", d.bf16 ? "yes" : "no",
-                d.int8 ? "yes" : "no", d.cooperative_matrix ? "yes" : "no",
+    std::printf("   subgroup %u%s; f16 %s, bf16 %s, int8 %s, 8-bit storage %s, cooperative matrix %s%s\n",
+                d.subgroup_size, d.subgroup_arithmetic ? " (arithmetic)" : "", d.f16 ? "yes" : "no",
+                d.bf16 ? "yes" : "no", d.int8 ? "yes" : "no", d.storage8 ? "yes" : "no",
+                d.cooperative_matrix ? "yes" : "no",
                 d.portability_subset ? "; portability subset" : "");
     std::printf(
         "   limits: storage buffer range %llu, offset alignment %llu, workgroup %u invocations, shared %u bytes, push "

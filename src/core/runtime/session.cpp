@@ -37,6 +37,7 @@ VulkanOptions vulkan_options(const SessionOptions& o, const std::string& device)
   v.validation = o.vulkan_validation;
   v.profile = o.vulkan_profile;
   v.kernels = o.vulkan_kernels;
+  v.byte_storage = o.vulkan_byte_storage;
   v.pipeline_cache = o.vulkan_cache_dir != "-";
   if (v.pipeline_cache) v.cache_dir = o.vulkan_cache_dir;
   v.external = o.vulkan_external;

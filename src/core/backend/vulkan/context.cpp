@@ -221,6 +221,7 @@ VulkanDeviceInfo Instance::describe(VkPhysicalDevice pd, int index) const {
     api_.vkGetPhysicalDeviceFeatures2(pd, &f2);
     info.f16 = f12.shaderFloat16;
     info.int8 = f12.shaderInt8;
+    info.storage8 = f12.storageBuffer8BitAccess;
   }
   VkPhysicalDeviceMemoryProperties mem{};
   api_.vkGetPhysicalDeviceMemoryProperties(pd, &mem);
@@ -311,6 +312,10 @@ std::unique_ptr<Device> open_device(std::shared_ptr<Instance> instance, const st
   // A portability-subset device must have the extension enabled; we use nothing it forbids.
   if (d->info.portability_subset) exts.push_back("VK_KHR_portability_subset");
   auto ci = make<VkDeviceCreateInfo>(VK_STRUCTURE_TYPE_DEVICE_CREATE_INFO);
+  // 8-bit storage (core in 1.2) for the block-format kernels' byte reads, where there is one.
+  auto f12 = make<VkPhysicalDeviceVulkan12Features>(VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_VULKAN_1_2_FEATURES);
+  f12.storageBuffer8BitAccess = VK_TRUE;
+  if (d->info.storage8) ci.pNext = &f12;
   ci.queueCreateInfoCount = 1;
   ci.pQueueCreateInfos = &q;
   ci.enabledExtensionCount = uint32_t(exts.size());
@@ -333,6 +338,7 @@ std::unique_ptr<Device> adopt_device(std::shared_ptr<Instance> instance, const V
   d->queue_family = e.queue_family;
   d->owned = false;
   d->info = instance->describe(d->physical, 0);
+  d->info.storage8 = false;  // the application may not have enabled it
   finish(*d);
   return d;
 }

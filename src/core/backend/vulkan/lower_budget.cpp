@@ -45,6 +45,8 @@ uint64_t primitive_loop_bound(const Launch& l) {
     case Kernel::top_k:     // lower_gradients.cpp
     case Kernel::matmul_q:  // lower_gradients.cpp
     case Kernel::matmul_q_gemm:
+    case Kernel::matmul_q_bytes:
+    case Kernel::matmul_q_gemm_bytes:
     case Kernel::conv:
     case Kernel::count_: return Launch::kUnplanned;
   }
@@ -64,6 +66,7 @@ uint64_t shared_memory_bytes(const Launch& l) {
     case Kernel::matmul:  // gemm.glsl: as_[2 * BK * (BM / 4 + 1)], bs_[2 * BK * (BN / 4 + 1)] vec4s
     case Kernel::matmul_fused:
     case Kernel::matmul_q_gemm:
+    case Kernel::matmul_q_gemm_bytes:
     case Kernel::conv: return 4 * kFloat * 2 * l.spec[11] * (l.spec[9] / 4 + 1 + l.spec[10] / 4 + 1);
     case Kernel::matmul_reference: return kFloat * l.spec[3] * (l.spec[1] + l.spec[2]);  // as_[BK * BM], bs_[BK * BN]
     case Kernel::attention: return kFloat * l.spec[4];                                   // smem[SMEM]
@@ -76,6 +79,7 @@ uint64_t shared_memory_bytes(const Launch& l) {
     case Kernel::attention_rows:
     case Kernel::kv_cache:
     case Kernel::matmul_q:
+    case Kernel::matmul_q_bytes:
     case Kernel::count_: return 0;
   }
   return 0;

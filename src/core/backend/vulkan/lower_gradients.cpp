@@ -201,7 +201,7 @@ void top_k(const Context& c, const KernelLaunch& k, Launch l, std::vector<Launch
 // per invocation (the ids at binding 0, the table at 1). The mode word: bit 0 Q4_0, bit 1 a gather.
 void lower_matmul_q(const Context& c, const Dispatch& d, const KernelLaunch& k, Launch l, std::vector<Launch>& out) {
   wide_operands(d, k, l, 2);
-  l.kernel = Kernel::matmul_q;
+  l.kernel = c.dc.byte_storage ? Kernel::matmul_q_bytes : Kernel::matmul_q;
   const bool gather = d.op == Op::embedding;
   const uint32_t weights = gather ? d.reads[0] : d.reads[1];
   l.push[kPushMode] = (c.p.tensors[weights].stored == DType::q8_0 ? 0u : 1u) | (gather ? 2u : 0u);
@@ -216,7 +216,7 @@ void lower_matmul_q(const Context& c, const Dispatch& d, const KernelLaunch& k, 
     if (m >= kGemmRows && c.dc.gemm != GemmFamily::naive) {
       // The GEMM core's tiles (matmul_q_gemm.comp), the weight decoded as B's quads are loaded.
       gemm::Problem pr;
-      pr.kernel = Kernel::matmul_q_gemm;
+      pr.kernel = c.dc.byte_storage ? Kernel::matmul_q_gemm_bytes : Kernel::matmul_q_gemm;
       pr.operation = c.p.tensors[weights].stored == DType::q8_0 ? 0 : 1;
       pr.m = m, pr.n = n, pr.k = depth;
       pr.b_along_n = false;

@@ -561,6 +561,7 @@ DeviceClass device_class(const VulkanDeviceInfo& info, const std::string& kernel
   dc.max_binding_bytes = info.max_storage_buffer_range;
   dc.subgroup_size = info.subgroup_size;
   dc.subgroup_arithmetic = info.subgroup_arithmetic;
+  dc.byte_storage = info.storage8;
   // Another class's kernels: its GEMM family too, unless one is forced.
   if (kernels == VulkanOptions::Kernels::automatic && !kernel_class.empty())
     kernels = cpu ? VulkanOptions::Kernels::direct : VulkanOptions::Kernels::shared_memory;

@@ -88,6 +88,7 @@ struct DeviceClass {
   uint64_t max_binding_bytes = uint64_t(1) << 27;
   uint32_t subgroup_size = 0;        // 0: unknown
   bool subgroup_arithmetic = false;  // subgroupAdd/Max in compute shaders
+  bool byte_storage = false;         // 8-bit storage buffers (the block-format kernels' byte reads)
   // Attention a row per invocation (attention_rows.comp) instead of shared-memory tiles: a
   // CPU-emulated device runs a workgroup's invocations as SIMD lanes, where a lockstep load is
   // a broadcast and a tile load a gather.

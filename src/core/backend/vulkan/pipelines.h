@@ -35,6 +35,8 @@ enum class Kernel : uint8_t {
   top_k,             // a row's k largest entries (wide layout, as the workload kernels)
   matmul_q,          // products with block-format weights (wide layout)
   matmul_q_gemm,     // the same on the GEMM core, for prompt chunks
+  matmul_q_bytes,       // matmul_q and matmul_q_gemm reading the blocks through 8-bit storage
+  matmul_q_gemm_bytes,
   count_
 };
 constexpr size_t kKernelCount = size_t(Kernel::count_);
@@ -57,7 +59,7 @@ constexpr uint32_t kWideBindings = 12;
 inline bool wide(Kernel k) {
   return k == Kernel::fused || k == Kernel::rows || k == Kernel::rows_subgroup || k == Kernel::attention ||
          k == Kernel::attention_rows || k == Kernel::workload || k == Kernel::matmul_fused || k == Kernel::kv_cache ||
-         k == Kernel::top_k || k == Kernel::matmul_q;
+         k == Kernel::top_k || k == Kernel::matmul_q || k == Kernel::matmul_q_bytes;
 }
 inline uint32_t binding_count(Kernel k) { return wide(k) ? kWideBindings : kBindings; }
 // A fused program's kernels (fused, matmul_fused) carry the program in their key: the

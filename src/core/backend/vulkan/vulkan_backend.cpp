@@ -84,6 +84,7 @@ class VulkanBackend final : public Backend {
       dev_ = open_device(instance_, o.device);
     }
     dc_ = device_class(dev_->info, o.kernel_class, o.kernels);
+    dc_.byte_storage = dc_.byte_storage && o.byte_storage;
     if (o.pipeline_cache)
       cache_ = std::make_unique<PipelineCache>(*dev_, o.cache_dir.empty() ? default_cache_dir() : o.cache_dir);
     wide_ = dev_->info.max_storage_buffers_per_stage >= kWideBindings;

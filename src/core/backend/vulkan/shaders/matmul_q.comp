@@ -4,22 +4,20 @@
 // embedding from a table in a block format: y[i, c] = table[ids[i], c], a value per invocation. Q8_0:
 // per 32 values an f16 scale, then 32 signed bytes; Q4_0: an f16 scale, then 16 bytes whose low
 // nibbles are entries 0-15 and high nibbles 16-31, each (nibble - 8) * scale. Blocks are 34 and
-// 18 bytes, so the weight is read as words and every offset in it is even.
+// 18 bytes: the weight is read as words and every offset in it is even; with BYTES (devices
+// with 8-bit storage) byte by byte.
 #extension GL_EXT_control_flow_attributes : require
 #include "common.glsl"
+#include "block_bytes.glsl"
 
 layout(std430, binding = 0) readonly buffer X { float x[]; };
 layout(std430, binding = 0) readonly buffer Ids { int ids[]; };  // gathers: the ids there
-layout(std430, binding = 1) readonly buffer W { uint wq[]; };
 layout(std430, binding = 8) writeonly buffer Y { float y[]; };
 
 layout(push_constant) uniform P { uint w[32]; } pc;
 // The schedule's sizes (schedule.h: push::kMatmul; for gathers push::kIndexRows, kIndexWidth,
 // kIndexCount) and the mode (lowering.h, kPushMode): bit 0 Q4_0 (else Q8_0), bit 1 a gather.
 const uint ROWS = 16, COLS = 17, DEPTH = 18, TABLE_ROWS = 0, WIDTH = 1, COUNT = 2, MODE = 24;
-
-uint byte_at(uint o) { return (wq[o >> 2] >> ((o & 3u) * 8u)) & 255u; }
-float half_at(uint o) { return unpackHalf2x16((wq[o >> 2] >> ((o & 2u) * 8u)) & 0xffffu).x; }
 
 // Value c of the row starting at byte o.
 float value_at(uint o, uint c, bool q8) {

@@ -4,17 +4,18 @@
 // travel as blocks and are never written out as f32. OPERATION: 0 Q8_0
 // (an f16 scale, 32 signed bytes), 1 Q4_0 (an f16 scale, 16 bytes of nibbles: entries 0-15 low,
 // 16-31 high, each (nibble - 8) * scale). Blocks are 34 and 18 bytes, read as words (every
-// offset in them even). K is a multiple of 32, so a quad never spans two blocks.
+// offset in them even; with BYTES, on devices with 8-bit storage, as bytes). K is a multiple
+// of 32, so a quad never spans two blocks.
 //
 // Bindings: 0 X [m, k], 1 W (words), 2 C [m, n]; a split GEMM writes its partial products
 // through 2 and its reduction reads them through 0.
 #include "gemm_params.glsl"
+#include "block_bytes.glsl"
 
 const uint P_LDA = 3;  // X's row length (k)
 
 layout(std430, binding = 0) readonly buffer A { float a[]; };
 layout(std430, binding = 0) readonly buffer A4 { vec4 a4[]; };
-layout(std430, binding = 1) readonly buffer W { uint wq[]; };
 layout(std430, binding = 2) writeonly buffer C { float c[]; };
 layout(std430, binding = 2) writeonly buffer C4 { vec4 c4[]; };
 float ws_load(uint i) { return a[i]; }
@@ -41,18 +42,11 @@ struct BRef {
 };
 BRef b_ref(uint batch, uint col) { return BRef(min(col, pc.w[P_N] - 1) * (pc.w[P_K] / 32) * BLOCK_BYTES); }
 
-// The four bytes from byte o (even) as a word, lowest first.
-uint bytes4(uint o) {
-  const uint w0 = wq[o >> 2];
-  if ((o & 2u) == 0u) return w0;
-  return (w0 >> 16) | (wq[(o >> 2) + 1u] << 16);
-}
-
 // op(B)[k..k+3][col] = W[col][k..k+3].
 vec4 b_quad(BRef r, uint k) {
   if (k >= g_kend) return vec4(0.0);
   const uint block = r.row + (k / 32) * BLOCK_BYTES, e = k % 32;
-  const float d = unpackHalf2x16(wq[block >> 2] >> ((block & 2u) * 8u)).x;
+  const float d = half_at(block);
   if (OPERATION == 0) {
     const int v = int(bytes4(block + 2 + e));
     return d * vec4(bitfieldExtract(v, 0, 8), bitfieldExtract(v, 8, 8), bitfieldExtract(v, 16, 8), bitfieldExtract(v, 24, 8));
