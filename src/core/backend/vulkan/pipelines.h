@@ -35,7 +35,7 @@ enum class Kernel : uint8_t {
   top_k,             // a row's k largest entries (wide layout, as the workload kernels)
   matmul_q,          // products with block-format weights (wide layout)
   matmul_q_gemm,     // the same on the GEMM core, for prompt chunks
-  matmul_q_bytes,       // matmul_q and matmul_q_gemm reading the blocks through 8-bit storage
+  matmul_q_bytes,    // matmul_q and matmul_q_gemm reading the blocks through 8-bit storage
   matmul_q_gemm_bytes,
   count_
 };
