@@ -130,6 +130,7 @@ void movement_launch(PushConstants& p, const Operands& o) {
     for (size_t k = 0; k < d.reads.size(); ++k) ins.push_back(&o.in(k));
     return concat_words(p, d, o.out(), ins);
   }
+  if (d.op != Op::reshape) refuse(d.op, "is declared a movement op, but the schedule has no push words for it");
   p.set(ElementwiseLayout::kNumel, u32(numel(o.out()), "elements"));  // reshape: a copy
 }
 
