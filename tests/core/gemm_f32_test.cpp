@@ -89,7 +89,8 @@ TEST(GemmF32, EveryLibraryAgainstF64) {
           check_gemm({ta, tb, 1, 1, 300, 0, 1.f, 0.f});
           check_gemm({ta, tb, 7, 13, 5, 0, 1.f, 0.f});
           check_gemm({ta, tb, 5, 3, 17, 4, -0.5f, 0.75f});
-          check_gemm({ta, tb, 130, 129, 131, 1, 1.f, 1.f});  // above the split threshold
+          check_gemm({ta, tb, 130, 129, 131, 1, 1.f, 1.f});  // above the split threshold: by rows
+          check_gemm({ta, tb, 96, 300, 80, 3, 1.f, 0.5f});   // more columns than rows: by columns
           check_gemm({ta, tb, 3, 200, 4000, 0, 1.f, 0.f});   // few rows: split by columns
           check_gemm({ta, tb, 4, 6, 0, 0, 1.f, 0.5f});       // empty inner dimension: C = beta C
         }
