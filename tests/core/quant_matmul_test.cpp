@@ -49,7 +49,10 @@ std::vector<float> decoded(DType t, const std::vector<std::byte>& blocks, size_t
 struct Case {
   int64_t m, n, k;
 };
-const Case kCases[] = {{1, 1, 32}, {1, 70, 96}, {3, 5, 576}, {4, 130, 64}, {5, 67, 160}, {37, 130, 96}, {128, 200, 64}};
+// Up to 4 rows take dot products; more go through panels, a panel per thread (the last one
+// short) or, past 4 MB a panel (n = 4096, k = 640), panels of 64 rows.
+const Case kCases[] = {{1, 1, 32},   {1, 70, 96},   {3, 5, 576},    {4, 130, 64},
+                       {5, 67, 160}, {37, 130, 96}, {128, 200, 64}, {5, 4096, 640}};
 
 void kernel_matches_f64(cpu::QuantIsa isa) {
   if (int(isa) > int(cpu::quant_isa_supported()))
