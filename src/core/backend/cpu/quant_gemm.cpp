@@ -15,6 +15,7 @@
 #include <algorithm>
 #include <atomic>
 #include <cstring>
+#include <memory>
 #include <stdexcept>
 #include <vector>
 
@@ -196,11 +197,13 @@ void matmul_q(DType type, const float* x, const std::byte* w, float* y, int64_t 
   if (panel_rows * k * int64_t(sizeof(float)) > kPanelBytes) panel_rows = kPanelRows;
   const int64_t panels = (n + panel_rows - 1) / panel_rows;
   parallel_for(panels, 1, [&](int64_t p0, int64_t p1) {
-    std::vector<float> panel(size_t(panel_rows * k));
+    // Uninitialised: every row the GEMM reads is decoded first (zeroing up to kPanelBytes per
+    // call would be a second pass over the panel).
+    const auto panel = std::make_unique_for_overwrite<float[]>(size_t(panel_rows * k));
     for (int64_t p = p0; p < p1; ++p) {
       const int64_t j0 = p * panel_rows, rows = std::min(panel_rows, n - j0);
-      for (int64_t r = 0; r < rows; ++r) decode_row(type, w + (j0 + r) * row_bytes, panel.data() + r * k, k);
-      gemm_serial(false, true, m, rows, k, 1.0f, x, k, panel.data(), k, 0.0f, y + j0, n);
+      for (int64_t r = 0; r < rows; ++r) decode_row(type, w + (j0 + r) * row_bytes, panel.get() + r * k, k);
+      gemm_serial(false, true, m, rows, k, 1.0f, x, k, panel.get(), k, 0.0f, y + j0, n);
     }
   });
 }
