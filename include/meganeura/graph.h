@@ -235,6 +235,9 @@ struct Node {
   std::string name;                // leaves: the binding name; others: optional label
   Init init;                       // parameters and states
   std::vector<double> const_data;  // constants (converted to the node's dtype when bound)
+  // Made by autodiff or an optimizer's update: runs in f32 under every precision contract
+  // (apply_precision leaves its operands alone).
+  bool pinned = false;
 };
 
 class Graph;
@@ -246,6 +249,7 @@ Tensor add_node(Graph& g, Op op, Attrs attrs, std::vector<NodeId> inputs, Tensor
 struct GraphSlot {
   Graph* graph = nullptr;
 };
+class PinnedScope;
 }  // namespace graph_internal
 
 // A tensor's reference to its graph. It follows the graph when the graph is moved; once the
@@ -318,6 +322,7 @@ class Graph {
 
  private:
   friend Tensor graph_internal::add_node(Graph&, Op, Attrs, std::vector<NodeId>, TensorType, std::string);
+  friend class graph_internal::PinnedScope;
   Tensor leaf(Op op, const std::string& name, Shape shape, DType dtype, Init init);
   const std::shared_ptr<graph_internal::GraphSlot>& slot();  // made with the first tensor
   void release_slot();  // clears the slot: the graph's tensors report it gone from here on
@@ -330,6 +335,7 @@ class Graph {
   // quadratic in its size.
   std::unordered_map<std::string, NodeId> leaf_names_;
   std::shared_ptr<graph_internal::GraphSlot> slot_;
+  bool pinning_ = false;  // new nodes are pinned (graph_internal::PinnedScope)
 };
 
 // ---- Builders. All check their inputs and throw std::invalid_argument("[op] ...") -----

@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <functional>
 #include <string>
+#include <string_view>
 
 #include "meganeura/graph.h"
 
@@ -62,6 +63,22 @@ Graph decompose_to_primitives(const Graph& g);
 // f32. Setting such a parameter from f32 values quantises them. A graph with gradients keeps its
 // weights (a gradient reads W another way); build the forward graph alone.
 Graph quantise_weights(const Graph& g, DType format, const std::function<bool(const std::string&)>& keep_f32 = {});
+
+// Precision contracts. strict: every product in f32. accelerated: the forward products (matmul,
+// conv2d, fused attention) read their f32 operands rounded to f16, accumulate and store f32;
+// gradients and the optimizer's update (Node::pinned) stay f32 throughout, reading the unrounded
+// values. accelerated_bf16: the same with bf16 operands.
+enum class Precision : uint8_t { strict, accelerated, accelerated_bf16 };
+std::string_view precision_name(Precision p);      // "strict", "accelerated", "accelerated-bf16"
+Precision parse_precision(std::string_view name);  // throws std::invalid_argument naming the choices
+
+// A contract applied to a graph (not part of optimize(); Session::add applies
+// SessionOptions::precision first): under accelerated / accelerated_bf16, each f32 operand of an
+// unpinned matmul, conv2d or attention_fused is replaced by round_f16 / round_bf16 of it, one
+// rounding node per source tensor (a weight's is computed once per step). `rounded` counts the
+// rounding nodes made. strict returns g unchanged. Inference-only ops (cached attention,
+// block-format matmul_q) keep f32 operands.
+Graph apply_precision(const Graph& g, Precision p, uint32_t* rounded = nullptr);
 
 // All enabled passes in the pipeline's order (src/core/passes/pipeline.cpp): decompose, dead
 // nodes, softmax, norms, batched matmul sums, pointwise (with epilogues, fused reductions and

@@ -47,6 +47,8 @@ struct SessionOptions {
   // Vulkan: split each run's submission into this many command buffers (VulkanOptions::chunks),
   // so work of the application's can run on the queue between them (vulkan_submit).
   int vulkan_chunks = 1;
+  // The precision contract add(const Graph&) applies (apply_precision) before the rewrite passes.
+  Precision precision = Precision::strict;
 };
 
 // Sets `o` from a --device value: "cpu", "auto" (discrete GPU > integrated GPU > CPU backend),

@@ -23,6 +23,7 @@ SessionOptions session_options(const DeviceArgs& a) {
   o.vulkan_validation = a.validation;
   o.vulkan_profile = a.profile;
   o.vulkan_cache_dir = a.cache_dir;
+  o.precision = parse_precision(a.precision);
   return o;
 }
 
@@ -214,9 +215,11 @@ void bind_compile(py::module_& m) {
   m.def(
       "compile",
       [](const Graph& g, const std::string& device, bool optimize, uint64_t seed, int threads, bool f64,
-         const std::string& vulkan_device, bool validation, bool profile, const std::string& cache_dir) {
-        HandlePtr h =
-            make_session(device_args(device, seed, threads, f64, vulkan_device, validation, profile, cache_dir));
+         const std::string& vulkan_device, bool validation, bool profile, const std::string& cache_dir,
+         const std::string& precision) {
+        DeviceArgs args = device_args(device, seed, threads, f64, vulkan_device, validation, profile, cache_dir);
+        args.precision = precision;
+        HandlePtr h = make_session(args);
         add_graph(*h, g, optimize);
         return h;
       },
@@ -224,8 +227,9 @@ void bind_compile(py::module_& m) {
       py::arg("seed") = kDeviceDefaults.seed, py::arg("threads") = kDeviceDefaults.threads,
       py::arg("f64") = kDeviceDefaults.f64, py::arg("vulkan_device") = kDeviceDefaults.vulkan_device,
       py::arg("validation") = kDeviceDefaults.validation, py::arg("profile") = kDeviceDefaults.profile,
-      py::arg("cache_dir") = kDeviceDefaults.cache_dir,
-      "Plans `graph` for a device and returns a Session holding it as program 0.");
+      py::arg("cache_dir") = kDeviceDefaults.cache_dir, py::arg("precision") = kDeviceDefaults.precision,
+      "Plans `graph` for a device and returns a Session holding it as program 0; `precision` is the contract "
+      "(strict, accelerated or accelerated-bf16) its forward products run under.");
 }
 
 }  // namespace

@@ -69,6 +69,7 @@ struct DeviceArgs {
   bool validation = SessionOptions{}.vulkan_validation;
   bool profile = SessionOptions{}.vulkan_profile;
   std::string cache_dir = SessionOptions{}.vulkan_cache_dir;
+  std::string precision{precision_name(SessionOptions{}.precision)};  // strict | accelerated | accelerated-bf16
 };
 inline const DeviceArgs kDeviceDefaults{};
 inline DeviceArgs device_args(std::string device, uint64_t seed, int threads, bool f64, std::string vulkan_device,

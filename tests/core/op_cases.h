@@ -405,6 +405,14 @@ inline std::vector<Case> cases() {
     k.forward_only = true;
     c.push_back(k);
   };
+  // The precision contracts' operand rounding (apply_precision makes these nodes after
+  // autodiff, so they have no gradient): every backend rounds exactly alike, the oracle in f64.
+  for (Op op : {Op::round_f16, Op::round_bf16}) {
+    fwd(std::string(op_name(op)), op, [op](G& g) {
+      Tensor x = P(g, "x", {4, 8});
+      return graph_internal::add_node(g, op, NoAttrs{}, {x.id}, x.type());
+    });
+  }
   c.push_back({"rope_at",
                Op::rope_at,
                [](G& g) {

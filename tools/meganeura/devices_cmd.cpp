@@ -81,8 +81,7 @@ int run_devices(bool json) {
     std::printf("   subgroup %u%s; f16 %s, bf16 %s, int8 %s, 8-bit storage %s, cooperative matrix %s%s\n",
                 d.subgroup_size, d.subgroup_arithmetic ? " (arithmetic)" : "", d.f16 ? "yes" : "no",
                 d.bf16 ? "yes" : "no", d.int8 ? "yes" : "no", d.storage8 ? "yes" : "no",
-                d.cooperative_matrix ? "yes" : "no",
-                d.portability_subset ? "; portability subset" : "");
+                d.cooperative_matrix ? "yes" : "no", d.portability_subset ? "; portability subset" : "");
     std::printf(
         "   limits: storage buffer range %llu, offset alignment %llu, workgroup %u invocations, shared %u bytes, push "
         "%u bytes\n",

@@ -40,6 +40,7 @@ struct TrainArgs {
   std::string llama_config;         // program: a Llama config.json's generation programs instead of a built-in model
   int64_t max_context = 0, prefill_chunk = 128;
   std::string weights_dtype = "f32";  // program --config, infer: the matrices' format
+  std::string precision = "strict";   // train, program: the precision contract
   bool data_parallel = false;
   double bucket_mb = 25, comm_timeout = 300;
   int check_replicas = 0;
@@ -54,6 +55,12 @@ const CLI::Validator kPositiveFinite(
       return {};
     },
     "POSITIVE");
+
+void add_precision_option(CLI::App* c, TrainArgs& a, const std::string& what) {
+  c->add_option("--precision", a.precision,
+                "strict | accelerated (f16 operands, f32 accumulation) | accelerated-bf16: " + what)
+      ->check(CLI::IsMember({"strict", "accelerated", "accelerated-bf16"}));
+}
 
 void add_model_options(CLI::App* c, TrainArgs& a) {
   c->add_option("--model", a.model, "mlp | chargpt | decoder")->check(CLI::IsMember({"mlp", "chargpt", "decoder"}));
@@ -208,6 +215,7 @@ int train(const TrainArgs& a, Communicator* comm) {
   SessionOptions so = base_session_options();
   select_device(so, a.device);
   so.seed = a.seed;
+  so.precision = parse_precision(a.precision);
   const std::string placement = comm ? place_rank(so, *comm) : "";
   DataParallelOptions parallel{
       .comm = comm,
@@ -404,7 +412,8 @@ int run_program(const TrainArgs& a) {
       return std::chrono::duration<double, std::milli>(b - a).count();
     };
     const auto t0 = Clock::now();
-    Graph g = training_graph([&](Graph& x) { return task->build_loss(x); }, task->default_optimizer());
+    Graph g = apply_precision(training_graph([&](Graph& x) { return task->build_loss(x); }, task->default_optimizer()),
+                              parse_precision(a.precision));
     const auto t1 = Clock::now();
     PlanOptions po;
     po.verify = false;
@@ -457,6 +466,7 @@ void add_program_command(CLI::App& app) {
                 "with --config: the matrices' format, f32 | q8_0 | q4_0 (each dispatch's weight_bytes shows it)")
       ->check(CLI::IsMember({"f32", "q8_0", "q4_0"}));
   c->add_flag("--json", a->json, "the program as JSON");
+  add_precision_option(c, *a, "the training step's precision contract (its rounding nodes show in the program)");
   c->add_option("--device", a->plan_device,
                 "plan for this device's limits and kernels (cpu | vulkan | auto | a Vulkan device's index or name), "
                 "so that a session there accepts the program; default: no limits (the CPU backend only)");
@@ -506,6 +516,7 @@ void add_train_command(CLI::App& app) {
   c->add_flag("--json", a->json, "print a JSON summary on stdout");
   c->add_option("--batch", a->sizes.batch, "examples per process (mlp, chargpt; default 64, 16)")
       ->check(CLI::PositiveNumber);
+  add_precision_option(c, *a, "the precision contract of the forward products (gradients and update stay f32)");
   add_parallel_options(c, *a);
   c->callback([a] { throw CLI::RuntimeError(run_train(*a)); });
 }

@@ -26,6 +26,7 @@ struct RunArgs {
   std::string reference, work_dir, negative_control, python = "/usr/bin/python3", reference_device = "cpu";
   uint64_t seed = 1;
   std::string weights_dtype = "f32";  // run: the forward pass in 8 or 4 bits
+  std::string precision = "strict";
   bool json = false, f64 = false;
 };
 
@@ -38,6 +39,10 @@ void add_common(CLI::App* c, RunArgs& a) {
   c->add_option("--scale", a.scale, "full | ci")->check(CLI::IsMember({"full", "ci"}));
   c->add_option("--device", a.device, "cpu | vulkan | auto")->check(CLI::IsMember({"cpu", "vulkan", "auto"}));
   c->add_option("--seed", a.seed, "initialisation and synthetic-input seed");
+  c->add_option("--precision", a.precision,
+                "strict | accelerated | accelerated-bf16: the forward products' operands rounded to f16 or bf16, "
+                "gradients in f32")
+      ->check(CLI::IsMember({"strict", "accelerated", "accelerated-bf16"}));
 }
 
 int run_models(bool json) {
@@ -74,7 +79,8 @@ int run_run(const RunArgs& a) {
                        a.inputs,
                        a.write_weights,
                        a.write_inputs,
-                       text::weights_dtype(a.weights_dtype, {})};
+                       text::weights_dtype(a.weights_dtype, {}),
+                       parse_precision(a.precision)};
   RunOutcome r = run_workload(o);
   write_dump(a.dump, r.tensors);
   nlohmann::json out = {{"workload", a.workload},
@@ -83,6 +89,7 @@ int run_run(const RunArgs& a) {
                         {"loss", r.loss},
                         {"parameters", r.parameters},
                         {"weights_dtype", a.weights_dtype},
+                        {"precision", a.precision},
                         {"weight_bytes", r.weight_bytes},
                         {"dump", a.dump}};
   if (a.json)
@@ -123,7 +130,9 @@ int run_gate(const RunArgs& a) {
                        a.weights,
                        a.inputs,
                        a.weights.empty() ? weights.string() : "",
-                       a.inputs.empty() ? inputs.string() : ""};
+                       a.inputs.empty() ? inputs.string() : "",
+                       DType::f32,
+                       parse_precision(a.precision)};
   RunOutcome ours = run_workload(o);
   if (!a.negative_control.empty()) apply_negative_control(ours.tensors, a.negative_control);
   const fs::path ref_dump = dir / "reference.safetensors";
@@ -144,6 +153,7 @@ int run_gate(const RunArgs& a) {
   out["workload"] = a.workload;
   out["scale"] = a.scale;
   out["device"] = ours.device;
+  out["contract"] = a.precision;             // the precision contract (before "pass": see torch_device)
   out["torch_device"] = a.reference_device;  // sorts after "scale": the tests match "pass":true,"scale"
   if (!a.negative_control.empty()) out["negative_control"] = a.negative_control;
   if (a.json) {

@@ -54,6 +54,7 @@ RunOutcome run_workload(const WorkloadRunOptions& o) {
   so.device = o.device;
   so.seed = o.seed;
   so.f64_oracle = o.f64;
+  so.precision = o.precision;
   Session s(so);
   s.add(g);
   if (!o.weights.empty()) {

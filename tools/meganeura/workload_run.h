@@ -23,6 +23,7 @@ struct WorkloadRunOptions {
   // q8_0 / q4_0: the forward pass alone, its linear weights held in that block format
   // (quantise_weights); no gradients then.
   DType weights_dtype = DType::f32;
+  Precision precision = Precision::strict;  // SessionOptions::precision
 };
 
 struct DumpTensor {

@@ -3,6 +3,7 @@
 #include <optional>
 #include <stdexcept>
 
+#include "graph/internal.h"
 #include "graph/op_table.h"
 
 namespace meganeura {
@@ -13,6 +14,7 @@ std::vector<Tensor> vjp(Tensor y, Tensor seed, const std::vector<Tensor>& wrt) {
                                 shape_str(y.shape()));
   }
   const NodeId end = y.id + 1;
+  const graph_internal::PinnedScope pinned(G);  // gradients stay f32 under every precision contract
   // needs[i]: some wrt node reaches node i, so its gradient is worth computing.
   std::vector<char> needs(end, 0);
   for (const Tensor& w : wrt) {
@@ -64,6 +66,7 @@ std::vector<Tensor> grad(Tensor loss, const std::vector<Tensor>& wrt) {
   if (loss.rank() != 0) {
     throw std::invalid_argument("[autodiff] loss must be a scalar, got " + shape_str(loss.shape()));
   }
+  const graph_internal::PinnedScope pinned(*loss.graph);
   return vjp(loss, loss.graph->constant({1.0}, {}, loss.dtype()), wrt);
 }
 

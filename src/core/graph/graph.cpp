@@ -160,7 +160,7 @@ Tensor Graph::leaf(Op op, const std::string& name, Shape shape, DType dtype, Ini
   check_name(std::string(op_name(op)), name);
   check_shape(std::string(op_name(op)) + " '" + name + "'", shape);
   if (find(name)) throw std::invalid_argument("[graph] duplicate name '" + name + "'");
-  Node n{op, NoAttrs{}, {}, TensorType{dtype, std::move(shape)}, name, init, {}};
+  Node n{op, NoAttrs{}, {}, TensorType{dtype, std::move(shape)}, name, init, {}, pinning_};
   nodes_.push_back(std::move(n));
   leaf_names_.emplace(name, NodeId(nodes_.size() - 1));
   return Tensor{GraphRef(slot()), NodeId(nodes_.size() - 1)};
@@ -192,7 +192,7 @@ Tensor Graph::constant(std::vector<double> values, Shape shape, DType dtype) {
     throw std::invalid_argument("[constant] " + std::to_string(values.size()) + " values do not fill shape " +
                                 shape_str(shape));
   }
-  Node n{Op::constant, NoAttrs{}, {}, TensorType{dtype, std::move(shape)}, {}, {}, std::move(values)};
+  Node n{Op::constant, NoAttrs{}, {}, TensorType{dtype, std::move(shape)}, {}, {}, std::move(values), pinning_};
   nodes_.push_back(std::move(n));
   return Tensor{GraphRef(slot()), NodeId(nodes_.size() - 1)};
 }
@@ -233,7 +233,8 @@ Tensor graph_internal::add_node(Graph& g, Op op, Attrs attrs, std::vector<NodeId
       throw std::invalid_argument("[" + std::string(info.name) + "] input %" + std::to_string(i) + " does not exist");
   }
   check_shape(std::string(info.name), type.shape);
-  g.nodes_.push_back(Node{op, std::move(attrs), std::move(inputs), std::move(type), std::move(name), {}, {}});
+  g.nodes_.push_back(
+      Node{op, std::move(attrs), std::move(inputs), std::move(type), std::move(name), {}, {}, g.pinning_});
   return Tensor{GraphRef(g.slot()), NodeId(g.nodes_.size() - 1)};
 }
 

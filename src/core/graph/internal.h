@@ -15,6 +15,20 @@ namespace graph_internal {
 // Appends a node after checking its arity and shape (not the op's shape rule: the builders do
 // that); the fusion passes append the nodes they create this way.
 Tensor add_node(Graph& g, Op op, Attrs attrs, std::vector<NodeId> inputs, TensorType type, std::string name = {});
+
+// While one lives, the nodes appended to `g` are marked Node::pinned (autodiff's gradients and
+// the optimizer's update: strict f32 under every precision contract). Scopes nest.
+class PinnedScope {
+ public:
+  explicit PinnedScope(Graph& g) : g_(g), before_(g.pinning_) { g.pinning_ = true; }
+  ~PinnedScope() { g_.pinning_ = before_; }
+  PinnedScope(const PinnedScope&) = delete;
+  PinnedScope& operator=(const PinnedScope&) = delete;
+
+ private:
+  Graph& g_;
+  bool before_;
+};
 }  // namespace graph_internal
 
 // Gradients of convolution and pooling (ConvAttrs/PoolAttrs::grad_shape: the input's shape).

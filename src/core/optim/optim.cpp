@@ -24,6 +24,7 @@ void append_update(Graph& g, const std::vector<std::pair<Tensor, Tensor>>& pg, c
   if (c.kind != Kind::sgd && !(c.beta1 >= 0 && c.beta1 < 1 && c.beta2 >= 0 && c.beta2 < 1 && c.eps > 0)) {
     throw std::invalid_argument("[optim] adam needs 0 <= beta1, beta2 < 1 and eps > 0");
   }
+  const graph_internal::PinnedScope pinned(g);  // the update stays f32 under every precision contract
   // An integer counter: exact to 2^31 steps (an f32 one stops counting at 2^24).
   Tensor step = g.state(kStepName, {}, Init{Init::zeros}, DType::i32);
   ScheduleAttrs sched{c.lr, c.warmup_steps, c.total_steps, c.min_lr};

@@ -1,5 +1,6 @@
 #include "passes/rewrite.h"
 
+#include <optional>
 #include <stdexcept>
 #include <string>
 
@@ -25,6 +26,8 @@ Uses::Uses(const Graph& g)
 
 NodeId Rewriter::copy(NodeId id) {
   const Node& n = src_.node(id);
+  std::optional<graph_internal::PinnedScope> pinned;  // the copy keeps Node::pinned
+  if (n.pinned) pinned.emplace(dst_);
   NodeId r = 0;
   if (n.op == Op::input)
     r = dst_.input(n.name, n.type.shape, n.type.dtype).id;
@@ -41,6 +44,8 @@ NodeId Rewriter::copy(NodeId id) {
 
 NodeId Rewriter::replace(NodeId id, Op op, Attrs attrs, const std::vector<NodeId>& inputs) {
   const Node& n = src_.node(id);
+  std::optional<graph_internal::PinnedScope> pinned;
+  if (n.pinned) pinned.emplace(dst_);
   return map_[id] = graph_internal::add_node(dst_, op, std::move(attrs), mapped(inputs), n.type, n.name).id;
 }
 

@@ -1,0 +1,58 @@
+"""Precision contracts from Python: `compile(precision=...)` and `Trainer(precision=...)` against
+NumPy's own half-precision rounding (np.float16 rounds to nearest even)."""
+import numpy as np
+import pytest
+
+import meganeura as mn
+
+
+def product_graph():
+    g = mn.Graph()
+    x = g.input("x", (6, 200))
+    w = g.parameter("w", (200, 5), mn.Init.normal(1.0))
+    g.output("y", x @ w)
+    return g
+
+
+@pytest.mark.parametrize("device", ["cpu", "vulkan"])
+def test_accelerated_matmul_reads_operands_rounded_to_half(device):
+    if device == "vulkan":
+        from conftest import vulkan_device_or_skip
+
+        vulkan_device_or_skip()
+    rng = np.random.default_rng(4)
+    x = rng.standard_normal((6, 200)).astype(np.float32)
+    w = rng.standard_normal((200, 5)).astype(np.float32)
+    h = lambda a: a.astype(np.float16).astype(np.float64)  # noqa: E731
+    s = np.abs(x.astype(np.float64)) @ np.abs(w.astype(np.float64))  # sum |x||w| per output
+    want = h(x) @ h(w)
+    sess = mn.compile(product_graph(), device, precision="accelerated", cache_dir="-")
+    sess.set("w", w)
+    got = sess.run({"x": x})["y"].astype(np.float64)
+    # f32 accumulation of 200 products of the rounded operands: within (k + 2) 2^-24 S.
+    assert np.all(np.abs(got - want) <= 202 * 2.0**-24 * s)
+    strict = mn.compile(product_graph(), device, cache_dir="-")
+    strict.set("w", w)
+    plain = strict.run({"x": x})["y"].astype(np.float64)
+    assert np.all(np.abs(plain - x.astype(np.float64) @ w.astype(np.float64)) <= 202 * 2.0**-24 * s)
+    assert np.count_nonzero(got != plain) > got.size // 2
+
+
+def test_accelerated_training_keeps_gradients_in_f32_and_learns():
+    g = mn.Graph()
+    x = g.input("x", (32, 8))
+    y = g.input("y", (32,), "i32")
+    loss = mn.cross_entropy(mn.models.mlp(g, x, inputs=8, hidden=16, classes=3), y)
+    rng = np.random.default_rng(0)
+    xs = rng.standard_normal((32, 8)).astype(np.float32)
+    ys = (xs[:, 0] > 0).astype(np.int32) + (xs[:, 1] > 1).astype(np.int32)
+    t = mn.Trainer(g, loss, mn.Optimizer(kind="adam", lr=0.01), device="cpu", seed=2, precision="accelerated")
+    first = t.step({"x": xs, "y": ys})
+    for _ in range(60):
+        last = t.step({"x": xs, "y": ys})
+    assert last < 0.5 * first
+
+
+def test_unknown_contract_is_refused_by_name():
+    with pytest.raises(ValueError, match="'fp8'.*accelerated-bf16"):
+        mn.compile(product_graph(), precision="fp8")

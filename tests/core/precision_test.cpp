@@ -1,0 +1,318 @@
+// The precision contracts (apply_precision, SessionOptions::precision).
+//
+// - The rounding ops against independent conversions: the compiler's IEEE half type (_Float16,
+//   round to nearest even) and bfloat16 by integer rounding of the f32 bits; bit for bit on the
+//   CPU (f32), the f64 oracle and Vulkan.
+// - The pass: every forward product's f32 operand rounded once, nothing autodiff or the
+//   optimizer made touched (a failing check here means gradients ran in reduced precision).
+// - Each product under a contract, with bounds derived per output element from S = sum |a||b|
+//   over its reduction (computed by the f64 oracle on |a|, |b|), k terms, u the operand format's
+//   unit roundoff (2^-11 f16, 2^-8 bf16) and e = 2^-24 (f32):
+//     CPU, Vulkan (f32 accumulation)  vs f64 oracle of the same contract: |d| <= (k + 2) e S
+//     f64 oracle of the contract       vs f64 strict:                      |d| <= (2u + u^2) S
+//   (rounding each operand moves each product by at most (2u + u^2)|a||b|; recursive f32
+//   summation of k terms is within k e of exact, blocked and tree orders within less).
+#include <gtest/gtest.h>
+
+#include <bit>
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <random>
+#include <span>
+#include <vector>
+
+#include "graph/internal.h"
+#include "graph/op_table.h"
+#include "meganeura/autodiff.h"
+#include "meganeura/passes.h"
+#include "meganeura/session.h"
+#include "meganeura/train.h"
+#include "meganeura/workloads.h"
+#include "vulkan_test_util.h"
+
+namespace meganeura {
+namespace {
+
+using testing_vulkan::vulkan_options;
+
+float bf16_by_bits(float x) {  // round to nearest even on the upper 16 bits (finite x)
+  uint32_t u = std::bit_cast<uint32_t>(x);
+  u += 0x7FFFu + ((u >> 16) & 1u);
+  return std::bit_cast<float>(u & 0xFFFF0000u);
+}
+
+// Values that reach every case of the rounding: zeros, ties (both parities), the f16 subnormal
+// range and its edge, the largest finite values and just past them, and random values of every
+// magnitude from 2^-30 to 2^20, both signs.
+std::vector<float> rounding_inputs() {
+  std::vector<float> v = {0.0f, -0.0f, 1.0f, -1.0f, 65504.0f, 65519.0f, 65520.0f, -65520.0f, 1e6f,
+                          // 1 + 2^-11 (tie, to even: 1), 1 + 3 * 2^-11 (tie, to even: 1 + 2^-9)
+                          1.0f + std::ldexp(1.0f, -11), 1.0f + 3 * std::ldexp(1.0f, -11),
+                          // the smallest f16 subnormal, half of it (tie: to 0), 0.75 of it (up)
+                          std::ldexp(1.0f, -24), std::ldexp(1.0f, -25), 0.75f * std::ldexp(1.0f, -24),
+                          std::ldexp(1.0f, -14), std::ldexp(1.0f, -14) - std::ldexp(1.0f, -25), 3.3895e38f, 3.4e38f,
+                          // bf16 ties: 1 + 2^-8 (to 1), 1 + 3 * 2^-8 (to 1 + 2^-6)
+                          1.0f + std::ldexp(1.0f, -8), 1.0f + 3 * std::ldexp(1.0f, -8)};
+  std::mt19937 rng(5);
+  for (int i = 0; i < 4000; ++i) {
+    const float m = std::uniform_real_distribution<float>(0.5f, 1.0f)(rng);
+    const int e = std::uniform_int_distribution<int>(-30, 20)(rng);
+    v.push_back((rng() & 1 ? 1.0f : -1.0f) * std::ldexp(m, e));
+  }
+  // Exact midpoints between neighbouring f16 values (ties in f32 and f64 alike).
+  for (int i = 0; i < 500; ++i) {
+    const float h = std::ldexp(std::uniform_real_distribution<float>(1.0f, 2.0f)(rng), -(i % 20));
+    const int e = std::ilogb(h);
+    const float step = std::ldexp(1.0f, std::max(e, -14) - 10);
+    v.push_back(std::floor(h / step) * step + step / 2);
+  }
+  return v;
+}
+
+std::vector<float> run_rounding(Op op, const std::vector<float>& x, SessionOptions so) {
+  Graph g;
+  Tensor in = g.input("x", {int64_t(x.size())});
+  g.output("y", graph_internal::add_node(g, op, NoAttrs{}, {in.id}, in.type()));
+  Session s(so);
+  s.add(g);
+  s.set("x", std::span<const float>(x));
+  s.run();
+  if (so.f64_oracle) {
+    std::vector<double> d = s.get_f64("y");
+    return std::vector<float>(d.begin(), d.end());  // exact: the results are f16 / bf16 values
+  }
+  return s.get("y");
+}
+
+void expect_bits(const std::vector<float>& got, const std::vector<float>& want, const std::vector<float>& x,
+                 const char* what) {
+  ASSERT_EQ(got.size(), want.size());
+  for (size_t i = 0; i < got.size(); ++i) {
+    ASSERT_EQ(std::bit_cast<uint32_t>(got[i]), std::bit_cast<uint32_t>(want[i]))
+        << what << ": x = " << x[i] << " (bits " << std::hex << std::bit_cast<uint32_t>(x[i]) << ") gives " << got[i]
+        << ", want " << want[i];
+  }
+}
+
+TEST(Rounding, MatchesIndependentConversionsOnEveryBackend) {
+  const std::vector<float> x = rounding_inputs();
+  std::vector<float> f16(x.size()), bf16(x.size());
+#ifdef __FLT16_MAX__
+  for (size_t i = 0; i < x.size(); ++i) f16[i] = float(static_cast<_Float16>(x[i]));
+#else
+  GTEST_SKIP() << "skipped: this compiler has no _Float16 to check against";
+#endif
+  for (size_t i = 0; i < x.size(); ++i) bf16[i] = bf16_by_bits(x[i]);
+  expect_bits(run_rounding(Op::round_f16, x, {}), f16, x, "round_f16, CPU");
+  expect_bits(run_rounding(Op::round_bf16, x, {}), bf16, x, "round_bf16, CPU");
+  expect_bits(run_rounding(Op::round_f16, x, {.f64_oracle = true}), f16, x, "round_f16, f64 oracle");
+  expect_bits(run_rounding(Op::round_bf16, x, {.f64_oracle = true}), bf16, x, "round_bf16, f64 oracle");
+  if (!testing_vulkan::missing_device().empty()) {
+    std::printf("Vulkan part skipped: %s\n", testing_vulkan::missing_device().c_str());
+    return;
+  }
+  expect_bits(run_rounding(Op::round_f16, x, vulkan_options()), f16, x, "round_f16, Vulkan");
+  expect_bits(run_rounding(Op::round_bf16, x, vulkan_options()), bf16, x, "round_bf16, Vulkan");
+}
+
+TEST(Precision, NamesRoundTripAndUnknownOnesAreRefused) {
+  for (Precision p : {Precision::strict, Precision::accelerated, Precision::accelerated_bf16})
+    EXPECT_EQ(parse_precision(precision_name(p)), p);
+  try {
+    parse_precision("fp8");
+    FAIL() << "fp8 accepted";
+  } catch (const std::invalid_argument& e) {
+    EXPECT_NE(std::string(e.what()).find("'fp8'"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("accelerated-bf16"), std::string::npos) << e.what();
+  }
+}
+
+bool is_product(Op op) { return op == Op::matmul || op == Op::conv2d || op == Op::attention_fused; }
+bool is_rounding(Op op) { return op == Op::round_f16 || op == Op::round_bf16; }
+
+// A workload's training graph (loss, gradients, Adam's update) under both accelerated contracts.
+TEST(Precision, RoundsForwardProductsOnlyAndNeverWhatAutodiffMade) {
+  for (const char* workload : {"unet", "whisper", "resnet50"}) {
+    SCOPED_TRACE(workload);
+    size_t forward_end = 0;
+    Graph g = training_graph(
+        [&](Graph& gg) {
+          models::Workload w = models::build_workload(gg, workload, models::Scale::ci);
+          forward_end = gg.size();
+          return w.loss;
+        },
+        OptimizerConfig{});
+    // What the loss builder made is unpinned; everything after it (autodiff, optimizer) pinned.
+    for (NodeId id = 0; id < g.size(); ++id) ASSERT_EQ(g.node(id).pinned, id >= forward_end) << "node " << id;
+    EXPECT_EQ(apply_precision(g, Precision::strict).hash(), g.hash());
+    for (Precision p : {Precision::accelerated, Precision::accelerated_bf16}) {
+      uint32_t made = 0;
+      const Graph a = apply_precision(g, p, &made);
+      const Op want = p == Precision::accelerated ? Op::round_f16 : Op::round_bf16;
+      size_t forward_products = 0, backward_products = 0, roundings = 0;
+      for (NodeId id = 0; id < a.size(); ++id) {
+        const Node& n = a.node(id);
+        if (is_rounding(n.op)) {
+          ++roundings;
+          EXPECT_EQ(n.op, want);
+          EXPECT_FALSE(n.pinned);
+        }
+        for (NodeId k : n.inputs) {
+          if (n.pinned) {
+            EXPECT_FALSE(is_rounding(a.node(k).op)) << op_name(n.op) << " %" << id << " is pinned";
+          }
+        }
+        if (!is_product(n.op)) continue;
+        (n.pinned ? backward_products : forward_products)++;
+        if (n.pinned) continue;
+        for (NodeId k : n.inputs) {
+          if (a.node(k).type.dtype == DType::f32) {
+            EXPECT_EQ(a.node(k).op, want) << op_name(n.op) << " %" << id << " reads an unrounded operand";
+          }
+        }
+      }
+      EXPECT_GT(forward_products, 0u);
+      EXPECT_GT(backward_products, 0u);  // the gradients' matmuls, left in f32
+      EXPECT_EQ(roundings, made);
+      EXPECT_GT(made, 0u);
+      // Once per source: a second application changes nothing; the contracts differ.
+      EXPECT_EQ(apply_precision(a, p).hash(), a.hash());
+      EXPECT_NE(a.hash(), g.hash());
+    }
+  }
+}
+
+struct Product {
+  const char* name;
+  std::function<Tensor(Graph&)> build;  // from parameters named a, b (and c); output "y"
+  int64_t k;                            // the reduction length
+};
+
+std::vector<Product> products() {
+  return {
+      {"matmul",
+       [](Graph& g) {
+         return matmul(g.parameter("a", {9, 300}, {}), g.parameter("b", {300, 13}, {}));
+       },
+       300},
+      {"conv2d",
+       [](Graph& g) {
+         Conv2dOptions o;
+         o.pad_h = o.pad_w = 1;
+         return conv2d(g.parameter("a", {2, 5, 9, 9}, {}), g.parameter("b", {7, 5, 3, 3}, {}), o);
+       },
+       5 * 9},
+  };
+}
+
+// Runs `build` on the given session options with the parameters set to `values` (or their
+// absolute values), returning "y".
+std::vector<double> run_product(const Product& p, SessionOptions so,
+                                const std::map<std::string, std::vector<double>>& v, bool absolute = false) {
+  Graph g;
+  g.output("y", p.build(g));
+  Session s(so);
+  s.add(g);
+  for (auto& [name, x] : v) {
+    std::vector<double> y = x;
+    if (absolute)
+      for (double& e : y) e = std::abs(e);
+    s.set(name, std::span<const double>(y));
+  }
+  s.run();
+  return s.get_f64("y");
+}
+
+TEST(Precision, ProductsMeetTheirBoundsOnEveryBackend) {
+  const bool vulkan = testing_vulkan::missing_device().empty();
+  if (!vulkan) std::printf("Vulkan part skipped: %s\n", testing_vulkan::missing_device().c_str());
+  for (const Product& p : products()) {
+    Graph shapes;
+    p.build(shapes);
+    std::map<std::string, std::vector<double>> v;
+    std::mt19937 rng(3);
+    for (NodeId id : shapes.parameters()) {
+      std::vector<double> x(size_t(shapes.node(id).type.numel()));
+      for (double& e : x) e = float(std::normal_distribution<double>(0, 1)(rng));  // f32 values: both sides alike
+      v[shapes.node(id).name] = x;
+    }
+    const std::vector<double> exact = run_product(p, {.f64_oracle = true}, v);
+    const std::vector<double> s = run_product(p, {.f64_oracle = true}, v, true);
+    for (Precision c : {Precision::accelerated, Precision::accelerated_bf16}) {
+      SCOPED_TRACE(std::string(p.name) + ", " + std::string(precision_name(c)));
+      const double u = std::ldexp(1.0, c == Precision::accelerated ? -11 : -8), e = std::ldexp(1.0, -24);
+      const std::vector<double> oracle = run_product(p, {.f64_oracle = true, .precision = c}, v);
+      std::vector<std::pair<const char*, std::vector<double>>> f32 = {{"CPU", run_product(p, {.precision = c}, v)}};
+      if (vulkan) {
+        SessionOptions so = vulkan_options();
+        so.precision = c;
+        f32.emplace_back("Vulkan", run_product(p, so, v));
+      }
+      size_t moved = 0;
+      for (size_t i = 0; i < exact.size(); ++i) {
+        ASSERT_LE(std::abs(oracle[i] - exact[i]), (2 * u + u * u) * s[i]) << "f64 oracle of the contract at " << i;
+        moved += oracle[i] != exact[i];
+        for (auto& [where, got] : f32)
+          ASSERT_LE(std::abs(got[i] - oracle[i]), double(p.k + 2) * e * s[i]) << where << " at " << i;
+      }
+      EXPECT_GT(moved, exact.size() / 2) << "the contract left the products unrounded";
+    }
+  }
+}
+
+// The tiled attention (attention_fused): q, k, v rounded, softmax and accumulation in f32.
+// Against the f64 oracle of the same contract: |d| <= 1e-5 (1 + |y|) (f32 exponentials and sums
+// over 48 keys of values of order 1); against f64 strict the scores move by at most
+// delta = (2u + u^2) scale max_ij sum_d |q_id k_jd|, so each output by at most
+// (e^(2 delta) - 1 + u) max |v|.
+TEST(Precision, TiledAttentionMeetsItsBoundsOnEveryBackend) {
+  const int64_t b = 1, h = 2, sq = 48, d = 16;
+  const double scale = 0.25;
+  Product p{"attention_fused",
+            [&](Graph& g) {
+              Tensor q = g.parameter("a", {b, h, sq, d}, {}), k = g.parameter("b", {b, h, sq, d}, {}),
+                     v = g.parameter("c", {b, h, sq, d}, {});
+              return attention_fused_packed(q, k, v, true, scale);
+            },
+            d};
+  std::map<std::string, std::vector<double>> v;
+  std::mt19937 rng(9);
+  for (const char* name : {"a", "b", "c"}) {
+    std::vector<double> x(size_t(b * h * sq * d));
+    for (double& e : x) e = float(std::normal_distribution<double>(0, 1)(rng));
+    v[name] = x;
+  }
+  double qk = 0, vmax = 0;
+  for (int64_t hh = 0; hh < h; ++hh)
+    for (int64_t i = 0; i < sq; ++i)
+      for (int64_t j = 0; j < sq; ++j) {
+        double t = 0;
+        for (int64_t c = 0; c < d; ++c)
+          t += std::abs(v["a"][size_t((hh * sq + i) * d + c)] * v["b"][size_t((hh * sq + j) * d + c)]);
+        qk = std::max(qk, t);
+      }
+  for (double x : v["c"]) vmax = std::max(vmax, std::abs(x));
+  const std::vector<double> exact = run_product(p, {.f64_oracle = true}, v);
+  const size_t outputs = size_t(b * h * sq * d);  // the packed output: [out | log-sum-exp]
+  for (Precision c : {Precision::accelerated, Precision::accelerated_bf16}) {
+    SCOPED_TRACE(precision_name(c));
+    const double u = std::ldexp(1.0, c == Precision::accelerated ? -11 : -8);
+    const double delta = (2 * u + u * u) * scale * qk;
+    const std::vector<double> oracle = run_product(p, {.f64_oracle = true, .precision = c}, v);
+    for (size_t i = 0; i < outputs; ++i)
+      ASSERT_LE(std::abs(oracle[i] - exact[i]), (std::exp(2 * delta) - 1 + u) * vmax) << "f64 oracle at " << i;
+    std::vector<std::pair<const char*, std::vector<double>>> f32 = {{"CPU", run_product(p, {.precision = c}, v)}};
+    if (testing_vulkan::missing_device().empty()) {
+      SessionOptions so = vulkan_options();
+      so.precision = c;
+      f32.emplace_back("Vulkan", run_product(p, so, v));
+    }
+    for (auto& [where, got] : f32)
+      for (size_t i = 0; i < outputs; ++i)
+        ASSERT_NEAR(got[i], oracle[i], 1e-5 * (1 + std::abs(oracle[i]))) << where << " at " << i;
+  }
+}
+
+}  // namespace
+}  // namespace meganeura
