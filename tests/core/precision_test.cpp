@@ -1,8 +1,8 @@
 // The precision contracts (apply_precision, SessionOptions::precision).
 //
 // - The rounding ops against independent conversions: the compiler's IEEE half type (_Float16,
-//   round to nearest even) and bfloat16 by integer rounding of the f32 bits; bit for bit on the
-//   CPU (f32), the f64 oracle and Vulkan.
+//   round to nearest even) and bfloat16 by comparing x with its two bf16 neighbours; bit for bit
+//   on the CPU (f32), the f64 oracle and Vulkan.
 // - The pass: every forward product's f32 operand rounded once, nothing autodiff or the
 //   optimizer made touched (a failing check here means gradients ran in reduced precision).
 // - Each product under a contract, with bounds derived per output element from S = sum |a||b|
@@ -36,10 +36,18 @@ namespace {
 
 using testing_vulkan::vulkan_options;
 
-float bf16_by_bits(float x) {  // round to nearest even on the upper 16 bits (finite x)
-  uint32_t u = std::bit_cast<uint32_t>(x);
-  u += 0x7FFFu + ((u >> 16) & 1u);
-  return std::bit_cast<float>(u & 0xFFFF0000u);
+// The nearest bf16 value by comparison: the two bf16 neighbours of x (its f32 bits truncated to
+// the upper 16, and the next bf16 away from zero), the closer one in double, on a tie the one
+// whose last kept bit is 0. Past the largest finite value the next one up is infinity, whose
+// distance counts as that of 2^128 (IEEE rounding as if the exponent range went on).
+float bf16_nearest(float x) {
+  const uint32_t u = std::bit_cast<uint32_t>(x);
+  const uint32_t lo = u & 0xFFFF0000u, hi = lo + 0x10000u;
+  const double above = std::isinf(std::bit_cast<float>(hi)) ? std::copysign(std::ldexp(1.0, 128), double(x))
+                                                            : double(std::bit_cast<float>(hi));
+  const double dl = std::abs(double(x) - double(std::bit_cast<float>(lo)));
+  const double dh = std::abs(above - double(x));
+  return std::bit_cast<float>(dl < dh ? lo : dh < dl ? hi : (lo & 0x10000u) ? hi : lo);
 }
 
 // Values that reach every case of the rounding: zeros, ties (both parities), the f16 subnormal
@@ -103,7 +111,7 @@ TEST(Rounding, MatchesIndependentConversionsOnEveryBackend) {
 #else
   GTEST_SKIP() << "skipped: this compiler has no _Float16 to check against";
 #endif
-  for (size_t i = 0; i < x.size(); ++i) bf16[i] = bf16_by_bits(x[i]);
+  for (size_t i = 0; i < x.size(); ++i) bf16[i] = bf16_nearest(x[i]);
   expect_bits(run_rounding(Op::round_f16, x, {}), f16, x, "round_f16, CPU");
   expect_bits(run_rounding(Op::round_bf16, x, {}), bf16, x, "round_bf16, CPU");
   expect_bits(run_rounding(Op::round_f16, x, {.f64_oracle = true}), f16, x, "round_f16, f64 oracle");

@@ -5,7 +5,10 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdint>
 #include <limits>
+
+#include "ops/op_def.h"
 
 namespace meganeura::ops {
 
@@ -37,6 +40,13 @@ struct RoundTo {
     return round_to_format<T>(x, Format::mantissa_bits, Format::min_exponent, T(Format::max_finite));
   }
 };
+
+// The f32 spans, the CPU's loops: f16 through the F16C conversions where the CPU has them, bf16
+// by rounding the f32 bits; the same bits as round_to_format (NaN passes through unchanged).
+template <>
+void unary_span<RoundTo<Half>, float>(float, float, const float* x, float* y, int64_t n);
+template <>
+void unary_span<RoundTo<BFloat16>, float>(float, float, const float* x, float* y, int64_t n);
 
 // The same in GLSL (x is the op's operand); Vulkan's ldexp and roundEven are exact too.
 #define MEGANEURA_ROUND_TO_FORMAT_GLSL(mantissa_bits, min_exponent, max_finite)                           \
