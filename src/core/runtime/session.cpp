@@ -86,6 +86,7 @@ size_t Session::add(const Graph& g) {
   po.limits = backend_->limits();
   po.verify = false;  // add(Program) verifies
   // The rewrite passes run between autodiff and the plan, those the backend has kernels for.
+  if (options_.precision == Precision::strict) return add(plan(optimize(g, backend_->passes()), po));
   // Under the f64 oracle a contract rounds the same operands, the products then accumulate in f64.
   return add(plan(optimize(apply_precision(g, options_.precision), backend_->passes()), po));
 }
