@@ -1,6 +1,7 @@
 // round_f16: x rounded to the nearest IEEE half-precision value (ties to even; subnormals below
 // 2^-14, infinity past 65504), kept in f32: an operand of the accelerated precision contract
 // (apply_precision), so every backend computes the contract's products from the same values.
+#include <cpuid.h>
 #include <immintrin.h>
 
 #include "ops/op_def.h"
@@ -20,8 +21,17 @@ __attribute__((target("avx,f16c"))) void round_f16_f16c(const float* x, float* y
   for (; j < n; ++j) y[j] = RoundTo<Half>::f<float>(x[j], 0.f, 0.f);
 }
 
+// CPUID leaf 1: F16C (ecx bit 29) with AVX (bit 28), and the OS saving YMM state (XGETBV).
 bool has_f16c() {
-  static const bool yes = __builtin_cpu_supports("avx") && __builtin_cpu_supports("f16c");
+  static const bool yes = [] {
+    unsigned a = 0, b = 0, c = 0, d = 0;
+    if (!__get_cpuid(1, &a, &b, &c, &d)) return false;
+    const unsigned want = (1u << 27) | (1u << 28) | (1u << 29);  // OSXSAVE, AVX, F16C
+    if ((c & want) != want) return false;
+    unsigned lo = 0, hi = 0;
+    __asm__("xgetbv" : "=a"(lo), "=d"(hi) : "c"(0));
+    return (lo & 6u) == 6u;
+  }();
   return yes;
 }
 
