@@ -38,6 +38,8 @@ class Backend {
   // The rewrite passes whose fused ops this backend has kernels for; Session::add(const Graph&)
   // runs only these.
   virtual PassOptions passes() const { return {}; }
+  // Whether its product kernels read operands stored in 16 bits (PlanOptions::half_operands).
+  virtual bool half_operands() const { return false; }
 
   // Counters of the work behind run(): what a test or a profile inspects.
   struct Stats {

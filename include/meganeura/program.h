@@ -126,6 +126,9 @@ struct PlanOptions {
   // Order independent dispatches so that they share barriers (otherwise node order).
   bool group_barriers = true;
   bool verify = true;  // run verify() on the result
+  // Store the outputs of round_f16 and round_bf16 in 16 bits where every reader is a product
+  // whose kernels read 16-bit operands (a backend's half_operands()); f32 plans only.
+  bool half_operands = false;
 };
 
 // Orders the live part of `g` (what outputs and assignments need), makes reshapes views,

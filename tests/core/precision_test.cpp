@@ -322,5 +322,113 @@ TEST(Precision, TiledAttentionMeetsItsBoundsOnEveryBackend) {
   }
 }
 
+// 16-bit operands (PlanOptions::half_operands, the Vulkan backend): a rounding node's output
+// that only GEMMs read is planned as f16 / bf16, written two values a word by half.comp and
+// unpacked by the GEMM's loaders. A product with an identity matrix has one non-zero term per
+// output, so it returns the rounded operand exactly: the Vulkan results must equal the CPU's
+// rounding (checked above against independent conversions) value for value, through the vec4
+// and the scalar loads, as A and as B, transposed or not, in both formats, on the kernels for
+// CPU-emulated devices and on the shared-memory tiles of GPUs (with an epilogue: + 0).
+TEST(Precision, RoundedOperandsTravelIn16BitsOnVulkan) {
+  if (!testing_vulkan::missing_device().empty()) {
+    GTEST_SKIP() << "skipped: " << testing_vulkan::missing_device();
+  }
+  const std::vector<float> values = rounding_inputs();
+  struct Case {
+    const char* name;
+    int64_t rows, cols;     // X's shape
+    bool x_is_a, trans;     // X as A (X I) or as B (I X, or I X^T)
+    bool epilogue = false;  // + a bias of zeros (matmul_epilogue where the kernels fuse it)
+  };
+  const Case cases[] = {{"A, vec4 loads", 71, 64, true, false},  {"A, scalar loads, odd count", 73, 63, true, false},
+                        {"B, vec4 loads", 71, 64, false, false}, {"B, scalar loads", 73, 63, false, false},
+                        {"B transposed", 73, 63, false, true},   {"A, with an epilogue", 71, 64, true, false, true}};
+  for (auto kernels : {VulkanOptions::Kernels::automatic, VulkanOptions::Kernels::shared_memory})
+    for (Precision c : {Precision::accelerated, Precision::accelerated_bf16}) {
+      const Op round = c == Precision::accelerated ? Op::round_f16 : Op::round_bf16;
+      const DType half = c == Precision::accelerated ? DType::f16 : DType::bf16;
+      for (const Case& k : cases) {
+        SCOPED_TRACE(std::string(k.name) + ", " + std::string(precision_name(c)) +
+                     (kernels == VulkanOptions::Kernels::automatic ? "" : ", shared-memory tiles"));
+        const int64_t n = k.rows * k.cols, eye_n = k.x_is_a ? k.cols : (k.trans ? k.cols : k.rows);
+        std::vector<float> x(size_t(n), 0.0f);
+        for (size_t i = 0; i < x.size(); ++i) x[i] = values[i % values.size()];
+        const std::vector<float> want = run_rounding(round, x, {});
+        for (size_t i = 0; i < x.size(); ++i)
+          if (std::isinf(want[i])) x[i] = 1.0f;  // infinity times the identity's zeros is NaN
+        const std::vector<float> rounded = run_rounding(round, x, {});
+        std::vector<float> eye(size_t(eye_n * eye_n), 0.0f);
+        for (int64_t i = 0; i < eye_n; ++i) eye[size_t(i * eye_n + i)] = 1.0f;
+        Graph g;
+        Tensor tx = g.parameter("x", {k.rows, k.cols}, {}), ti = g.parameter("eye", {eye_n, eye_n}, {});
+        Tensor y0 = k.x_is_a ? matmul(tx, ti) : matmul(ti, tx, false, k.trans);
+        g.output("y", k.epilogue ? y0 + g.parameter("zero", {k.cols}, {}) : y0);
+        SessionOptions so = vulkan_options();
+        so.precision = c;
+        so.vulkan_kernels = kernels;
+        Session s(so);
+        s.add(g);
+        s.set("x", std::span<const float>(x));
+        s.set("eye", std::span<const float>(eye));
+        if (k.epilogue) s.set("zero", std::span<const float>(std::vector<float>(size_t(k.cols), 0.0f)));
+        s.run();
+        const std::vector<float> y = s.get("y");
+        ASSERT_EQ(y.size(), x.size());
+        for (int64_t r = 0; r < k.rows; ++r)
+          for (int64_t col = 0; col < k.cols; ++col) {
+            const size_t at = size_t(r * k.cols + col), out = k.trans ? size_t(col * k.rows + r) : at;
+            ASSERT_EQ(y[out], rounded[at]) << "x = " << x[at] << " at " << at;
+          }
+        // The plan: both operands are rounding outputs stored in 16 bits, the product's byte count
+        // follows, and nothing else reads them.
+        const Program& p = s.program();
+        size_t halves = 0, fused = 0;
+        for (const Dispatch& d : p.dispatches) {
+          fused += d.op == Op::matmul_epilogue;
+          if (d.op != Op::matmul && d.op != Op::matmul_epilogue) continue;
+          for (size_t i = 0; i < 2; ++i) {
+            const ProgramTensor& t = p.tensors[d.reads[i]];
+            EXPECT_EQ(t.stored, half);
+            EXPECT_EQ(t.bytes, uint64_t(2 * t.type.numel()));
+            halves += t.stored == half;
+          }
+        }
+        EXPECT_EQ(halves, 2u);
+        EXPECT_EQ(fused, k.epilogue && kernels == VulkanOptions::Kernels::shared_memory ? 1u : 0u);
+      }
+    }
+}
+
+// The CPU backend plans rounded operands in f32 (its kernels read f32), and a strict plan has
+// nothing to store in 16 bits: planning with half_operands set changes only rounding outputs.
+TEST(Precision, OnlyRoundingOutputsReadByProductsAreStoredIn16Bits) {
+  Graph g;
+  Tensor x = g.input("x", {8, 16}), w = g.parameter("w", {16, 4}, {});
+  Tensor h = matmul(x, w);
+  g.output("y", h);
+  g.output("sum", sum(h));  // keeps h an output too
+  const Graph a = apply_precision(g, Precision::accelerated);
+  auto stored = [](const Program& p, Op op) {
+    std::vector<DType> out;
+    for (const Dispatch& d : p.dispatches)
+      if (d.op == op) out.push_back(p.tensors[d.write()].stored);
+    return out;
+  };
+  const Program half = plan(a, PlanOptions{.half_operands = true});
+  EXPECT_EQ(stored(half, Op::round_f16), (std::vector<DType>{DType::f16, DType::f16}));
+  EXPECT_EQ(stored(plan(a, PlanOptions{}), Op::round_f16), (std::vector<DType>{DType::f32, DType::f32}));
+  // A rounding output something else reads too (here an output of the graph) stays f32.
+  Graph b;
+  Tensor bx = b.input("x", {8, 16}), bw = b.parameter("w", {16, 4}, {});
+  Tensor r = graph_internal::add_node(b, Op::round_f16, NoAttrs{}, {bx.id}, bx.type());
+  b.output("y", matmul(r, bw));
+  b.output("rounded", r);
+  EXPECT_EQ(stored(plan(b, PlanOptions{.half_operands = true}), Op::round_f16), (std::vector<DType>{DType::f32}));
+  // The product's byte count: its two operands at two bytes an element, its result at four.
+  for (const Dispatch& d : half.dispatches) {
+    if (d.op == Op::matmul) EXPECT_DOUBLE_EQ(d.bytes, 2.0 * (8 * 16 + 16 * 4) + 4.0 * 8 * 4);
+  }
+}
+
 }  // namespace
 }  // namespace meganeura

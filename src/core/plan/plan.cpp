@@ -147,6 +147,7 @@ class Planner {
     collect_selectors();
     add_dispatches();
     add_output_copies();
+    store_half_operands();
     find_lifetimes();
     assign_states();
     views_follow_bases();
@@ -303,6 +304,36 @@ class Planner {
       add_external(name, Role::output, g_.node(id));
       p_.dispatches.push_back(Dispatch{
           Op::copy, NoAttrs{}, {uint32_t(tensor_of_[id])}, {t}, 0, 2.0 * double(p_.tensors[t].bytes), {}, false});
+    }
+  }
+
+  // ---- 16-bit operands. -----
+  // A rounding node's output (round_f16, round_bf16) holds values exact in 16 bits: stored in
+  // them where every dispatch that reads it reads 16-bit operands at that place, it halves the
+  // bytes its readers move and its memory, and changes no value. The dispatches' byte counts
+  // follow the storage.
+  static bool reads_half(Op op, size_t input) { return (op == Op::matmul || op == Op::matmul_epilogue) && input < 2; }
+  void store_half_operands() {
+    if (!opt_.half_operands || opt_.float_dtype != DType::f32) return;
+    std::vector<uint8_t> viewed(p_.tensors.size(), 0), refused(p_.tensors.size(), 0);
+    for (size_t t = 0; t < p_.tensors.size(); ++t) {
+      if (view_base_[t] != t) viewed[view_base_[t]] = 1;
+    }
+    for (const Dispatch& d : p_.dispatches) {
+      for (size_t i = 0; i < d.reads.size(); ++i) refused[d.reads[i]] |= !reads_half(d.op, i);
+    }
+    for (Dispatch& d : p_.dispatches) {
+      if ((d.op != Op::round_f16 && d.op != Op::round_bf16) || d.writes.size() != 1) continue;
+      ProgramTensor& t = p_.tensors[d.write()];
+      if (t.role != Role::temp || viewed[d.write()] || refused[d.write()]) continue;
+      const uint64_t f32_bytes = t.bytes;
+      t.stored = d.op == Op::round_f16 ? DType::f16 : DType::bf16;
+      t.bytes = storage_bytes(t.stored, t.type.numel());
+      const double saved = double(f32_bytes - t.bytes);
+      d.bytes -= saved;
+      for (Dispatch& r : p_.dispatches) {
+        if (std::find(r.reads.begin(), r.reads.end(), d.write()) != r.reads.end()) r.bytes -= saved;
+      }
     }
   }
 

@@ -88,6 +88,8 @@ size_t Session::add(const Graph& g) {
   // The rewrite passes run between autodiff and the plan, those the backend has kernels for.
   if (options_.precision == Precision::strict) return add(plan(optimize(g, backend_->passes()), po));
   // Under the f64 oracle a contract rounds the same operands, the products then accumulate in f64.
+  // The rounded operands are exact in 16 bits: stored so where the backend's products read them.
+  po.half_operands = backend_->half_operands();
   return add(plan(optimize(apply_precision(g, options_.precision), backend_->passes()), po));
 }
 

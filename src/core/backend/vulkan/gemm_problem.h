@@ -31,7 +31,12 @@ struct Problem {
   bool a_along_k = true, b_along_n = true, vec_a = false, vec_b = false, vec_c = false;
   uint32_t words[32] = {};  // the kernel's own push words; the shared ones are set on emission
   uint64_t epilogue = 0;    // instructions of the fused program (0: none)
+  // Operands stored in 16 bits (shaders/half.glsl): A's format in bits 0-1, B's in bits 2-3.
+  uint32_t half = 0;
 };
+enum : uint32_t { kHalfF32 = 0, kHalfF16 = 1, kHalfBf16 = 2 };
+// The format code of a tensor stored as `t` (kHalfF32 for f32).
+uint32_t half_format(DType t);
 
 // The GEMM launch and, when K is split, the reduction of its partial products, which go to the
 // workspace from element `workspace` on. Returns the elements it used there (a multiple of 4).

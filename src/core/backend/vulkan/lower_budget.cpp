@@ -21,6 +21,7 @@ uint64_t primitive_loop_bound(const Launch& l) {
     case Kernel::pointwise:  // push: n, op, binary, rank, contiguous; binary ops over a strided layout walk its rank
       return l.push[2] != 0 && l.push[4] == 0 ? loop(l.push[3]) : 0;
     case Kernel::movement: return l.push[2] != 0 ? 0 : loop(l.push[1]);  // concat copies rows
+    case Kernel::half: return 0;
     case Kernel::sequence: {
       constexpr uint32_t kBiasCorrection = 3, kSeriesTerms = 8;  // expm1's Taylor series
       return l.push[1] == kBiasCorrection ? loop(kSeriesTerms) : 0;
@@ -80,6 +81,7 @@ uint64_t shared_memory_bytes(const Launch& l) {
     case Kernel::kv_cache:
     case Kernel::matmul_q:
     case Kernel::matmul_q_bytes:
+    case Kernel::half:
     case Kernel::count_: return 0;
   }
   return 0;

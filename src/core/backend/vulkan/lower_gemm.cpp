@@ -19,6 +19,8 @@ namespace gemm {
   throw std::invalid_argument("[vulkan:" + std::string(op_name(op)) + "] " + why);
 }
 
+uint32_t half_format(DType t) { return t == DType::f16 ? kHalfF16 : t == DType::bf16 ? kHalfBf16 : kHalfF32; }
+
 uint32_t u32(Op op, uint64_t v, const char* what) {
   if (v > UINT32_MAX) refuse(op, std::string(what) + " of " + std::to_string(v) + " exceeds 32 bits");
   return uint32_t(v);
@@ -116,7 +118,8 @@ uint64_t emit(const Problem& pr, const DeviceClass& dc, Op op, Launch base, std:
   const GemmTiles& t = s.t;
   base.spec = {s.workgroup, kModeGemm, pr.operation, pr.a_along_k,  pr.b_along_n,
                pr.vec_a,    pr.vec_b,  pr.vec_c,     pr.n % 4 == 0, t.bm,
-               t.bn,        t.bk,      t.tm,         t.tn,          dc.gemm == GemmFamily::direct};
+               t.bn,        t.bk,      t.tm,         t.tn,          dc.gemm == GemmFamily::direct,
+               pr.half};
   Launch g = base;
   g.groups[0] = u32(op, ceil_div(pr.n, t.bn), "the column tiles");
   g.groups[1] = u32(op, ceil_div(pr.m, t.bm), "the row tiles");
@@ -133,6 +136,7 @@ uint64_t emit(const Problem& pr, const DeviceClass& dc, Op op, Launch base, std:
   Launch r = base;
   r.spec[0] = dc.workgroup;
   r.spec[1] = kModeReduce;
+  r.spec[15] = 0;  // the partial products are f32
   r.bindings[wide ? 11 : 0] = kWorkspaceBinding;
   r.workspace_bytes = g.workspace_bytes;
   r.barrier_before = true;
@@ -200,6 +204,7 @@ Problem matmul_problem(const Program& p, const Dispatch& d, const MatmulAttrs& a
   pr.vec_a = lda % 4 == 0 && sa % 4 == 0 && (a.trans_a ? pr.m : pr.k) % 4 == 0;
   pr.vec_b = ldb % 4 == 0 && sb % 4 == 0 && (a.trans_b ? pr.k : pr.n) % 4 == 0;
   pr.vec_c = pr.n % 4 == 0 && sc % 4 == 0;
+  pr.half = half_format(p.tensors[ra].stored) | half_format(p.tensors[rb].stored) << 2;
   return pr;
 }
 
@@ -251,7 +256,10 @@ void lower_matmul(const Program& p, const Dispatch& d, const DeviceClass& dc, La
   base.bindings[1] = d.reads[1];
   base.bindings[2] = d.write();
   if (pr.m * pr.n * pr.batches == 0) return;
-  if (dc.gemm == GemmFamily::naive) return emit_reference(pr, a.trans_a, a.trans_b, dc, d.op, std::move(base), out);
+  if (dc.gemm == GemmFamily::naive) {
+    if (pr.half) refuse(d.op, "the reference GEMM kernel reads f32 operands only");
+    return emit_reference(pr, a.trans_a, a.trans_b, dc, d.op, std::move(base), out);
+  }
   emit(pr, dc, d.op, std::move(base), out);
 }
 

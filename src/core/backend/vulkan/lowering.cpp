@@ -167,9 +167,14 @@ class Lowerer {
     const ProgramTensor& y = p_.tensors[d.write()];
     // matmul_q's weight and an embedding's table may be in a block format (matmul_q.comp)
     const bool blocks = d.op == Op::embedding && dtype_is_block(p_.tensors[d.reads[0]].stored);
+    // 16-bit operands: written by the rounding ops (half.comp), read by the GEMM kernels as A and B.
+    const bool gemm = d.op == Op::matmul || d.op == Op::matmul_epilogue;
+    const bool rounding = d.op == Op::round_f16 || d.op == Op::round_bf16;
     for (size_t r = 0; r < d.reads.size(); ++r)
-      if (!(d.op == Op::matmul_q && r == 1) && !(blocks && r == 0)) check_dtype(d, p_.tensors[d.reads[r]]);
-    check_dtype(d, y);
+      if (!(d.op == Op::matmul_q && r == 1) && !(blocks && r == 0))
+        check_dtype(d, p_.tensors[d.reads[r]], gemm && r < 2);
+    check_dtype(d, y, rounding);
+    if (rounding && y.stored != DType::f32) return half(d, make(Kernel::half), out);
     const KernelLaunch& schedule = schedule_.launches[index];
     switch (op_info(d.op).vulkan) {
       case VkKernel::unary: return unary(d, make(Kernel::pointwise), out);
@@ -200,9 +205,10 @@ class Lowerer {
   const Shape& shape(uint32_t t) const { return p_.tensors[t].type.shape; }
   uint64_t numel_of(uint32_t t) const { return uint64_t(p_.tensors[t].type.numel()); }
 
-  static void check_dtype(const Dispatch& d, const ProgramTensor& t) {
+  static void check_dtype(const Dispatch& d, const ProgramTensor& t, bool half_allowed = false) {
     DType s = t.stored;
     if (s == DType::f32 || s == DType::i32 || s == DType::u32) return;
+    if (half_allowed && (s == DType::f16 || s == DType::bf16)) return;
     if (dtype_is_block(s))
       unsupported(d.op, "weights in a block format (" + std::string(dtype_name(s)) + ") run on the CPU backend only");
     unsupported(
@@ -238,6 +244,23 @@ class Lowerer {
     l.bindings[0] = d.reads[0];
     l.bindings[2] = d.write();
     elementwise_grid(l, n, dc_);
+    out.push_back(std::move(l));
+  }
+
+  // A rounding op into 16-bit storage: a word (two values) per invocation.
+  void half(const Dispatch& d, Launch l, std::vector<Launch>& out) {
+    const ProgramTensor& y = p_.tensors[d.write()];
+    const bool f16 = d.op == Op::round_f16;
+    if (y.stored != (f16 ? DType::f16 : DType::bf16))
+      unsupported(d.op, "writes " + std::string(dtype_name(y.stored)) + " storage");
+    const uint64_t n = numel_of(d.write());
+    l.kernel = Kernel::half;
+    Push pc{l};
+    pc.u(n);
+    l.bindings[0] = d.reads[0];
+    l.bindings[2] = d.write();
+    elementwise_grid(l, ceil_div(n, 2), dc_);
+    l.spec.push_back(f16 ? 1u : 2u);  // half.comp's FORMAT
     out.push_back(std::move(l));
   }
 

@@ -37,6 +37,7 @@ enum class Kernel : uint8_t {
   matmul_q_gemm,     // the same on the GEMM core, for prompt chunks
   matmul_q_bytes,    // matmul_q and matmul_q_gemm reading the blocks through 8-bit storage
   matmul_q_gemm_bytes,
+  half,  // round_f16 and round_bf16 writing 16-bit storage (two values a word)
   count_
 };
 constexpr size_t kKernelCount = size_t(Kernel::count_);

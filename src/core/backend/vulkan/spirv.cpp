@@ -81,6 +81,9 @@ const uint32_t kMatmulQBytes[] = {
 const uint32_t kMatmulQGemmBytes[] = {
 #include "matmul_q_gemm_bytes.spv.inc"
 };
+const uint32_t kHalf[] = {
+#include "half.spv.inc"
+};
 // As glslc wrote it.
 std::span<const uint32_t> glslc_spirv(Kernel k) {
   switch (k) {
@@ -108,6 +111,7 @@ std::span<const uint32_t> glslc_spirv(Kernel k) {
     case Kernel::matmul_q_gemm: return kMatmulQGemm;
     case Kernel::matmul_q_bytes: return kMatmulQBytes;
     case Kernel::matmul_q_gemm_bytes: return kMatmulQGemmBytes;
+    case Kernel::half: return kHalf;
     case Kernel::count_: break;
   }
   return {};
@@ -116,14 +120,31 @@ std::span<const uint32_t> glslc_spirv(Kernel k) {
 }  // namespace
 
 const char* kernel_name(Kernel k) {
-  static const char* names[] = {"pointwise",      "reduce",         "softmax",
-                                "matmul",         "movement",       "index",
-                                "sequence",       "conv",           "pool",
-                                "fused",          "rows",           "attention",
-                                "workload",       "rows_subgroup",  "reduce_subgroup",
-                                "attention_rows", "matmul_fused",   "matmul_reference",
-                                "kv_cache",       "top_k",          "matmul_q",
-                                "matmul_q_gemm",  "matmul_q_bytes", "matmul_q_gemm_bytes"};
+  static const char* names[] = {"pointwise",
+                                "reduce",
+                                "softmax",
+                                "matmul",
+                                "movement",
+                                "index",
+                                "sequence",
+                                "conv",
+                                "pool",
+                                "fused",
+                                "rows",
+                                "attention",
+                                "workload",
+                                "rows_subgroup",
+                                "reduce_subgroup",
+                                "attention_rows",
+                                "matmul_fused",
+                                "matmul_reference",
+                                "kv_cache",
+                                "top_k",
+                                "matmul_q",
+                                "matmul_q_gemm",
+                                "matmul_q_bytes",
+                                "matmul_q_gemm_bytes",
+                                "half"};
   static_assert(sizeof(names) / sizeof(names[0]) == kKernelCount);
   return names[size_t(k)];
 }

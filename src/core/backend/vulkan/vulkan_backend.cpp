@@ -213,6 +213,9 @@ class VulkanBackend final : public Backend {
 
   Stats stats() const override { return stats_; }
 
+  // The GEMM kernels read f16 and bf16 operands (gemm_params.glsl's HALF); the first one does not.
+  bool half_operands() const override { return dc_.gemm != GemmFamily::naive; }
+
   // Every pass (fused reductions over contiguous axes only), where the device allows the wide kernels' twelve bindings
   // per stage; otherwise graphs keep their primitive ops, and the fused cross-entropy and where (whose kernels use the
   // wide layout) are decomposed into them.
