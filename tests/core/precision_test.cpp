@@ -215,13 +215,15 @@ std::vector<Product> products() {
 }
 
 // Runs `build` on the given session options with the parameters set to `values` (or their
-// absolute values), returning "y".
+// absolute values), returning "y" (and the plan in `planned`).
 std::vector<double> run_product(const Product& p, SessionOptions so,
-                                const std::map<std::string, std::vector<double>>& v, bool absolute = false) {
+                                const std::map<std::string, std::vector<double>>& v, bool absolute = false,
+                                Program* planned = nullptr) {
   Graph g;
   g.output("y", p.build(g));
   Session s(so);
   s.add(g);
+  if (planned) *planned = s.program();
   for (auto& [name, x] : v) {
     std::vector<double> y = x;
     if (absolute)
@@ -314,7 +316,13 @@ TEST(Precision, TiledAttentionMeetsItsBoundsOnEveryBackend) {
     if (testing_vulkan::missing_device().empty()) {
       SessionOptions so = vulkan_options();
       so.precision = c;
-      f32.emplace_back("Vulkan", run_product(p, so, v));
+      Program planned;
+      f32.emplace_back("Vulkan", run_product(p, so, v, false, &planned));
+      // Vulkan reads q, k and v in 16 bits (half.glsl): the tolerance below checks the unpacking.
+      const DType half = c == Precision::accelerated ? DType::f16 : DType::bf16;
+      for (const Dispatch& d : planned.dispatches)
+        if (d.op == Op::attention_fused)
+          for (size_t i = 0; i < 3; ++i) EXPECT_EQ(planned.tensors[d.reads[i]].stored, half) << "operand " << i;
     }
     for (auto& [where, got] : f32)
       for (size_t i = 0; i < outputs; ++i)

@@ -312,7 +312,9 @@ class Planner {
   // them where every dispatch that reads it reads 16-bit operands at that place, it halves the
   // bytes its readers move and its memory, and changes no value. The dispatches' byte counts
   // follow the storage.
-  static bool reads_half(Op op, size_t input) { return (op == Op::matmul || op == Op::matmul_epilogue) && input < 2; }
+  static bool reads_half(Op op, size_t input) {
+    return ((op == Op::matmul || op == Op::matmul_epilogue) && input < 2) || (op == Op::attention_fused && input < 3);
+  }
   void store_half_operands() {
     if (!opt_.half_operands || opt_.float_dtype != DType::f32) return;
     std::vector<uint8_t> viewed(p_.tensors.size(), 0), refused(p_.tensors.size(), 0);

@@ -5,6 +5,7 @@
 #include <optional>
 #include <string>
 
+#include "backend/vulkan/gemm_problem.h"
 #include "backend/vulkan/lowering_internal.h"
 
 namespace meganeura::vk::detail {
@@ -147,15 +148,22 @@ void lower_attention(const Context& c, const Dispatch& d, const KernelLaunch& k,
   l.push[kPushCausal] = a.causal ? 1 : 0;
   const uint64_t rows = x.b * x.hq * x.sq;
   if (d.op == Op::attention_fused) {
+    // q, k and v stored in 16 bits (half.glsl): the kernels' constant 15.
+    uint32_t half = 0;
+    for (uint32_t i = 0; i < 3; ++i) half |= gemm::half_format(c.p.tensors[d.reads[i]].stored) << (2 * i);
+    auto with_half = [&](Launch f) {
+      if (half) f.spec.resize(16, 0), f.spec[15] = half;
+      return f;
+    };
     if (!c.dc.row_attention) {
-      out.push_back(tiled(d, kForward, x, c.dc, std::move(l)));
+      out.push_back(with_half(tiled(d, kForward, x, c.dc, std::move(l))));
       return;
     }
     std::vector<Launch> chunks;
     by_rows(d, kForward, x, c.dc, l, chunks);
     for (Launch& k : chunks) {
       if (chunks.size() > 1) k.bindings[5] = kWorkspaceBinding, k.workspace_bytes = 2 * rows * 4;
-      out.push_back(std::move(k));
+      out.push_back(with_half(std::move(k)));
     }
     return;
   }

@@ -28,6 +28,15 @@ const uint RP = BR + 1, CP = BC + 1;                         // padded strides o
 layout(std430, binding = 0) readonly buffer Q { float q[]; };
 layout(std430, binding = 1) readonly buffer K { float k[]; };
 layout(std430, binding = 2) readonly buffer V { float v[]; };
+// 16-bit q, k and v (half.glsl), the forward's only: formats in HALF's bits 0-1, 2-3 and 4-5.
+#include "half.glsl"
+layout(constant_id = 15) const uint HALF = 0;
+layout(std430, binding = 0) readonly buffer QH { uint qh[]; };
+layout(std430, binding = 1) readonly buffer KH { uint kh[]; };
+layout(std430, binding = 2) readonly buffer VH { uint vh[]; };
+float q_at(uint i) { return (HALF & 3u) != HALF_F32 ? half_value(qh[i >> 1], i, HALF & 3u) : q[i]; }
+float k_at(uint i) { return ((HALF >> 2) & 3u) != HALF_F32 ? half_value(kh[i >> 1], i, (HALF >> 2) & 3u) : k[i]; }
+float v_at(uint i) { return ((HALF >> 4) & 3u) != HALF_F32 ? half_value(vh[i >> 1], i, (HALF >> 4) & 3u) : v[i]; }
 layout(std430, binding = 3) readonly buffer O { float packed[]; };   // out, then lse
 layout(std430, binding = 4) readonly buffer G { float gpacked[]; };  // their gradients
 layout(std430, binding = 5) buffer W { float ws[]; };                // dO . O - dlse per query row
@@ -58,7 +67,7 @@ void load_transposed(uint at, uint stride, uint base, uint r0, uint nrows, uint 
     float x = 0.0;
     if (r0 + r < rows) {
       const uint g = (base + r0 + r) * cols + c;
-      x = which == 0u ? q[g] : which == 1u ? k[g] : which == 2u ? v[g] : gpacked[g];
+      x = which == 0u ? q_at(g) : which == 1u ? k_at(g) : which == 2u ? v_at(g) : gpacked[g];
     }
     smem[at + c * stride + r] = x;
   }
@@ -95,7 +104,7 @@ void forward() {
     load_transposed(KS, CP, kvh * sk, k0, BC, sk, D, 1u);
     for (uint e = tid; e < BC * DV; e += WG) {
       const uint r = e / DV;
-      smem[VS + e] = k0 + r < sk ? v[(kvh * sk + k0) * DV + e] : 0.0;
+      smem[VS + e] = k0 + r < sk ? v_at((kvh * sk + k0) * DV + e) : 0.0;
     }
     barrier();
     float s[TM][TN];

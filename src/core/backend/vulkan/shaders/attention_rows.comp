@@ -19,6 +19,15 @@ layout(constant_id = 5) const uint MODE = 0;
 layout(std430, binding = 0) readonly buffer Q { float q[]; };
 layout(std430, binding = 1) readonly buffer K { float k[]; };
 layout(std430, binding = 2) readonly buffer V { float v[]; };
+// 16-bit q, k and v (half.glsl), the forward's only: formats in HALF's bits 0-1, 2-3 and 4-5.
+#include "half.glsl"
+layout(constant_id = 15) const uint HALF = 0;
+layout(std430, binding = 0) readonly buffer QH { uint qh[]; };
+layout(std430, binding = 1) readonly buffer KH { uint kh[]; };
+layout(std430, binding = 2) readonly buffer VH { uint vh[]; };
+float q_at(uint i) { return (HALF & 3u) != HALF_F32 ? half_value(qh[i >> 1], i, HALF & 3u) : q[i]; }
+float k_at(uint i) { return ((HALF >> 2) & 3u) != HALF_F32 ? half_value(kh[i >> 1], i, (HALF >> 2) & 3u) : k[i]; }
+float v_at(uint i) { return ((HALF >> 4) & 3u) != HALF_F32 ? half_value(vh[i >> 1], i, (HALF >> 4) & 3u) : v[i]; }
 layout(std430, binding = 3) readonly buffer O { float packed[]; };   // out, then lse
 layout(std430, binding = 4) readonly buffer G { float gpacked[]; };  // their gradients
 layout(std430, binding = 5) buffer W { float ws[]; };  // backward: dO . O - dlse per row; forward: max, sum
@@ -53,7 +62,7 @@ void forward() {
   const float scale = uintBitsToFloat(pc.w[SCALE]);
   const int last = min(int(i) + shift_of(), int(sk) - 1);
   float qi[D], acc[DV];
-  for (uint c = 0; c < D; ++c) qi[c] = scale * q[r * D + c];
+  for (uint c = 0; c < D; ++c) qi[c] = scale * q_at(r * D + c);
   float m = MASKED, l = 0.0;
   if (first_chunk()) {
     for (uint c = 0; c < DV; ++c) acc[c] = 0.0;
@@ -66,7 +75,7 @@ void forward() {
   for (uint j = pc.w[FIRST]; j < kend; ++j) {
     const uint kj = kv * sk + j;
     float s = 0.0;
-    for (uint c = 0; c < D; ++c) s += qi[c] * k[kj * D + c];
+    for (uint c = 0; c < D; ++c) s += qi[c] * k_at(kj * D + c);
     const bool visible = int(j) <= last;
     if (visible && s > m) {  // a new maximum: rescale what was summed so far
       const float corr = exp(m - s);
@@ -76,7 +85,7 @@ void forward() {
     }
     const float p = visible ? exp(s - m) : 0.0;
     l += p;
-    for (uint c = 0; c < DV; ++c) acc[c] += p * v[kj * DV + c];
+    for (uint c = 0; c < DV; ++c) acc[c] += p * v_at(kj * DV + c);
   }
   if (i >= sq) return;
   if (!last_chunk()) {
@@ -100,7 +109,7 @@ void grad_q() {
   const int last = min(int(i) + shift_of(), int(sk) - 1);
   float qi[D], go[DV], acc[D];
   for (uint c = 0; c < D; ++c) {
-    qi[c] = scale * q[r * D + c];
+    qi[c] = scale * q_at(r * D + c);
     acc[c] = first_chunk() ? 0.0 : y[r * D + c];
   }
   for (uint c = 0; c < DV; ++c) go[c] = gpacked[r * DV + c];
@@ -108,10 +117,10 @@ void grad_q() {
   for (uint j = pc.w[FIRST]; j < kend; ++j) {
     const uint kj = kv * sk + j;
     float s = 0.0, dp = 0.0;
-    for (uint c = 0; c < D; ++c) s += qi[c] * k[kj * D + c];
-    for (uint c = 0; c < DV; ++c) dp += go[c] * v[kj * DV + c];
+    for (uint c = 0; c < D; ++c) s += qi[c] * k_at(kj * D + c);
+    for (uint c = 0; c < DV; ++c) dp += go[c] * v_at(kj * DV + c);
     const float ds = int(j) <= last ? scale * exp(s - lse) * (dp - shift) : 0.0;
-    for (uint c = 0; c < D; ++c) acc[c] += ds * k[kj * D + c];
+    for (uint c = 0; c < D; ++c) acc[c] += ds * k_at(kj * D + c);
   }
   if (i >= sq) return;
   for (uint c = 0; c < D; ++c) y[r * D + c] = acc[c];
@@ -129,11 +138,11 @@ void grad_kv() {
   const float scale = uintBitsToFloat(pc.w[SCALE]);
   float kr[D], vr[DV], dk[D], dv[DV];
   for (uint c = 0; c < D; ++c) {
-    kr[c] = scale * k[kj * D + c];
+    kr[c] = scale * k_at(kj * D + c);
     dk[c] = first_chunk() ? 0.0 : y[dk_at + c];
   }
   for (uint c = 0; c < DV; ++c) {
-    vr[c] = v[kj * DV + c];
+    vr[c] = v_at(kj * DV + c);
     dv[c] = first_chunk() ? 0.0 : y[dv_at + c];
   }
   // Query rows before the block's first key's first viewer see none of its keys.
@@ -143,12 +152,12 @@ void grad_kv() {
     for (uint i = first; i < pc.w[LAST]; ++i) {
       const uint r = (bh0 + h) * sq + i;
       float s = 0.0, dp = 0.0;
-      for (uint c = 0; c < D; ++c) s += kr[c] * q[r * D + c];
+      for (uint c = 0; c < D; ++c) s += kr[c] * q_at(r * D + c);
       for (uint c = 0; c < DV; ++c) dp += vr[c] * gpacked[r * DV + c];
       const bool visible = j < sk && int(j) <= int(i) + shift_of();
       const float p = visible ? exp(s - packed[rows * DV + r]) : 0.0, ds = scale * p * (dp - ws[r]);
       for (uint c = 0; c < DV; ++c) dv[c] += p * gpacked[r * DV + c];
-      for (uint c = 0; c < D; ++c) dk[c] += ds * q[r * D + c];
+      for (uint c = 0; c < D; ++c) dk[c] += ds * q_at(r * D + c);
     }
   }
   if (j >= sk) return;
