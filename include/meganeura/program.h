@@ -130,6 +130,9 @@ struct PlanOptions {
   // whose kernels read 16-bit operands (a backend's half_operands()); f32 plans only.
   bool half_operands = false;
 };
+// The leading inputs of `op` that half_operands backends read in 16 bits (0: none): the forward
+// products' (matmul, matmul_epilogue and conv2d two, attention_fused three).
+size_t half_operand_inputs(Op op);
 
 // Orders the live part of `g` (what outputs and assignments need), makes reshapes views,
 // assigns state updates in place where no later read sees the old value, places temporaries

@@ -211,6 +211,20 @@ std::vector<Product> products() {
          return conv2d(g.parameter("a", {2, 5, 9, 9}, {}), g.parameter("b", {7, 5, 3, 3}, {}), o);
        },
        5 * 9},
+      // Channels in quads: Vulkan stages x and the weights channels-last (the copies read 16 bits).
+      {"conv2d, channels-last",
+       [](Graph& g) {
+         Conv2dOptions o;
+         o.pad_h = o.pad_w = 1;
+         return conv2d(g.parameter("a", {2, 8, 7, 7}, {}), g.parameter("b", {6, 8, 3, 3}, {}), o);
+       },
+       8 * 9},
+      // 1 x 1: one GEMM per image on the GEMM kernel, the weights as A.
+      {"conv2d, 1 x 1",
+       [](Graph& g) {
+         return conv2d(g.parameter("a", {2, 8, 6, 6}, {}), g.parameter("b", {5, 8, 1, 1}, {}));
+       },
+       8},
   };
 }
 
@@ -257,7 +271,17 @@ TEST(Precision, ProductsMeetTheirBoundsOnEveryBackend) {
       if (vulkan) {
         SessionOptions so = vulkan_options();
         so.precision = c;
-        f32.emplace_back("Vulkan", run_product(p, so, v));
+        Program planned;
+        f32.emplace_back("Vulkan", run_product(p, so, v, false, &planned));
+        // Vulkan reads both operands in 16 bits: the bound below checks the unpacking.
+        const DType half = c == Precision::accelerated ? DType::f16 : DType::bf16;
+        size_t products = 0;
+        for (const Dispatch& d : planned.dispatches) {
+          if (half_operand_inputs(d.op) == 0) continue;
+          ++products;
+          for (size_t i = 0; i < 2; ++i) EXPECT_EQ(planned.tensors[d.reads[i]].stored, half) << "operand " << i;
+        }
+        EXPECT_EQ(products, 1u);
       }
       size_t moved = 0;
       for (size_t i = 0; i < exact.size(); ++i) {

@@ -12,6 +12,11 @@
 
 namespace meganeura {
 
+size_t half_operand_inputs(Op op) {
+  if (op == Op::matmul || op == Op::matmul_epilogue || op == Op::conv2d) return 2;  // A and B, x and w
+  return op == Op::attention_fused ? 3 : 0;                                         // q, k, v
+}
+
 std::string_view hazard_name(HazardKind k) {
   switch (k) {
     case HazardKind::raw: return "raw";
@@ -312,9 +317,6 @@ class Planner {
   // them where every dispatch that reads it reads 16-bit operands at that place, it halves the
   // bytes its readers move and its memory, and changes no value. The dispatches' byte counts
   // follow the storage.
-  static bool reads_half(Op op, size_t input) {
-    return ((op == Op::matmul || op == Op::matmul_epilogue) && input < 2) || (op == Op::attention_fused && input < 3);
-  }
   void store_half_operands() {
     if (!opt_.half_operands || opt_.float_dtype != DType::f32) return;
     std::vector<uint8_t> viewed(p_.tensors.size(), 0), refused(p_.tensors.size(), 0);
@@ -322,7 +324,7 @@ class Planner {
       if (view_base_[t] != t) viewed[view_base_[t]] = 1;
     }
     for (const Dispatch& d : p_.dispatches) {
-      for (size_t i = 0; i < d.reads.size(); ++i) refused[d.reads[i]] |= !reads_half(d.op, i);
+      for (size_t i = 0; i < d.reads.size(); ++i) refused[d.reads[i]] |= i >= half_operand_inputs(d.op);
     }
     for (Dispatch& d : p_.dispatches) {
       if ((d.op != Op::round_f16 && d.op != Op::round_bf16) || d.writes.size() != 1) continue;

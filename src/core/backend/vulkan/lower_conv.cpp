@@ -4,6 +4,7 @@
 // (and the weights in the matching K order) so that every quad the GEMM reads is a vec4; 1x1
 // stride-1 convolutions are batched matmuls.
 #include <algorithm>
+#include <array>
 #include <numeric>
 #include <variant>
 
@@ -207,12 +208,14 @@ std::vector<Pass> conv_passes(const Dispatch& d, const ConvAttrs& a, const Geome
 }
 
 // A MODE_PERMUTE launch of conv.comp into the workspace; returns the elements written.
-uint64_t emit_permute(const Permute& pm, const DeviceClass& dc, Op op, Launch base, std::vector<Launch>& out) {
+uint64_t emit_permute(const Permute& pm, const DeviceClass& dc, Op op, Launch base, std::vector<Launch>& out,
+                      uint32_t half) {
   uint64_t numel = 1;
   for (int64_t e : pm.extents) numel *= uint64_t(e);
   base.kernel = Kernel::conv;
   // One pipeline for every staging copy: the GEMM constants at fixed small values.
-  base.spec = {dc.workgroup, kModePermute, 0, 1, 0, 0, 0, 0, 0, 16, 16, 4, 4, 4, dc.gemm == GemmFamily::direct};
+  base.spec = {dc.workgroup, kModePermute, 0, 1, 0, 0, 0, 0, 0, 16, 16, 4, 4, 4, dc.gemm == GemmFamily::direct,
+               half << 2};  // the source's format as B's
   std::fill(std::begin(base.push), std::end(base.push), 0u);
   base.push_words = 20;
   base.push[0] = u32(op, numel, "a staged tensor");
@@ -249,15 +252,16 @@ Permute channels_last_copy(const Dispatch& d, const Geometry& g) {
 
 // The staging copies, then (after a barrier) each pass's GEMM reading them: A at the
 // workspace's start, its staged weights after it, the partial products of split GEMMs after all.
+// `half`: the formats of the staged x and weights (the copies read them as B).
 void emit_channels_last(const Dispatch& d, const Geometry& g, std::vector<Pass>& passes, const DeviceClass& dc,
-                        const Launch& base, std::vector<Launch>& out) {
-  uint64_t used = emit_permute(channels_last_copy(d, g), dc, d.op, base, out);
+                        const Launch& base, std::vector<Launch>& out, std::array<uint32_t, 2> half) {
+  uint64_t used = emit_permute(channels_last_copy(d, g), dc, d.op, base, out, half[0]);
   for (Pass& p : passes) {
     p.problem.words[kABase] = 0;
     if (!p.stage_weights) continue;
     p.weights.base = used;
     p.problem.words[kBBase] = u32(d.op, used, "the workspace");
-    used += emit_permute(p.weights, dc, d.op, base, out);
+    used += emit_permute(p.weights, dc, d.op, base, out, half[1]);
   }
   Launch gemm = base;
   gemm.bindings[0] = kWorkspaceBinding;
@@ -286,9 +290,14 @@ void lower_conv(const Program& p, const Dispatch& d, const DeviceClass& dc, Laun
   base.bindings[1] = d.reads[1];
   base.bindings[2] = d.write();
   if (numel(x) * numel(w) * numel(y) == 0) return;
+  // The forward's x and weights may be stored in 16 bits (half.glsl; the backward passes read f32).
+  const uint32_t hx = d.op == Op::conv2d ? half_format(p.tensors[d.reads[0]].stored) : kHalfF32;
+  const uint32_t hw = d.op == Op::conv2d ? half_format(p.tensors[d.reads[1]].stored) : kHalfF32;
   if (pointwise_conv(d, a, w, y)) {
     std::swap(base.bindings[0], base.bindings[1]);  // A: the weights; B: x or dY
-    emit(pointwise_problem(d, x, w), dc, d.op, std::move(base), out);
+    Problem pr = pointwise_problem(d, x, w);
+    pr.half = hw | hx << 2;
+    emit(pr, dc, d.op, std::move(base), out);
     return;
   }
   const Geometry g{uint64_t(x[0]),           uint64_t(x[1]), uint64_t(x[2]), uint64_t(x[3]), uint64_t(w[0]),
@@ -297,9 +306,13 @@ void lower_conv(const Program& p, const Dispatch& d, const DeviceClass& dc, Laun
   // Channels-last when the gathered operand's channels per group come in quads.
   const bool channels_last = (d.op == Op::conv2d_backward_input ? g.og : g.cg) % 4 == 0;
   std::vector<Pass> passes = conv_passes(d, a, g, channels_last);
-  if (channels_last) return emit_channels_last(d, g, passes, dc, base, out);
+  // Channels-last: the staging copies read x and the weights (as B) and write f32 for the GEMM.
+  if (channels_last) return emit_channels_last(d, g, passes, dc, base, out, {hx, hw});
   uint64_t workspace = 0;  // the input gradient's phases run together: disjoint workspace parts
-  for (const Pass& pass : passes) workspace += emit(pass.problem, dc, d.op, base, out, workspace);
+  for (Pass& pass : passes) {
+    pass.problem.half = hx | hw << 2;  // A: x gathered, B: the weights as they are
+    workspace += emit(pass.problem, dc, d.op, base, out, workspace);
+  }
 }
 
 }  // namespace meganeura::vk

@@ -167,13 +167,11 @@ class Lowerer {
     const ProgramTensor& y = p_.tensors[d.write()];
     // matmul_q's weight and an embedding's table may be in a block format (matmul_q.comp)
     const bool blocks = d.op == Op::embedding && dtype_is_block(p_.tensors[d.reads[0]].stored);
-    // 16-bit operands: written by the rounding ops (half.comp), read by the GEMM kernels as A and
-    // B and by the attention forward as q, k and v.
-    const bool gemm = d.op == Op::matmul || d.op == Op::matmul_epilogue || d.op == Op::attention_fused;
+    // 16-bit operands: written by the rounding ops (half.comp), read by the products' kernels.
     const bool rounding = d.op == Op::round_f16 || d.op == Op::round_bf16;
     for (size_t r = 0; r < d.reads.size(); ++r)
       if (!(d.op == Op::matmul_q && r == 1) && !(blocks && r == 0))
-        check_dtype(d, p_.tensors[d.reads[r]], gemm && r < (d.op == Op::attention_fused ? 3u : 2u));
+        check_dtype(d, p_.tensors[d.reads[r]], r < half_operand_inputs(d.op));
     check_dtype(d, y, rounding);
     if (rounding && y.stored != DType::f32) return half(d, make(Kernel::half), out);
     const KernelLaunch& schedule = schedule_.launches[index];

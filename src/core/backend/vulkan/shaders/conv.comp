@@ -15,7 +15,9 @@
 // channels-last ([n][y][x][c]) by MODE_PERMUTE launches, and K (or the weight gradient's rows)
 // runs channel-fastest, so its quads are 4 channels of one pixel: vec4 loads. The forward
 // pass and the input gradient then read weights staged in that K order too (vec4 along K).
-// Otherwise K runs (c, i, j) over the tensors as they are, gathering scalars.
+// Otherwise K runs (c, i, j) over the tensors as they are, gathering scalars. The forward's x
+// and weights may be stored in 16 bits (gemm_operands.glsl): the gathers and the staging copies
+// read them so, the staged copies are f32.
 // Bindings: 0 A, 1 B, 2 the result (x or dY, w or dY, or the staged copies in the workspace at
 // P_A_BASE and P_B_BASE); a split GEMM writes its partial products through binding 2 and its
 // reduction reads them through binding 0. Index division goes through fast_div with
@@ -38,10 +40,7 @@ const uint P_KK = 18, P_KWD = 19, P_MKK = 22, P_MKW = 23, P_MPIX = 24, P_MROW = 
 const uint P_SHIFTS = 28;
 const bool CHANNELS_LAST = VEC_A != 0;
 
-layout(std430, binding = 0) readonly buffer A { float a[]; };
-layout(std430, binding = 0) readonly buffer A4 { vec4 a4[]; };
-layout(std430, binding = 1) readonly buffer B { float b[]; };
-layout(std430, binding = 1) readonly buffer B4 { vec4 b4[]; };
+#include "gemm_operands.glsl"
 layout(std430, binding = 2) writeonly buffer C { float c[]; };
 layout(std430, binding = 2) writeonly buffer C4 { vec4 c4[]; };
 float ws_load(uint i) { return a[i]; }
@@ -105,17 +104,17 @@ float a_at(ARef r, uint k) {
     const uvec3 p = pixel(k);
     const int iy = int(p.y * sy()) + r.y0, ix = int(p.z * sx()) + r.x0;
     if (!inside(iy, ix, pc.w[P_H], pc.w[P_W])) return 0.0;
-    return a[p.x * pc.w[P_C] * pc.w[P_H] * pc.w[P_W] + r.base + uint(iy) * pc.w[P_W] + uint(ix)];
+    return a_load(p.x * pc.w[P_C] * pc.w[P_H] * pc.w[P_W] + r.base + uint(iy) * pc.w[P_W] + uint(ix));
   }
   const uvec3 t = tap(k);
   if (OPERATION == FORWARD) {
     const int iy = r.y0 + int(t.y * dy()), ix = r.x0 + int(t.z * dx());
     if (!inside(iy, ix, pc.w[P_H], pc.w[P_W])) return 0.0;
-    return a[r.base + (t.x * pc.w[P_H] + uint(iy)) * pc.w[P_W] + uint(ix)];
+    return a_load(r.base + (t.x * pc.w[P_H] + uint(iy)) * pc.w[P_W] + uint(ix));
   }
   const int oy = r.y0 - int(t.y * dy()), ox = r.x0 - int(t.z * dx());
   if (!inside(oy, ox, pc.w[P_OH], pc.w[P_OW])) return 0.0;
-  return a[r.base + (t.x * pc.w[P_OH] + uint(oy)) * pc.w[P_OW] + uint(ox)];
+  return a_load(r.base + (t.x * pc.w[P_OH] + uint(oy)) * pc.w[P_OW] + uint(ox));
 }
 
 // Channels-last quads: 4 channels of one pixel (K along channels; the weight gradient's quads
@@ -161,19 +160,19 @@ float b_at(BRef r, uint k) {
   if (k >= g_kend) return 0.0;
   if (OPERATION == WEIGHT_GRAD) {
     const uint n = pixel(k).x;
-    return b[n * pc.w[P_O] * pc.w[P_OH] * pc.w[P_OW] + r.base + k - n * pc.w[P_PIX]];
+    return b_load(n * pc.w[P_O] * pc.w[P_OH] * pc.w[P_OW] + r.base + k - n * pc.w[P_PIX]);
   }
-  if (OPERATION == FORWARD || CHANNELS_LAST) return b[r.base + k];
+  if (OPERATION == FORWARD || CHANNELS_LAST) return b_load(r.base + k);
   const uvec3 t = tap(k);
-  return b[r.base + t.x * pc.w[P_CG] * window() + t.y * byte_of(P_TAPS, 2) * pc.w[P_KW] + t.z * byte_of(P_TAPS, 3)];
+  return b_load(r.base + t.x * pc.w[P_CG] * window() + t.y * byte_of(P_TAPS, 2) * pc.w[P_KW] + t.z * byte_of(P_TAPS, 3));
 }
 
 vec4 b_quad(BRef r, uint k) {
   if (VEC_B != 0) {
     if (k >= g_kend) return vec4(0.0);
-    if (OPERATION != WEIGHT_GRAD) return b4[(r.base + k) / 4];
+    if (OPERATION != WEIGHT_GRAD) return b_load4((r.base + k) / 4);
     const uint n = pixel(k).x;
-    return b4[(n * pc.w[P_O] * pc.w[P_OH] * pc.w[P_OW] + r.base + k - n * pc.w[P_PIX]) / 4];
+    return b_load4((n * pc.w[P_O] * pc.w[P_OH] * pc.w[P_OW] + r.base + k - n * pc.w[P_PIX]) / 4);
   }
   return vec4(b_at(r, k), b_at(r, k + 1), b_at(r, k + 2), b_at(r, k + 3));
 }
@@ -213,7 +212,7 @@ void permute() {
     at += (rest - q * pc.w[P_EXTENTS + d]) * pc.w[P_STRIDES + d];
     rest = q;
   }
-  c[pc.w[P_OUT_BASE] + e] = b[at];
+  c[pc.w[P_OUT_BASE] + e] = b_load(at);
 }
 #define EXTRA_MODES permute
 

@@ -14,19 +14,7 @@
 // (0: the operand is shared by every batch).
 const uint P_LDA = 3, P_LDB = 4, P_LDC = 5, P_BATCH_A = 6, P_BATCH_B = 7, P_BATCH_C = 8;
 
-layout(std430, binding = 0) readonly buffer A { float a[]; };
-layout(std430, binding = 0) readonly buffer A4 { vec4 a4[]; };
-layout(std430, binding = 1) readonly buffer B { float b[]; };
-layout(std430, binding = 1) readonly buffer B4 { vec4 b4[]; };
-// 16-bit operands (half.glsl) in the formats gemm_params.glsl's HALF names.
-layout(std430, binding = 0) readonly buffer AH { uint ah[]; };
-layout(std430, binding = 0) readonly buffer AH2 { uvec2 ah2[]; };
-layout(std430, binding = 1) readonly buffer BH { uint bh[]; };
-layout(std430, binding = 1) readonly buffer BH2 { uvec2 bh2[]; };
-float a_at(uint i) { return A_FORMAT != HALF_F32 ? half_value(ah[i >> 1], i, A_FORMAT) : a[i]; }
-vec4 a_at4(uint q) { return A_FORMAT != HALF_F32 ? half_quad(ah2[q], A_FORMAT) : a4[q]; }
-float b_at(uint i) { return B_FORMAT != HALF_F32 ? half_value(bh[i >> 1], i, B_FORMAT) : b[i]; }
-vec4 b_at4(uint q) { return B_FORMAT != HALF_F32 ? half_quad(bh2[q], B_FORMAT) : b4[q]; }
+#include "gemm_operands.glsl"
 
 #ifdef EPILOGUE
 layout(std430, binding = 8) writeonly buffer C { float c[]; };
@@ -61,15 +49,15 @@ vec4 a_quad(ARef r, uint k) {
   vec4 v = vec4(0.0);
   if (A_ALONG_K != 0) {
     const uint at = r.base + r.row * lda + k;
-    if (VEC_A != 0) return k < g_kend ? a_at4(at / 4) : v;
-    [[unroll]] for (uint c = 0; c < 4; ++c) v[c] = k + c < g_kend ? a_at(at + c) : 0.0;
+    if (VEC_A != 0) return k < g_kend ? a_load4(at / 4) : v;
+    [[unroll]] for (uint c = 0; c < 4; ++c) v[c] = k + c < g_kend ? a_load(at + c) : 0.0;
     return v;
   }
   if (k >= g_kend) return v;
   const uint at = r.base + k * lda;
-  if (VEC_A != 0) return a_at4((at + r.row) / 4);
+  if (VEC_A != 0) return a_load4((at + r.row) / 4);
   const uint last = pc.w[P_M] - 1;
-  [[unroll]] for (uint c = 0; c < 4; ++c) v[c] = a_at(at + min(r.row + c, last));
+  [[unroll]] for (uint c = 0; c < 4; ++c) v[c] = a_load(at + min(r.row + c, last));
   return v;
 }
 
@@ -87,15 +75,15 @@ vec4 b_quad(BRef r, uint k) {
   vec4 v = vec4(0.0);
   if (B_ALONG_N == 0) {
     const uint at = r.base + r.col * ldb + k;
-    if (VEC_B != 0) return k < g_kend ? b_at4(at / 4) : v;
-    [[unroll]] for (uint c = 0; c < 4; ++c) v[c] = k + c < g_kend ? b_at(at + c) : 0.0;
+    if (VEC_B != 0) return k < g_kend ? b_load4(at / 4) : v;
+    [[unroll]] for (uint c = 0; c < 4; ++c) v[c] = k + c < g_kend ? b_load(at + c) : 0.0;
     return v;
   }
   if (k >= g_kend) return v;
   const uint at = r.base + k * ldb;
-  if (VEC_B != 0) return b_at4((at + r.col) / 4);
+  if (VEC_B != 0) return b_load4((at + r.col) / 4);
   const uint last = pc.w[P_N] - 1;
-  [[unroll]] for (uint c = 0; c < 4; ++c) v[c] = b_at(at + min(r.col + c, last));
+  [[unroll]] for (uint c = 0; c < 4; ++c) v[c] = b_load(at + min(r.col + c, last));
   return v;
 }
 
