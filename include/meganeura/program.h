@@ -109,6 +109,9 @@ struct Program {
   // (embedding) counts the rows it reads.
   uint64_t weight_bytes(const Dispatch& d) const;
   uint64_t total_weight_bytes() const;
+  // Bytes of the tensors a dispatch reads, as stored (16-bit operands at two bytes an element),
+  // each tensor once.
+  uint64_t read_bytes(const Dispatch& d) const;
   size_t barrier_count() const;
   std::string to_json() const;
   // Reads back what to_json wrote (exactly: the round trip keeps the JSON and the hash);

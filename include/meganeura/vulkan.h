@@ -18,6 +18,9 @@ struct VulkanLaunchProfile {
   double ms = 0;                // summed over profiled runs
   double flops = 0, bytes = 0;  // per run
   uint64_t weight_bytes = 0;    // per run: parameters read, as stored (Program::weight_bytes)
+  // The precision of the dispatch's operands: "f16" or "bf16" where it reads operands stored in
+  // 16 bits (an accelerated contract's products), otherwise "f32".
+  std::string operands = "f32";
 };
 
 struct VulkanProgramProfile {

@@ -28,6 +28,7 @@
 #include "meganeura/passes.h"
 #include "meganeura/session.h"
 #include "meganeura/train.h"
+#include "meganeura/vulkan.h"
 #include "meganeura/workloads.h"
 #include "vulkan_test_util.h"
 
@@ -398,6 +399,7 @@ TEST(Precision, RoundedOperandsTravelIn16BitsOnVulkan) {
         SessionOptions so = vulkan_options();
         so.precision = c;
         so.vulkan_kernels = kernels;
+        so.vulkan_profile = true;
         Session s(so);
         s.add(g);
         s.set("x", std::span<const float>(x));
@@ -427,8 +429,109 @@ TEST(Precision, RoundedOperandsTravelIn16BitsOnVulkan) {
         }
         EXPECT_EQ(halves, 2u);
         EXPECT_EQ(fused, k.epilogue && kernels == VulkanOptions::Kernels::shared_memory ? 1u : 0u);
+        // The profile names each dispatch's operand precision; the roundings run on half.comp.
+        const VulkanProgramProfile* prof = vulkan_profile(s.backend(), 0);
+        ASSERT_NE(prof, nullptr);
+        size_t product_launches = 0, packing = 0;
+        for (const VulkanLaunchProfile& l : prof->launches) {
+          if (l.op == "matmul" || l.op == "matmul_epilogue") {
+            ++product_launches;
+            EXPECT_EQ(l.operands, dtype_name(half)) << l.kernel;
+          } else {
+            EXPECT_EQ(l.operands, "f32") << l.op;
+          }
+          packing += l.kernel == "half";
+        }
+        EXPECT_GT(product_launches, 0u);
+        EXPECT_EQ(packing, 2u);
       }
     }
+}
+
+// A rounding the fusion pass folds into its producer's program (here neg, then round_f16):
+// the fused kernel writes the 16-bit values itself, two an invocation, an odd count included;
+// on the shared-memory GEMM kernels the producer is a GEMM's epilogue (x I + 0, negated,
+// rounded), which stores pairs of columns as words.
+TEST(Precision, FusedProgramsEndingInARoundingWrite16BitsOnVulkan) {
+  if (!testing_vulkan::missing_device().empty()) {
+    GTEST_SKIP() << "skipped: " << testing_vulkan::missing_device();
+  }
+  const std::vector<float> values = rounding_inputs();
+  for (bool epilogue : {false, true})
+    for (Precision c : {Precision::accelerated, Precision::accelerated_bf16}) {
+      SCOPED_TRACE(std::string(precision_name(c)) + (epilogue ? ", GEMM epilogue" : ", elementwise program"));
+      const Op round = c == Precision::accelerated ? Op::round_f16 : Op::round_bf16;
+      const int64_t rows = 71, cols = epilogue ? 64 : 63;
+      std::vector<float> x(size_t(rows * cols));
+      for (size_t i = 0; i < x.size(); ++i) x[i] = values[i % values.size()];
+      std::vector<float> want = run_rounding(round, x, {});
+      for (size_t i = 0; i < x.size(); ++i) {
+        if (std::isinf(want[i])) x[i] = want[i] = 1.0f;  // infinity times the identity's zeros is NaN
+        want[i] = -want[i];
+      }
+      std::vector<float> eye(size_t(cols * cols), 0.0f);
+      for (int64_t i = 0; i < cols; ++i) eye[size_t(i * cols + i)] = 1.0f;
+      Graph g;
+      Tensor tx = g.parameter("x", {rows, cols}, {}), te = g.parameter("eye", {cols, cols}, {});
+      if (epilogue) tx = matmul(tx, te) + g.parameter("zero", {cols}, {});
+      g.output("y", matmul(neg(tx), te));
+      SessionOptions so = vulkan_options();
+      so.precision = c;
+      if (epilogue) so.vulkan_kernels = VulkanOptions::Kernels::shared_memory;
+      Session s(so);
+      s.add(g);
+      s.set("x", std::span<const float>(x));
+      s.set("eye", std::span<const float>(eye));
+      if (epilogue) s.set("zero", std::span<const float>(std::vector<float>(size_t(cols), 0.0f)));
+      s.run();
+      const std::vector<float> y = s.get("y");
+      for (size_t i = 0; i < y.size(); ++i) ASSERT_EQ(y[i], want[i]) << "x = " << x[i] << " at " << i;
+      size_t fused_half = 0, standalone = 0;
+      const Op producer = epilogue ? Op::matmul_epilogue : Op::fused_elementwise;
+      for (const Dispatch& d : s.program().dispatches) {
+        standalone += d.op == round;
+        fused_half += d.op == producer && s.program().tensors[d.write()].stored != DType::f32;
+      }
+      EXPECT_EQ(fused_half, 1u);                  // -x rounded: one program writing 16 bits
+      EXPECT_EQ(standalone, epilogue ? 2u : 1u);  // x's and the identity's roundings
+    }
+}
+
+// What 16-bit operands save, from the plans alone (no device): in each workload's forward pass
+// at ci scale the products (GEMM, convolution, attention) read at most 0.6 times the bytes
+// under `accelerated` that they read under `strict` when the backend reads 16-bit operands, and
+// exactly as many when it does not (the CPU's plan). Only the roundings' outputs (standalone or
+// ending a fused program or a GEMM epilogue) changed storage.
+TEST(Precision, SixteenBitOperandsHalveWhatTheForwardProductsRead) {
+  auto product_bytes = [](const Program& p) {
+    uint64_t b = 0;
+    for (const Dispatch& d : p.dispatches)
+      if (half_operand_inputs(d.op) > 0) b += p.read_bytes(d);
+    return b;
+  };
+  for (const models::WorkloadInfo& info : models::workload_list()) {
+    SCOPED_TRACE(info.id);
+    Graph g;
+    const models::Workload w = models::build_workload(g, info.id, models::Scale::ci);
+    g.output("loss", w.loss);
+    for (Precision c : {Precision::accelerated, Precision::accelerated_bf16}) {
+      const uint64_t strict = product_bytes(plan(optimize(g), PlanOptions{.half_operands = true}));
+      const Graph a = optimize(apply_precision(g, c));
+      const uint64_t f32 = product_bytes(plan(a, PlanOptions{}));
+      const Program half = plan(a, PlanOptions{.half_operands = true});
+      EXPECT_EQ(f32, strict) << precision_name(c);
+      EXPECT_LE(double(product_bytes(half)), 0.6 * double(strict)) << precision_name(c);
+      for (const ProgramTensor& t : half.tensors) {
+        if (t.stored == DType::f16 || t.stored == DType::bf16) {
+          EXPECT_EQ(t.stored, c == Precision::accelerated ? DType::f16 : DType::bf16);
+          const Op op = a.node(t.node).op;
+          EXPECT_TRUE(op == Op::round_f16 || op == Op::round_bf16 || op == Op::fused_elementwise ||
+                      op == Op::matmul_epilogue)
+              << op_name(op);
+        }
+      }
+    }
+  }
 }
 
 // The CPU backend plans rounded operands in f32 (its kernels read f32), and a strict plan has

@@ -12,6 +12,7 @@
 #include "commands.h"
 #include "meganeura/generate.h"
 #include "meganeura/llama.h"
+#include "meganeura/passes.h"
 #include "meganeura/train.h"
 #include "meganeura/vulkan.h"
 #include "tasks.h"
@@ -23,6 +24,7 @@ namespace {
 struct ProfileArgs {
   std::string model = "chargpt", device = "vulkan", trace;
   std::string config, weights_dtype = "f32";  // a Llama model's decode step instead
+  std::string precision = "strict";
   int64_t steps = 3, max_context = 256;
   bool json = false;
   ModelOptions sizes;
@@ -91,6 +93,7 @@ int run_profile(const ProfileArgs& a) {
   if (so.device != Device::vulkan)
     throw std::invalid_argument("profile needs a Vulkan device (--device vulkan or a device name)");
   so.vulkan_profile = true;
+  so.precision = parse_precision(a.precision);
   std::unique_ptr<Trainer> trainer;
   std::unique_ptr<Generator> generator;
   const Profiled pr = a.config.empty() ? profile_training(a, so, trainer) : profile_decode(a, so, generator);
@@ -104,7 +107,7 @@ int run_profile(const ProfileArgs& a) {
   std::map<std::string, Row> rows;
   double weight_bytes = 0;
   for (const auto& l : p->launches) {
-    Row& r = rows[l.kernel + ":" + l.op];
+    Row& r = rows[l.kernel + ":" + l.op + (l.operands == "f32" ? "" : "@" + l.operands)];
     r.count++;
     r.ms += l.ms / runs;
     r.flops += l.flops;
@@ -143,16 +146,19 @@ int run_profile(const ProfileArgs& a) {
     double t = 0;
     for (const auto& l : p->launches) {
       const double us = l.ms / runs * 1e3;
-      events.push_back(
-          {{"name", l.op},
-           {"cat", l.kernel},
-           {"ph", "X"},
-           {"ts", t},
-           {"dur", us},
-           {"pid", 1},
-           {"tid", 1},
-           {"args",
-            {{"dispatch", l.dispatch}, {"flops", l.flops}, {"bytes", l.bytes}, {"weight_bytes", l.weight_bytes}}}});
+      events.push_back({{"name", l.op},
+                        {"cat", l.kernel},
+                        {"ph", "X"},
+                        {"ts", t},
+                        {"dur", us},
+                        {"pid", 1},
+                        {"tid", 1},
+                        {"args",
+                         {{"dispatch", l.dispatch},
+                          {"flops", l.flops},
+                          {"bytes", l.bytes},
+                          {"weight_bytes", l.weight_bytes},
+                          {"operands", l.operands}}}});
       t += us;
     }
     std::ofstream f(a.trace);
@@ -196,6 +202,10 @@ void add_profile_command(CLI::App& app) {
   c->add_option("--width", a->sizes.width, "model width")->check(CLI::PositiveNumber);
   c->add_option("--layers", a->sizes.layers, "layers")->check(CLI::PositiveNumber);
   c->add_option("--device", a->device, "vulkan or a Vulkan device's index or name");
+  c->add_option("--precision", a->precision,
+                "strict | accelerated | accelerated-bf16: the products' precision contract (a kernel reading 16-bit "
+                "operands shows as kernel:op@f16)")
+      ->check(CLI::IsMember({"strict", "accelerated", "accelerated-bf16"}));
   c->add_option("--steps", a->steps, "profiled steps (averaged; with --config, decoded tokens)")
       ->check(CLI::PositiveNumber);
   c->add_option("--trace", a->trace, "write a Chrome-trace JSON (Perfetto opens it)");

@@ -422,6 +422,7 @@ int run_program(const TrainArgs& a) {
     } else {
       const Session s(so);
       po.limits = s.backend().limits();
+      po.half_operands = s.backend().half_operands();  // as Session::add plans a contract's operands
       p = plan(optimize(g, s.backend().passes()), po);
     }
     const auto t2 = Clock::now();

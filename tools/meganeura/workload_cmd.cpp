@@ -27,7 +27,7 @@ struct RunArgs {
   uint64_t seed = 1;
   std::string weights_dtype = "f32";  // run: the forward pass in 8 or 4 bits
   std::string precision = "strict";
-  bool json = false, f64 = false;
+  bool json = false, f64 = false, forward_only = false;
 };
 
 void add_common(CLI::App* c, RunArgs& a) {
@@ -80,7 +80,8 @@ int run_run(const RunArgs& a) {
                        a.write_weights,
                        a.write_inputs,
                        text::weights_dtype(a.weights_dtype, {}),
-                       parse_precision(a.precision)};
+                       parse_precision(a.precision),
+                       a.forward_only};
   RunOutcome r = run_workload(o);
   write_dump(a.dump, r.tensors);
   nlohmann::json out = {{"workload", a.workload},
@@ -91,6 +92,9 @@ int run_run(const RunArgs& a) {
                         {"weights_dtype", a.weights_dtype},
                         {"precision", a.precision},
                         {"weight_bytes", r.weight_bytes},
+                        {"product_read_bytes", r.product_read_bytes},
+                        {"planned_bytes", r.planned_bytes},
+                        {"forward_only", a.forward_only},
                         {"dump", a.dump}};
   if (a.json)
     std::cout << out.dump() << "\n";
@@ -186,7 +190,8 @@ void add_workload_commands(CLI::App& app) {
                 "f32 | q8_0 | q4_0: hold the linear layers' weights in 8 or 4 bits and run the forward pass alone "
                 "(outputs and loss, no gradients)")
       ->check(CLI::IsMember({"f32", "q8_0", "q4_0"}));
-  r->add_flag("--json", a->json, "JSON summary on stdout");
+  r->add_flag("--forward-only", a->forward_only, "the forward pass alone: outputs and loss, no gradients");
+  r->add_flag("--json", a->json, "JSON summary on stdout (with the bytes the products read and the memory planned)");
   r->callback([a] { throw CLI::RuntimeError(run_run(*a)); });
 
   auto gte = std::make_shared<RunArgs>();

@@ -43,12 +43,21 @@ void output_parameter_gradients(Graph& g, Tensor loss) {
   for (size_t i = 0; i < params.size(); ++i) g.output("grad." + g.node(params[i].id).name, grads[i]);
 }
 
+namespace {
+// The GEMM, convolution and attention dispatches, forward and backward.
+bool is_product(Op op) {
+  return op == Op::matmul || op == Op::matmul_epilogue || op == Op::matmul_q || op == Op::conv2d ||
+         op == Op::conv2d_backward_input || op == Op::conv2d_backward_weight || op == Op::attention_fused ||
+         op == Op::attention_fused_backward;
+}
+}  // namespace
+
 RunOutcome run_workload(const WorkloadRunOptions& o) {
   Graph built;
   models::Workload w = models::build_workload(built, o.workload, o.scale);
   for (auto& [name, t] : w.outputs) built.output(name, t);
   built.output("loss", w.loss);
-  if (o.weights_dtype == DType::f32) output_parameter_gradients(built, w.loss);
+  if (o.weights_dtype == DType::f32 && !o.forward_only) output_parameter_gradients(built, w.loss);
   Graph g = o.weights_dtype == DType::f32 ? std::move(built) : quantise_weights(built, o.weights_dtype);
   SessionOptions so = base_session_options();
   so.device = o.device;
@@ -102,6 +111,11 @@ RunOutcome run_workload(const WorkloadRunOptions& o) {
     if (b.role == Role::parameter) r.weight_bytes += storage_bytes(b.stored, b.type.numel());
   for (auto& [name, id] : g.outputs()) r.tensors[name] = DumpTensor{g.node(id).type.shape, s.get(name)};
   r.loss = r.tensors.at("loss").values.at(0);
+  const Program& p = s.program();
+  for (const Dispatch& d : p.dispatches) {
+    if (is_product(d.op)) r.product_read_bytes += p.read_bytes(d);
+  }
+  r.planned_bytes = p.memory.planned_bytes + p.memory.external_bytes;
   return r;
 }
 

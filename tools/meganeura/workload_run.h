@@ -24,6 +24,7 @@ struct WorkloadRunOptions {
   // (quantise_weights); no gradients then.
   DType weights_dtype = DType::f32;
   Precision precision = Precision::strict;  // SessionOptions::precision
+  bool forward_only = false;                // outputs and loss, no gradients
 };
 
 struct DumpTensor {
@@ -37,6 +38,9 @@ struct RunOutcome {
   float loss = 0;
   int64_t parameters = 0;
   uint64_t weight_bytes = 0;  // the parameters as held (blocks where quantised)
+  // What the plan says: bytes the products (GEMM, convolution and attention, forward and
+  // backward) read, as stored, and the device memory planned (arena and external buffers).
+  uint64_t product_read_bytes = 0, planned_bytes = 0;
   std::string device;
 };
 

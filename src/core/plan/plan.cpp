@@ -313,10 +313,26 @@ class Planner {
   }
 
   // ---- 16-bit operands. -----
-  // A rounding node's output (round_f16, round_bf16) holds values exact in 16 bits: stored in
-  // them where every dispatch that reads it reads 16-bit operands at that place, it halves the
-  // bytes its readers move and its memory, and changes no value. The dispatches' byte counts
-  // follow the storage.
+  // A rounding's output (round_f16, round_bf16, a fused program ending in one) holds values
+  // exact in 16 bits: stored in them where every dispatch that reads it reads 16-bit operands
+  // at that place, it halves the bytes its readers move and its memory, and changes no value.
+  // The dispatches' byte counts follow the storage.
+  // The rounding that makes a dispatch's one output (round_f16, round_bf16, or a fused program
+  // or GEMM epilogue ending in one); Op::copy for none.
+  Op rounding_op(const Dispatch& d) const {
+    if (d.writes.size() != 1) return Op::copy;
+    if (d.op == Op::round_f16 || d.op == Op::round_bf16) return d.op;
+    const auto* f = std::get_if<FusedAttrs>(&d.attrs);
+    if ((d.op != Op::fused_elementwise && d.op != Op::matmul_epilogue) || !f || f->code.empty() ||
+        fused_outputs(f->code) != 1)
+      return Op::copy;
+    // A GEMM's epilogue stores pairs of columns to a word: rows of an even length only.
+    const Shape& y = p_.tensors[d.write()].type.shape;
+    if (d.op == Op::matmul_epilogue && (y.empty() || y.back() % 2)) return Op::copy;
+    const FusedInstr& last = f->code.back();
+    const bool rounds = last.kind == FusedInstr::unary && (last.op == Op::round_f16 || last.op == Op::round_bf16);
+    return rounds ? last.op : Op::copy;
+  }
   void store_half_operands() {
     if (!opt_.half_operands || opt_.float_dtype != DType::f32) return;
     std::vector<uint8_t> viewed(p_.tensors.size(), 0), refused(p_.tensors.size(), 0);
@@ -327,11 +343,12 @@ class Planner {
       for (size_t i = 0; i < d.reads.size(); ++i) refused[d.reads[i]] |= i >= half_operand_inputs(d.op);
     }
     for (Dispatch& d : p_.dispatches) {
-      if ((d.op != Op::round_f16 && d.op != Op::round_bf16) || d.writes.size() != 1) continue;
+      const Op rounding = rounding_op(d);
+      if (rounding == Op::copy) continue;
       ProgramTensor& t = p_.tensors[d.write()];
       if (t.role != Role::temp || viewed[d.write()] || refused[d.write()]) continue;
       const uint64_t f32_bytes = t.bytes;
-      t.stored = d.op == Op::round_f16 ? DType::f16 : DType::bf16;
+      t.stored = rounding == Op::round_f16 ? DType::f16 : DType::bf16;
       t.bytes = storage_bytes(t.stored, t.type.numel());
       const double saved = double(f32_bytes - t.bytes);
       d.bytes -= saved;

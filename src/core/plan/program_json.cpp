@@ -40,6 +40,14 @@ uint64_t Program::weight_bytes(const Dispatch& d) const {
   }
   return b;
 }
+uint64_t Program::read_bytes(const Dispatch& d) const {
+  uint64_t b = 0;
+  for (size_t i = 0; i < d.reads.size(); ++i) {
+    if (std::find(d.reads.begin(), d.reads.begin() + i, d.reads[i]) == d.reads.begin() + i)
+      b += tensors.at(d.reads[i]).bytes;
+  }
+  return b;
+}
 uint64_t Program::total_weight_bytes() const {
   uint64_t b = 0;
   for (const Dispatch& d : dispatches) b += weight_bytes(d);

@@ -27,7 +27,7 @@ uint64_t primitive_loop_bound(const Launch& l) {
       return l.push[1] == kBiasCorrection ? loop(kSeriesTerms) : 0;
     }
     case Kernel::fused:
-      if (l.push[kPushMode] != 0) return Launch::kUnplanned;  // the reductions plan their own
+      if (l.push[kPushMode] != 0) return Launch::kUnplanned;  // the reductions and 16-bit writes plan their own
       return fused_program_cost(l);
     case Kernel::reduce:
     case Kernel::softmax:

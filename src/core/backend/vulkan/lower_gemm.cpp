@@ -136,7 +136,7 @@ uint64_t emit(const Problem& pr, const DeviceClass& dc, Op op, Launch base, std:
   Launch r = base;
   r.spec[0] = dc.workgroup;
   r.spec[1] = kModeReduce;
-  r.spec[15] = 0;  // the partial products are f32
+  r.spec[15] &= ~0xfu;  // it reads the partial products (f32); it stores as the GEMM would
   r.bindings[wide ? 11 : 0] = kWorkspaceBinding;
   r.workspace_bytes = g.workspace_bytes;
   r.barrier_before = true;
@@ -273,6 +273,13 @@ void lower_matmul_epilogue(const Program& p, const Dispatch& d, const DeviceClas
     if (f.kind == FusedInstr::store || f.kind == FusedInstr::load) refuse(d.op, "a program with several outputs");
   }
   if (d.reads.size() > 2 + 7) refuse(d.op, std::to_string(d.reads.size() - 2) + " epilogue inputs (at most 7)");
+  // A result in 16 bits: the program ends in the rounding, and rows hold whole words.
+  if (const uint32_t c = half_format(p.tensors[d.write()].stored); c != kHalfF32) {
+    const FusedInstr& last = a.code.back();
+    if (last.kind != FusedInstr::unary || last.op != (c == kHalfF16 ? Op::round_f16 : Op::round_bf16) || pr.n % 2)
+      refuse(d.op, "a 16-bit result needs a program ending in its rounding and an even row length");
+    pr.half |= c << 4;
+  }
   // The schedule's elementwise layout (words 0-10) moves to the kernel's epilogue words.
   for (size_t i = 0; i <= ElementwiseLayout::kInputs; ++i) pr.words[kEpilogueLayout + i] = base.push[i];
   for (uint32_t& b : base.bindings) b = d.reads[0];

@@ -168,12 +168,14 @@ class Lowerer {
     // matmul_q's weight and an embedding's table may be in a block format (matmul_q.comp)
     const bool blocks = d.op == Op::embedding && dtype_is_block(p_.tensors[d.reads[0]].stored);
     // 16-bit operands: written by the rounding ops (half.comp), read by the products' kernels.
-    const bool rounding = d.op == Op::round_f16 || d.op == Op::round_bf16;
+    const bool rounding =
+        d.op == Op::round_f16 || d.op == Op::round_bf16 || d.op == Op::fused_elementwise || d.op == Op::matmul_epilogue;
     for (size_t r = 0; r < d.reads.size(); ++r)
       if (!(d.op == Op::matmul_q && r == 1) && !(blocks && r == 0))
         check_dtype(d, p_.tensors[d.reads[r]], r < half_operand_inputs(d.op));
     check_dtype(d, y, rounding);
-    if (rounding && y.stored != DType::f32) return half(d, make(Kernel::half), out);
+    if ((d.op == Op::round_f16 || d.op == Op::round_bf16) && y.stored != DType::f32)
+      return half(d, make(Kernel::half), out);
     const KernelLaunch& schedule = schedule_.launches[index];
     switch (op_info(d.op).vulkan) {
       case VkKernel::unary: return unary(d, make(Kernel::pointwise), out);
@@ -536,6 +538,18 @@ class Lowerer {
       }
       for (size_t k = 1; k < outputs; ++k) l.bindings[10 + k - 1] = d.writes[k];
       l.push[kPushOutputs] = uint32_t(outputs);
+      const DType stored = p_.tensors[d.write()].stored;
+      if (stored == DType::f16 || stored == DType::bf16) {  // two elements an invocation, one word
+        if (outputs != 1 || a.code.back().kind != FusedInstr::unary ||
+            a.code.back().op != (stored == DType::f16 ? Op::round_f16 : Op::round_bf16))
+          unsupported(d.op, "a program whose result is not rounded to " + std::string(dtype_name(stored)) +
+                                " writes 16-bit storage");
+        l.push[kPushMode] = stored == DType::f16 ? kFusedHalf : kFusedBf16;
+        elementwise_grid(l, ceil_div(numel_of(d.write()), 2), dc_);
+        l.loop_iterations = 2 * fused_program_cost(l) + 1;
+        out.push_back(std::move(l));
+        return;
+      }
       elementwise_grid(l, numel_of(d.write()), dc_);
       out.push_back(std::move(l));
       return;

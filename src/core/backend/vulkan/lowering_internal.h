@@ -108,7 +108,7 @@ uint64_t fused_program_cost(const Launch& l);
 // Every program gets its own kernel, compiled with the program in it (program_kernel.h).
 void specialise_program(const Dispatch& d, Launch& l);
 // fused.comp's modes (push word kPushMode).
-enum : uint32_t { kFusedElementwise, kFusedReduce, kFusedSerial, kFusedPartial, kFusedCombine };
+enum : uint32_t { kFusedElementwise, kFusedReduce, kFusedSerial, kFusedPartial, kFusedCombine, kFusedHalf, kFusedBf16 };
 // Pieces a reduction of `len` elements per output splits into (1: none): enough that one
 // invocation's share, `element` back-edges per element, fits the budget with the workgroup's
 // tree, and, for few outputs, enough workgroups to occupy the device.

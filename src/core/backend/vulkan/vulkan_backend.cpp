@@ -672,8 +672,14 @@ class VulkanBackend final : public Backend {
       const Launch& l = p.launches[i];
       const Dispatch& d = p.program.dispatches[l.dispatch];
       const bool first = i == 0 || p.launches[i - 1].dispatch != l.dispatch;
+      std::string operands = "f32";
+      for (uint32_t r : d.reads) {
+        const DType s = p.program.tensors[r].stored;
+        if (s == DType::f16 || s == DType::bf16) operands = dtype_name(s);
+      }
       p.profile.launches.push_back({kernel_name(l.kernel), std::string(op_name(d.op)), l.dispatch, 0,
-                                    first ? d.flops : 0, first ? d.bytes : 0, first ? p.program.weight_bytes(d) : 0});
+                                    first ? d.flops : 0, first ? d.bytes : 0, first ? p.program.weight_bytes(d) : 0,
+                                    operands});
     }
   }
 

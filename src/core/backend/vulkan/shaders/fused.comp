@@ -9,6 +9,7 @@
 // axes split into CHUNKS pieces: a workgroup per (output, piece) writes its partial result to
 // the workspace, then a workgroup per output combines the pieces with a tree.
 #include "common.glsl"
+#include "half.glsl"
 #include "ops.glsl"
 
 layout(std430, binding = 0) buffer I0 { float v[]; } i0;
@@ -24,12 +25,16 @@ layout(std430, binding = 8) buffer Y { float y[]; };
 layout(std430, binding = 10) buffer Y1 { float y1[]; };
 layout(std430, binding = 11) buffer Y2 { float y2[]; };
 #define ws y1  // a reduction's partial results (the workspace; reductions have one output)
+// A program ending in a rounding (round_f16, round_bf16) whose output is stored in 16 bits.
+layout(std430, binding = 8) buffer YH { uint yh[]; };
 
 // Word indices: the schedule's layout (0-23), then the backend's (24-).
 const uint NUMEL = 0, RANK = 1, EXTENTS = 2, MASKS = 8, INPUTS = 10;
 const uint REDUCE_OUTER = 11, REDUCE_LEN = 12, REDUCE_INNER = 13, REDUCE_KIND = 14;
 const uint MODE = 24, OUTPUTS = 28, CHUNKS = 29, SPAN = 30;
 const uint ELEMENTWISE = 0, REDUCE = 1, REDUCE_SERIAL = 2, REDUCE_PARTIAL = 3, REDUCE_COMBINE = 4;
+// Elementwise into 16-bit storage: an invocation evaluates two elements and writes one word.
+const uint ELEMENTWISE_F16 = 5, ELEMENTWISE_BF16 = 6;
 
 layout(push_constant) uniform P { uint w[32]; } pc;
 // The launch's mode (push word MODE) as a constant: each pipeline holds only its own mode's code.
@@ -84,6 +89,13 @@ void main() {
     y[i] = evaluate(i);
     if (pc.w[OUTPUTS] > 1u) y1[i] = outv[1];
     if (pc.w[OUTPUTS] > 2u) y2[i] = outv[2];
+    return;
+  }
+  if (mode == ELEMENTWISE_F16 || mode == ELEMENTWISE_BF16) {
+    const uint j = flat_index(), i = 2 * j, n = pc.w[NUMEL];
+    if (i >= n) return;
+    const float lo = evaluate(i), hi = i + 1 < n ? evaluate(i + 1) : 0.0;  // exact in the format
+    yh[j] = mode == ELEMENTWISE_F16 ? f16_bits(lo) | (f16_bits(hi) << 16) : bf16_bits(lo) | (bf16_bits(hi) << 16);
     return;
   }
   const bool serial = mode == REDUCE_SERIAL;

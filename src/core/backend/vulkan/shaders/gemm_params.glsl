@@ -17,10 +17,11 @@ layout(constant_id = 11) const uint BK = 16;  // shared-memory path: K per slice
 layout(constant_id = 12) const uint TM = 8;   // rows per invocation (a multiple of 4)
 layout(constant_id = 13) const uint TN = 4;   // columns per invocation (a multiple of 4)
 layout(constant_id = 14) const uint PATH = 0;  // PATH_SHARED or PATH_DIRECT
-// Operands stored in 16 bits (half.glsl): bits 0-1 A's format, bits 2-3 B's (HALF_F32: f32).
+// Operands stored in 16 bits (half.glsl): bits 0-1 A's format, bits 2-3 B's, bits 4-5 the
+// result's (an epilogue ending in a rounding; HALF_F32: f32).
 layout(constant_id = 15) const uint HALF = 0;
 #include "half.glsl"
-const uint A_FORMAT = HALF & 3u, B_FORMAT = (HALF >> 2) & 3u;
+const uint A_FORMAT = HALF & 3u, B_FORMAT = (HALF >> 2) & 3u, C_FORMAT = (HALF >> 4) & 3u;
 
 const uint MODE_GEMM = 0, MODE_REDUCE = 1, PATH_SHARED = 0, PATH_DIRECT = 1;
 // Push words every GEMM kernel shares; the others are the kernel's. P_WS_BASE: where this

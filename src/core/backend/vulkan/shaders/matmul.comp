@@ -19,6 +19,11 @@ const uint P_LDA = 3, P_LDB = 4, P_LDC = 5, P_BATCH_A = 6, P_BATCH_B = 7, P_BATC
 #ifdef EPILOGUE
 layout(std430, binding = 8) writeonly buffer C { float c[]; };
 layout(std430, binding = 8) writeonly buffer C4 { vec4 c4[]; };
+// A program ending in a rounding may store its results in 16 bits (C_FORMAT), pairs of
+// columns to a word (the lowering guarantees N even).
+layout(std430, binding = 8) writeonly buffer CH { uint ch[]; };
+layout(std430, binding = 8) writeonly buffer CH2 { uvec2 ch2[]; };
+uint c_bits(float v) { return C_FORMAT == HALF_F16 ? f16_bits(v) : bf16_bits(v); }
 layout(std430, binding = 11) buffer W { float ws[]; };
 layout(std430, binding = 11) buffer W4 { vec4 ws4[]; };
 float ws_load(uint i) { return ws[i]; }
@@ -93,6 +98,18 @@ void store_c(uint batch, uint row, uint col, vec4 v) {
   v = epilogue((batch * pc.w[P_M] + row) * n + col, min(n - col, 4u), v);
 #endif
   const uint at = batch * pc.w[P_BATCH_C] + row * pc.w[P_LDC] + col;
+#ifdef EPILOGUE
+  if (C_FORMAT != HALF_F32) {
+    const uvec2 w = uvec2(c_bits(v.x) | (c_bits(v.y) << 16), c_bits(v.z) | (c_bits(v.w) << 16));
+    if (VEC_C != 0) {
+      ch2[at / 4] = w;
+    } else {
+      if (col < n) ch[at / 2] = w.x;
+      if (col + 2 < n) ch[at / 2 + 1] = w.y;
+    }
+    return;
+  }
+#endif
   if (VEC_C != 0) {
     c4[at / 4] = v;
     return;
