@@ -338,6 +338,17 @@ else
   failed_steps="$failed_steps profile"
   note "chargpt profile: failed (exit $rc$(why "$rc")): $(head -n 2 "$out/profile.stderr.txt" | tr '\n' ' ')"
 fi
+# The same step under the accelerated contract (16-bit operands: kernels named kernel:op@f16).
+limited 120 "$out/profile-accelerated.json" "$out/profile-accelerated.stderr.txt" run_bin meganeura profile \
+  --model chargpt --device "$dev_index" --steps "$steps" --precision accelerated --json
+rc=$?
+a_ms=$(json_field "$out/profile-accelerated.json" step_ms)
+if [ "$rc" = 0 ] && [ -n "$a_ms" ] && [ -n "$p_ms" ]; then
+  note "chargpt profile, accelerated: $(awk -v m="$a_ms" 'BEGIN {printf "%.2f", m}') ms per step ($(awk -v a="$a_ms" -v s="$p_ms" 'BEGIN {printf "%.2f", a > 0 ? s / a : 0}')x strict's speed)"
+else
+  failed_steps="$failed_steps profile-accelerated"
+  note "chargpt profile, accelerated: failed (exit $rc$(why "$rc")): $(head -n 2 "$out/profile-accelerated.stderr.txt" | tr '\n' ' ')"
+fi
 
 # ---- Workload gates against PyTorch ----------------------------------------------------
 # The five workloads at ci scale on the Vulkan device, each against the PyTorch reference
