@@ -66,7 +66,7 @@ TEST(VulkanCli, DevicesListsWhatAutoPicks) {
   bool gpu = false;
   for (auto& d : j["devices"]) {
     for (const char* k : {"name", "vendor", "driver", "type", "heaps", "subgroup_size", "f16", "bf16", "int8",
-                          "cooperative_matrix", "limits"}) {
+                          "cooperative_matrix", "accelerated", "limits"}) {
       EXPECT_TRUE(d.contains(k)) << k;
     }
     EXPECT_GT(d["limits"]["max_storage_buffer_range"].get<uint64_t>(), 0u);

@@ -9,6 +9,13 @@
 namespace meganeura::cli {
 namespace {
 
+// How the accelerated contracts' products run on the device, and why.
+std::string accelerated_path(const VulkanDeviceInfo& d) {
+  return std::string("16-bit operands as packed words on the tiled GEMM, convolution and attention kernels; ") +
+         (d.cooperative_matrix ? "the device has cooperative matrices, which the kernels do not use yet"
+                               : "no cooperative matrices on this device");
+}
+
 nlohmann::json device_json(const VulkanDeviceInfo& d) {
   nlohmann::json heaps = nlohmann::json::array();
   for (const auto& h : d.heaps) heaps.push_back({{"bytes", h.bytes}, {"device_local", h.device_local}});
@@ -29,6 +36,7 @@ nlohmann::json device_json(const VulkanDeviceInfo& d) {
           {"storage8", d.storage8},
           {"cooperative_matrix", d.cooperative_matrix},
           {"portability_subset", d.portability_subset},
+          {"accelerated", accelerated_path(d)},
           {"limits",
            {{"max_storage_buffer_range", d.max_storage_buffer_range},
             {"min_storage_buffer_offset_alignment", d.min_storage_buffer_offset_alignment},
@@ -82,6 +90,7 @@ int run_devices(bool json) {
                 d.subgroup_size, d.subgroup_arithmetic ? " (arithmetic)" : "", d.f16 ? "yes" : "no",
                 d.bf16 ? "yes" : "no", d.int8 ? "yes" : "no", d.storage8 ? "yes" : "no",
                 d.cooperative_matrix ? "yes" : "no", d.portability_subset ? "; portability subset" : "");
+    std::printf("   accelerated: %s\n", accelerated_path(d).c_str());
     std::printf(
         "   limits: storage buffer range %llu, offset alignment %llu, workgroup %u invocations, shared %u bytes, push "
         "%u bytes\n",

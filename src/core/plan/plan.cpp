@@ -538,7 +538,8 @@ class Planner {
                                                 t.bytes, lim));
       }
       const uint32_t gid = groups_.find(uint32_t(i));
-      const uint64_t size = align_up(t.bytes, lim.offset_alignment);
+      // Whole 32-bit words at least: kernels write an odd count of 16-bit values as words.
+      const uint64_t size = align_up(t.bytes, std::max<uint64_t>(lim.offset_alignment, 4));
       p_.memory.logical_bytes += size;
       auto [it, fresh] = by_group.try_emplace(gid, Interval{gid, size, first_def_[i], last_read_[i], t.bytes});
       Interval& iv = it->second;
