@@ -345,9 +345,10 @@ TEST(Precision, TiledAttentionMeetsItsBoundsOnEveryBackend) {
       f32.emplace_back("Vulkan", run_product(p, so, v, false, &planned));
       // Vulkan reads q, k and v in 16 bits (half.glsl): the tolerance below checks the unpacking.
       const DType half = c == Precision::accelerated ? DType::f16 : DType::bf16;
-      for (const Dispatch& d : planned.dispatches)
-        if (d.op == Op::attention_fused)
-          for (size_t i = 0; i < 3; ++i) EXPECT_EQ(planned.tensors[d.reads[i]].stored, half) << "operand " << i;
+      for (const Dispatch& d : planned.dispatches) {
+        if (d.op != Op::attention_fused) continue;
+        for (size_t i = 0; i < 3; ++i) EXPECT_EQ(planned.tensors[d.reads[i]].stored, half) << "operand " << i;
+      }
     }
     for (auto& [where, got] : f32)
       for (size_t i = 0; i < outputs; ++i)
@@ -561,7 +562,8 @@ TEST(Precision, OnlyRoundingOutputsReadByProductsAreStoredIn16Bits) {
   EXPECT_EQ(stored(plan(b, PlanOptions{.half_operands = true}), Op::round_f16), (std::vector<DType>{DType::f32}));
   // The product's byte count: its two operands at two bytes an element, its result at four.
   for (const Dispatch& d : half.dispatches) {
-    if (d.op == Op::matmul) EXPECT_DOUBLE_EQ(d.bytes, 2.0 * (8 * 16 + 16 * 4) + 4.0 * 8 * 4);
+    if (d.op != Op::matmul) continue;
+    EXPECT_DOUBLE_EQ(d.bytes, 2.0 * (8 * 16 + 16 * 4) + 4.0 * 8 * 4);
   }
 }
 
