@@ -317,6 +317,7 @@ class Planner {
   // exact in 16 bits: stored in them where every dispatch that reads it reads 16-bit operands
   // at that place, it halves the bytes its readers move and its memory, and changes no value.
   // The dispatches' byte counts follow the storage.
+
   // The rounding that makes a dispatch's one output (round_f16, round_bf16, or a fused program
   // or GEMM epilogue ending in one); Op::copy for none.
   Op rounding_op(const Dispatch& d) const {
