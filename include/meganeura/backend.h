@@ -40,6 +40,8 @@ class Backend {
   virtual PassOptions passes() const { return {}; }
   // Whether its product kernels read operands stored in 16 bits (PlanOptions::half_operands).
   virtual bool half_operands() const { return false; }
+  // Whether its kernels read parameters stored in 16 bits (PlanOptions::weights_dtype).
+  virtual bool half_weights() const { return half_operands(); }
 
   // Counters of the work behind run(): what a test or a profile inspects.
   struct Stats {

@@ -30,7 +30,8 @@ struct GeneratorOptions {
   // f32, or q8_0 / q4_0: every matrix (the embedding, the projections, the head) held in that
   // block format and decoded where it is read (matmul_q, on the CPU and Vulkan): 34 or 18 bytes per
   // 32 weights instead of 128. Weights from f32 files are quantised as they are set; a GGUF
-  // file's blocks of the same format are kept as they are.
+  // file's blocks of the same format are kept as they are. f16 or bf16: the matrices held in
+  // 16 bits (SessionOptions::weights_dtype), rounded to nearest even as they are set.
   DType weights = DType::f32;
   SessionOptions session;
 };

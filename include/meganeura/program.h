@@ -132,9 +132,14 @@ struct PlanOptions {
   // Store the outputs of round_f16 and round_bf16 in 16 bits where every reader is a product
   // whose kernels read 16-bit operands (a backend's half_operands()); f32 plans only.
   bool half_operands = false;
+  // f16 or bf16: hold the parameters in that format where every dispatch that reads them reads
+  // a 16-bit operand there (half_operand_inputs), for inference; f32 (the default) keeps them.
+  // The values are rounded to nearest even once, when they are set. f32 plans only.
+  DType weights_dtype = DType::f32;
 };
-// The leading inputs of `op` that half_operands backends read in 16 bits (0: none): the forward
-// products' (matmul, matmul_epilogue and conv2d two, attention_fused three).
+// The leading inputs of `op` that 16-bit-reading backends read in 16 bits (0: none): the forward
+// products' (matmul, matmul_epilogue and conv2d two, attention_fused three) and an embedding's
+// table.
 size_t half_operand_inputs(Op op);
 
 // Orders the live part of `g` (what outputs and assignments need), makes reshapes views,

@@ -49,6 +49,10 @@ struct SessionOptions {
   int vulkan_chunks = 1;
   // The precision contract add(const Graph&) applies (apply_precision) before the rewrite passes.
   Precision precision = Precision::strict;
+  // f16 or bf16: hold the parameters that only products and embeddings read in that format
+  // (PlanOptions::weights_dtype), for inference: set() rounds them to nearest even, get()
+  // returns the rounded values. f32 keeps every parameter in f32.
+  DType weights_dtype = DType::f32;
 };
 
 // Sets `o` from a --device value: "cpu", "auto" (discrete GPU > integrated GPU > CPU backend),

@@ -42,7 +42,10 @@ DType weights_dtype(const std::string& name, const std::filesystem::path& weight
   if (name == "f32") return DType::f32;
   if (name == "q8_0") return DType::q8_0;
   if (name == "q4_0") return DType::q4_0;
-  if (name != "auto") throw std::invalid_argument("weights dtype '" + name + "': expected auto, f32, q8_0 or q4_0");
+  if (name == "f16") return DType::f16;
+  if (name == "bf16") return DType::bf16;
+  if (name != "auto")
+    throw std::invalid_argument("weights dtype '" + name + "': expected auto, f32, f16, bf16, q8_0 or q4_0");
   if (weights.extension() != ".gguf" || std::filesystem::is_directory(weights)) return DType::f32;
   // The file's format when every matrix is in it (an override to another type keeps f32).
   const io::GgufFile f = io::read_gguf(weights);

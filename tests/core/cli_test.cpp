@@ -210,6 +210,15 @@ void expect_quantised_inference(const std::string& checkpoint, const nlohmann::j
     std::printf("infer in %s: eval loss %.4f (f32 %.4f), %.0f weight bytes\n", dtype.c_str(), loss, want,
                 j["weight_bytes"].get<double>());
   }
+  // f16: every matrix at 2 bytes a weight, the norms' gains (2 per layer and the last) in f32;
+  // each weight moves by at most 2^-11 of itself, the loss by well under 0.5%.
+  Result h = run("infer --model chargpt --device cpu --json --weights-dtype f16 --checkpoint " + checkpoint);
+  ASSERT_EQ(h.status, 0) << h.err;
+  const double gains = 2 * 2 * 64 + 64;
+  EXPECT_EQ(h.json()["weights_dtype"], "f16");
+  EXPECT_EQ(h.json()["weight_bytes"].get<double>(), 2 * (params - gains) + 4 * gains);
+  EXPECT_NEAR(h.json()["eval_loss"].get<double>(), f32["eval_loss"].get<double>(),
+              0.005 * f32["eval_loss"].get<double>());
   Result bad = run("infer --model mlp --weights-dtype q8_0 --checkpoint " + checkpoint);
   EXPECT_NE(bad.status, 0);
   EXPECT_NE(bad.err.find("--weights-dtype q8_0: mlp runs in f32 only"), std::string::npos) << bad.err;

@@ -12,20 +12,28 @@
 //     f64 oracle of the contract       vs f64 strict:                      |d| <= (2u + u^2) S
 //   (rounding each operand moves each product by at most (2u + u^2)|a||b|; recursive f32
 //   summation of k terms is within k e of exact, blocked and tree orders within less).
+// - Weights held in 16 bits (SessionOptions::weights_dtype): which parameters the plan holds,
+//   the memory the five workloads' inference plans need, and each workload's forward pass
+//   against a strict run on the same weights rounded on the host.
 #include <gtest/gtest.h>
 
 #include <bit>
 #include <cmath>
 #include <cstdint>
+#include <cstdio>
 #include <cstring>
+#include <map>
 #include <random>
 #include <span>
+#include <string>
 #include <vector>
 
 #include "graph/internal.h"
 #include "graph/op_table.h"
 #include "meganeura/autodiff.h"
+#include "meganeura/checkpoint.h"
 #include "meganeura/passes.h"
+#include "meganeura/safetensors.h"
 #include "meganeura/session.h"
 #include "meganeura/train.h"
 #include "meganeura/vulkan.h"
@@ -564,6 +572,175 @@ TEST(Precision, OnlyRoundingOutputsReadByProductsAreStoredIn16Bits) {
   for (const Dispatch& d : half.dispatches) {
     if (d.op != Op::matmul) continue;
     EXPECT_DOUBLE_EQ(d.bytes, 2.0 * (8 * 16 + 16 * 4) + 4.0 * 8 * 4);
+  }
+}
+
+// ---- Weights held in 16 bits (SessionOptions::weights_dtype, PlanOptions::weights_dtype) ----
+
+uint64_t planned_memory(const Program& p) { return p.memory.planned_bytes + p.memory.external_bytes; }
+
+// Held: what only products and embeddings read, directly or reshaped. Kept in f32: what an
+// elementwise op or a reduction reads, even when a product reads it too.
+TEST(WeightsDtype, PlansHoldWhatOnlyProductsAndEmbeddingsRead) {
+  Graph g;
+  Tensor x = g.input("x", {4, 8}), ids = g.input("ids", {4}, DType::i32);
+  Tensor table = g.parameter("table", {10, 8}, {});  // embedding and tied head
+  Tensor w = g.parameter("w", {8, 8}, {});
+  Tensor v = g.parameter("v", {2, 4, 8}, {});  // reshaped, then multiplied
+  Tensor pos = g.parameter("pos", {4, 8}, {});
+  Tensor u = g.parameter("u", {8, 8}, {});  // multiplied and summed
+  Tensor b = g.parameter("b", {8}, {});
+  Tensor h = embedding(table, ids) + pos + x;
+  h = matmul(matmul(h, w) + b, reshape(v, {8, 8}));
+  g.output("logits", matmul(matmul(h, u), table, false, true));
+  g.output("u_sum", sum(u));
+  for (DType f : {DType::f16, DType::bf16}) {
+    SCOPED_TRACE(dtype_name(f));
+    const Program p = plan(g, PlanOptions{.weights_dtype = f});
+    std::map<std::string, DType> stored;
+    for (const ExternalBuffer& e : p.externals) stored[e.name] = e.stored;
+    const std::map<std::string, DType> want = {{"table", f},
+                                               {"w", f},
+                                               {"v", f},
+                                               {"pos", DType::f32},
+                                               {"u", DType::f32},
+                                               {"b", DType::f32},
+                                               {"x", DType::f32},
+                                               {"ids", DType::i32},
+                                               {"logits", DType::f32},
+                                               {"u_sum", DType::f32}};
+    EXPECT_EQ(stored, want);
+    for (const ProgramTensor& t : p.tensors) {  // the views of a held weight are held alike
+      if (t.binding == "v") {
+        EXPECT_EQ(t.stored, f);
+      }
+    }
+    EXPECT_EQ(planned_memory(p) + 2 * (10 * 8 + 8 * 8 + 2 * 4 * 8), planned_memory(plan(g, PlanOptions{})));
+  }
+  EXPECT_THROW(plan(g, PlanOptions{.weights_dtype = DType::q8_0}), std::invalid_argument);
+  EXPECT_THROW(plan(g, PlanOptions{.float_dtype = DType::f64, .weights_dtype = DType::f16}), std::invalid_argument);
+  EXPECT_THROW(Session(SessionOptions{.weights_dtype = DType::i32}), std::invalid_argument);
+  EXPECT_THROW(Session(SessionOptions{.f64_oracle = true, .weights_dtype = DType::f16}), std::invalid_argument);
+  if (testing_vulkan::missing_device().empty()) {
+    SessionOptions naive = vulkan_options();
+    naive.vulkan_kernels = VulkanOptions::Kernels::naive;
+    naive.weights_dtype = DType::f16;
+    EXPECT_THROW(Session{naive}, std::invalid_argument);  // its GEMM reads f32 only
+  }
+}
+
+// Checkpoints stay f32: a session holding its weights in f16 saves the rounded values as f32
+// tensors and loads f32 tensors, rounding them as set() does.
+TEST(WeightsDtype, CheckpointsStayF32) {
+  Graph g;
+  Tensor x = g.input("x", {2, 3}), w = g.parameter("w", {3, 5}, {}), b = g.parameter("b", {5}, {});
+  g.output("y", matmul(x, w) + b);
+  std::vector<float> given(15);
+  for (size_t i = 0; i < given.size(); ++i) given[i] = 1.0f / float(3 + i);  // none exact in f16
+  const std::string path = ::testing::TempDir() + "held_weights.safetensors";
+  Session held(SessionOptions{.weights_dtype = DType::f16});
+  held.add(g);
+  held.set("w", std::span<const float>(given));
+  held.set("b", std::vector<float>(5, 0.1f));
+  save_checkpoint(held, path);
+  const io::Checkpoint ck = io::read_checkpoint(path);
+  ASSERT_EQ(ck.tensors.at("w").dtype, DType::f32);
+  std::vector<float> saved(15);
+  std::memcpy(saved.data(), ck.tensors.at("w").data.data(), 15 * sizeof(float));
+  for (size_t i = 0; i < given.size(); ++i) EXPECT_EQ(saved[i], float(_Float16(given[i]))) << i;
+  Session strict(SessionOptions{}), again(SessionOptions{.weights_dtype = DType::f16});
+  strict.add(g);
+  strict.set("w", std::span<const float>(given));
+  strict.set("b", std::vector<float>(5, 0.1f));
+  save_checkpoint(strict, path);
+  again.add(g);
+  load_checkpoint(again, path);
+  EXPECT_EQ(again.buffers().at("w").stored, DType::f16);
+  EXPECT_EQ(again.get("w"), saved);
+  EXPECT_EQ(again.get("b"), std::vector<float>(5, 0.1f));
+  std::remove(path.c_str());
+}
+
+// The inference plans of the five workloads (ci scale, forward pass and loss) with their
+// weights in 16 bits need at most 0.6 times the memory (arena and buffers) of the f32 plans.
+TEST(WeightsDtype, InferencePlansNeedAtMostSixTenthsOfTheMemory) {
+  for (const models::WorkloadInfo& info : models::workload_list()) {
+    SCOPED_TRACE(info.id);
+    Graph g;
+    const models::Workload w = models::build_workload(g, info.id, models::Scale::ci);
+    for (auto& [name, t] : w.outputs) g.output(name, t);
+    g.output("loss", w.loss);
+    const Graph o = optimize(g);
+    const uint64_t f32 = planned_memory(plan(o, PlanOptions{}));
+    for (DType f : {DType::f16, DType::bf16}) {
+      const uint64_t held = planned_memory(plan(o, PlanOptions{.weights_dtype = f}));
+      EXPECT_LE(double(held), 0.6 * double(f32)) << dtype_name(f) << ": " << held << " of " << f32 << " bytes";
+    }
+  }
+}
+
+// Each workload's forward pass (ci scale) with its weights held in f16 or bf16, on the CPU and
+// on Vulkan, against a strict f32 run of the same backend given the same weights rounded on
+// the host (the compiler's _Float16 and bf16_nearest above). The session must hand back exactly
+// the rounded values of what it was given. Both runs then compute one function in f32 and
+// differ by summation order alone (the CPU multiplies 16-bit weights in its own dot products
+// and panels, not the f32 GEMM; Vulkan converts them as it loads): relative L2 <= 1e-5 per
+// output, about a hundred times the f32 unit roundoff over these few layers.
+TEST(WeightsDtype, ForwardPassesEqualStrictRunsOnRoundedWeights) {
+  const bool vulkan = testing_vulkan::missing_device().empty();
+  if (!vulkan) std::printf("Vulkan part skipped: %s\n", testing_vulkan::missing_device().c_str());
+  for (const models::WorkloadInfo& info : models::workload_list()) {
+    Graph g;
+    const models::Workload w = models::build_workload(g, info.id, models::Scale::ci);
+    for (auto& [name, t] : w.outputs) g.output(name, t);
+    g.output("loss", w.loss);
+    const models::InputValues in = models::synthetic_inputs(w, info.id, 7);
+    std::vector<std::pair<const char*, SessionOptions>> backends = {{"CPU", SessionOptions{.seed = 5}}};
+    if (vulkan) backends.emplace_back("Vulkan", vulkan_options(5));
+    for (auto& [where, so] : backends) {
+      for (DType f : {DType::f16, DType::bf16}) {
+        SCOPED_TRACE(info.id + ", " + where + ", " + std::string(dtype_name(f)));
+        SessionOptions held_options = so;
+        held_options.weights_dtype = f;
+        Session held(held_options), strict(so);
+        held.add(g);
+        strict.add(g);
+        size_t held_weights = 0;
+        for (NodeId id : g.parameters()) {
+          const std::string& name = g.node(id).name;
+          const std::vector<float> given = strict.get(name);  // the seeded values, in f32
+          held.set(name, std::span<const float>(given));
+          const std::vector<float> back = held.get(name);
+          const DType s = held.buffers().at(name).stored;
+          held_weights += s == f;
+          ASSERT_TRUE(s == f || s == DType::f32) << name;
+          for (size_t i = 0; i < given.size(); ++i) {
+            const float want = s == DType::f32   ? given[i]
+                               : s == DType::f16 ? float(_Float16(given[i]))
+                                                 : bf16_nearest(given[i]);
+            ASSERT_EQ(std::bit_cast<uint32_t>(back[i]), std::bit_cast<uint32_t>(want)) << name << " at " << i;
+          }
+          strict.set(name, std::span<const float>(back));
+        }
+        EXPECT_GT(held_weights, 0u);
+        for (Session* s : {&held, &strict}) {
+          for (auto& [name, x] : in.floats) s->set(name, std::span<const double>(x));
+          for (auto& [name, x] : in.ints) s->set(name, std::span<const int32_t>(x));
+          s->run();
+        }
+        for (auto& [name, id] : g.outputs()) {
+          const std::vector<float> a = held.get(name), b = strict.get(name);
+          ASSERT_EQ(a.size(), b.size());
+          double d2 = 0, b2 = 0;
+          for (size_t i = 0; i < a.size(); ++i) {
+            ASSERT_TRUE(std::isfinite(a[i])) << name << " at " << i;
+            d2 += (double(a[i]) - b[i]) * (double(a[i]) - b[i]);
+            b2 += double(b[i]) * b[i];
+          }
+          EXPECT_LE(std::sqrt(d2), 1e-5 * std::sqrt(b2) + 1e-30) << name;
+        }
+      }
+    }
   }
 }
 

@@ -1,4 +1,4 @@
-// Weights in block formats (q8_0, q4_0) multiplied where they are decoded (matmul_q):
+// Weights in block formats (q8_0, q4_0), f16 or bf16 multiplied where they are decoded (matmul_q):
 // - the CPU kernels, each path this CPU runs (AVX-512, AVX2, scalar; a path the CPU lacks is
 //   skipped naming it), against a float64 product of the decoded weights, for decode-sized
 //   (dot products) and prefill-sized (decoded panels and the GEMM) row counts and odd sizes;
@@ -11,10 +11,12 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <bit>
 #include <cmath>
 #include <cstring>
 #include <random>
 #include <set>
+#include <span>
 
 #include "backend/cpu/quant_gemm.h"
 #include "backend/vulkan/lowering.h"
@@ -58,13 +60,29 @@ void kernel_matches_f64(cpu::QuantIsa isa) {
   if (int(isa) > int(cpu::quant_isa_supported()))
     GTEST_SKIP() << "this CPU cannot run the " << cpu::quant_isa_name(isa) << " path";
   cpu::force_quant_isa(isa);
-  for (DType t : {DType::q8_0, DType::q4_0}) {
-    for (const Case& c : kCases) {
+  // f16 and bf16 rows also of lengths that are no multiple of a vector (the kernels' tails).
+  std::vector<Case> half_cases(std::begin(kCases), std::end(kCases));
+  half_cases.insert(half_cases.end(), {{1, 9, 17}, {3, 5, 23}, {6, 7, 45}});
+  for (DType t : {DType::q8_0, DType::q4_0, DType::f16, DType::bf16}) {
+    const bool half = t == DType::f16 || t == DType::bf16;
+    for (const Case& c : half ? std::span<const Case>(half_cases) : std::span<const Case>(kCases)) {
       SCOPED_TRACE(std::string(dtype_name(t)) + " m=" + std::to_string(c.m) + " n=" + std::to_string(c.n) +
                    " k=" + std::to_string(c.k));
       const std::vector<float> x = normal(size_t(c.m * c.k), 1), w = normal(size_t(c.n * c.k), 2, 0.1);
-      const std::vector<std::byte> blocks = io::quantize(ggml(t), w);
-      const std::vector<float> wd = decoded(t, blocks, w.size());
+      std::vector<std::byte> blocks;
+      std::vector<float> wd;
+      if (half) {  // the bits of _Float16(w), or w's upper 16 bits (bf16 by truncation): exact values
+        blocks.resize(2 * w.size());
+        for (size_t i = 0; i < w.size(); ++i) {
+          const uint16_t h =
+              t == DType::f16 ? std::bit_cast<uint16_t>(_Float16(w[i])) : uint16_t(std::bit_cast<uint32_t>(w[i]) >> 16);
+          std::memcpy(blocks.data() + 2 * i, &h, 2);
+          wd.push_back(t == DType::f16 ? float(_Float16(w[i])) : std::bit_cast<float>(uint32_t(h) << 16));
+        }
+      } else {
+        blocks = io::quantize(ggml(t), w);
+        wd = decoded(t, blocks, w.size());
+      }
       std::vector<float> y(size_t(c.m * c.n));
       cpu::matmul_q(t, x.data(), blocks.data(), y.data(), c.m, c.n, c.k);
       std::vector<double> xd(x.begin(), x.end()), yd(y.size());
@@ -228,7 +246,13 @@ TEST(QuantMatmul, VulkanLaunchesPlanTheirLoops) {
 void set_rounded(Generator& f32, const std::map<std::string, std::vector<float>>& weights, DType t) {
   for (const auto& [name, v] : weights) {
     const bool matrix = name.find("norm") == std::string::npos;
-    f32.session().set(name, matrix ? decoded(t, io::quantize(ggml(t), v), v.size()) : v);
+    std::vector<float> r = v;
+    if (t == DType::f16) {
+      for (float& x : r) x = float(_Float16(x));  // the compiler's IEEE half: nearest, ties to even
+    } else {
+      r = decoded(t, io::quantize(ggml(t), v), v.size());
+    }
+    f32.session().set(name, matrix ? r : v);
   }
 }
 
@@ -240,7 +264,7 @@ double rel_l2(const std::vector<float>& a, const std::vector<float>& b) {
 
 TEST(QuantMatmul, GeneratorInBlockFormatsEqualsF32OnRoundedWeights) {
   for (bool tied : {false, true})
-    for (DType t : {DType::q8_0, DType::q4_0}) {
+    for (DType t : {DType::q8_0, DType::q4_0, DType::f16}) {
       SCOPED_TRACE(std::string(dtype_name(t)) + (tied ? " tied" : " untied"));
       models::LlamaConfig c = testing::small_llama_config();
       c.tie_word_embeddings = tied;
@@ -269,7 +293,7 @@ TEST(QuantMatmul, GeneratorInBlockFormatsEqualsF32OnRoundedWeights) {
 TEST(QuantMatmul, VulkanGeneratorInBlockFormatsEqualsTheCpu) {
   MEGANEURA_REQUIRE_VULKAN();
   const models::LlamaConfig c = testing::small_llama_config();
-  for (DType t : {DType::q8_0, DType::q4_0}) {
+  for (DType t : {DType::q8_0, DType::q4_0, DType::f16}) {
     SCOPED_TRACE(dtype_name(t));
     Generator cpu(c, {.max_context = 32, .prefill_chunk = 8, .weights = t}),
         gpu(c, {.max_context = 32, .prefill_chunk = 8, .weights = t, .session = testing_vulkan::vulkan_options()});

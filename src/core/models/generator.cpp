@@ -21,6 +21,13 @@ int64_t context_of(const models::LlamaConfig& c, const GeneratorOptions& o) {
   return n;
 }
 
+// f16 and bf16 weights are the plan's storage (SessionOptions::weights_dtype): the graph stays f32.
+SessionOptions session_of(const GeneratorOptions& o) {
+  SessionOptions so = o.session;
+  if (o.weights == DType::f16 || o.weights == DType::bf16) so.weights_dtype = o.weights;
+  return so;
+}
+
 }  // namespace
 
 Generator::Generator(models::LlamaConfig config, const GeneratorOptions& o)
@@ -28,7 +35,7 @@ Generator::Generator(models::LlamaConfig config, const GeneratorOptions& o)
       batch_(o.batch),
       max_context_(context_of(config_, o)),
       top_k_(o.top_k),
-      session_(o.session),
+      session_(session_of(o)),
       positions_(size_t(std::max<int64_t>(o.batch, 1)), 0),
       logits_(size_t(std::max<int64_t>(o.batch, 1) * config_.vocab_size), 0.0f),
       next_(size_t(std::max<int64_t>(o.batch, 1)), 0),
@@ -49,7 +56,8 @@ Generator::Generator(models::LlamaConfig config, const GeneratorOptions& o)
   for (int64_t n = std::min<int64_t>(o.prefill_chunk, int64_t(std::bit_floor(uint64_t(max_context_)))); n >= 1;
        n /= 2) {
     Chunk c{n, 0, Graph{}};
-    Tensor logits = models::build_llama_cached(c.graph, config_, batch_, n, max_context_, o.weights);
+    Tensor logits = models::build_llama_cached(c.graph, config_, batch_, n, max_context_,
+                                               dtype_is_block(o.weights) ? o.weights : DType::f32);
     c.graph.output("logits." + std::to_string(n), logits);
     c.graph.output("argmax." + std::to_string(n), argmax(logits));
     if (top_k_ > 0) c.graph.output("top_k." + std::to_string(n), top_k_packed(logits, top_k_ + 1));

@@ -14,6 +14,7 @@ namespace meganeura {
 
 size_t half_operand_inputs(Op op) {
   if (op == Op::matmul || op == Op::matmul_epilogue || op == Op::conv2d) return 2;  // A and B, x and w
+  if (op == Op::embedding) return 1;                                                // the table
   return op == Op::attention_fused ? 3 : 0;                                         // q, k, v
 }
 
@@ -153,6 +154,7 @@ class Planner {
     add_dispatches();
     add_output_copies();
     store_half_operands();
+    store_weights();
     find_lifetimes();
     assign_states();
     views_follow_bases();
@@ -356,6 +358,38 @@ class Planner {
       for (Dispatch& r : p_.dispatches) {
         if (std::find(r.reads.begin(), r.reads.end(), d.write()) != r.reads.end()) r.bytes -= saved;
       }
+    }
+  }
+
+  // Parameters held in 16 bits (PlanOptions::weights_dtype): those that only 16-bit operands
+  // read, directly or through reshapes (views, stored alike), and nothing writes.
+  void store_weights() {
+    const DType f = opt_.weights_dtype;
+    if (f == DType::f32) return;
+    if (f != DType::f16 && f != DType::bf16) {
+      throw std::invalid_argument("[plan] weights_dtype must be f32, f16 or bf16, got " + std::string(dtype_name(f)));
+    }
+    if (opt_.float_dtype != DType::f32) throw std::invalid_argument("[plan] weights in 16 bits need an f32 plan");
+    std::vector<uint8_t> refused(p_.tensors.size(), 0), read(p_.tensors.size(), 0);
+    for (const Dispatch& d : p_.dispatches) {
+      for (uint32_t w : d.writes) refused[view_base_[w]] = 1;
+      for (size_t i = 0; i < d.reads.size(); ++i) {
+        refused[view_base_[d.reads[i]]] |= i >= half_operand_inputs(d.op);
+        read[view_base_[d.reads[i]]] = 1;
+      }
+    }
+    for (size_t t = 0; t < p_.tensors.size(); ++t) {
+      const size_t base = view_base_[t];
+      const ProgramTensor& b = p_.tensors[base];
+      if (b.role != Role::parameter || refused[base] || !read[base] || b.type.dtype != DType::f32) continue;
+      ProgramTensor& x = p_.tensors[t];
+      const double saved = double(x.bytes - storage_bytes(f, x.type.numel()));
+      x.stored = f;
+      x.bytes = storage_bytes(f, x.type.numel());
+      for (Dispatch& d : p_.dispatches) {
+        if (std::find(d.reads.begin(), d.reads.end(), uint32_t(t)) != d.reads.end()) d.bytes -= saved;
+      }
+      if (base == t) p_.externals[external_index_.at(x.binding)].stored = f;
     }
   }
 

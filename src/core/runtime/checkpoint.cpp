@@ -11,6 +11,11 @@ namespace meganeura {
 namespace {
 // Prefixes of optimizer-state tensors ("adam_m.<param>"); an inference load skips them.
 const std::vector<std::string> kStateSlots = {"adam_m", "adam_v", "sgd_momentum", "grad_acc"};
+
+// An f32 parameter the plan holds in f16 or bf16 (SessionOptions::weights_dtype).
+bool held_in_16_bits(const ExternalBuffer& b) {
+  return b.type.dtype == DType::f32 && (b.stored == DType::f16 || b.stored == DType::bf16);
+}
 }  // namespace
 
 void save_checkpoint(const Session& s, const std::filesystem::path& path,
@@ -20,6 +25,13 @@ void save_checkpoint(const Session& s, const std::filesystem::path& path,
   nlohmann::json params = nlohmann::json::array(), states = nlohmann::json::array();
   for (const auto& [name, b] : s.buffers()) {
     if (b.role != Role::parameter && b.role != Role::state) continue;
+    if (held_in_16_bits(b)) {  // checkpoints stay f32: the rounded values widened
+      const std::vector<float> v = s.get(name);
+      std::vector<std::byte> bytes(v.size() * sizeof(float));
+      std::memcpy(bytes.data(), v.data(), bytes.size());
+      ck.tensors[name] = io::TensorRecord{DType::f32, b.type.shape, std::move(bytes)};
+      continue;
+    }
     auto bytes = s.read_raw(name);
     ck.tensors[name] = io::TensorRecord{b.stored, b.type.shape, std::move(bytes)};
     (b.role == Role::parameter ? params : states).push_back(name);
@@ -33,10 +45,17 @@ void save_checkpoint(const Session& s, const std::filesystem::path& path,
 std::map<std::string, std::string> load_checkpoint(Session& s, const std::filesystem::path& path,
                                                    const LoadOptions& options) {
   std::vector<io::ExpectedTensor> expected;
-  std::map<std::string, bool> blocks;  // block-format parameters: transposed in the file?
+  // Parameters read from the file's f32 and converted by set(): those in a block format
+  // (transposed in the file?) and those held in 16 bits (never transposed).
+  std::map<std::string, bool> blocks;
   for (const auto& [name, b] : s.buffers()) {
     bool wanted = b.role == Role::parameter || (b.role == Role::state && !options.parameters_only);
     if (!wanted) continue;
+    if (held_in_16_bits(b)) {
+      blocks[name] = false;
+      expected.push_back(io::ExpectedTensor{name, DType::f32, b.type.shape});
+      continue;
+    }
     if (!dtype_is_block(b.stored)) {
       expected.push_back(io::ExpectedTensor{name, b.stored, b.type.shape});
       continue;

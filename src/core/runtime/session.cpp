@@ -69,10 +69,23 @@ Session::Session(SessionOptions options) : options_(options) {
   if (options.f64_oracle && options.device == Device::vulkan) {
     throw std::invalid_argument("[session] the f64 oracle runs on the reference CPU backend only");
   }
+  if (options.weights_dtype != DType::f32 && options.weights_dtype != DType::f16 &&
+      options.weights_dtype != DType::bf16) {
+    throw std::invalid_argument("[session] weights_dtype must be f32, f16 or bf16, got " +
+                                std::string(dtype_name(options.weights_dtype)));
+  }
+  if (options.weights_dtype != DType::f32 && options.f64_oracle) {
+    throw std::invalid_argument("[session] the f64 oracle holds every parameter in f64, not in " +
+                                std::string(dtype_name(options.weights_dtype)));
+  }
   if (options.vulkan_external && options.device != Device::vulkan) {
     throw std::invalid_argument("[session] an application's Vulkan device (vulkan_external) needs Device::vulkan");
   }
   backend_ = make_backend(options, device_note_);
+  if (options.weights_dtype != DType::f32 && !backend_->half_weights()) {
+    throw std::invalid_argument("[session] " + backend_->device_name() + " does not read weights in " +
+                                std::string(dtype_name(options.weights_dtype)) + " (the naive GEMM reads f32 only)");
+  }
 }
 Session::~Session() = default;
 Session::Session(Session&&) noexcept = default;
@@ -85,6 +98,7 @@ size_t Session::add(const Graph& g) {
   po.float_dtype = options_.f64_oracle ? DType::f64 : DType::f32;
   po.limits = backend_->limits();
   po.verify = false;  // add(Program) verifies
+  po.weights_dtype = options_.weights_dtype;
   // The rewrite passes run between autodiff and the plan, those the backend has kernels for.
   if (options_.precision == Precision::strict) return add(plan(optimize(g, backend_->passes()), po));
   // Under the f64 oracle a contract rounds the same operands, the products then accumulate in f64.

@@ -52,6 +52,15 @@ struct Prepared {
   std::unique_ptr<HostBuffer> workspace;   // Schedule::workspace_bytes, shared by all launches
   std::vector<std::vector<cpu::Arg>> ins;  // per dispatch
   std::vector<std::vector<cpu::Arg>> outs;
+  // Per dispatch, the 16-bit operands its kernel reads as f32: widened into the workspace after
+  // the kernel's own scratch before it runs (the products and embeddings that read 16 bits
+  // themselves, cpu::reads_16bit, are not listed).
+  struct Widen {
+    size_t input;
+    int64_t numel;
+    uint64_t offset;  // in the workspace
+  };
+  std::vector<std::vector<Widen>> widen;
 };
 
 class CpuBackend final : public Backend {
@@ -62,6 +71,8 @@ class CpuBackend final : public Backend {
 
   std::string device_name() const override { return "cpu (" + std::to_string(cpu::thread_count()) + " threads)"; }
   DeviceLimits limits() const override { return DeviceLimits{}; }  // host memory: no binding limit
+  // Products y = x w^T and embeddings read 16-bit weights as they go; other readers widen them.
+  bool half_weights() const override { return true; }
 
   size_t add_program(const Program& p) override {
     auto prep = std::make_unique<Prepared>();
@@ -83,7 +94,22 @@ class CpuBackend final : public Backend {
     }
     for (uint64_t bytes : q.arena_buffers) prep->arenas.push_back(std::make_unique<HostBuffer>(bytes));
     prep->schedule = lower(q);
-    prep->workspace = std::make_unique<HostBuffer>(prep->schedule.workspace_bytes);
+    uint64_t workspace = prep->schedule.workspace_bytes;
+    for (size_t i = 0; i < q.dispatches.size(); ++i) {
+      const Dispatch& d = q.dispatches[i];
+      const KernelLaunch& l = prep->schedule.launches[i];
+      std::vector<Prepared::Widen> w;
+      uint64_t end = (l.workspace_bytes + 63) / 64 * 64;
+      for (size_t r = 0; r < d.reads.size(); ++r) {
+        const ProgramTensor& t = q.tensors[d.reads[r]];
+        if (t.stored == q.float_dtype || !dtype_is_float(t.stored) || cpu::reads_16bit(d, l, r)) continue;
+        w.push_back({r, t.type.numel(), end});
+        end += (storage_bytes(DType::f32, t.type.numel()) + 63) / 64 * 64;
+      }
+      if (!w.empty()) workspace = std::max(workspace, end);
+      prep->widen.push_back(std::move(w));
+    }
+    prep->workspace = std::make_unique<HostBuffer>(workspace);
     auto arg = [&](uint32_t t) {
       const ProgramTensor& pt = q.tensors.at(t);
       std::byte* base = pt.external() ? static_cast<std::byte*>(buffers_.at(pt.binding)->data())
@@ -131,10 +157,18 @@ class CpuBackend final : public Backend {
       const Dispatch& d = p.program.dispatches[i];
       const KernelLaunch& l = p.schedule.launches[i];
       cpu::set_workspace(ws, l.workspace_bytes);
-      if (f64)
+      if (f64) {
         cpu::execute<double>(d, l, p.ins[i], p.outs[i]);
-      else
+      } else if (p.widen[i].empty()) {
         cpu::execute<float>(d, l, p.ins[i], p.outs[i]);
+      } else {
+        std::vector<cpu::Arg> in = p.ins[i];
+        for (const Prepared::Widen& w : p.widen[i]) {
+          convert_values(in[w.input].stored, in[w.input].data, DType::f32, ws + w.offset, w.numel);
+          in[w.input] = cpu::Arg{ws + w.offset, DType::f32};
+        }
+        cpu::execute<float>(d, l, in, p.outs[i]);
+      }
       for (; next < marks.size() && marks[next] <= i; ++next) reached(next);
     }
     cpu::set_workspace(nullptr, 0);
@@ -162,9 +196,14 @@ class CpuBackend final : public Backend {
       DType s = p.tensors[t].stored;
       return !dtype_is_float(s) || s == p.float_dtype;
     };
+    // Parameters held in 16 bits (PlanOptions::weights_dtype) where products and embeddings read.
+    auto half = [&](size_t i) {
+      const DType s = p.tensors[d.reads[i]].stored;
+      return p.float_dtype == DType::f32 && i < half_operand_inputs(d.op) && (s == DType::f16 || s == DType::bf16);
+    };
     bool good = true;
     for (uint32_t w : d.writes) good &= ok(w);
-    for (uint32_t r : d.reads) good &= ok(r);
+    for (size_t i = 0; i < d.reads.size(); ++i) good &= ok(d.reads[i]) || half(i);
     if (!good) {
       throw std::invalid_argument("[cpu] " + std::string(op_name(d.op)) + " on " +
                                   std::string(dtype_name(p.tensors[d.write()].stored)) +

@@ -25,6 +25,10 @@ struct Arg {
   }
 };
 
+// Whether the kernel of `d` reads its input `input` in 16 bits itself (an embedding's table, the
+// weight of a product y = x w^T through the block-format path) rather than widened to f32.
+bool reads_16bit(const Dispatch& d, const KernelLaunch& l, size_t input);
+
 // An IEEE half's value.
 float half_to_float(uint16_t h);
 

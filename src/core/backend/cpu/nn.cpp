@@ -154,6 +154,13 @@ void conv_backward_weight(const ConvGeom& g, const T* x, const T* dy, T* dw) {
 
 }  // namespace
 
+bool reads_16bit(const Dispatch& d, const KernelLaunch& l, size_t input) {
+  if (d.op == Op::embedding) return input == 0;
+  if (d.op != Op::matmul || input != 1) return false;
+  // y = x w^T with x in f32 and one w for every batch (b_batched 0, trans_a 0, trans_b 1)
+  return l.push.get(push::kMatmul + 5) == 0 && l.push.get(push::kMatmul + 6) == 0 && l.push.get(push::kMatmul + 7) != 0;
+}
+
 template <class T>
 void linalg(const Dispatch& d, const KernelLaunch& l, const std::vector<Arg>& in, const Arg& out) {
   if (d.op == Op::matmul_q) {
@@ -190,6 +197,12 @@ void matmul(const PushConstants& p, const Arg& x, const Arg& y, const Arg& out) 
   struct {
     bool trans_a, trans_b;
   } a{w[6] != 0, w[7] != 0};
+  if (in[1].stored == DType::f16 || in[1].stored == DType::bf16) {  // y = x w^T, w in 16 bits (reads_16bit)
+    if constexpr (std::is_same_v<T, float>) {
+      return matmul_q(in[1].stored, in[0].as<T>(), in[1].as<const std::byte>(), out.as<T>(), a_batched ? batch * m : m,
+                      n, k);
+    }
+  }
   const T* A = in[0].as<T>();
   const T* B = in[1].as<T>();
   T* C = out.as<T>();

@@ -28,6 +28,17 @@ namespace {
 
 constexpr int64_t kBlock = 32;
 
+// Element i of a row of f16 or bf16 values.
+float half_value(DType type, const std::byte* w, int64_t i) {
+  uint16_t h;
+  std::memcpy(&h, w + 2 * i, 2);
+  if (type == DType::f16) return half_to_float(h);
+  const uint32_t u = uint32_t(h) << 16;
+  float f;
+  std::memcpy(&f, &u, 4);
+  return f;
+}
+
 float scale_of(const std::byte* block) {
   uint16_t h;
   std::memcpy(&h, block, 2);
@@ -36,6 +47,10 @@ float scale_of(const std::byte* block) {
 
 template <class T>
 void decode(DType type, const std::byte* w, T* out, int64_t k) {
+  if (type == DType::f16 || type == DType::bf16) {
+    for (int64_t i = 0; i < k; ++i) out[i] = T(half_value(type, w, i));
+    return;
+  }
   const int64_t bytes = dtype_block(type).bytes;
   for (int64_t b = 0; b < k / kBlock; ++b, w += bytes, out += kBlock) {
     const T d = T(scale_of(w));
@@ -49,6 +64,11 @@ void decode(DType type, const std::byte* w, T* out, int64_t k) {
 }
 
 float dot_scalar(DType type, const std::byte* w, const float* x, int64_t k) {
+  if (type == DType::f16 || type == DType::bf16) {
+    float acc = 0;
+    for (int64_t i = 0; i < k; ++i) acc += half_value(type, w, i) * x[i];
+    return acc;
+  }
   const int64_t bytes = dtype_block(type).bytes;
   float acc = 0;
   for (int64_t b = 0; b < k / kBlock; ++b, w += bytes, x += kBlock) {
@@ -78,7 +98,22 @@ MEGANEURA_AVX2 __m256 bytes_to_ps(__m128i eight_bytes, bool is_signed) {
   return _mm256_cvtepi32_ps(is_signed ? _mm256_cvtepi8_epi32(eight_bytes) : _mm256_cvtepu8_epi32(eight_bytes));
 }
 
+// Eight f16 or bf16 values as floats.
+MEGANEURA_AVX2 __m256 half8(DType type, const std::byte* w) {
+  const __m128i h = _mm_loadu_si128(reinterpret_cast<const __m128i*>(w));
+  if (type == DType::f16) return _mm256_cvtph_ps(h);
+  return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
+}
+
 MEGANEURA_AVX2 float dot_avx2(DType type, const std::byte* w, const float* x, int64_t k) {
+  if (type == DType::f16 || type == DType::bf16) {
+    __m256 acc = _mm256_setzero_ps();
+    int64_t i = 0;
+    for (; i + 8 <= k; i += 8) acc = _mm256_fmadd_ps(half8(type, w + 2 * i), _mm256_loadu_ps(x + i), acc);
+    float s = hsum(acc);
+    for (; i < k; ++i) s += half_value(type, w, i) * x[i];
+    return s;
+  }
   const int64_t bytes = dtype_block(type).bytes;
   __m256 acc = _mm256_setzero_ps();
   const __m256 eight = _mm256_set1_ps(8), fifteen = _mm256_castsi256_ps(_mm256_set1_epi32(15));
@@ -109,7 +144,21 @@ MEGANEURA_AVX2 float dot_avx2(DType type, const std::byte* w, const float* x, in
   return hsum(acc);
 }
 
+MEGANEURA_AVX512 __m512 half16(DType type, const std::byte* w) {
+  const __m256i h = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(w));
+  if (type == DType::f16) return _mm512_cvtph_ps(h);
+  return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
+}
+
 MEGANEURA_AVX512 float dot_avx512(DType type, const std::byte* w, const float* x, int64_t k) {
+  if (type == DType::f16 || type == DType::bf16) {
+    __m512 acc = _mm512_setzero_ps();
+    int64_t i = 0;
+    for (; i + 16 <= k; i += 16) acc = _mm512_fmadd_ps(half16(type, w + 2 * i), _mm512_loadu_ps(x + i), acc);
+    float s = _mm512_reduce_add_ps(acc);
+    for (; i < k; ++i) s += half_value(type, w, i) * x[i];
+    return s;
+  }
   const int64_t bytes = dtype_block(type).bytes;
   __m512 acc = _mm512_setzero_ps();
   // A Q4_0 nibble's value, nibble - 8, looked up in a 16-entry table: the permute reads only the

@@ -86,6 +86,10 @@ void lower_index(const Context& c, const Dispatch& d, Launch l, std::vector<Laun
     pc.u(embed ? uint64_t(c.shape(d.reads[0])[1]) : uint64_t(classes));
     pc.u(c.numel_of(d.reads[embed ? 1 : 0]));
     pc.i(embed ? 0 : std::get<OneHotAttrs>(d.attrs).ignore_index);
+    const DType table = c.p.tensors[d.reads[0]].stored;
+    pc.u(0);
+    pc.u(0);
+    pc.u(!embed || table == DType::f32 ? 0 : table == DType::f16 ? 1 : 2);  // index.comp's format (half.glsl)
     l.bindings[0] = d.reads[0];
     l.bindings[1] = embed ? d.reads[1] : d.reads[0];
     elementwise_grid(l, n, c.dc);

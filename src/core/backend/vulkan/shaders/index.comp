@@ -5,8 +5,10 @@
 // of that id in order and adds the sum to the table row, so no invocation walks more than one
 // chunk and each table element has one writer per launch.
 #include "common.glsl"
+#include "half.glsl"
 
 layout(std430, binding = 0) readonly buffer X { float x[]; };
+layout(std430, binding = 0) readonly buffer XH { uint xh[]; };  // an embedding table in 16 bits
 layout(std430, binding = 1) readonly buffer Ids { int ids[]; };
 layout(std430, binding = 2) buffer Y { float y[]; };
 
@@ -17,6 +19,7 @@ layout(push_constant) uniform P {
   uint count;             // number of ids
   int ignore_index;
   uint first, last;       // embedding backward: the chunk of ids [first, last)
+  uint format;            // embedding: the table's HALF_ format
 } pc;
 
 void main() {
@@ -26,7 +29,12 @@ void main() {
     uint p = i / pc.dim;
     int id = ids[p];
     // Out-of-range ids read as zeros rather than out of bounds.
-    y[i] = (id >= 0 && uint(id) < pc.rows) ? x[uint(id) * pc.dim + i % pc.dim] : 0.0;
+    if (id < 0 || uint(id) >= pc.rows) {
+      y[i] = 0.0;
+    } else {
+      const uint e = uint(id) * pc.dim + i % pc.dim;
+      y[i] = pc.format == HALF_F32 ? x[e] : half_value(xh[e / 2u], e, pc.format);
+    }
   } else if (pc.op == EMBEDDING_BACKWARD) {
     uint p = pc.first + i / pc.dim, j = i % pc.dim;
     int id = ids[p];
