@@ -185,8 +185,8 @@ void bind_generate(py::module_& m) {
       py::arg("prefill_chunk") = GeneratorOptions{}.prefill_chunk, py::arg("threads") = kDeviceDefaults.threads,
       py::arg("random_weights") = false, py::arg("weights_dtype") = "auto",
       "Generates text from a Llama-architecture checkpoint (config.json and safetensors, or a GGUF file as config, "
-      "weights and tokenizer), as `meganeura generate` does; weights_dtype 'q8_0' or 'q4_0' holds every matrix in "
-      "that block format. Returns a Generation to iterate for the text, piece by piece.");
+      "weights and tokenizer), as `meganeura generate` does; weights_dtype 'f16', 'bf16', 'q8_0' or 'q4_0' holds every "
+      "matrix in that format. Returns a Generation to iterate for the text, piece by piece.");
 }
 
 }  // namespace meganeura::python

@@ -299,5 +299,5 @@ def test_weights_held_in_q8_0_decode_as_the_rounded_reference(tmp_path):
     assert held.tokens == decoded.tokens == ref
     # From an f32 checkpoint the generator quantises as it loads: the same model.
     assert greedy(folder, weights_dtype="q8_0")[0].tokens == ref
-    with pytest.raises(ValueError, match="weights dtype 'q5': expected auto, f32, q8_0 or q4_0"):
+    with pytest.raises(ValueError, match="weights dtype 'q5': expected auto, f32, f16, bf16, q8_0 or q4_0"):
         greedy(folder, weights_dtype="q5")

@@ -165,8 +165,8 @@ void add_generate_command(CLI::App& app) {
   c->add_option("--prefill-chunk", a->prefill_chunk, "longest prompt chunk per run, a power of two (default 128)")
       ->check(CLI::PositiveNumber);
   c->add_option("--weights-dtype", a->weights_dtype,
-                "f32, q8_0 or q4_0: hold every matrix in that format; auto: a GGUF file's type, else f32")
-      ->check(CLI::IsMember({"auto", "f32", "q8_0", "q4_0"}));
+                "f32, f16, bf16, q8_0 or q4_0: hold every matrix in that format; auto: a GGUF file's type, else f32")
+      ->check(CLI::IsMember({"auto", "f32", "f16", "bf16", "q8_0", "q4_0"}));
   c->add_option("--threads", a->threads, "CPU threads (default: every core)")->check(CLI::NonNegativeNumber);
   c->add_flag("--json", a->json, "print one JSON object (tokens, text, timings, peak RSS) instead of the text");
   c->add_option("--dump-logits", a->dump, "safetensors file: the logits each new token was drawn from [new, vocab]");

@@ -263,11 +263,15 @@ int run_train(const TrainArgs& a) {
 
 int run_infer(const TrainArgs& a) {
   ModelOptions sizes = a.sizes;
-  sizes.weights = text::weights_dtype(a.weights_dtype, {});
+  // Block formats are the model's (matmul_q); f16 and bf16 the plan's storage, any model.
+  const DType weights = text::weights_dtype(a.weights_dtype, {});
+  const bool half = weights == DType::f16 || weights == DType::bf16;
+  sizes.weights = half ? DType::f32 : weights;
   auto task = make_task(a.model, a.seed, sizes);
   SessionOptions so = base_session_options();
   select_device(so, a.device);
   so.seed = a.seed;
+  if (half) so.weights_dtype = weights;
   Session session(so);
   task->add_inference(session);
   auto meta = load_checkpoint(session, a.resume, task->inference_load_options());
@@ -280,7 +284,7 @@ int run_infer(const TrainArgs& a) {
   nlohmann::json out = {{"model", task->name()},
                         {"device", session.device_name()},
                         {"checkpoint", a.resume},
-                        {"weights_dtype", dtype_name(sizes.weights)},
+                        {"weights_dtype", dtype_name(weights)},
                         {"weight_bytes", weight_bytes}};
   if (!session.device_note().empty()) out["device_note"] = session.device_note();
   if (meta.count("step")) out["trained_steps"] = std::stoll(meta["step"]);
@@ -464,8 +468,9 @@ void add_program_command(CLI::App& app) {
   c->add_option("--prefill-chunk", a->prefill_chunk, "with --config: the longest prompt chunk (a power of two)")
       ->check(CLI::PositiveNumber);
   c->add_option("--weights-dtype", a->weights_dtype,
-                "with --config: the matrices' format, f32 | q8_0 | q4_0 (each dispatch's weight_bytes shows it)")
-      ->check(CLI::IsMember({"f32", "q8_0", "q4_0"}));
+                "with --config: the matrices' format, f32 | f16 | bf16 | q8_0 | q4_0 (each dispatch's weight_bytes "
+                "shows it)")
+      ->check(CLI::IsMember({"f32", "f16", "bf16", "q8_0", "q4_0"}));
   c->add_flag("--json", a->json, "the program as JSON");
   add_precision_option(c, *a, "the training step's precision contract (its rounding nodes show in the program)");
   c->add_option("--device", a->plan_device,
@@ -531,8 +536,10 @@ void add_infer_command(CLI::App& app) {
                 "cpu | vulkan | auto | a Vulkan device's index or name (see `meganeura devices`)");
   c->add_option("--seed", a->seed, "sampling seed");
   c->add_option("--weights-dtype", a->weights_dtype,
-                "chargpt: hold the embedding and the projections in 8 or 4 bits, f32 | q8_0 | q4_0 (default f32)")
-      ->check(CLI::IsMember({"f32", "q8_0", "q4_0"}));
+                "f32 | f16 | bf16 | q8_0 | q4_0 (default f32): f16 and bf16 hold the weights that products and "
+                "embeddings read in 16 bits (any model); chargpt also takes its embedding and projections in 8 or 4 "
+                "bits")
+      ->check(CLI::IsMember({"f32", "f16", "bf16", "q8_0", "q4_0"}));
   add_sampling_options(c, a->sizes);
   c->add_flag("--json", a->json, "print a JSON summary on stdout");
   c->callback([a] {

@@ -186,10 +186,11 @@ void add_workload_commands(CLI::App& app) {
   r->add_option("--write-weights", a->write_weights, "also write the weights used");
   r->add_option("--write-inputs", a->write_inputs, "also write the inputs used");
   r->add_flag("--f64", a->f64, "run in the f64 oracle mode (reference backend)");
-  r->add_option("--weights-dtype", a->weights_dtype,
-                "f32 | q8_0 | q4_0: hold the linear layers' weights in 8 or 4 bits and run the forward pass alone "
-                "(outputs and loss, no gradients)")
-      ->check(CLI::IsMember({"f32", "q8_0", "q4_0"}));
+  r->add_option(
+       "--weights-dtype", a->weights_dtype,
+       "f32 | f16 | bf16 | q8_0 | q4_0: hold the weights that products and embeddings read in 16 bits, or the "
+       "linear layers' weights in 8 or 4 bits, and run the forward pass alone (outputs and loss, no gradients)")
+      ->check(CLI::IsMember({"f32", "f16", "bf16", "q8_0", "q4_0"}));
   r->add_flag("--forward-only", a->forward_only, "the forward pass alone: outputs and loss, no gradients");
   r->add_flag("--json", a->json, "JSON summary on stdout (with the bytes the products read and the memory planned)");
   r->callback([a] { throw CLI::RuntimeError(run_run(*a)); });

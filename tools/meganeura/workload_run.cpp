@@ -58,8 +58,11 @@ RunOutcome run_workload(const WorkloadRunOptions& o) {
   for (auto& [name, t] : w.outputs) built.output(name, t);
   built.output("loss", w.loss);
   if (o.weights_dtype == DType::f32 && !o.forward_only) output_parameter_gradients(built, w.loss);
-  Graph g = o.weights_dtype == DType::f32 ? std::move(built) : quantise_weights(built, o.weights_dtype);
+  // Block formats rewrite the linear layers (matmul_q); f16 and bf16 are the plan's storage.
+  const bool blocks = dtype_is_block(o.weights_dtype);
+  Graph g = blocks ? quantise_weights(built, o.weights_dtype) : std::move(built);
   SessionOptions so = base_session_options();
+  if (!blocks) so.weights_dtype = o.weights_dtype;
   so.device = o.device;
   so.seed = o.seed;
   so.f64_oracle = o.f64;
