@@ -24,6 +24,11 @@ SessionOptions session_options(const DeviceArgs& a) {
   o.vulkan_profile = a.profile;
   o.vulkan_cache_dir = a.cache_dir;
   o.precision = parse_precision(a.precision);
+  if (a.weights_dtype == "f16" || a.weights_dtype == "bf16") {
+    o.weights_dtype = a.weights_dtype == "f16" ? DType::f16 : DType::bf16;
+  } else if (a.weights_dtype != "f32") {
+    throw std::invalid_argument("[session] weights_dtype '" + a.weights_dtype + "': expected f32, f16 or bf16");
+  }
   return o;
 }
 
@@ -33,11 +38,13 @@ using HandlePtr = std::shared_ptr<SessionHandle>;
 using GraphPtr = std::shared_ptr<Graph>;
 
 HandlePtr make_session(const DeviceArgs& a) {
-  auto s = std::make_shared<Session>(session_options(a));
+  const SessionOptions o = session_options(a);
+  auto s = std::make_shared<Session>(o);
   auto h = std::make_shared<SessionHandle>();
   h->session = s.get();
   h->owner = std::move(s);
   h->f64 = a.f64;
+  h->weights_dtype = o.weights_dtype;
   return h;
 }
 
@@ -45,7 +52,9 @@ size_t add_graph(SessionHandle& h, const Graph& g, bool optimize) {
   SessionLock lock(h);
   Session& s = h.get();
   if (optimize) return s.add(g);
-  return s.add(plan(g, PlanOptions{.float_dtype = h.f64 ? DType::f64 : DType::f32, .limits = s.backend().limits()}));
+  return s.add(plan(g, PlanOptions{.float_dtype = h.f64 ? DType::f64 : DType::f32,
+                                   .limits = s.backend().limits(),
+                                   .weights_dtype = h.weights_dtype}));
 }
 
 std::vector<std::string> names_with_role(const Session& s, size_t program, Role role) {
@@ -216,9 +225,10 @@ void bind_compile(py::module_& m) {
       "compile",
       [](const Graph& g, const std::string& device, bool optimize, uint64_t seed, int threads, bool f64,
          const std::string& vulkan_device, bool validation, bool profile, const std::string& cache_dir,
-         const std::string& precision) {
+         const std::string& precision, const std::string& weights_dtype) {
         DeviceArgs args = device_args(device, seed, threads, f64, vulkan_device, validation, profile, cache_dir);
         args.precision = precision;
+        args.weights_dtype = weights_dtype;
         HandlePtr h = make_session(args);
         add_graph(*h, g, optimize);
         return h;
@@ -228,8 +238,10 @@ void bind_compile(py::module_& m) {
       py::arg("f64") = kDeviceDefaults.f64, py::arg("vulkan_device") = kDeviceDefaults.vulkan_device,
       py::arg("validation") = kDeviceDefaults.validation, py::arg("profile") = kDeviceDefaults.profile,
       py::arg("cache_dir") = kDeviceDefaults.cache_dir, py::arg("precision") = kDeviceDefaults.precision,
+      py::arg("weights_dtype") = kDeviceDefaults.weights_dtype,
       "Plans `graph` for a device and returns a Session holding it as program 0; `precision` is the contract "
-      "(strict, accelerated or accelerated-bf16) its forward products run under.");
+      "(strict, accelerated or accelerated-bf16) its forward products run under; `weights_dtype` 'f16' or 'bf16' "
+      "holds the parameters that only products and embeddings read in 16 bits (inference; set() rounds them).");
 }
 
 }  // namespace

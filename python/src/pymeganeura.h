@@ -42,7 +42,8 @@ py::tuple shape_tuple(const Shape& s);
 struct SessionHandle {
   std::shared_ptr<void> owner;  // the Session itself or the Trainer that holds it
   Session* session = nullptr;
-  bool f64 = false;  // planned in the f64 oracle mode
+  bool f64 = false;                  // planned in the f64 oracle mode
+  DType weights_dtype = DType::f32;  // SessionOptions::weights_dtype
   std::mutex busy;
   Session& get();  // RuntimeError once closed
 };
@@ -69,7 +70,8 @@ struct DeviceArgs {
   bool validation = SessionOptions{}.vulkan_validation;
   bool profile = SessionOptions{}.vulkan_profile;
   std::string cache_dir = SessionOptions{}.vulkan_cache_dir;
-  std::string precision{precision_name(SessionOptions{}.precision)};  // strict | accelerated | accelerated-bf16
+  std::string precision{precision_name(SessionOptions{}.precision)};      // strict | accelerated | accelerated-bf16
+  std::string weights_dtype{dtype_name(SessionOptions{}.weights_dtype)};  // f32 | f16 | bf16
 };
 inline const DeviceArgs kDeviceDefaults{};
 inline DeviceArgs device_args(std::string device, uint64_t seed, int threads, bool f64, std::string vulkan_device,

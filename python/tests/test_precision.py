@@ -1,5 +1,6 @@
 """Precision contracts from Python: `compile(precision=...)` and `Trainer(precision=...)` against
-NumPy's own half-precision rounding (np.float16 rounds to nearest even)."""
+NumPy's own half-precision rounding (np.float16 rounds to nearest even), and weights held in
+16 bits (`compile(weights_dtype=...)`)."""
 import numpy as np
 import pytest
 
@@ -56,3 +57,24 @@ def test_accelerated_training_keeps_gradients_in_f32_and_learns():
 def test_unknown_contract_is_refused_by_name():
     with pytest.raises(ValueError, match="'fp8'.*accelerated-bf16"):
         mn.compile(product_graph(), precision="fp8")
+
+
+@pytest.mark.parametrize("device", ["cpu", "vulkan"])
+def test_weights_held_in_f16_are_rounded_once_and_multiplied_in_f32(device):
+    if device == "vulkan":
+        from conftest import vulkan_device_or_skip
+
+        vulkan_device_or_skip()
+    rng = np.random.default_rng(5)
+    x = rng.standard_normal((6, 200)).astype(np.float32)
+    w = rng.standard_normal((200, 5)).astype(np.float32)
+    sess = mn.compile(product_graph(), device, weights_dtype="f16", cache_dir="-")
+    sess.set("w", w)
+    held = sess.get("w")
+    assert np.array_equal(held, w.astype(np.float16).astype(np.float32))  # nearest even, bit for bit
+    got = sess.run({"x": x})["y"].astype(np.float64)
+    s = np.abs(x.astype(np.float64)) @ np.abs(held.astype(np.float64))
+    # The activations stay f32: f32 accumulation of the exact products, within (k + 2) 2^-24 S.
+    assert np.all(np.abs(got - x.astype(np.float64) @ held.astype(np.float64)) <= 202 * 2.0**-24 * s)
+    with pytest.raises(ValueError, match="weights_dtype 'f8': expected f32, f16 or bf16"):
+        mn.compile(product_graph(), weights_dtype="f8")
