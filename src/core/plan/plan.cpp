@@ -339,6 +339,7 @@ class Planner {
   void store_half_operands() {
     if (!opt_.half_operands || opt_.float_dtype != DType::f32) return;
     std::vector<uint8_t> viewed(p_.tensors.size(), 0), refused(p_.tensors.size(), 0);
+    const std::vector<std::vector<size_t>> readers = this->readers();
     for (size_t t = 0; t < p_.tensors.size(); ++t) {
       if (view_base_[t] != t) viewed[view_base_[t]] = 1;
     }
@@ -355,10 +356,19 @@ class Planner {
       t.bytes = storage_bytes(t.stored, t.type.numel());
       const double saved = double(f32_bytes - t.bytes);
       d.bytes -= saved;
-      for (Dispatch& r : p_.dispatches) {
-        if (std::find(r.reads.begin(), r.reads.end(), d.write()) != r.reads.end()) r.bytes -= saved;
+      for (size_t r : readers[d.write()]) p_.dispatches[r].bytes -= saved;
+    }
+  }
+
+  // The dispatches reading each tensor (once each).
+  std::vector<std::vector<size_t>> readers() const {
+    std::vector<std::vector<size_t>> out(p_.tensors.size());
+    for (size_t di = 0; di < p_.dispatches.size(); ++di) {
+      for (uint32_t r : p_.dispatches[di].reads) {
+        if (out[r].empty() || out[r].back() != di) out[r].push_back(di);
       }
     }
+    return out;
   }
 
   // Parameters held in 16 bits (PlanOptions::weights_dtype): those that only 16-bit operands
@@ -371,6 +381,7 @@ class Planner {
     }
     if (opt_.float_dtype != DType::f32) throw std::invalid_argument("[plan] weights in 16 bits need an f32 plan");
     std::vector<uint8_t> refused(p_.tensors.size(), 0), read(p_.tensors.size(), 0);
+    const std::vector<std::vector<size_t>> readers = this->readers();
     for (const Dispatch& d : p_.dispatches) {
       for (uint32_t w : d.writes) refused[view_base_[w]] = 1;
       for (size_t i = 0; i < d.reads.size(); ++i) {
@@ -386,9 +397,7 @@ class Planner {
       const double saved = double(x.bytes - storage_bytes(f, x.type.numel()));
       x.stored = f;
       x.bytes = storage_bytes(f, x.type.numel());
-      for (Dispatch& d : p_.dispatches) {
-        if (std::find(d.reads.begin(), d.reads.end(), uint32_t(t)) != d.reads.end()) d.bytes -= saved;
-      }
+      for (size_t r : readers[t]) p_.dispatches[r].bytes -= saved;
       if (base == t) p_.externals[external_index_.at(x.binding)].stored = f;
     }
   }
