@@ -156,7 +156,7 @@ void conv_backward_weight(const ConvGeom& g, const T* x, const T* dy, T* dw) {
 
 bool reads_16bit(const Dispatch& d, const KernelLaunch& l, size_t input) {
   if (d.op == Op::embedding) return input == 0;
-  if (d.op != Op::matmul || input != 1) return false;
+  if ((d.op != Op::matmul && d.op != Op::matmul_epilogue) || input != 1) return false;
   // y = x w^T with x in f32 and one w for every batch (b_batched 0, trans_a 0, trans_b 1)
   return l.push.get(push::kMatmul + 5) == 0 && l.push.get(push::kMatmul + 6) == 0 && l.push.get(push::kMatmul + 7) != 0;
 }

@@ -105,6 +105,13 @@ MEGANEURA_AVX2 __m256 half8(DType type, const std::byte* w) {
   return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
 }
 
+// A row of k f16 or bf16 values as floats, eight at a time.
+MEGANEURA_AVX2 void widen_avx2(DType type, const std::byte* w, float* out, int64_t k) {
+  int64_t i = 0;
+  for (; i + 8 <= k; i += 8) _mm256_storeu_ps(out + i, half8(type, w + 2 * i));
+  for (; i < k; ++i) out[i] = half_value(type, w, i);
+}
+
 MEGANEURA_AVX2 float dot_avx2(DType type, const std::byte* w, const float* x, int64_t k) {
   if (type == DType::f16 || type == DType::bf16) {
     __m256 acc = _mm256_setzero_ps();
@@ -200,7 +207,11 @@ constexpr int64_t kPanelBytes = int64_t(4) << 20;
 
 }  // namespace
 
-void decode_row(DType type, const std::byte* w, float* out, int64_t k) { decode(type, w, out, k); }
+void decode_row(DType type, const std::byte* w, float* out, int64_t k) {
+  if ((type == DType::f16 || type == DType::bf16) && quant_isa() != QuantIsa::scalar)
+    return widen_avx2(type, w, out, k);
+  decode(type, w, out, k);
+}
 void decode_row(DType type, const std::byte* w, double* out, int64_t k) { decode(type, w, out, k); }
 
 QuantIsa quant_isa_supported() {
