@@ -2,7 +2,7 @@
 PyTorch eager with a key/value cache (torch_generate.py), SmolLM2-135M's full shape with random
 weights, a 128-token prompt, 128 new tokens, batch 1, greedy, both sides on the same number of
 threads in one run on one machine. Also the decode bound: the bytes of f32 weights read per
-token (f32, and for the Q8_0 and Q4_0 runs their blocks) against the copy bandwidth
+token (f32, and for the f16, Q8_0 and Q4_0 runs their 16 bits or blocks) against the copy bandwidth
 bench_stream measures with the same threads, and the prefill
 bound: the multiply-adds per prompt token against the f32 multiply-add peak it measures.
 
@@ -28,6 +28,7 @@ SMOLLM2 = {"architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden
            "num_attention_heads": 9, "num_key_value_heads": 3, "max_position_embeddings": 8192,
            "rms_norm_eps": 1e-5, "rope_theta": 100000.0, "tie_word_embeddings": True}
 PROMPT, NEW = 128, 128
+HELD = ("f16", "q8_0", "q4_0")  # the other weight formats, each run beside f32
 
 
 def parameters(c):
@@ -60,10 +61,10 @@ def cpu_model():
 
 def weight_bytes(c, fmt):
     """Bytes of the weights one decode step reads: every matrix once (a tied head reads the
-    embedding), in the format's blocks (34 or 18 bytes per 32 weights), the norms in f32."""
+    embedding), in the format's blocks (34 or 18 bytes per 32 weights) or f16, the norms in f32."""
     h, layers = c["hidden_size"], c["num_hidden_layers"]
     norms = (2 * layers + 1) * h
-    per = {"f32": 4.0, "q8_0": 34 / 32, "q4_0": 18 / 32}[fmt]
+    per = {"f32": 4.0, "f16": 2.0, "q8_0": 34 / 32, "q4_0": 18 / 32}[fmt]
     return (parameters(c) - norms) * per + 4 * norms
 
 
@@ -126,12 +127,12 @@ def main():
     stream = json.loads(subprocess.run([os.path.join(a.build, "bin", "bench_stream"), str(a.threads)],
                                        capture_output=True, text=True, check=True).stdout)
     ref = pytorch(config, a.threads, a.repetitions)
-    bounds = {fmt: stream["copy_bytes_per_second"] / weight_bytes(SMOLLM2, fmt) for fmt in ("f32", "q8_0", "q4_0")}
+    bounds = {fmt: stream["copy_bytes_per_second"] / weight_bytes(SMOLLM2, fmt) for fmt in ("f32",) + HELD}
     rows = {"pytorch": dict(ref, format="f32")}
     for dev in a.devices.split(","):
         rows[dev] = dict(ours(binary, config, dev, a.threads, a.repetitions), format="f32")
     for dev in a.devices.split(","):
-        for fmt in ("q8_0", "q4_0"):
+        for fmt in HELD:
             rows[f"{dev} {fmt}"] = dict(ours(binary, config, dev, a.threads, a.repetitions, fmt), format=fmt)
     flops = prefill_flops_per_token(SMOLLM2)
     peak = stream["fma_flops_per_second"]
@@ -139,7 +140,7 @@ def main():
         if "error" not in r:
             r["prefill_flops_per_second"] = r["prefill_tokens_per_second"] * flops
     out = {"machine": {"host": socket.gethostname(), "cpu": cpu_model(), "isa": isa(), "threads": a.threads},
-           "shape": "SmolLM2-135M, prompt 128, 128 new tokens, batch 1, greedy; f32, Q8_0 and Q4_0",
+           "shape": "SmolLM2-135M, prompt 128, 128 new tokens, batch 1, greedy; f32, f16, Q8_0 and Q4_0",
            "weights_bytes": {fmt: weight_bytes(SMOLLM2, fmt) for fmt in bounds}, "stream": stream,
            "decode_bound_tokens_per_second": bounds,
            "prefill_flops_per_token": flops, "prefill_bound_tokens_per_second": peak / flops, "results": rows}
@@ -175,7 +176,7 @@ def report(out):
               f"{d / ref['decode_tokens_per_second']:.2f} | {p / ref['prefill_tokens_per_second']:.2f} | "
               f"{d / bounds[r['format']]:.0%} | {r['prefill_flops_per_second'] / peak:.0%} | {r['peak_rss_mb']:.0f} |")
     for dev in devices:
-        for fmt in ("q8_0", "q4_0"):
+        for fmt in HELD:
             r, f32 = rows.get(f"{dev} {fmt}", {"error": ""}), rows[dev]
             if "error" not in r and "error" not in f32:
                 print(f"{dev} {fmt} decode / {dev} f32 decode: "
