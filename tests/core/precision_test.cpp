@@ -648,6 +648,8 @@ TEST(WeightsDtype, CheckpointsStayF32) {
   std::vector<float> saved(15);
   std::memcpy(saved.data(), ck.tensors.at("w").data.data(), 15 * sizeof(float));
   for (size_t i = 0; i < given.size(); ++i) EXPECT_EQ(saved[i], float(_Float16(given[i]))) << i;
+  // The layout still lists the held weight among the parameters.
+  EXPECT_NE(ck.metadata.at("layout").find("\"w\""), std::string::npos) << ck.metadata.at("layout");
   Session strict(SessionOptions{}), again(SessionOptions{.weights_dtype = DType::f16});
   strict.add(g);
   strict.set("w", std::span<const float>(given));

@@ -30,10 +30,9 @@ void save_checkpoint(const Session& s, const std::filesystem::path& path,
       std::vector<std::byte> bytes(v.size() * sizeof(float));
       std::memcpy(bytes.data(), v.data(), bytes.size());
       ck.tensors[name] = io::TensorRecord{DType::f32, b.type.shape, std::move(bytes)};
-      continue;
+    } else {
+      ck.tensors[name] = io::TensorRecord{b.stored, b.type.shape, s.read_raw(name)};
     }
-    auto bytes = s.read_raw(name);
-    ck.tensors[name] = io::TensorRecord{b.stored, b.type.shape, std::move(bytes)};
     (b.role == Role::parameter ? params : states).push_back(name);
   }
   if (s.buffers().count(kStepName))
