@@ -1,8 +1,8 @@
 // Products with weights in block formats (q8_0, q4_0; meganeura/dtype.h), f16 or bf16: y = x w^T
-// for x [m, k] and w [n, k], the blocks (or values) decoded where they are read. One or a few rows (decode)
-// take one dot product per weight row, in AVX-512, AVX2 or scalar code chosen at run time;
-// more rows (prefill) decode panels of weight rows into a small f32 buffer and multiply them
-// with the f32 GEMM. Rows are split over the backend's pool.
+// for x [m, k] and w [n, k], the blocks (or values) decoded where they are read. One or a few
+// rows (decode) take one dot product per weight row, in AVX-512, AVX2 or scalar code chosen at
+// run time; more rows (prefill) decode panels of weight rows into a small f32 buffer and multiply
+// them with the f32 GEMM. Rows are split over the backend's pool.
 #pragma once
 
 #include <cstddef>

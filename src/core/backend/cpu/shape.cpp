@@ -129,14 +129,14 @@ void index(const Dispatch& d, const KernelLaunch& l, const std::vector<Arg>& in,
   if (d.op == Op::embedding) {
     const T* table = in[0].as<T>();
     const int32_t* ids = in[1].as<int32_t>();
-    const bool blocks = in[0].stored != DType::f32 && in[0].stored != DType::f64;  // a block format, f16 or bf16
+    const bool decoded = in[0].stored != DType::f32 && in[0].stored != DType::f64;  // a block format, f16 or bf16
     const uint64_t row_bytes = storage_bytes(in[0].stored, dim);
     for (int64_t i = 0; i < n; ++i) {
       if (ids[i] < 0 || ids[i] >= rows) {
         kernel_error(d.op, "id " + std::to_string(ids[i]) + " at position " + std::to_string(i) + " out of range [0, " +
                                std::to_string(rows) + ")");
       }
-      if (blocks)
+      if (decoded)
         decode_row(in[0].stored, in[0].as<const std::byte>() + uint64_t(ids[i]) * row_bytes, out.as<T>() + i * dim,
                    dim);
       else
