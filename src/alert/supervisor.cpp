@@ -15,6 +15,7 @@
 #include <chrono>
 #include <csignal>
 #include <cstring>
+#include <random>
 #include <stdexcept>
 #include <string_view>
 
@@ -163,6 +164,7 @@ class Supervision {
     // After a forced ending nothing of the job may outlive it, including grandchildren that
     // ignored SIGTERM or escaped the direct child's death.
     if (ending_forced_) kill(-pid_, SIGKILL);
+    if (slave_ >= 0) close(slave_);
     close(master_);
     log_.finish();
     out_.end_time = wall_now();
@@ -212,7 +214,6 @@ class Supervision {
                             .terminal_for_stdin = stdin_is_tty_,
                             .die_with_parent = true};
     const int spawn_error = common::spawn(so, &pid_);
-    close(slave_);
     if (spawn_error == 0) {
       out_.child_pid = pid_;
       return true;
@@ -221,6 +222,7 @@ class Supervision {
     log_.append(msg);
     if (o_.echo) [[maybe_unused]]
       auto n = write(STDERR_FILENO, msg.data(), msg.size());
+    close(slave_);
     close(master_);
     log_.finish();
     out_.exit_code = spawn_error == ENOENT ? 127 : 126;
@@ -274,38 +276,88 @@ class Supervision {
     return p;
   }
 
-  void drain_master() {
+  void record(std::string_view bytes) {
+    if (bytes.empty()) return;
+    log_.append(bytes);
+    if (echo_) {
+      try {
+        write_fully(STDOUT_FILENO, bytes.data(), bytes.size());
+      } catch (const std::exception&) {
+        echo_ = false;  // our stdout went away; keep recording
+      }
+    }
+    last_output_ = mono_now();
+  }
+
+  // Reads what the terminal holds; false when nothing more is there now.
+  bool read_master(std::string_view& got) {
     while (master_open_) {
       const ssize_t n = read(master_, buf_.data(), buf_.size());
       if (n > 0) {
-        log_.append({buf_.data(), static_cast<size_t>(n)});
-        if (echo_) {
-          try {
-            write_fully(STDOUT_FILENO, buf_.data(), static_cast<size_t>(n));
-          } catch (const std::exception&) {
-            echo_ = false;  // our stdout went away; keep recording
-          }
-        }
-        last_output_ = mono_now();
-        continue;
+        got = {buf_.data(), static_cast<size_t>(n)};
+        return true;
       }
       if (n < 0 && errno == EINTR) continue;
-      if (n < 0 && errno == EAGAIN) return;
+      if (n < 0 && errno == EAGAIN) return false;
       master_open_ = false;  // EIO: every writer closed the terminal
     }
+    return false;
   }
 
-  // Output the child wrote just before it ended can still be on its way through the
-  // terminal's buffers: read until every writer is gone (EIO) or nothing more comes for a
-  // moment, at most a second (a grandchild may keep the terminal open and busy).
+  void drain_master() {
+    for (std::string_view got; read_master(got);) record(got);
+  }
+
+  // What the job wrote before it ended may still be on its way through the terminal's
+  // buffers, and how long that takes is the kernel's business. So we hold the terminal open
+  // ourselves (no end-of-file can come early) and, once the job has ended, write a mark into
+  // it: everything the job wrote comes before the mark. Then, with our end closed, output of
+  // grandchildren is read until every writer is gone (EIO) or nothing more comes for a
+  // moment; all of it takes at most a second (a grandchild may keep the terminal busy, or the
+  // job may have stopped the terminal's output, which the mark then waits on in vain).
   void drain_after_exit() {
     const double until = mono_now() + 1.0;
+    read_to_mark(until);
+    close(slave_);
+    slave_ = -1;
     drain_master();
     while (master_open_ && mono_now() < until) {
       pollfd p{master_, POLLIN, 0};
       if (poll(&p, 1, 50) <= 0) return;
       drain_master();
     }
+  }
+
+  void read_to_mark(double until) {
+    // An escape sequence (the log drops it if it ever got there) of characters that no
+    // output setting the job may have chosen changes.
+    const std::string mark = fmt::format("\x1b]GPUALERT;{:08X}{:08X}\a", static_cast<uint32_t>(getpid()),
+                                         static_cast<uint32_t>(std::random_device{}()));
+    fcntl(slave_, F_SETFL, fcntl(slave_, F_GETFL) | O_NONBLOCK);
+    size_t sent = 0;
+    std::string held;  // read, not yet recorded: it may hold the start of the mark
+    while (master_open_ && mono_now() < until) {
+      if (sent < mark.size()) {
+        const ssize_t n = write(slave_, mark.data() + sent, mark.size() - sent);
+        if (n > 0) sent += static_cast<size_t>(n);
+      }
+      std::string_view got;
+      if (!read_master(got)) {
+        pollfd p{master_, POLLIN, 0};
+        poll(&p, 1, 10);
+        continue;
+      }
+      held.append(got);
+      if (const size_t at = held.find(mark); at != std::string::npos) {
+        record(std::string_view(held).substr(0, at));
+        record(std::string_view(held).substr(at + mark.size()));
+        return;
+      }
+      const size_t keep = std::min(held.size(), mark.size() - 1);
+      record(std::string_view(held).substr(0, held.size() - keep));
+      held.erase(0, held.size() - keep);
+    }
+    record(held);
   }
 
   void read_input() {

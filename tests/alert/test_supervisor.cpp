@@ -90,6 +90,44 @@ TEST(Supervisor, StdoutAndStderrKeepTheirOrder) {
   EXPECT_EQ(job.log_body(), "1\n2\n3\n4\n5\n");
 }
 
+// The last writes of a job that exits at once are still in the terminal's buffers when the
+// wrapper learns of the exit; all of them reach the log and the echo, and nothing the
+// wrapper uses to find their end shows in either.
+TEST(Supervisor, OutputWrittenJustBeforeExitIsAllRecorded) {
+  const std::string script =
+      "import os\n"
+      "lines = ''.join(f'line {i:06d} ' + 'x' * (i % 97) + '\\n' for i in range(6000))\n"
+      "os.write(1, lines.encode())\n"
+      "os.write(2, b'the last line\\n')\n"
+      "os._exit(3)\n";
+  std::string expected;
+  for (int i = 0; i < 6000; ++i) {
+    char number[8];
+    std::snprintf(number, sizeof number, "%06d", i);
+    expected += "line " + std::string(number) + " " + std::string(i % 97, 'x') + "\n";
+  }
+  expected += "the last line\n";
+  for (int trial = 0; trial < 10; ++trial) {
+    Job job;
+    auto r = run(job.spec(kReport, {kPython, "-c", script}));
+    ASSERT_EQ(r.status, 3) << r.err;
+    ASSERT_EQ(job.log_body(), expected) << "trial " << trial;
+    ASSERT_EQ(r.out, expected) << "trial " << trial;
+  }
+}
+
+// A job that stopped its terminal's output (as Ctrl-S does) cannot hold the wrapper after it
+// has ended.
+TEST(Supervisor, StoppedTerminalOutputDoesNotHoldTheWrapper) {
+  Job job;
+  auto r = run(job.spec(kReport, {kPython, "-c",
+                                  "import os, termios\nos.write(1, b'before the stop\\n')\n"
+                                  "termios.tcflow(1, termios.TCOOFF)\nos._exit(5)\n"}));
+  EXPECT_EQ(r.status, 5) << r.err;
+  EXPECT_LT(r.seconds, 20.0);
+  EXPECT_NE(job.log_body().find("before the stop"), std::string::npos) << job.log_body();
+}
+
 TEST(Supervisor, CarriageReturnProgressKeepsLastState) {
   Job job;
   auto r = run(job.spec(kReport, {"/usr/bin/printf", "start\\n 10%%|#   |\\r 50%%|##  |\\r100%%|####|\\ndone\\n"}));
