@@ -9,6 +9,7 @@
 #include <functional>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "meganeura/graph.h"
 
@@ -78,7 +79,13 @@ Precision parse_precision(std::string_view name);  // throws std::invalid_argume
 // rounding node per source tensor (a weight's is computed once per step). `rounded` counts the
 // rounding nodes made. strict returns g unchanged. Inference-only ops (cached attention,
 // block-format matmul_q) keep f32 operands.
-Graph apply_precision(const Graph& g, Precision p, uint32_t* rounded = nullptr);
+//
+// With `held_parameters`, the parameters are stored in the contract's own 16-bit type
+// (SessionOptions::weights_dtype f16 under accelerated, bf16 under accelerated_bf16), so their
+// values are rounded already: the products read them directly and a parameter gets no rounding
+// node. Their names are added to `held_parameters`; the plan must then store them so.
+Graph apply_precision(const Graph& g, Precision p, uint32_t* rounded = nullptr,
+                      std::vector<std::string>* held_parameters = nullptr);
 
 // All enabled passes in the pipeline's order (src/core/passes/pipeline.cpp): decompose, dead
 // nodes, softmax, norms, batched matmul sums, pointwise (with epilogues, fused reductions and

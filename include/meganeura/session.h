@@ -51,7 +51,9 @@ struct SessionOptions {
   Precision precision = Precision::strict;
   // f16 or bf16: hold the parameters that only products and embeddings read in that format
   // (PlanOptions::weights_dtype), for inference: set() rounds them to nearest even, get()
-  // returns the rounded values. f32 keeps every parameter in f32.
+  // returns the rounded values. f32 keeps every parameter in f32. Under the accelerated contract
+  // of the same type (f16 with accelerated, bf16 with accelerated_bf16) the products read the
+  // held weights without rounding nodes.
   DType weights_dtype = DType::f32;
 };
 

@@ -681,16 +681,21 @@ TEST(WeightsDtype, InferencePlansNeedAtMostSixTenthsOfTheMemory) {
   }
 }
 
-// Each workload's forward pass (ci scale) with its weights held in f16 or bf16, on the CPU and
-// on Vulkan, against a strict f32 run of the same backend given the same weights rounded on
-// the host (the compiler's _Float16 and bf16_nearest above). The session must hand back exactly
-// the rounded values of what it was given. Both runs then compute one function in f32 and
+// Each workload's forward pass (ci scale) with its weights held in 16 bits, on the CPU and on
+// Vulkan, against a run of the same backend and contract given f32 weights rounded on the host
+// (the compiler's _Float16 and bf16_nearest above): strict with f16 weights, and each
+// accelerated contract with weights in its own 16-bit type, whose products then read the held
+// weights as stored (no rounding nodes for them, so the plan holds them). The session must hand
+// back exactly the rounded values of what it was given. Both runs then compute one function and
 // differ by summation order alone (the CPU multiplies 16-bit weights in its own dot products
 // and panels, not the f32 GEMM; Vulkan converts them as it loads): relative L2 <= 1e-5 per
 // output, about a hundred times the f32 unit roundoff over these few layers.
-TEST(WeightsDtype, ForwardPassesEqualStrictRunsOnRoundedWeights) {
+TEST(WeightsDtype, ForwardPassesEqualRunsOnRoundedWeightsUnderEachContract) {
   const bool vulkan = testing_vulkan::missing_device().empty();
   if (!vulkan) std::printf("Vulkan part skipped: %s\n", testing_vulkan::missing_device().c_str());
+  const std::pair<Precision, DType> cases[] = {{Precision::strict, DType::f16},
+                                               {Precision::accelerated, DType::f16},
+                                               {Precision::accelerated_bf16, DType::bf16}};
   for (const models::WorkloadInfo& info : models::workload_list()) {
     Graph g;
     const models::Workload w = models::build_workload(g, info.id, models::Scale::ci);
@@ -699,18 +704,22 @@ TEST(WeightsDtype, ForwardPassesEqualStrictRunsOnRoundedWeights) {
     const models::InputValues in = models::synthetic_inputs(w, info.id, 7);
     std::vector<std::pair<const char*, SessionOptions>> backends = {{"CPU", SessionOptions{.seed = 5}}};
     if (vulkan) backends.emplace_back("Vulkan", vulkan_options(5));
-    for (auto& [where, so] : backends) {
-      for (DType f : {DType::f16, DType::bf16}) {
-        SCOPED_TRACE(info.id + ", " + where + ", " + std::string(dtype_name(f)));
+    for (auto& [where, base] : backends) {
+      for (auto [contract, f] : cases) {
+        SCOPED_TRACE(info.id + ", " + where + ", " + std::string(precision_name(contract)) + ", " +
+                     std::string(dtype_name(f)));
+        SessionOptions so = base;
+        so.precision = contract;
         SessionOptions held_options = so;
         held_options.weights_dtype = f;
-        Session held(held_options), strict(so);
+        Session held(held_options), reference(so);
         held.add(g);
-        strict.add(g);
+        reference.add(g);
+        EXPECT_LT(held.program().memory.external_bytes, reference.program().memory.external_bytes);
         size_t held_weights = 0;
         for (NodeId id : g.parameters()) {
           const std::string& name = g.node(id).name;
-          const std::vector<float> given = strict.get(name);  // the seeded values, in f32
+          const std::vector<float> given = reference.get(name);  // the seeded values, in f32
           held.set(name, std::span<const float>(given));
           const std::vector<float> back = held.get(name);
           const DType s = held.buffers().at(name).stored;
@@ -722,16 +731,16 @@ TEST(WeightsDtype, ForwardPassesEqualStrictRunsOnRoundedWeights) {
                                                  : bf16_nearest(given[i]);
             ASSERT_EQ(std::bit_cast<uint32_t>(back[i]), std::bit_cast<uint32_t>(want)) << name << " at " << i;
           }
-          strict.set(name, std::span<const float>(back));
+          reference.set(name, std::span<const float>(back));
         }
         EXPECT_GT(held_weights, 0u);
-        for (Session* s : {&held, &strict}) {
+        for (Session* s : {&held, &reference}) {
           for (auto& [name, x] : in.floats) s->set(name, std::span<const double>(x));
           for (auto& [name, x] : in.ints) s->set(name, std::span<const int32_t>(x));
           s->run();
         }
         for (auto& [name, id] : g.outputs()) {
-          const std::vector<float> a = held.get(name), b = strict.get(name);
+          const std::vector<float> a = held.get(name), b = reference.get(name);
           ASSERT_EQ(a.size(), b.size());
           double d2 = 0, b2 = 0;
           for (size_t i = 0; i < a.size(); ++i) {
@@ -744,6 +753,36 @@ TEST(WeightsDtype, ForwardPassesEqualStrictRunsOnRoundedWeights) {
       }
     }
   }
+}
+
+// A weight the plan cannot hold (here one that is also summed) leaves every weight to the
+// contract's rounding nodes, in f32: the products still read rounded values.
+TEST(WeightsDtype, AcceleratedRunsRoundWeightsThePlanCannotHold) {
+  Graph g;
+  Tensor x = g.input("x", {4, 8});
+  Tensor w = g.parameter("w", {8, 6}, Init{Init::normal, 1.0});
+  Tensor v = g.parameter("v", {6, 3}, Init{Init::normal, 1.0});
+  g.output("y", matmul(matmul(x, w), v));
+  g.output("w_sum", sum(w));
+  SessionOptions so{.seed = 3, .precision = Precision::accelerated};
+  SessionOptions held_options = so;
+  held_options.weights_dtype = DType::f16;
+  Session held(held_options), reference(so);
+  held.add(g);
+  reference.add(g);
+  EXPECT_EQ(held.buffers().at("w").stored, DType::f32);
+  EXPECT_EQ(held.buffers().at("v").stored, DType::f32);
+  size_t rounding = 0;
+  for (const Dispatch& d : held.program().dispatches) rounding += d.op == Op::round_f16;
+  EXPECT_GE(rounding, 2u) << "both weights are rounded by the contract";
+  std::vector<double> xs(32);
+  for (size_t i = 0; i < xs.size(); ++i) xs[i] = std::sin(0.7 * double(i)) * 3.1;
+  for (Session* s : {&held, &reference}) {
+    s->set("x", std::span<const double>(xs));
+    s->run();
+  }
+  const std::vector<float> a = held.get("y"), b = reference.get("y");
+  for (size_t i = 0; i < a.size(); ++i) EXPECT_EQ(std::bit_cast<uint32_t>(a[i]), std::bit_cast<uint32_t>(b[i])) << i;
 }
 
 }  // namespace

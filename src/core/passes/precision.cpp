@@ -1,4 +1,5 @@
 // The precision contracts: rounding nodes in front of the forward products' operands.
+#include <algorithm>
 #include <map>
 #include <stdexcept>
 #include <string>
@@ -34,7 +35,7 @@ bool reads_rounded_operands(Op op) { return op == Op::matmul || op == Op::conv2d
 
 }  // namespace
 
-Graph apply_precision(const Graph& g, Precision p, uint32_t* rounded) {
+Graph apply_precision(const Graph& g, Precision p, uint32_t* rounded, std::vector<std::string>* held_parameters) {
   if (p == Precision::strict) return g;
   const Op round = p == Precision::accelerated ? Op::round_f16 : Op::round_bf16;
   passes::Rewriter rw(g);
@@ -49,7 +50,10 @@ Graph apply_precision(const Graph& g, Precision p, uint32_t* rounded) {
     std::vector<NodeId> inputs;
     for (NodeId k : n.inputs) {
       const Node& src = g.node(k);
-      if (src.type.dtype != DType::f32 || src.op == round) {
+      const bool held = held_parameters && src.op == Op::parameter;
+      if (src.type.dtype != DType::f32 || src.op == round || held) {
+        if (held && std::find(held_parameters->begin(), held_parameters->end(), src.name) == held_parameters->end())
+          held_parameters->push_back(src.name);
         inputs.push_back(rw.at(k));
         continue;
       }

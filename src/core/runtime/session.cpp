@@ -1,5 +1,6 @@
 #include "meganeura/session.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -104,6 +105,19 @@ size_t Session::add(const Graph& g) {
   // Under the f64 oracle a contract rounds the same operands, the products then accumulate in f64.
   // The rounded operands are exact in 16 bits: stored so where the backend's products read them.
   po.half_operands = backend_->half_operands();
+  // Weights held in the contract's own 16-bit type are rounded already, so the products read
+  // them as stored. When the plan cannot hold one of them (a weight that is also summed, or that
+  // an optimizer writes), every weight is rounded as usual instead.
+  const DType own = options_.precision == Precision::accelerated ? DType::f16 : DType::bf16;
+  if (options_.weights_dtype == own) {
+    std::vector<std::string> held;
+    Program p = plan(optimize(apply_precision(g, options_.precision, nullptr, &held), backend_->passes()), po);
+    const bool all_held = std::all_of(held.begin(), held.end(), [&](const std::string& name) {
+      return std::any_of(p.externals.begin(), p.externals.end(),
+                         [&](const ExternalBuffer& e) { return e.name == name && e.stored == own; });
+    });
+    if (all_held) return add(std::move(p));
+  }
   return add(plan(optimize(apply_precision(g, options_.precision), backend_->passes()), po));
 }
 
