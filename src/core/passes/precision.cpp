@@ -50,7 +50,7 @@ Graph apply_precision(const Graph& g, Precision p, uint32_t* rounded, std::vecto
     std::vector<NodeId> inputs;
     for (NodeId k : n.inputs) {
       const Node& src = g.node(k);
-      const bool held = held_parameters && src.op == Op::parameter;
+      const bool held = held_parameters && src.op == Op::parameter && src.type.dtype == DType::f32;
       if (src.type.dtype != DType::f32 || src.op == round || held) {
         if (held && std::find(held_parameters->begin(), held_parameters->end(), src.name) == held_parameters->end())
           held_parameters->push_back(src.name);
