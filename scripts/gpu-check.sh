@@ -20,8 +20,9 @@
 #   --bin-dir DIR       binaries of a normal build (e.g. build/bin), run directly
 #   --python PATH       the Python with PyTorch for the workload gates (default: python3 on PATH);
 #                       the gates run the five workloads at ci scale on the Vulkan device, under
-#                       the strict and the accelerated precision contracts, against PyTorch on
-#                       CUDA where that Python sees a GPU, else on its CPU
+#                       the strict and the accelerated precision contracts (and accelerated with
+#                       --backward reduced), against PyTorch on CUDA where that Python sees a
+#                       GPU, else on its CPU
 # Exit status: 0 all ran and passed, 1 a step failed or timed out, 2 usage, 3 no GPU device.
 set -u
 here=$(cd "$(dirname "$0")" && pwd)
@@ -367,12 +368,14 @@ else
   gate_reference="PyTorch $torch_version on $torch_device${torch_gpu:+ ($torch_gpu)}"
   [ "$torch_device" = cuda ] || note "NOTE: $py's PyTorch sees no CUDA device: the gates compare against PyTorch on the CPU"
   # Both precision contracts (docs/precision.md): strict, then the forward products' operands
-  # in f16 with gradients in f32.
-  for contract in strict accelerated; do
+  # in f16 with gradients in f32, then the gradients' products in f16 too (with loss scaling).
+  for variant in strict accelerated accelerated-reduced-backward; do
+  contract=${variant%-reduced-backward}
+  backward=f32; [ "$variant" = "$contract" ] || backward=reduced
   for w in smollm2 smolvla unet resnet50 whisper; do
-    g=gate-$w; [ "$contract" = strict ] || g=gate-$w-$contract
+    g=gate-$w; [ "$variant" = strict ] || g=gate-$w-$variant
     limited 60 "$out/$g.txt" "$out/$g.stderr.txt" run_bin meganeura gate --workload "$w" --scale ci --device vulkan \
-      --precision "$contract" --python "$py" --reference "$ref" --reference-device "$torch_device"
+      --precision "$contract" --backward "$backward" --python "$py" --reference "$ref" --reference-device "$torch_device"
     rc=$?
     case $rc in
       0) result=pass ;;
@@ -382,7 +385,7 @@ else
     [ "$rc" = 0 ] || failed_steps="$failed_steps $g"
     detail=$(grep -E '^gradient rel L2' "$out/$g.txt" 2>/dev/null | head -n 1)
     [ "$result" = error ] && detail="exit $rc$(why "$rc"): $(tail -n 1 "$out/$g.stderr.txt" 2>/dev/null)"
-    note "gate $w (ci scale, $contract, Vulkan vs $gate_reference): $result; $detail"
+    note "gate $w (ci scale, $variant, Vulkan vs $gate_reference): $result; $detail"
     gates_json="$gates_json${gates_json:+, }$(json_str "${g#gate-}"): $(json_str "$result")"
   done
   done

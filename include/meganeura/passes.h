@@ -73,6 +73,18 @@ enum class Precision : uint8_t { strict, accelerated, accelerated_bf16 };
 std::string_view precision_name(Precision p);      // "strict", "accelerated", "accelerated-bf16"
 Precision parse_precision(std::string_view name);  // throws std::invalid_argument naming the choices
 
+// What the gradients' products read under an accelerated contract. f32 (the reference's rule):
+// the unrounded values. reduced (opt-in, accelerated only): the gradients' matmuls, both
+// convolution gradients and the attention backward read operands rounded like the forward's;
+// accumulation, the stored gradients and the update stay f32. A training step then needs loss
+// scaling (Trainer does it dynamically), or small gradients vanish in f16.
+enum class Backward : uint8_t { f32, reduced };
+std::string_view backward_name(Backward b);      // "f32", "reduced"
+Backward parse_backward(std::string_view name);  // throws std::invalid_argument naming the choices
+// Throws std::invalid_argument when `b` cannot go with `p`: reduced needs accelerated (bf16
+// operands in backward fail ResNet-50's gradient gate: docs/precision.md).
+void check_backward(Precision p, Backward b);
+
 // A contract applied to a graph (not part of optimize(); Session::add applies
 // SessionOptions::precision first): under accelerated / accelerated_bf16, each f32 operand of an
 // unpinned matmul, conv2d or attention_fused is replaced by round_f16 / round_bf16 of it, one
@@ -84,8 +96,14 @@ Precision parse_precision(std::string_view name);  // throws std::invalid_argume
 // (SessionOptions::weights_dtype f16 under accelerated, bf16 under accelerated_bf16), so their
 // values are rounded already: the products read them directly and a parameter gets no rounding
 // node. Their names are added to `held_parameters`; the plan must then store them so.
+//
+// With Backward::reduced, the pinned products of the gradients (matmul, conv2d_backward_input,
+// conv2d_backward_weight, and attention_fused_backward's q, k, v and incoming gradient) read
+// rounded operands as well, from rounding nodes of their own (one per source tensor, made where
+// the first gradient product reads it), so that the forward's copies need not live until the
+// backward.
 Graph apply_precision(const Graph& g, Precision p, uint32_t* rounded = nullptr,
-                      std::vector<std::string>* held_parameters = nullptr);
+                      std::vector<std::string>* held_parameters = nullptr, Backward backward = Backward::f32);
 
 // All enabled passes in the pipeline's order (src/core/passes/pipeline.cpp): decompose, dead
 // nodes, softmax, norms, batched matmul sums, pointwise (with epilogues, fused reductions and

@@ -49,6 +49,9 @@ struct SessionOptions {
   int vulkan_chunks = 1;
   // The precision contract add(const Graph&) applies (apply_precision) before the rewrite passes.
   Precision precision = Precision::strict;
+  // What the gradients' products read (apply_precision): f32, or reduced (accelerated only; a
+  // Trainer then scales the loss dynamically).
+  Backward backward = Backward::f32;
   // f16 or bf16: hold the parameters that only products and embeddings read in that format
   // (PlanOptions::weights_dtype), for inference: set() rounds them to nearest even, get()
   // returns the rounded values. f32 keeps every parameter in f32. Under the accelerated contract

@@ -5,6 +5,8 @@
 
 #include <functional>
 #include <memory>
+#include <string>
+#include <vector>
 
 #include "meganeura/autodiff.h"
 #include "meganeura/distributed.h"
@@ -40,10 +42,25 @@ struct DataParallelOptions {
   uint64_t agreement = 0;
 };
 
+// Dynamic loss scaling, which a Trainer uses when SessionOptions::backward is reduced (the rule
+// of PyTorch's GradScaler): the loss's gradient seed is the scale, so that small gradients stay
+// above f16's smallest values; the optimizer reads the gradients divided by it again. An update
+// whose gradients are not all finite is skipped (parameters, optimizer state and step counter
+// unchanged, the micro-steps' gradients dropped) and halves the scale; `growth_interval` finite
+// updates in a row double it. The scale is the Trainer's, not the checkpoint's: a resumed run
+// starts again from `init`.
+struct LossScaling {
+  double init = 65536;
+  int growth_interval = 2000;
+};
+constexpr const char* kLossScaleName = "loss_scale";      // grad program's input: the seed
+constexpr const char* kLossUnscaleName = "loss_unscale";  // apply program's input: 1 / scale
+constexpr const char* kGradCheckName = "grad_check";      // grad program's output: sum of the gradients
+
 class Trainer {
  public:
   Trainer(const LossFn& build, const OptimizerConfig& optimizer, const SessionOptions& session = {},
-          const DataParallelOptions& parallel = {});
+          const DataParallelOptions& parallel = {}, const LossScaling& scaling = {});
   ~Trainer();
 
   // One micro-step on the inputs already set in session(): forward, backward, and the update
@@ -56,10 +73,21 @@ class Trainer {
   const OptimizerConfig& config() const { return config_; }
   // Data-parallel: the communication so far (empty when single-process).
   CommProfile comm_profile() const;
+  // Loss scaling (backward reduced): the scale the next micro-step seeds with, and the updates
+  // skipped for gradients that were not finite. 0 and 0 without loss scaling.
+  double loss_scale() const { return scaled_ ? scale_ : 0; }
+  int64_t skipped_updates() const { return skipped_; }
 
  private:
   void build_data_parallel(const LossFn& build, const DataParallelOptions& parallel);
+  float scaled_step();
   OptimizerConfig config_;
+  LossScaling scaling_;
+  bool scaled_ = false;
+  double scale_ = 0;
+  int finite_in_a_row_ = 0;
+  int64_t skipped_ = 0;
+  std::vector<std::string> accumulators_;  // zeroed when an accumulated update is skipped
   Graph graph_;
   Session session_;
   size_t grad_program_ = 0, apply_program_ = 0;

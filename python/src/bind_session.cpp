@@ -24,6 +24,7 @@ SessionOptions session_options(const DeviceArgs& a) {
   o.vulkan_profile = a.profile;
   o.vulkan_cache_dir = a.cache_dir;
   o.precision = parse_precision(a.precision);
+  o.backward = parse_backward(a.backward);
   if (a.weights_dtype == "f16" || a.weights_dtype == "bf16") {
     o.weights_dtype = a.weights_dtype == "f16" ? DType::f16 : DType::bf16;
   } else if (a.weights_dtype != "f32") {

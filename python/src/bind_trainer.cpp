@@ -176,20 +176,21 @@ std::vector<double> cpp_step_loop(PyTrainer& t, const py::dict& inputs, int64_t 
 void bind_trainer(py::module_& m) {
   bind_optimizer(m);
   py::class_<PyTrainer>(m, "Trainer", "A graph's loss with autodiff and an optimizer, compiled for a device.")
-      .def(
-          py::init([](const std::shared_ptr<Graph>& g, const PyTensor& loss, const OptimizerConfig& optimizer,
-                      const std::string& device, uint64_t seed, int threads, bool f64, const std::string& vulkan_device,
-                      bool validation, bool profile, const std::string& cache_dir, const std::string& precision) {
-            DeviceArgs args = device_args(device, seed, threads, f64, vulkan_device, validation, profile, cache_dir);
-            args.precision = precision;
-            return make_trainer(g, loss, optimizer, args);
-          }),
-          py::arg("graph"), py::arg("loss"), py::arg("optimizer") = OptimizerConfig{}, py::kw_only(),
-          py::arg("device") = kDeviceDefaults.device, py::arg("seed") = kDeviceDefaults.seed,
-          py::arg("threads") = kDeviceDefaults.threads, py::arg("f64") = kDeviceDefaults.f64,
-          py::arg("vulkan_device") = kDeviceDefaults.vulkan_device, py::arg("validation") = kDeviceDefaults.validation,
-          py::arg("profile") = kDeviceDefaults.profile, py::arg("cache_dir") = kDeviceDefaults.cache_dir,
-          py::arg("precision") = kDeviceDefaults.precision)
+      .def(py::init([](const std::shared_ptr<Graph>& g, const PyTensor& loss, const OptimizerConfig& optimizer,
+                       const std::string& device, uint64_t seed, int threads, bool f64,
+                       const std::string& vulkan_device, bool validation, bool profile, const std::string& cache_dir,
+                       const std::string& precision, const std::string& backward) {
+             DeviceArgs args = device_args(device, seed, threads, f64, vulkan_device, validation, profile, cache_dir);
+             args.precision = precision;
+             args.backward = backward;
+             return make_trainer(g, loss, optimizer, args);
+           }),
+           py::arg("graph"), py::arg("loss"), py::arg("optimizer") = OptimizerConfig{}, py::kw_only(),
+           py::arg("device") = kDeviceDefaults.device, py::arg("seed") = kDeviceDefaults.seed,
+           py::arg("threads") = kDeviceDefaults.threads, py::arg("f64") = kDeviceDefaults.f64,
+           py::arg("vulkan_device") = kDeviceDefaults.vulkan_device, py::arg("validation") = kDeviceDefaults.validation,
+           py::arg("profile") = kDeviceDefaults.profile, py::arg("cache_dir") = kDeviceDefaults.cache_dir,
+           py::arg("precision") = kDeviceDefaults.precision, py::arg("backward") = kDeviceDefaults.backward)
       .def("step", &step, py::arg("inputs") = py::none())
       .def("train", &train, py::arg("steps"), py::arg("feed") = py::none(), py::arg("callback") = py::none())
       .def_property_readonly("session", [](const PyTrainer& t) { return t.session; })
@@ -199,6 +200,16 @@ void bind_trainer(py::module_& m) {
                                SessionLock lock(*t.session);
                                t.session->get();  // RuntimeError once the session is closed, as for step()
                                return t.trainer->updates();
+                             })
+      .def_property_readonly("loss_scale",
+                             [](PyTrainer& t) {
+                               SessionLock lock(*t.session);
+                               return t.trainer->loss_scale();
+                             })
+      .def_property_readonly("skipped_updates",
+                             [](PyTrainer& t) {
+                               SessionLock lock(*t.session);
+                               return t.trainer->skipped_updates();
                              })
       .def_property_readonly("optimizer", [](const PyTrainer& t) { return t.trainer->config(); })
       .def_property_readonly("graph", [](const PyTrainer& t) { return std::make_shared<Graph>(t.trainer->graph()); })

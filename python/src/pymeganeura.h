@@ -72,6 +72,7 @@ struct DeviceArgs {
   std::string cache_dir = SessionOptions{}.vulkan_cache_dir;
   std::string precision{precision_name(SessionOptions{}.precision)};      // strict | accelerated | accelerated-bf16
   std::string weights_dtype{dtype_name(SessionOptions{}.weights_dtype)};  // f32 | f16 | bf16
+  std::string backward{backward_name(SessionOptions{}.backward)};         // f32 | reduced (Trainer)
 };
 inline const DeviceArgs kDeviceDefaults{};
 inline DeviceArgs device_args(std::string device, uint64_t seed, int threads, bool f64, std::string vulkan_device,

@@ -54,6 +54,40 @@ def test_accelerated_training_keeps_gradients_in_f32_and_learns():
     assert last < 0.5 * first
 
 
+@pytest.mark.parametrize("device", ["cpu", "vulkan"])
+def test_reduced_backward_scales_the_loss_and_skips_an_overflowing_update(device):
+    """loss = sum(x @ w): the gradient reaching the product is the loss scale itself, and 65536
+    overflows f16 (largest finite 65504). The first update is skipped and halves the scale; the
+    second applies dW = round(x)^T 1 (NumPy's float16 rounding), not x^T 1."""
+    if device == "vulkan":
+        from conftest import vulkan_device_or_skip
+
+        vulkan_device_or_skip()
+    g = mn.Graph()
+    x = g.input("x", (4, 3))
+    w = g.parameter("w", (3, 2), mn.Init.normal(1.0))
+    loss = mn.sum(x @ w)
+    xs = (0.1 + 0.037 * np.arange(12)).reshape(4, 3).astype(np.float32)
+    t = mn.Trainer(g, loss, mn.Optimizer(kind="sgd", lr=1.0), device=device, precision="accelerated",
+                   backward="reduced", cache_dir="-")
+    w0 = t.session.get("w").astype(np.float64)
+    assert t.loss_scale == 65536
+    t.step({"x": xs})
+    assert (t.skipped_updates, t.updates, t.loss_scale) == (1, 0, 32768)
+    assert np.array_equal(t.session.get("w"), w0)
+    t.step({"x": xs})
+    assert (t.skipped_updates, t.updates) == (1, 1)
+    rounded = xs.astype(np.float16).astype(np.float64).sum(axis=0)[:, None] * np.ones((1, 2))
+    exact = xs.astype(np.float64).sum(axis=0)[:, None] * np.ones((1, 2))
+    got = t.session.get("w").astype(np.float64)
+    assert np.allclose(got, w0 - rounded, rtol=1e-6, atol=1e-6)
+    assert not np.allclose(got, w0 - exact, rtol=1e-6, atol=1e-6)
+    with pytest.raises(ValueError, match="backward 'reduced'"):
+        mn.Trainer(g, loss, mn.Optimizer(kind="sgd", lr=1.0), backward="reduced")
+    plain = mn.Trainer(g, loss, mn.Optimizer(kind="sgd", lr=1.0))
+    assert (plain.loss_scale, plain.skipped_updates) == (0, 0)
+
+
 def test_unknown_contract_is_refused_by_name():
     with pytest.raises(ValueError, match="'fp8'.*accelerated-bf16"):
         mn.compile(product_graph(), precision="fp8")

@@ -127,6 +127,23 @@ TEST(Cli, MlpReachesAccuracyAndInferenceAgrees) {
   EXPECT_EQ(i.json()["trained_steps"], 600);
 }
 
+// The gradients' products on f16 operands with dynamic loss scaling: the MLP still learns, the
+// scale and the skipped updates are reported; without the accelerated contract it is refused.
+TEST(Cli, ReducedBackwardTrainsWithLossScaling) {
+  Result t = run("train --model mlp --device cpu --json --precision accelerated --backward reduced");
+  ASSERT_EQ(t.status, 0) << t.err;
+  auto j = t.json();
+  EXPECT_GE(j["test_accuracy"].get<double>(), 0.97);
+  EXPECT_LT(j["final_loss"].get<double>(), 0.1);
+  EXPECT_GT(j["loss_scale"].get<double>(), 0);
+  EXPECT_GE(j["skipped_updates"].get<int64_t>(), 0);
+  for (const char* precision : {"strict", "accelerated-bf16"}) {
+    Result r = run(std::string("train --model mlp --steps 2 --backward reduced --precision ") + precision);
+    EXPECT_NE(r.status, 0) << precision;
+    EXPECT_NE(last_line(r.err).find("backward 'reduced'"), std::string::npos) << r.err;
+  }
+}
+
 // The sampling flags of `infer`, on a trained chargpt checkpoint.
 void expect_generation_options(const std::string& checkpoint) {
   const std::string infer = "infer --model chargpt --device cpu --json --checkpoint " + checkpoint + " ";

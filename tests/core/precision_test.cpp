@@ -24,6 +24,7 @@
 #include <cstring>
 #include <map>
 #include <random>
+#include <set>
 #include <span>
 #include <string>
 #include <vector>
@@ -783,6 +784,189 @@ TEST(WeightsDtype, AcceleratedRunsRoundWeightsThePlanCannotHold) {
   }
   const std::vector<float> a = held.get("y"), b = reference.get("y");
   for (size_t i = 0; i < a.size(); ++i) EXPECT_EQ(std::bit_cast<uint32_t>(a[i]), std::bit_cast<uint32_t>(b[i])) << i;
+}
+
+bool is_backward_product(Op op) {
+  return op == Op::matmul || op == Op::conv2d_backward_input || op == Op::conv2d_backward_weight ||
+         op == Op::attention_fused_backward;
+}
+
+// Backward reduced: the gradients' products read rounded operands too, the forward's rounding
+// nodes shared where both read the same tensor; only accelerated offers it.
+TEST(Precision, ReducedBackwardRoundsTheGradientsProductsToo) {
+  for (const char* workload : {"unet", "whisper", "resnet50"}) {
+    SCOPED_TRACE(workload);
+    Graph g = training_graph([&](Graph& gg) { return models::build_workload(gg, workload, models::Scale::ci).loss; },
+                             OptimizerConfig{});
+    uint32_t forward_only = 0, both = 0;
+    const Graph f = apply_precision(g, Precision::accelerated, &forward_only);
+    const Graph a = apply_precision(g, Precision::accelerated, &both, nullptr, Backward::reduced);
+    EXPECT_GT(both, forward_only);  // the incoming gradients' roundings
+    size_t backward_products = 0, rounded_reads = 0;
+    for (NodeId id = 0; id < a.size(); ++id) {
+      const Node& n = a.node(id);
+      if (is_rounding(n.op)) {
+        EXPECT_EQ(n.op, Op::round_f16);
+        EXPECT_FALSE(n.pinned);
+      }
+      if (!n.pinned || !is_backward_product(n.op)) continue;
+      ++backward_products;
+      for (size_t i = 0; i < n.inputs.size(); ++i) {
+        const Node& in = a.node(n.inputs[i]);
+        if (in.type.dtype != DType::f32) continue;
+        if (n.op == Op::attention_fused_backward && i == 3) {  // the saved output and log-sum-exp
+          EXPECT_FALSE(is_rounding(in.op)) << "attention backward %" << id << " reads its statistics rounded";
+          continue;
+        }
+        EXPECT_EQ(in.op, Op::round_f16) << op_name(n.op) << " %" << id << " input " << i << " is unrounded";
+        ++rounded_reads;
+      }
+    }
+    EXPECT_GT(backward_products, 0u);
+    EXPECT_GT(rounded_reads, backward_products);
+    // One rounding per source and direction: the gradients round what they read anew, so the
+    // forward's copies need not live until the backward. A rounding's readers are all forward
+    // or all gradients.
+    std::map<NodeId, std::set<bool>> directions;  // rounding node -> pinned of its readers
+    std::set<std::pair<NodeId, bool>> sources;
+    for (NodeId id = 0; id < a.size(); ++id) {
+      for (NodeId k : a.node(id).inputs) {
+        if (!is_rounding(a.node(k).op)) continue;
+        directions[k].insert(a.node(id).pinned);
+        sources.insert({a.node(k).inputs[0], a.node(id).pinned});
+      }
+    }
+    for (auto& [k, d] : directions) EXPECT_EQ(d.size(), 1u) << "rounding %" << k << " read by both directions";
+    EXPECT_EQ(directions.size(), size_t(both));
+    EXPECT_EQ(sources.size(), size_t(both));
+    // The update reads no rounded values: it stays f32.
+    EXPECT_NE(a.hash(), f.hash());
+  }
+  Graph g;
+  g.output("y", sum(matmul(g.input("x", {2, 3}), g.parameter("w", {3, 2}, {}))));
+  for (Precision p : {Precision::strict, Precision::accelerated_bf16}) {
+    try {
+      apply_precision(g, p, nullptr, nullptr, Backward::reduced);
+      FAIL() << precision_name(p) << " accepted a reduced backward";
+    } catch (const std::invalid_argument& e) {
+      EXPECT_NE(std::string(e.what()).find("backward 'reduced'"), std::string::npos) << e.what();
+    }
+  }
+  EXPECT_EQ(parse_backward(backward_name(Backward::reduced)), Backward::reduced);
+  EXPECT_THROW(parse_backward("f16"), std::invalid_argument);
+}
+
+// Loss scaling on the smallest case that overflows: loss = sum(x w), so the gradient arriving at
+// the product is the scale itself, and 65536 rounds to infinity in f16 (the largest finite value
+// is 65504). dW = round(x)^T round(scale): each column the sum of the f16-rounded x's column,
+// exact in f32 (few small terms), times the scale (a power of two).
+class LossScalingTest : public testing::TestWithParam<const char*> {
+ protected:
+  SessionOptions options() const {
+    SessionOptions so = std::string(GetParam()) == "vulkan" ? vulkan_options() : SessionOptions{};
+    so.precision = Precision::accelerated;
+    so.backward = Backward::reduced;
+    return so;
+  }
+  void SetUp() override {
+    if (std::string(GetParam()) == "vulkan" && !testing_vulkan::missing_device().empty())
+      GTEST_SKIP() << "skipped: " << testing_vulkan::missing_device();
+#ifndef __FLT16_MAX__
+    GTEST_SKIP() << "skipped: this compiler has no _Float16 to round the reference with";
+#else
+    for (int i = 0; i < 4 * 3; ++i) x.push_back(0.1 + 0.037 * i);  // none of them an f16 value
+    for (int i = 0; i < 3 * 2; ++i) w.push_back(0.5 - 0.25 * i);
+    grad_rounded.assign(6, 0);
+    grad_exact.assign(6, 0);
+    for (int r = 0; r < 4; ++r)
+      for (int k = 0; k < 3; ++k)
+        for (int c = 0; c < 2; ++c) {
+          grad_rounded[size_t(k * 2 + c)] += double(static_cast<_Float16>(float(x[size_t(r * 3 + k)])));
+          grad_exact[size_t(k * 2 + c)] += double(float(x[size_t(r * 3 + k)]));
+        }
+#endif
+  }
+  static Tensor build(Graph& g) { return sum(matmul(g.input("x", {4, 3}), g.parameter("w", {3, 2}, {}))); }
+  void start(Trainer& t) {
+    t.session().set("w", std::span<const double>(w));
+    t.session().set("x", std::span<const double>(x));
+  }
+  // Expects w after `updates` SGD steps of lr 1 on the rounded gradient, checking that the
+  // rounding made a difference the tolerance can see.
+  void expect_weights(Trainer& t, int updates) {
+    const std::vector<double> got = t.session().get_f64("w");
+    for (size_t i = 0; i < got.size(); ++i) {
+      const double want = w[i] - updates * grad_rounded[i];
+      EXPECT_NEAR(got[i], want, 1e-6 * std::abs(want) + 1e-6) << "w[" << i << "]";
+      if (updates > 0) EXPECT_GT(std::abs(w[i] - updates * grad_exact[i] - want), 1e-4) << "w[" << i << "]";
+    }
+  }
+  OptimizerConfig sgd(int accumulation = 1) const {
+    OptimizerConfig c;
+    c.kind = OptimizerConfig::Kind::sgd;
+    c.lr = 1;
+    c.accumulation = accumulation;
+    return c;
+  }
+  std::vector<double> x, w, grad_rounded, grad_exact;
+};
+
+TEST_P(LossScalingTest, AnOverflowingUpdateIsSkippedAndHalvesTheScale) {
+  Trainer t(build, sgd(), options());
+  start(t);
+  EXPECT_EQ(t.loss_scale(), 65536);
+  t.step();  // dW is infinite: skipped
+  EXPECT_EQ(t.skipped_updates(), 1);
+  EXPECT_EQ(t.updates(), 0);
+  EXPECT_EQ(t.loss_scale(), 32768);
+  expect_weights(t, 0);
+  t.step();  // 32768 is an f16 value: applied
+  EXPECT_EQ(t.skipped_updates(), 1);
+  EXPECT_EQ(t.updates(), 1);
+  EXPECT_EQ(t.loss_scale(), 32768);
+  expect_weights(t, 1);
+}
+
+TEST_P(LossScalingTest, FiniteUpdatesInARowDoubleTheScale) {
+  Trainer t(build, sgd(), options(), {}, LossScaling{.init = 1024, .growth_interval = 2});
+  start(t);
+  t.step();
+  EXPECT_EQ(t.loss_scale(), 1024);
+  t.step();
+  EXPECT_EQ(t.loss_scale(), 2048);
+  EXPECT_EQ(t.updates(), 2);
+  EXPECT_EQ(t.skipped_updates(), 0);
+  expect_weights(t, 2);
+}
+
+// With accumulation, a skipped update drops its micro-steps' gradients: the next update is the
+// mean of its own micro-steps only.
+TEST_P(LossScalingTest, ASkippedAccumulatedUpdateDropsItsGradients) {
+  Trainer t(build, sgd(2), options());
+  start(t);
+  t.step();
+  t.step();
+  EXPECT_EQ(t.skipped_updates(), 1);
+  EXPECT_EQ(t.updates(), 0);
+  t.step();
+  t.step();
+  EXPECT_EQ(t.skipped_updates(), 1);
+  EXPECT_EQ(t.updates(), 1);
+  expect_weights(t, 1);
+}
+
+INSTANTIATE_TEST_SUITE_P(Backends, LossScalingTest, testing::Values("cpu", "vulkan"),
+                         [](const testing::TestParamInfo<const char*>& i) { return std::string(i.param); });
+
+TEST(LossScaling, IsRefusedWhereItCannotApply) {
+  SessionOptions so;
+  so.backward = Backward::reduced;  // strict contract
+  EXPECT_THROW(Trainer([](Graph& g) { return sum(g.parameter("w", {2}, {})); }, OptimizerConfig{}, so),
+               std::invalid_argument);
+  so.precision = Precision::accelerated;
+  EXPECT_THROW(Trainer([](Graph& g) { return sum(g.parameter("w", {2}, {})); }, OptimizerConfig{}, so, {},
+                       LossScaling{.init = 0}),
+               std::invalid_argument);
 }
 
 }  // namespace

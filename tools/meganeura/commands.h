@@ -36,7 +36,9 @@ int64_t peak_rss_bytes();
 SessionOptions base_session_options();
 // Adds the gradient of `loss` with respect to every parameter of `g` as the output
 // "grad.<parameter name>": the names `run --dump` writes and the reference scripts read.
-void output_parameter_gradients(Graph& g, Tensor loss);
+// `scaled`: the gradients of loss * the input kLossScaleName (loss scaling; train.h), left
+// scaled for the caller to divide.
+void output_parameter_gradients(Graph& g, Tensor loss, bool scaled = false);
 // Lends the energy commands the dispatches of our compiled training steps.
 energy::EnergyCliHooks energy_hooks();
 

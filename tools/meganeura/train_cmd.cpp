@@ -41,6 +41,7 @@ struct TrainArgs {
   int64_t max_context = 0, prefill_chunk = 128;
   std::string weights_dtype = "f32";  // program --config, infer: the matrices' format
   std::string precision = "strict";   // train, program: the precision contract
+  std::string backward = "f32";       // train, program: what the gradients' products read
   bool data_parallel = false;
   double bucket_mb = 25, comm_timeout = 300;
   int check_replicas = 0;
@@ -60,6 +61,10 @@ void add_precision_option(CLI::App* c, TrainArgs& a, const std::string& what) {
   c->add_option("--precision", a.precision,
                 "strict | accelerated (f16 operands, f32 accumulation) | accelerated-bf16: " + what)
       ->check(CLI::IsMember({"strict", "accelerated", "accelerated-bf16"}));
+  c->add_option("--backward", a.backward,
+                "f32 | reduced: the gradients' products read operands rounded like the forward's "
+                "(accelerated only; training scales the loss dynamically)")
+      ->check(CLI::IsMember({"f32", "reduced"}));
 }
 
 void add_model_options(CLI::App* c, TrainArgs& a) {
@@ -216,6 +221,7 @@ int train(const TrainArgs& a, Communicator* comm) {
   select_device(so, a.device);
   so.seed = a.seed;
   so.precision = parse_precision(a.precision);
+  so.backward = parse_backward(a.backward);
   const std::string placement = comm ? place_rank(so, *comm) : "";
   DataParallelOptions parallel{
       .comm = comm,
@@ -229,6 +235,10 @@ int train(const TrainArgs& a, Communicator* comm) {
   const Shard shard = comm ? Shard{comm->rank(), comm->size()} : Shard{};
   nlohmann::json out = train_steps(*task, trainer, shard, lead, start, steps);
   if (comm) out["data_parallel"] = comm_profile_json(trainer.comm_profile());
+  if (trainer.loss_scale() > 0) {
+    out["loss_scale"] = trainer.loss_scale();
+    out["skipped_updates"] = trainer.skipped_updates();
+  }
   if (!lead) return 0;
   if (comm) print_comm_profile(trainer.comm_profile());
   if (!a.out.empty()) {
@@ -417,7 +427,7 @@ int run_program(const TrainArgs& a) {
     };
     const auto t0 = Clock::now();
     Graph g = apply_precision(training_graph([&](Graph& x) { return task->build_loss(x); }, task->default_optimizer()),
-                              parse_precision(a.precision));
+                              parse_precision(a.precision), nullptr, nullptr, parse_backward(a.backward));
     const auto t1 = Clock::now();
     PlanOptions po;
     po.verify = false;
@@ -522,7 +532,9 @@ void add_train_command(CLI::App& app) {
   c->add_flag("--json", a->json, "print a JSON summary on stdout");
   c->add_option("--batch", a->sizes.batch, "examples per process (mlp, chargpt; default 64, 16)")
       ->check(CLI::PositiveNumber);
-  add_precision_option(c, *a, "the precision contract of the forward products (gradients and update stay f32)");
+  add_precision_option(
+      c, *a,
+      "the precision contract of the forward products (gradients too with --backward reduced; the update stays f32)");
   add_parallel_options(c, *a);
   c->callback([a] { throw CLI::RuntimeError(run_train(*a)); });
 }

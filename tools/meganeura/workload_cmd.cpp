@@ -26,7 +26,7 @@ struct RunArgs {
   std::string reference, work_dir, negative_control, python = "/usr/bin/python3", reference_device = "cpu";
   uint64_t seed = 1;
   std::string weights_dtype = "f32";  // run: the forward pass in 8 or 4 bits
-  std::string precision = "strict";
+  std::string precision = "strict", backward = "f32";
   bool json = false, f64 = false, forward_only = false;
 };
 
@@ -43,6 +43,10 @@ void add_common(CLI::App* c, RunArgs& a) {
                 "strict | accelerated | accelerated-bf16: the forward products' operands rounded to f16 or bf16, "
                 "gradients in f32")
       ->check(CLI::IsMember({"strict", "accelerated", "accelerated-bf16"}));
+  c->add_option("--backward", a.backward,
+                "f32 | reduced: the gradients' products read operands rounded like the forward's (accelerated "
+                "only), the gradients taken with loss scaling")
+      ->check(CLI::IsMember({"f32", "reduced"}));
 }
 
 int run_models(bool json) {
@@ -82,6 +86,7 @@ int run_run(const RunArgs& a) {
                        text::weights_dtype(a.weights_dtype, {}),
                        parse_precision(a.precision),
                        a.forward_only};
+  o.backward = parse_backward(a.backward);
   RunOutcome r = run_workload(o);
   write_dump(a.dump, r.tensors);
   nlohmann::json out = {{"workload", a.workload},
@@ -91,6 +96,7 @@ int run_run(const RunArgs& a) {
                         {"parameters", r.parameters},
                         {"weights_dtype", a.weights_dtype},
                         {"precision", a.precision},
+                        {"backward", a.backward},
                         {"weight_bytes", r.weight_bytes},
                         {"product_read_bytes", r.product_read_bytes},
                         {"planned_bytes", r.planned_bytes},
@@ -137,6 +143,7 @@ int run_gate(const RunArgs& a) {
                        a.inputs.empty() ? inputs.string() : "",
                        DType::f32,
                        parse_precision(a.precision)};
+  o.backward = parse_backward(a.backward);
   RunOutcome ours = run_workload(o);
   if (!a.negative_control.empty()) apply_negative_control(ours.tensors, a.negative_control);
   const fs::path ref_dump = dir / "reference.safetensors";
@@ -157,7 +164,9 @@ int run_gate(const RunArgs& a) {
   out["workload"] = a.workload;
   out["scale"] = a.scale;
   out["device"] = ours.device;
-  out["contract"] = a.precision;             // the precision contract (before "pass": see torch_device)
+  out["contract"] = a.precision;  // the precision contract (before "pass": see torch_device)
+  out["backward"] = a.backward;
+  if (ours.loss_scale > 0) out["loss_scale"] = ours.loss_scale;
   out["torch_device"] = a.reference_device;  // sorts after "scale": the tests match "pass":true,"scale"
   if (!a.negative_control.empty()) out["negative_control"] = a.negative_control;
   if (a.json) {

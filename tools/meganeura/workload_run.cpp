@@ -8,6 +8,7 @@
 #include "meganeura/autodiff.h"
 #include "meganeura/passes.h"
 #include "meganeura/safetensors.h"
+#include "meganeura/train.h"
 #include "meganeura/weights.h"
 
 namespace meganeura::cli {
@@ -36,14 +37,36 @@ void set_inputs_from_file(Session& s, const models::Workload& w, const std::stri
   }
 }
 
-void output_parameter_gradients(Graph& g, Tensor loss) {
+void output_parameter_gradients(Graph& g, Tensor loss, bool scaled) {
   std::vector<Tensor> params;
   for (NodeId id : g.parameters()) params.push_back(g.tensor(id));
-  const std::vector<Tensor> grads = grad(loss, params);
+  if (!scaled) {
+    const std::vector<Tensor> grads = grad(loss, params);
+    for (size_t i = 0; i < params.size(); ++i) g.output("grad." + g.node(params[i].id).name, grads[i]);
+    return;
+  }
+  const std::vector<Tensor> grads = vjp(loss, g.input(kLossScaleName, {}, loss.dtype()), params);
   for (size_t i = 0; i < params.size(); ++i) g.output("grad." + g.node(params[i].id).name, grads[i]);
 }
 
 namespace {
+// Runs `s` at loss scales from 65536 down, halving while a gradient is not finite; returns the
+// scale of the run kept. The gradient outputs are then the scaled ones (run_workload divides).
+double run_scaled(Session& s, const Graph& g) {
+  for (double scale = 65536; scale >= 0x1p-24; scale /= 2) {
+    const double seed[1] = {scale};
+    s.set(kLossScaleName, std::span<const double>(seed));
+    s.run();
+    bool finite = true;
+    for (auto& [name, id] : g.outputs()) {
+      if (name.rfind("grad.", 0) != 0) continue;
+      for (float v : s.get(name)) finite &= std::isfinite(v);
+    }
+    if (finite) return scale;
+  }
+  throw std::runtime_error("[run] the gradients are not finite at any loss scale down to 2^-24");
+}
+
 // The GEMM, convolution and attention dispatches, forward and backward.
 bool is_product(Op op) {
   return op == Op::matmul || op == Op::matmul_epilogue || op == Op::matmul_q || op == Op::conv2d ||
@@ -57,7 +80,8 @@ RunOutcome run_workload(const WorkloadRunOptions& o) {
   models::Workload w = models::build_workload(built, o.workload, o.scale);
   for (auto& [name, t] : w.outputs) built.output(name, t);
   built.output("loss", w.loss);
-  if (o.weights_dtype == DType::f32 && !o.forward_only) output_parameter_gradients(built, w.loss);
+  const bool scaled = o.backward == Backward::reduced && !o.forward_only;
+  if (o.weights_dtype == DType::f32 && !o.forward_only) output_parameter_gradients(built, w.loss, scaled);
   // Block formats rewrite the linear layers (matmul_q); f16 and bf16 are the plan's storage.
   const bool blocks = dtype_is_block(o.weights_dtype);
   Graph g = blocks ? quantise_weights(built, o.weights_dtype) : std::move(built);
@@ -67,6 +91,7 @@ RunOutcome run_workload(const WorkloadRunOptions& o) {
   so.seed = o.seed;
   so.f64_oracle = o.f64;
   so.precision = o.precision;
+  so.backward = o.backward;
   Session s(so);
   s.add(g);
   if (!o.weights.empty()) {
@@ -106,13 +131,22 @@ RunOutcome run_workload(const WorkloadRunOptions& o) {
     for (auto& [name, r] : recs) views.emplace_back(name, r.view());
     io::write_safetensors(o.write_inputs, views);
   }
-  s.run();
   RunOutcome r;
+  if (scaled)
+    r.loss_scale = run_scaled(s, g);
+  else
+    s.run();
   r.device = s.device_name();
   r.parameters = models::parameter_count(g);
   for (const auto& [name, b] : s.buffers())
     if (b.role == Role::parameter) r.weight_bytes += storage_bytes(b.stored, b.type.numel());
   for (auto& [name, id] : g.outputs()) r.tensors[name] = DumpTensor{g.node(id).type.shape, s.get(name)};
+  if (scaled) {  // a power of two: dividing by it is exact (short of f32's subnormals)
+    for (auto& [name, t] : r.tensors) {
+      if (name.rfind("grad.", 0) != 0) continue;
+      for (float& v : t.values) v = float(double(v) / r.loss_scale);
+    }
+  }
   r.loss = r.tensors.at("loss").values.at(0);
   const Program& p = s.program();
   for (const Dispatch& d : p.dispatches) {

@@ -25,6 +25,10 @@ struct WorkloadRunOptions {
   DType weights_dtype = DType::f32;
   Precision precision = Precision::strict;  // SessionOptions::precision
   bool forward_only = false;                // outputs and loss, no gradients
+  // reduced: the gradients' products read rounded operands too (SessionOptions::backward), the
+  // gradients taken with loss scaling: seeded with a scale from 65536 down, halved until every
+  // gradient is finite (a skipped step of dynamic loss scaling), and divided by it on the host.
+  Backward backward = Backward::f32;
 };
 
 struct DumpTensor {
@@ -41,6 +45,7 @@ struct RunOutcome {
   // What the plan says: bytes the products (GEMM, convolution and attention, forward and
   // backward) read, as stored, and the device memory planned (arena and external buffers).
   uint64_t product_read_bytes = 0, planned_bytes = 0;
+  double loss_scale = 0;  // backward reduced: the scale the gradients were taken at
   std::string device;
 };
 

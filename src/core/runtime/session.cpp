@@ -101,6 +101,7 @@ size_t Session::add(const Graph& g) {
   po.verify = false;  // add(Program) verifies
   po.weights_dtype = options_.weights_dtype;
   // The rewrite passes run between autodiff and the plan, those the backend has kernels for.
+  check_backward(options_.precision, options_.backward);
   if (options_.precision == Precision::strict) return add(plan(optimize(g, backend_->passes()), po));
   // Under the f64 oracle a contract rounds the same operands, the products then accumulate in f64.
   // The rounded operands are exact in 16 bits: stored so where the backend's products read them.
@@ -111,14 +112,16 @@ size_t Session::add(const Graph& g) {
   const DType own = options_.precision == Precision::accelerated ? DType::f16 : DType::bf16;
   if (options_.weights_dtype == own) {
     std::vector<std::string> held;
-    Program p = plan(optimize(apply_precision(g, options_.precision, nullptr, &held), backend_->passes()), po);
+    Program p = plan(
+        optimize(apply_precision(g, options_.precision, nullptr, &held, options_.backward), backend_->passes()), po);
     const bool all_held = std::all_of(held.begin(), held.end(), [&](const std::string& name) {
       return std::any_of(p.externals.begin(), p.externals.end(),
                          [&](const ExternalBuffer& e) { return e.name == name && e.stored == own; });
     });
     if (all_held) return add(std::move(p));
   }
-  return add(plan(optimize(apply_precision(g, options_.precision), backend_->passes()), po));
+  return add(plan(
+      optimize(apply_precision(g, options_.precision, nullptr, nullptr, options_.backward), backend_->passes()), po));
 }
 
 size_t Session::add(Program p) {
