@@ -856,6 +856,118 @@ TEST(Precision, ReducedBackwardRoundsTheGradientsProductsToo) {
   EXPECT_THROW(parse_backward("f16"), std::invalid_argument);
 }
 
+double rel_l2(const std::vector<double>& got, const std::vector<double>& want) {
+  double err = 0, norm = 0;
+  for (size_t i = 0; i < want.size(); ++i) {
+    err += (got[i] - want[i]) * (got[i] - want[i]);
+    norm += want[i] * want[i];
+  }
+  return std::sqrt(err / norm);
+}
+
+// Normal values (f32-representable) for the named leaves of `g`.
+std::map<std::string, std::vector<double>> normal_values(const Graph& g, std::initializer_list<Tensor> leaves,
+                                                         uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::map<std::string, std::vector<double>> values;
+  for (Tensor t : leaves) {
+    std::vector<double> x(size_t(numel(t.shape())));
+    for (double& e : x) e = float(std::normal_distribution<double>(0, 1)(rng));
+    values[g.node(t.id).name] = x;
+  }
+  return values;
+}
+
+// Runs `g` under accelerated with backward reduced, returning the outputs `names`.
+std::vector<std::vector<double>> run_reduced(const Graph& g, SessionOptions so,
+                                             const std::map<std::string, std::vector<double>>& values,
+                                             const std::vector<std::string>& names, Program* planned = nullptr) {
+  so.precision = Precision::accelerated;
+  so.backward = Backward::reduced;
+  Session s(so);
+  s.add(g);
+  if (planned) *planned = s.program();
+  for (auto& [name, x] : values) s.set(name, std::span<const double>(x));
+  s.run();
+  std::vector<std::vector<double>> out;
+  for (const std::string& name : names) out.push_back(s.get_f64(name));
+  return out;
+}
+
+// Backward reduced on Vulkan: both convolution gradients read their rounded operands stored in
+// 16 bits, on each of the kernel's paths (gathered scalars, channels-last staging, the 1x1
+// matmul, stride phases), and give what the CPU gives from the same rounded values. Products of
+// two f16 values are exact in f32, so the two differ by summation order alone: at most
+// 2 K 2^-24 times the sum of the terms' magnitudes; 1e-5 relative L2 holds that with room for
+// these sizes (K up to 2 x 8 x 8 x 9), and a misread format is off by orders of magnitude.
+TEST(Precision, ConvolutionGradientsRead16BitOperandsOnVulkan) {
+  if (!testing_vulkan::missing_device().empty()) GTEST_SKIP() << "skipped: " << testing_vulkan::missing_device();
+  struct Case {
+    const char* name;
+    int64_t c, o, k, hw;
+    Conv2dOptions opt;
+  };
+  const std::vector<Case> cases = {
+      {"3x3, gathered", 3, 5, 3, 7, {.pad_h = 1, .pad_w = 1}},
+      {"3x3, channels-last", 8, 4, 3, 6, {.pad_h = 1, .pad_w = 1}},
+      {"1x1", 8, 4, 1, 4, {}},
+      {"3x3, stride 2", 4, 8, 3, 8, {.stride_h = 2, .stride_w = 2, .pad_h = 1, .pad_w = 1}},
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.name);
+    Graph g;
+    Tensor x = g.parameter("x", {2, c.c, c.hw, c.hw}, {});
+    Tensor w = g.parameter("w", {c.o, c.c, c.k, c.k}, {});
+    Tensor y = conv2d(x, w, c.opt);
+    Tensor r = g.input("r", y.shape());
+    const std::vector<Tensor> grads = grad(sum(y * r), {x, w});
+    g.output("gx", grads[0]);
+    g.output("gw", grads[1]);
+    const auto values = normal_values(g, {x, w, r}, 11);
+    Program planned;
+    const auto cpu = run_reduced(g, {}, values, {"gx", "gw"});
+    const auto vk = run_reduced(g, vulkan_options(), values, {"gx", "gw"}, &planned);
+    size_t gradients = 0;
+    for (const Dispatch& d : planned.dispatches) {
+      if (d.op != Op::conv2d_backward_input && d.op != Op::conv2d_backward_weight) continue;
+      ++gradients;
+      for (size_t i = 0; i < 2; ++i)
+        EXPECT_EQ(planned.tensors[d.reads[i]].stored, DType::f16) << op_name(d.op) << " reads input " << i << " in f32";
+    }
+    EXPECT_EQ(gradients, 2u);
+    EXPECT_LT(rel_l2(vk[0], cpu[0]), 1e-5) << "dx";
+    EXPECT_LT(rel_l2(vk[1], cpu[1]), 1e-5) << "dw";
+  }
+}
+
+// The same for the tiled attention's backward: q, k and v read in 16 bits by the dQ and dK, dV
+// kernels. The probabilities are recomputed with each backend's exp, a few ulp apart, on top of
+// the summation order: 1e-5 relative L2 again (seen: 3e-7), where a misread format is off by
+// orders of magnitude.
+TEST(Precision, AttentionGradientsRead16BitOperandsOnVulkan) {
+  if (!testing_vulkan::missing_device().empty()) GTEST_SKIP() << "skipped: " << testing_vulkan::missing_device();
+  const int64_t b = 1, h = 2, sq = 40, d = 16;
+  Graph g;
+  Tensor q = g.parameter("q", {b, h, sq, d}, {}), k = g.parameter("k", {b, h, sq, d}, {}),
+         v = g.parameter("v", {b, h, sq, d}, {});
+  Tensor y = attention_fused_packed(q, k, v, true, 0.25);
+  Tensor r = g.input("r", y.shape());
+  const std::vector<Tensor> grads = grad(sum(y * r), {q, k, v});
+  for (size_t i = 0; i < 3; ++i) g.output("g" + std::to_string(i), grads[i]);
+  const auto values = normal_values(g, {q, k, v, r}, 12);
+  Program planned;
+  const auto cpu = run_reduced(g, {}, values, {"g0", "g1", "g2"});
+  const auto vk = run_reduced(g, vulkan_options(), values, {"g0", "g1", "g2"}, &planned);
+  size_t backward = 0;
+  for (const Dispatch& dd : planned.dispatches) {
+    if (dd.op != Op::attention_fused_backward) continue;
+    ++backward;
+    for (size_t i = 0; i < 3; ++i) EXPECT_EQ(planned.tensors[dd.reads[i]].stored, DType::f16) << "operand " << i;
+  }
+  EXPECT_EQ(backward, 1u);
+  for (size_t i = 0; i < 3; ++i) EXPECT_LT(rel_l2(vk[i], cpu[i]), 1e-5) << "gradient " << i;
+}
+
 // Loss scaling on the smallest case that overflows: loss = sum(x w), so the gradient arriving at
 // the product is the scale itself, and 65536 rounds to infinity in f16 (the largest finite value
 // is 65504). dW = round(x)^T round(scale): each column the sum of the f16-rounded x's column,

@@ -13,9 +13,11 @@
 namespace meganeura {
 
 size_t half_operand_inputs(Op op) {
-  if (op == Op::matmul || op == Op::matmul_epilogue || op == Op::conv2d) return 2;  // A and B, x and w
-  if (op == Op::embedding) return 1;                                                // the table
-  return op == Op::attention_fused ? 3 : 0;                                         // q, k, v
+  if (op == Op::matmul || op == Op::matmul_epilogue || op == Op::conv2d || op == Op::conv2d_backward_input ||
+      op == Op::conv2d_backward_weight)
+    return 2;                         // A and B; x and w, dY and w, x and dY
+  if (op == Op::embedding) return 1;  // the table
+  return op == Op::attention_fused || op == Op::attention_fused_backward ? 3 : 0;  // q, k, v
 }
 
 std::string_view hazard_name(HazardKind k) {

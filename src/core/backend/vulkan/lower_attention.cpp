@@ -147,14 +147,14 @@ void lower_attention(const Context& c, const Dispatch& d, const KernelLaunch& k,
   l.push[kPushScale] = fbits(a.scale);
   l.push[kPushCausal] = a.causal ? 1 : 0;
   const uint64_t rows = x.b * x.hq * x.sq;
+  // q, k and v stored in 16 bits (half.glsl), forward and backward: the kernels' constant 15.
+  uint32_t half = 0;
+  for (uint32_t i = 0; i < 3; ++i) half |= gemm::half_format(c.p.tensors[d.reads[i]].stored) << (2 * i);
+  auto with_half = [&](Launch f) {
+    if (half) f.spec.resize(16, 0), f.spec[15] = half;
+    return f;
+  };
   if (d.op == Op::attention_fused) {
-    // q, k and v stored in 16 bits (half.glsl): the kernels' constant 15.
-    uint32_t half = 0;
-    for (uint32_t i = 0; i < 3; ++i) half |= gemm::half_format(c.p.tensors[d.reads[i]].stored) << (2 * i);
-    auto with_half = [&](Launch f) {
-      if (half) f.spec.resize(16, 0), f.spec[15] = half;
-      return f;
-    };
     if (!c.dc.row_attention) {
       out.push_back(with_half(tiled(d, kForward, x, c.dc, std::move(l))));
       return;
@@ -176,10 +176,10 @@ void lower_attention(const Context& c, const Dispatch& d, const KernelLaunch& k,
   grid(delta, ceil_div(rows, c.dc.workgroup), c.dc);
   out.push_back(std::move(delta));
   if (!c.dc.row_attention) {
-    Launch dq = tiled(d, kGradQ, x, c.dc, l);
+    Launch dq = with_half(tiled(d, kGradQ, x, c.dc, l));
     dq.barrier_before = true;  // also orders the dK, dV launch after the shift
     out.push_back(std::move(dq));
-    out.push_back(tiled(d, kGradKV, x, c.dc, std::move(l)));
+    out.push_back(with_half(tiled(d, kGradKV, x, c.dc, std::move(l))));
     return;
   }
   // dQ's chunks and dK, dV's interleaved: a barrier before each pair orders both after their
@@ -191,7 +191,7 @@ void lower_attention(const Context& c, const Dispatch& d, const KernelLaunch& k,
     bool first = true;
     for (std::vector<Launch>* side : {&dq, &dkv}) {
       if (t >= side->size()) continue;
-      Launch& k = (*side)[t];
+      Launch k = with_half(std::move((*side)[t]));
       k.barrier_before = first;
       first = false;
       out.push_back(std::move(k));

@@ -252,12 +252,14 @@ Permute channels_last_copy(const Dispatch& d, const Geometry& g) {
 
 // The staging copies, then (after a barrier) each pass's GEMM reading them: A at the
 // workspace's start, its staged weights after it, the partial products of split GEMMs after all.
-// `half`: the formats of the staged x and weights (the copies read them as B).
+// `half`: the formats of reads[0] and reads[1] (the copies read them as B; the weight
+// gradient's GEMM reads dY, reads[1], where it is).
 void emit_channels_last(const Dispatch& d, const Geometry& g, std::vector<Pass>& passes, const DeviceClass& dc,
                         const Launch& base, std::vector<Launch>& out, std::array<uint32_t, 2> half) {
   uint64_t used = emit_permute(channels_last_copy(d, g), dc, d.op, base, out, half[0]);
   for (Pass& p : passes) {
     p.problem.words[kABase] = 0;
+    if (d.op == Op::conv2d_backward_weight) p.problem.half = half[1] << 2;  // B: dY as stored
     if (!p.stage_weights) continue;
     p.weights.base = used;
     p.problem.words[kBBase] = u32(d.op, used, "the workspace");
@@ -290,9 +292,10 @@ void lower_conv(const Program& p, const Dispatch& d, const DeviceClass& dc, Laun
   base.bindings[1] = d.reads[1];
   base.bindings[2] = d.write();
   if (numel(x) * numel(w) * numel(y) == 0) return;
-  // The forward's x and weights may be stored in 16 bits (half.glsl; the backward passes read f32).
-  const uint32_t hx = d.op == Op::conv2d ? half_format(p.tensors[d.reads[0]].stored) : kHalfF32;
-  const uint32_t hw = d.op == Op::conv2d ? half_format(p.tensors[d.reads[1]].stored) : kHalfF32;
+  // Both operands may be stored in 16 bits (half.glsl): x and the weights (forward), dY and the
+  // weights (input gradient), x and dY (weight gradient).
+  const uint32_t hx = half_format(p.tensors[d.reads[0]].stored);
+  const uint32_t hw = half_format(p.tensors[d.reads[1]].stored);
   if (pointwise_conv(d, a, w, y)) {
     std::swap(base.bindings[0], base.bindings[1]);  // A: the weights; B: x or dY
     Problem pr = pointwise_problem(d, x, w);

@@ -28,7 +28,7 @@ const uint RP = BR + 1, CP = BC + 1;                         // padded strides o
 layout(std430, binding = 0) readonly buffer Q { float q[]; };
 layout(std430, binding = 1) readonly buffer K { float k[]; };
 layout(std430, binding = 2) readonly buffer V { float v[]; };
-// 16-bit q, k and v (half.glsl), the forward's only: formats in HALF's bits 0-1, 2-3 and 4-5.
+// 16-bit q, k and v (half.glsl), in every mode but DELTA: formats in HALF's bits 0-1, 2-3, 4-5.
 #include "half.glsl"
 layout(constant_id = 15) const uint HALF = 0;
 layout(std430, binding = 0) readonly buffer QH { uint qh[]; };

@@ -15,9 +15,9 @@
 // channels-last ([n][y][x][c]) by MODE_PERMUTE launches, and K (or the weight gradient's rows)
 // runs channel-fastest, so its quads are 4 channels of one pixel: vec4 loads. The forward
 // pass and the input gradient then read weights staged in that K order too (vec4 along K).
-// Otherwise K runs (c, i, j) over the tensors as they are, gathering scalars. The forward's x
-// and weights may be stored in 16 bits (gemm_operands.glsl): the gathers and the staging copies
-// read them so, the staged copies are f32.
+// Otherwise K runs (c, i, j) over the tensors as they are, gathering scalars. Every pass's
+// operands may be stored in 16 bits (gemm_operands.glsl): the gathers, the staging copies and
+// the weight gradient's dY loads read them so, the staged copies are f32.
 // Bindings: 0 A, 1 B, 2 the result (x or dY, w or dY, or the staged copies in the workspace at
 // P_A_BASE and P_B_BASE); a split GEMM writes its partial products through binding 2 and its
 // reduction reads them through binding 0. Index division goes through fast_div with
