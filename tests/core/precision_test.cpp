@@ -569,6 +569,22 @@ TEST(Precision, OnlyRoundingOutputsReadByProductsAreStoredIn16Bits) {
   b.output("y", matmul(r, bw));
   b.output("rounded", r);
   EXPECT_EQ(stored(plan(b, PlanOptions{.half_operands = true}), Op::round_f16), (std::vector<DType>{DType::f32}));
+  // Read through a reshape: stored in 16 bits with the view when every reader of the view takes
+  // 16-bit operands there, f32 when one does not (here a sum).
+  for (bool summed : {false, true}) {
+    Graph c;
+    Tensor cx = c.input("x", {2, 4, 16}), cw = c.parameter("w", {16, 4}, {});
+    Tensor rc = graph_internal::add_node(c, Op::round_f16, NoAttrs{}, {cx.id}, cx.type());
+    Tensor flat = reshape(rc, {8, 16});
+    c.output("y", matmul(flat, cw));
+    if (summed) c.output("s", sum(flat));
+    const Program pc = plan(c, PlanOptions{.half_operands = true});
+    const DType want = summed ? DType::f32 : DType::f16;
+    EXPECT_EQ(stored(pc, Op::round_f16), (std::vector<DType>{want})) << "summed " << summed;
+    for (const Dispatch& d : pc.dispatches) {
+      if (d.op == Op::matmul) EXPECT_EQ(pc.tensors[d.reads[0]].stored, want) << "the view, summed " << summed;
+    }
+  }
   // The product's byte count: its two operands at two bytes an element, its result at four.
   for (const Dispatch& d : half.dispatches) {
     if (d.op != Op::matmul) continue;

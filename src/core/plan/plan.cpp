@@ -338,27 +338,34 @@ class Planner {
     const bool rounds = last.kind == FusedInstr::unary && (last.op == Op::round_f16 || last.op == Op::round_bf16);
     return rounds ? last.op : Op::copy;
   }
+  // Read through reshapes too (views, stored alike), as long as every reader of the tensor and
+  // of its views reads 16-bit operands there and no view is itself an external buffer.
   void store_half_operands() {
     if (!opt_.half_operands || opt_.float_dtype != DType::f32) return;
-    std::vector<uint8_t> viewed(p_.tensors.size(), 0), refused(p_.tensors.size(), 0);
+    std::vector<uint8_t> refused(p_.tensors.size(), 0);
+    std::vector<std::vector<size_t>> views(p_.tensors.size());  // a base's tensors: itself, its views
     const std::vector<std::vector<size_t>> readers = this->readers();
     for (size_t t = 0; t < p_.tensors.size(); ++t) {
-      if (view_base_[t] != t) viewed[view_base_[t]] = 1;
+      views[view_base_[t]].push_back(t);
+      if (view_base_[t] != t && p_.tensors[t].role != Role::temp) refused[view_base_[t]] = 1;
     }
     for (const Dispatch& d : p_.dispatches) {
-      for (size_t i = 0; i < d.reads.size(); ++i) refused[d.reads[i]] |= i >= half_operand_inputs(d.op);
+      for (size_t i = 0; i < d.reads.size(); ++i) refused[view_base_[d.reads[i]]] |= i >= half_operand_inputs(d.op);
     }
     for (Dispatch& d : p_.dispatches) {
       const Op rounding = rounding_op(d);
       if (rounding == Op::copy) continue;
-      ProgramTensor& t = p_.tensors[d.write()];
-      if (t.role != Role::temp || viewed[d.write()] || refused[d.write()]) continue;
-      const uint64_t f32_bytes = t.bytes;
-      t.stored = rounding == Op::round_f16 ? DType::f16 : DType::bf16;
-      t.bytes = storage_bytes(t.stored, t.type.numel());
-      const double saved = double(f32_bytes - t.bytes);
-      d.bytes -= saved;
-      for (size_t r : readers[d.write()]) p_.dispatches[r].bytes -= saved;
+      const uint32_t base = d.write();
+      if (p_.tensors[base].role != Role::temp || view_base_[base] != base || refused[base]) continue;
+      for (size_t v : views[base]) {
+        ProgramTensor& t = p_.tensors[v];
+        const uint64_t f32_bytes = t.bytes;
+        t.stored = rounding == Op::round_f16 ? DType::f16 : DType::bf16;
+        t.bytes = storage_bytes(t.stored, t.type.numel());
+        const double saved = double(f32_bytes - t.bytes);
+        if (v == base) d.bytes -= saved;
+        for (size_t r : readers[v]) p_.dispatches[r].bytes -= saved;
+      }
     }
   }
 
