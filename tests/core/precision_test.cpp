@@ -582,7 +582,9 @@ TEST(Precision, OnlyRoundingOutputsReadByProductsAreStoredIn16Bits) {
     const DType want = summed ? DType::f32 : DType::f16;
     EXPECT_EQ(stored(pc, Op::round_f16), (std::vector<DType>{want})) << "summed " << summed;
     for (const Dispatch& d : pc.dispatches) {
-      if (d.op == Op::matmul) EXPECT_EQ(pc.tensors[d.reads[0]].stored, want) << "the view, summed " << summed;
+      if (d.op == Op::matmul) {
+        EXPECT_EQ(pc.tensors[d.reads[0]].stored, want) << "the view, summed " << summed;
+      }
     }
   }
   // The product's byte count: its two operands at two bytes an element, its result at four.
@@ -1026,7 +1028,9 @@ class LossScalingTest : public testing::TestWithParam<const char*> {
     for (size_t i = 0; i < got.size(); ++i) {
       const double want = w[i] - updates * grad_rounded[i];
       EXPECT_NEAR(got[i], want, 1e-6 * std::abs(want) + 1e-6) << "w[" << i << "]";
-      if (updates > 0) EXPECT_GT(std::abs(w[i] - updates * grad_exact[i] - want), 1e-4) << "w[" << i << "]";
+      if (updates > 0) {
+        EXPECT_GT(std::abs(w[i] - updates * grad_exact[i] - want), 1e-4) << "w[" << i << "]";
+      }
     }
   }
   OptimizerConfig sgd(int accumulation = 1) const {
